@@ -1,0 +1,1 @@
+"""Ray Serve deployments: engine workers and the PD router."""

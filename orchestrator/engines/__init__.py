@@ -1,0 +1,1 @@
+"""Engine backends: how a worker process is launched (sim or real SGLang)."""

@@ -1,0 +1,1 @@
+"""Simulated SGLang engine: HTTP server, cost model, metrics with SGLang names."""
