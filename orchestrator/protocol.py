@@ -1,0 +1,68 @@
+"""Plain records that cross process boundaries: worker endpoints, benchmark requests and their results.
+
+They travel through Ray (pickled) and into the JSON result, so they stay flat dataclasses of builtins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+Role = Literal["prefill", "decode", "aggregated"]
+
+
+@dataclass(frozen=True)
+class WorkerEndpoint:
+    """One running engine server as the router sees it."""
+
+    role: Role
+    name: str  # unique, e.g. "prefill-0/1" (group/replica)
+    url: str  # http://ip:port
+    bootstrap_host: str | None = None  # prefill only: host of its bootstrap server, as decode must reach it
+    bootstrap_port: int | None = None  # prefill only
+    node_id: str | None = None
+    node_ip: str | None = None
+    gpu_ids: tuple[int, ...] = ()
+    log_path: str | None = None
+
+
+@dataclass
+class BenchRequest:
+    """One prompt of the batch: token ids (sent as input_ids, counted client-side) and output length."""
+
+    index: int
+    input_ids: list[int]
+    output_len: int
+    prompt_len: int = 0
+    text: str | None = None  # kept only for endpoints that must send text
+
+    def __post_init__(self) -> None:
+        if not self.prompt_len:
+            self.prompt_len = len(self.input_ids)
+
+
+@dataclass
+class RequestResult:
+    """How one prompt ended. status 'ok' or 'failed' (with error); times are seconds."""
+
+    index: int
+    status: Literal["ok", "failed"]
+    prompt_len: int
+    output_len: int  # requested max_new_tokens
+    completion_tokens: int = 0  # as reported by the server
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    kv_wait_s: float | None = None  # send -> prefill leg answered (prefill + KV transfer)
+    sent_at: float | None = None  # wall clock (time.time()) when first sent
+    done_at: float | None = None
+    prefill_worker: str | None = None
+    decode_worker: str | None = None
+    attempts: int = 1
+    error: str | None = None
+    output_ids: list[int] = field(default_factory=list)
+
+    def to_dict(self, with_output_ids: bool = False) -> dict:
+        d = asdict(self)
+        if not with_output_ids:
+            d.pop("output_ids")
+        return d
