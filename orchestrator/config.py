@@ -314,6 +314,9 @@ def _format_pydantic_errors(err: ValidationError) -> list[str]:
             lines.append(f"{path}: required field is missing")
             continue
         msg = e["msg"].removeprefix("Value error, ")
+        if kind == "value_error" and not e["loc"]:
+            lines.append(msg)  # cross-section checks already name their field path
+            continue
         shown = repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
