@@ -1,0 +1,225 @@
+"""Real SGLang backend: config + placement -> `python -m sglang.launch_server` argv, env and readiness URLs.
+
+GPU choice (why it is done this way): on a host that runs both a prefill and a decode server, NIXL's UCX
+backend moves KV with `cuda_ipc` only when each process can see the peer's GPU. So every server sees the
+whole node's GPUs (`CUDA_VISIBLE_DEVICES=0..gpus_per_node-1`, overriding the per-replica value Ray sets) and
+`--base-gpu-id` points at the first *physical* id Ray assigned to the replica (`ray.get_gpu_ids()`). This
+is the layout that ran on the lent 2xH200 machine (/work/shared/gpu/REPORT.md). `engine.sglang.env`
+may set CUDA_VISIBLE_DEVICES itself (e.g. one host split into two Ray "nodes" of one GPU each).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from orchestrator.config import RunConfig, WorkerGroup
+from orchestrator.engines.base import EngineLaunch, WorkerPlacement
+
+# Checkpoint each preset stands for when model.path is not set (only config.json is read with dummy weights).
+PRESET_MODEL_IDS = {"DeepSeek-R1": "deepseek-ai/DeepSeek-R1", "DeepSeek-V2-Lite": "deepseek-ai/DeepSeek-V2-Lite"}
+# model.quantization -> --quantization; fp8/bf16 come from the checkpoint's own config.json.
+QUANTIZATION_FLAGS = {"w4a8": "w4afp8", "awq": "awq"}
+
+BOOTSTRAP_ROUTE_QUERY = "prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
+# Decode declares a prefill dead after interval x failures; 5 s x 2 is SGLang's default, kept explicit
+# because the router's retry logic assumes a dead prefill is noticed within ~10 s.
+HEARTBEAT_INTERVAL_S = 5
+HEARTBEAT_MAX_FAILURE = 2
+
+
+class SglangLaunchError(ValueError):
+    """A config/placement combination no SGLang server can be launched from; the message says the fix."""
+
+
+@dataclass(frozen=True)
+class PdTimeouts:
+    """SGLang PD waits, sized so a stuck transfer fails while the run's deadline still allows a retry."""
+
+    waiting_s: int  # decode waiting for KV after sending its metadata
+    bootstrap_s: int  # prefill waiting for the decode's KV indices (mooncake/mori only in 0.5.17)
+
+    @classmethod
+    def for_deadline(cls, deadline_s: float) -> "PdTimeouts":
+        # A quarter of the run's budget, within [30 s, SGLang's 300 s default]: 105 s for the 420 s run.
+        wait = int(min(300, max(30, deadline_s / 4)))
+        return cls(waiting_s=wait, bootstrap_s=wait)
+
+
+def model_path(cfg: RunConfig) -> str:
+    if cfg.model.path:
+        return cfg.model.path
+    if cfg.model.preset in PRESET_MODEL_IDS:
+        return PRESET_MODEL_IDS[cfg.model.preset]
+    raise SglangLaunchError(
+        f"model.path is not set and model.preset={cfg.model.preset!r} has no known checkpoint; "
+        "set model.path to a directory with config.json and the tokenizer (e.g. models/deepseek-v2-lite)"
+    )
+
+
+def _gpu_flags(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> tuple[list[str], str]:
+    """--base-gpu-id and the CUDA_VISIBLE_DEVICES that makes Ray's physical ids valid inside the server."""
+    ids = sorted(placement.gpu_ids)
+    per_node = -(-group.gpus_per_server // group.nnodes)
+    where = f"{placement.role}-{placement.group_index}/{placement.replica_index}"
+    if len(ids) != per_node:
+        raise SglangLaunchError(
+            f"{where}: Ray assigned GPUs {ids} but one server of layout.{placement.role}.{placement.group_index} "
+            f"needs {per_node} per node (tp={group.tp}, dp={group.dp}, nnodes={group.nnodes}); "
+            "request num_gpus equal to that per replica"
+        )
+    if ids != list(range(ids[0], ids[0] + len(ids))):
+        raise SglangLaunchError(
+            f"{where}: GPUs {ids} are not contiguous; SGLang places TP ranks at --base-gpu-id + rank, "
+            "so the replica needs a contiguous block (pack servers of equal size per node)"
+        )
+    visible = ",".join(str(i) for i in range(max(cfg.cluster.gpus_per_node, ids[-1] + 1)))
+    return ["--base-gpu-id", str(ids[0])], visible
+
+
+def build_argv(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> list[str]:
+    """The exact `launch_server` command line for one server (one node of it when nnodes > 1)."""
+    eng = cfg.engine.sglang
+    argv = [eng.python, "-m", "sglang.launch_server", "--model-path", model_path(cfg)]
+    if cfg.model.served_model_name:
+        argv += ["--served-model-name", cfg.model.served_model_name]
+    if eng.load_format:
+        argv += ["--load-format", eng.load_format]
+    if cfg.model.quantization in QUANTIZATION_FLAGS:
+        argv += ["--quantization", QUANTIZATION_FLAGS[cfg.model.quantization]]
+    if cfg.model.context_length:
+        argv += ["--context-length", str(cfg.model.context_length)]
+    argv += ["--host", placement.host, "--port", str(placement.port)]
+    argv += ["--tp-size", str(group.tp), "--dp-size", str(group.dp), "--ep-size", str(group.ep)]
+    if group.dp_attention:
+        argv.append("--enable-dp-attention")
+    if group.nnodes > 1:
+        if not placement.dist_init_addr:
+            raise SglangLaunchError(
+                f"{placement.role}-{placement.group_index}: nnodes={group.nnodes} needs placement.dist_init_addr "
+                "(host:port of node rank 0 for torch.distributed)"
+            )
+        argv += ["--nnodes", str(group.nnodes), "--node-rank", str(placement.node_rank)]
+        argv += ["--dist-init-addr", placement.dist_init_addr]
+    gpu_argv, _ = _gpu_flags(cfg, group, placement)
+    argv += gpu_argv
+    if placement.role != "aggregated":
+        argv += ["--disaggregation-mode", placement.role]
+        argv += ["--disaggregation-transfer-backend", cfg.transfer.backend]
+        argv += ["--disaggregation-bootstrap-port", str(_bootstrap_port(cfg, placement))]
+    argv += ["--page-size", str(eng.page_size), "--kv-cache-dtype", eng.kv_cache_dtype]
+    if eng.attention_backend:
+        argv += ["--attention-backend", eng.attention_backend]
+    if eng.mem_fraction_static is not None:
+        argv += ["--mem-fraction-static", str(eng.mem_fraction_static)]
+    if group.max_running_requests is not None:
+        argv += ["--max-running-requests", str(group.max_running_requests)]
+    argv.append("--enable-metrics")
+    return argv + list(group.extra_args) + list(eng.extra_args)
+
+
+def _bootstrap_port(cfg: RunConfig, placement: WorkerPlacement) -> int:
+    # On decode the flag is only the default for requests that carry no bootstrap_port; our router always
+    # sends one, so the base port is fine there.
+    return placement.bootstrap_port or cfg.transfer.bootstrap_port
+
+
+def _prefixed(prefix: str, extra: dict[str, str]) -> dict[str, str]:
+    return {(k if k.startswith(prefix) else prefix + k): str(v) for k, v in extra.items()}
+
+
+def build_env(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> dict[str, str]:
+    """Environment for one server: routable IP, NIXL/UCX/NCCL transport, PD timeouts, GPU visibility."""
+    t = cfg.transfer
+    _, visible = _gpu_flags(cfg, group, placement)
+    timeouts = PdTimeouts.for_deadline(cfg.benchmark.deadline_s)
+    env: dict[str, str] = {
+        "CUDA_VISIBLE_DEVICES": visible,
+        "SGLANG_HOST_IP": t.host_ip or placement.node_ip,
+        "SGLANG_DISAGGREGATION_NIXL_BACKEND": t.nixl_backend,
+        "SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS": json.dumps(t.nixl_backend_params, sort_keys=True),
+        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(timeouts.waiting_s),
+        "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": str(timeouts.bootstrap_s),
+        "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": str(HEARTBEAT_INTERVAL_S),
+        "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": str(HEARTBEAT_MAX_FAILURE),
+        "PYTHONUNBUFFERED": "1",
+    }
+    ucx = {
+        "UCX_TLS": t.ucx.tls,
+        "UCX_NET_DEVICES": t.ucx.net_devices,
+        "UCX_IB_GPU_DIRECT_RDMA": t.ucx.ib_gpu_direct_rdma,
+        "UCX_RNDV_SCHEME": t.ucx.rndv_scheme,
+        "UCX_RNDV_THRESH": t.ucx.rndv_thresh,
+        "UCX_MAX_RMA_RAILS": None if t.ucx.max_rma_rails is None else str(t.ucx.max_rma_rails),
+    }
+    nccl = {
+        "NCCL_IB_HCA": t.nccl.ib_hca,
+        "NCCL_NET_GDR_LEVEL": t.nccl.net_gdr_level,
+        "NCCL_IB_GID_INDEX": None if t.nccl.ib_gid_index is None else str(t.nccl.ib_gid_index),
+        "NCCL_SOCKET_IFNAME": t.nccl.socket_ifname,
+    }
+    env.update({k: v for k, v in {**ucx, **nccl}.items() if v is not None})
+    env.update(_prefixed("UCX_", t.ucx.extra))
+    env.update(_prefixed("NCCL_", t.nccl.extra))
+    env.update(t.env)
+    env.update(cfg.engine.sglang.env)
+    return env
+
+
+def readiness_urls(launch: EngineLaunch) -> list[str]:
+    """URLs that must all answer 200 before the server takes traffic ([] for node ranks > 0: no HTTP).
+
+    Prefill adds its bootstrap `/route` query with every rank -1: 200 only once all its ranks registered.
+    """
+    if launch.extra.get("node_rank", "0") != "0":
+        return []
+    urls = [launch.url + "/health"]
+    if launch.extra.get("role") == "prefill":
+        urls.append(launch.extra["bootstrap_url"] + "/route?" + BOOTSTRAP_ROUTE_QUERY)
+    return urls
+
+
+def wait_ready(launch: EngineLaunch, timeout_s: float, poll_s: float = 1.0) -> None:
+    """Poll every readiness URL until all answer 200; raise TimeoutError naming the ones that did not."""
+    pending = readiness_urls(launch)
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=5.0) as client:
+        while pending:
+            still = []
+            for url in pending:
+                try:
+                    if client.get(url).status_code != 200:
+                        still.append(url)
+                except httpx.HTTPError:
+                    still.append(url)
+            pending = still
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"not ready after {timeout_s:.0f}s: {', '.join(pending)}")
+            if pending:
+                time.sleep(poll_s)
+
+
+def startup_time(url: str, timeout_s: float = 10.0) -> dict:
+    """`/server_info`'s startup_time (load_weight, kv_cache_allocation, cuda_graph, ...), {} if absent."""
+    info = httpx.get(url + "/server_info", timeout=timeout_s).json()
+    return info.get("startup_time") or {}
+
+
+class SglangBackend:
+    """Engine backend that launches real `sglang.launch_server` processes."""
+
+    name = "sglang"
+
+    def build_launch(self, cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> EngineLaunch:
+        argv = build_argv(cfg, group, placement)
+        env = build_env(cfg, group, placement)
+        url = f"http://{placement.advertise_host}:{placement.port}"
+        extra = {"role": placement.role, "node_rank": str(placement.node_rank)}
+        bootstrap = None
+        if placement.role == "prefill":
+            bootstrap = _bootstrap_port(cfg, placement)
+            extra["bootstrap_url"] = f"http://{placement.advertise_host}:{bootstrap}"
+        return EngineLaunch(argv=argv, env=env, url=url, bootstrap_port=bootstrap, extra=extra)
