@@ -112,15 +112,14 @@ def default_samples(cfg, count: int) -> list[BenchRequest]:
     from orchestrator.dataset import sample_sharegpt
     from orchestrator.tokenizer import load_tokenizer
 
-    return list(
-        sample_sharegpt(
-            load_tokenizer(cfg.model.path if cfg else None), num_prompts=count,
-            seed=cfg.benchmark.seed if cfg else 2025,
-            dataset_path=cfg.benchmark.dataset_path if cfg else None,
-            fixed_output_len=cfg.benchmark.fixed_output_len if cfg else None,
-            context_len=cfg.benchmark.context_len if cfg else None,
-        )
+    prompts = sample_sharegpt(
+        load_tokenizer(cfg.model.path if cfg else None), num_prompts=count,
+        seed=cfg.benchmark.seed if cfg else 2025,
+        dataset_path=cfg.benchmark.dataset_path if cfg else None,
+        fixed_output_len=cfg.benchmark.fixed_output_len if cfg else None,
+        context_len=cfg.benchmark.context_len if cfg else None,
     )
+    return [p.to_request() for p in prompts]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -295,9 +294,10 @@ def _test_settings(lg, s: MlperfSettings, total_samples: int):
     if s.max_query_count:
         settings.max_query_count = s.max_query_count
     settings.performance_sample_count_override = total_samples
+    # LLM rules: results count tokens (n_tokens of each response); Server constrains TTFT and TPOT,
+    # which the SUT reports through FirstTokenComplete
+    settings.use_token_latencies = True
     if s.scenario == "Server":
-        # LLM rules: the Server latency constraint is on TTFT and TPOT, reported via FirstTokenComplete
-        settings.use_token_latencies = True
         settings.ttft_latency = int(s.server_ttft_latency_ms * 1e6)
         settings.tpot_latency = int(s.server_tpot_latency_ms * 1e6)
     if s.user_conf:  # last, so a submission's user.conf wins over the command's defaults
@@ -309,7 +309,7 @@ def parse_summary(path: Path) -> dict:
     """The key lines of mlperf_log_summary.txt ("Result is : VALID", "Tokens per second : …", …)."""
     wanted = ("Scenario", "Mode", "Result is", "Samples per second", "Tokens per second",
               "Completed samples per second", "Completed tokens per second", "Min duration satisfied",
-              "Min queries satisfied", "Early stopping satisfied")
+              "Min queries satisfied", "Early stopping satisfied", "Performance constraints satisfied")
     found: dict = {}
     for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
         key, sep, value = line.partition(":")
