@@ -70,7 +70,10 @@ class DatasetStats:
         if self.skipped:
             text += "; skipped " + ", ".join(f"{k}={v:,}" for k, v in sorted(self.skipped.items()))
         if self.truncated:
-            text += f"; file ends mid-record ({self.parse_error}): complete items before it were salvaged"
+            text += (
+                f"; the JSON breaks after complete item {self.items_read:,} ({self.parse_error}): "
+                "the complete items before it were salvaged"
+            )
         return text
 
 
@@ -208,13 +211,21 @@ def _complete_items(path: Path, stats: DatasetStats) -> Iterator[object]:
                 yield item
         except (ijson.JSONError, ValueError) as e:  # ValueError: undecodable UTF-8
             stats.truncated = True
-            stats.parse_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            stats.parse_error = _parser_message(e)
     if stats.truncated and stats.items_read == 0:
         raise DatasetError(
             path,
             f"is not valid JSON before its first complete conversation ({stats.parse_error})",
             "re-download the file; " + _PATH_FIX,
         )
+
+
+def _parser_message(e: Exception) -> str:
+    """First line of a yajl message, which may arrive as the repr of bytes."""
+    text = str(e).strip()
+    if text[:2] in ("b'", 'b"'):
+        text = text[2:]
+    return text.splitlines()[0].strip() if text else type(e).__name__
 
 
 def _first_significant_byte(f) -> bytes | None:
