@@ -1,0 +1,144 @@
+"""Config -> Serve applications: `router (ingress, unpinned) -> registry <- EngineWorker[group] per worker group`.
+
+Each worker group is its own application (no HTTP route) holding one `EngineWorker` deployment whose
+replicas are pinned to nodes of their role by label, with one placement group per replica reserving
+its GPUs. The router application is the HTTP ingress; it finds workers through the registry, so it
+does not need the worker deployments bound into its graph.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ray import serve
+from ray.serve.api import RunTarget
+
+from orchestrator.config import RunConfig, WorkerGroup
+
+ROUTER_APP = "pd-router"
+HEALTH_CHECK_PERIOD_S = 10.0
+
+
+@dataclass(frozen=True)
+class WorkerGroupSpec:
+    """One worker group as deployed: Serve app/deployment name, role, node label, replica count."""
+
+    app_name: str
+    deployment: str
+    role: str
+    group_index: int
+    node_label: str
+    replicas: int
+
+
+def group_deployment_name(role: str, index: int, group: WorkerGroup) -> str:
+    return group.name or f"{role}-{index}"
+
+
+def worker_groups(cfg: RunConfig) -> list[WorkerGroupSpec]:
+    specs = []
+    for role, i, group in cfg.layout.groups():
+        name = group_deployment_name(role, i, group)
+        specs.append(WorkerGroupSpec(f"workers-{name}", name, role, i, cfg.node_role(role, group), group.count))
+    return specs
+
+
+def expected_workers(cfg: RunConfig) -> dict[str, int]:
+    """Replicas per role the router must see registered before the benchmark starts."""
+    out: dict[str, int] = {}
+    for spec in worker_groups(cfg):
+        out[spec.role] = out.get(spec.role, 0) + spec.replicas
+    return out
+
+
+def worker_deployment_options(cfg: RunConfig, role: str, group: WorkerGroup) -> dict:
+    """Serve options pinning one group's replicas: label selector + one placement group per replica.
+
+    One bundle per GPU (TP ranks are GPUs) packed on one node; a server spanning nodes gets one bundle
+    per node, strictly on different nodes. The replica itself takes no CPU/GPU: it sits in bundle 0
+    and only supervises the engine process.
+    """
+    selector = {cfg.cluster.roles.label_key: cfg.node_role(role, group)}
+    if group.nnodes == 1:
+        bundles = [{"GPU": 1, "CPU": 0}] * group.gpus_per_server
+        strategy = "STRICT_PACK"
+    else:
+        per_node = -(-group.gpus_per_server // group.nnodes)
+        bundles = [{"GPU": per_node, "CPU": 0}] * group.nnodes
+        strategy = "STRICT_SPREAD"
+    return {
+        "num_replicas": group.count,
+        "ray_actor_options": {"num_cpus": 0, "label_selector": selector},
+        "placement_group_bundles": bundles,
+        "placement_group_strategy": strategy,
+        "placement_group_bundle_label_selector": [selector],
+        "health_check_period_s": HEALTH_CHECK_PERIOD_S,
+        "max_ongoing_requests": 16,  # control calls only; requests go straight to the engine over HTTP
+    }
+
+
+def build_worker_apps(cfg: RunConfig, run_id: str) -> list[RunTarget]:
+    from deployments.worker import engine_worker_deployment
+
+    targets = []
+    for spec in worker_groups(cfg):
+        group = getattr(cfg.layout, spec.role)[spec.group_index]
+        if group.nnodes > 1:
+            raise NotImplementedError(
+                f"layout.{spec.role}.{spec.group_index}.nnodes={group.nnodes}: servers spanning nodes are not "
+                "placed yet; use nnodes: 1"
+            )
+        deployment = engine_worker_deployment(spec.deployment, **worker_deployment_options(cfg, spec.role, group))
+        app = deployment.bind(cfg, spec.role, spec.group_index, run_id)
+        targets.append(RunTarget(target=app, name=spec.app_name, route_prefix=None))
+    return targets
+
+
+def build_app(cfg: RunConfig, run_id: str) -> serve.Application:
+    """The router application (HTTP ingress + benchmark handle); unpinned, takes no CPU."""
+    from deployments.router import PDRouter
+
+    return PDRouter.options(ray_actor_options={"num_cpus": 0}).bind(cfg)
+
+
+def start_serve(cfg: RunConfig) -> None:
+    serve.start(
+        http_options={"host": cfg.router.host, "port": cfg.router.port},
+        proxy_location="HeadOnly",
+    )
+
+
+class PlacementError(RuntimeError):
+    """A Serve application failed to deploy or its replicas could not be placed in time."""
+
+
+def deploy(cfg: RunConfig, run_id: str, timeout_s: float, with_router: bool = True) -> None:
+    """Deploy worker apps (and the router), returning once every replica is constructed.
+
+    Replicas return from __init__ right after launching their engine, so this measures placement;
+    engine readiness is the router's `wait_ready`. Unplaceable replicas (no GPUs left on a labelled
+    node) would wait forever, so we poll Serve's status with a timeout and report what is pending.
+    """
+    start_serve(cfg)
+    targets = build_worker_apps(cfg, run_id)
+    if with_router:
+        targets.append(RunTarget(target=build_app(cfg, run_id), name=ROUTER_APP, route_prefix="/"))
+    serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    names = [t.name for t in targets]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        apps = serve.status().applications
+        failed = [(n, apps[n]) for n in names if n in apps and apps[n].status == "DEPLOY_FAILED"]
+        if failed:
+            name, app = failed[0]
+            raise PlacementError(f"Serve application {name} failed to deploy: {app.message}")
+        if all(n in apps and apps[n].status == "RUNNING" for n in names):
+            return
+        if time.monotonic() > deadline:
+            pending = {n: (apps[n].status if n in apps else "NOT_STARTED") for n in names}
+            raise PlacementError(
+                f"replicas not placed after {timeout_s:.0f}s: {pending}; check that nodes labelled with the "
+                "group roles have free GPUs (`ray status`, `pd-orchestrator cluster status`)"
+            )
+        time.sleep(0.5)

@@ -1,0 +1,196 @@
+"""EngineWorker: one Serve replica owns one engine server process (sim or SGLang) on its placement group.
+
+Lifecycle: __init__ learns its GPUs from the placement group, picks free ports on its node, starts the
+engine and returns at once (so Serve's "replica running" marks placement done, not engine start-up);
+a background thread waits until the engine's /health is 200 and then registers the endpoint in the
+worker registry. Serve's periodic `check_health` polls /health and re-registers; `__del__` unregisters
+and stops the engine's process group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from pathlib import Path
+
+import httpx
+import ray
+from ray import serve
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from orchestrator.config import RunConfig
+from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for
+from orchestrator.protocol import WorkerEndpoint
+from orchestrator.registry import get_registry
+
+logger = logging.getLogger("ray.serve")
+
+# Serve may call check_health while /health is briefly slow under load (SGLang's probe waits for a
+# scheduler step); only this many consecutive failures make the replica unhealthy.
+HEALTH_FAILURES_TOLERATED = 3
+
+
+@ray.remote(num_cpus=0)
+def _bundle_gpu_ids() -> tuple[str, list[int]]:
+    """Runs inside one placement-group bundle: the node and the GPU ids Ray assigned to that bundle."""
+    ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+    return ray.get_runtime_context().get_node_id(), [int(i) for i in ids]
+
+
+def placement_gpu_ids(gpus_per_bundle: int) -> tuple[int, ...]:
+    """GPU ids of every bundle of this replica's placement group, in bundle order, on this node.
+
+    The replica itself holds no GPU (it sits in bundle 0 with num_gpus=0), so each bundle is asked
+    through a tiny task; Ray sets CUDA_VISIBLE_DEVICES per task, which is how we learn physical ids.
+    """
+    pg = ray.util.get_current_placement_group()
+    if pg is None:
+        return ()
+    here = ray.get_runtime_context().get_node_id()
+    ids: list[int] = []
+    for index in range(len(pg.bundle_specs)):
+        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
+        node, bundle_ids = ray.get(
+            _bundle_gpu_ids.options(num_gpus=gpus_per_bundle, scheduling_strategy=strategy).remote()
+        )
+        if node == here:
+            ids.extend(bundle_ids)
+    return tuple(ids)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _engine_log_dir(run_id: str) -> Path:
+    """The Ray session log dir of this node (so `ray logs` and the dashboard see engine logs)."""
+    try:
+        base = Path(ray._private.worker.global_worker.node.get_logs_dir_path())
+    except AttributeError:  # private API moved: fall back to the temp dir
+        base = Path("/tmp")
+    return base / "pd-engines" / run_id
+
+
+class EngineWorker:
+    """A prefill, decode or aggregated engine server behind one Serve replica."""
+
+    def __init__(self, cfg: RunConfig, role: str, group_index: int, run_id: str):
+        self.cfg = cfg
+        self.role = role
+        self.group = getattr(cfg.layout, role)[group_index]
+        self.group_index = group_index
+        ctx = serve.get_replica_context()
+        replica_index = ctx.rank.rank if ctx.rank is not None else 0
+        self.name = f"{ctx.deployment}/{replica_index}"
+        runtime = ray.get_runtime_context()
+        node_ip = ray.util.get_node_ip_address()
+        local = cfg.cluster.is_local
+        bind_host = cfg.cluster.local.bind_host if local else "0.0.0.0"
+        # a local cluster is one machine: engines listen on loopback, peers reach them there
+        advertise = cfg.cluster.local.bind_host if local else (cfg.transfer.host_ip or node_ip)
+        gpus_per_bundle = -(-self.group.gpus_per_server // self.group.nnodes) if self.group.nnodes > 1 else 1
+        self.placement = WorkerPlacement(
+            role=role,
+            group_index=group_index,
+            replica_index=replica_index,
+            host=bind_host,
+            advertise_host=advertise,
+            port=_free_port(bind_host),
+            bootstrap_port=_free_port(bind_host) if role == "prefill" else None,
+            gpu_ids=placement_gpu_ids(gpus_per_bundle),
+            node_ip=node_ip,
+            nnodes=self.group.nnodes,
+        )
+        self.launch = backend_for(cfg).build_launch(cfg, self.group, self.placement)
+        safe_name = self.name.replace("/", "-")
+        self.engine = EngineProcess(self.launch, _engine_log_dir(run_id) / f"{safe_name}.log")
+        self.node_id = runtime.get_node_id()
+        self.endpoint: WorkerEndpoint | None = None
+        self.start_error: str | None = None
+        self._health_failures = 0
+        self._stopped = False
+        self.engine.start()
+        logger.info("%s: engine started, log %s", self.name, self.engine.log_path)
+        threading.Thread(target=self._await_healthy, name="engine-ready", daemon=True).start()
+
+    def _startup_timeout_s(self) -> float:
+        if self.cfg.engine.kind == "sglang":
+            return self.cfg.engine.sglang.startup_timeout_s
+        return self.cfg.benchmark.deadline_s
+
+    def _await_healthy(self) -> None:
+        try:
+            self.engine.wait_healthy(self._startup_timeout_s())
+        except Exception as exc:  # reported through check_health and endpoint_info
+            self.start_error = str(exc)
+            logger.error("%s: engine failed to start: %s", self.name, exc)
+            return
+        self.endpoint = WorkerEndpoint(
+            role=self.role,
+            name=self.name,
+            url=self.launch.url,
+            bootstrap_host=self.placement.advertise_host if self.placement.bootstrap_port else None,
+            bootstrap_port=self.launch.bootstrap_port or self.placement.bootstrap_port,
+            node_id=self.node_id,
+            node_ip=self.placement.node_ip,
+            gpu_ids=self.placement.gpu_ids,
+            log_path=str(self.engine.log_path),
+        )
+        if not self._stopped:
+            ray.get(get_registry().register.remote(self.endpoint))
+
+    def check_health(self) -> None:
+        """Serve's health probe: the engine process lives and answers /health; keep the registry fresh."""
+        if self.start_error:
+            raise RuntimeError(f"{self.name}: {self.start_error}")
+        if not self.engine.alive():
+            raise RuntimeError(f"{self.name}: engine process exited; log {self.engine.log_path}")
+        if self.endpoint is None:
+            return  # still starting; _await_healthy enforces the start-up timeout
+        try:
+            ok = httpx.get(self.launch.url + "/health", timeout=10.0).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        self._health_failures = 0 if ok else self._health_failures + 1
+        if self._health_failures >= HEALTH_FAILURES_TOLERATED:
+            raise RuntimeError(f"{self.name}: /health failed {self._health_failures} times in a row")
+        if ok:
+            ray.get(get_registry().register.remote(self.endpoint))
+
+    def endpoint_info(self) -> dict:
+        """Where this replica runs and how its engine is doing (for tests and the run report)."""
+        return {
+            "name": self.name,
+            "role": self.role,
+            "node_id": self.node_id,
+            "node_ip": self.placement.node_ip,
+            "gpu_ids": list(self.placement.gpu_ids),
+            "url": self.launch.url,
+            "log_path": str(self.engine.log_path),
+            "ready": self.endpoint is not None,
+            "error": self.start_error,
+            "pid": os.getpid(),
+        }
+
+    def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            ray.get(get_registry().unregister.remote(self.name), timeout=5)
+        except Exception:  # registry already gone with the cluster: nothing to unregister from
+            pass
+        self.engine.stop()
+
+    def __del__(self) -> None:
+        self.shutdown()
+
+
+def engine_worker_deployment(name: str, **options) -> serve.Deployment:
+    """The EngineWorker class as a Serve deployment with the given name and placement options."""
+    return serve.deployment(EngineWorker, name=name, **options)
+
