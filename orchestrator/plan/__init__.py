@@ -1,0 +1,1 @@
+"""Planning before launch: memory fit, deadline budget, whole-run simulation, layout search and A/B compare."""

@@ -1,0 +1,175 @@
+"""Deadline preflight: predict every phase of a run against benchmark.deadline_s, before any bring-up.
+
+config + batch -> placement (Ray) -> engine_start (weights from dummy/disk, CUDA graphs, JIT; servers
+start in parallel, the slowest counts) -> warmup (simulated) -> run (simulate.py on the actual batch)
+-> report -> DeadlineBudget with a VALID / at-risk / INVALID verdict. Phase names are the bench driver's
+(orchestrator.metrics.BENCH_PHASES), so `projected_finish_s` can feed its live projected-finish gauge.
+
+For the sim engine the prediction is of this machine's wall time: the simulated engine sleeps the cost
+model's durations x engine.sim.time_scale. Every number is labelled simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.config import RunConfig
+from orchestrator.plan.simulate import LABEL, SimulatedRun, simulate_run
+from orchestrator.sim.costmodel import cost_model_for
+
+VALID = "VALID"
+AT_RISK = "at-risk"
+INVALID = "INVALID"
+
+# Fixed costs outside the engines (assumptions, see docs/planning.md): Ray placement groups and actor
+# start on a running cluster; writing results and stopping servers.
+PLACEMENT_S = {"sglang": 15.0, "sim": 3.0}
+REPORT_S = {"sglang": 10.0, "sim": 1.0}
+# SGLang's `--warmup` shape (16 random prompts of 256 in / 16 out), from bench_serving.
+SGLANG_WARMUP_SHAPE = (256, 16)
+# Below deadline x (1 - margin) the run is VALID; up to the deadline it is at risk.
+DEFAULT_MARGIN = 0.1
+
+
+@dataclass
+class Phase:
+    name: str
+    predicted_s: float
+    detail: str
+
+
+@dataclass
+class DeadlineBudget:
+    """Predicted phases, their sum and the verdict against the deadline (all numbers simulated)."""
+
+    deadline_s: float
+    phases: list[Phase]
+    run: SimulatedRun
+    margin: float = DEFAULT_MARGIN
+    startup_by_server: dict[str, float] = field(default_factory=dict)
+    label: str = LABEL
+
+    @property
+    def total_s(self) -> float:
+        return sum(p.predicted_s for p in self.phases)
+
+    @property
+    def startup_s(self) -> float:
+        return sum(p.predicted_s for p in self.phases if p.name in ("placement", "engine_start", "warmup"))
+
+    @property
+    def verdict(self) -> str:
+        if self.total_s <= self.deadline_s * (1 - self.margin):
+            return VALID
+        return AT_RISK if self.total_s <= self.deadline_s else INVALID
+
+    def phase_s(self, name: str) -> float:
+        return next((p.predicted_s for p in self.phases if p.name == name), 0.0)
+
+    def table(self) -> str:
+        rows = [f"{'phase':<13} {'predicted s':>11} {'cumulative':>10}  detail ({self.label})"]
+        cumulative = 0.0
+        for p in self.phases:
+            cumulative += p.predicted_s
+            rows.append(f"{p.name:<13} {p.predicted_s:>11.1f} {cumulative:>10.1f}  {p.detail}")
+        slack = self.deadline_s - self.total_s
+        rows.append(
+            f"{'total':<13} {self.total_s:>11.1f} {'':>10}  deadline {self.deadline_s:.0f} s, "
+            f"slack {slack:+.1f} s -> {self.verdict}"
+        )
+        return "\n".join(rows)
+
+
+def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    warmup = cfg.benchmark.warmup
+    if warmup.policy == "none":
+        return []
+    if warmup.policy == "sglang":
+        return [SGLANG_WARMUP_SHAPE] * warmup.num_prompts
+    return list(batch[: warmup.num_prompts])
+
+
+def engine_start_s(
+    cfg: RunConfig, gpu: str | None = None, disk_gb_s: float = 2.0, jit_cached: bool = True
+) -> tuple[float, dict[str, float], str]:
+    """(slowest server's start-up, start-up per group, detail) -- servers start in parallel."""
+    kind = cfg.engine.kind
+    load_format = cfg.engine.sglang.load_format
+    per_group: dict[str, float] = {}
+    slowest_detail = ""
+    for role, i, group in cfg.layout.groups():
+        model = cost_model_for(cfg, role, group, gpu=gpu)
+        if kind == "sim" and cfg.engine.sim.startup_s is not None:
+            seconds, detail = cfg.engine.sim.startup_s, "engine.sim.startup_s"
+        else:
+            parts = model.startup_breakdown_s(load_format, disk_gb_s, jit_cached)
+            seconds = sum(parts.values())
+            source = "dummy weights" if load_format == "dummy" else f"weights from disk at {disk_gb_s:g} GB/s"
+            detail = ", ".join(f"{k} {v:.0f}" for k, v in parts.items() if v >= 0.5) + f" ({source})"
+        if kind == "sim":
+            seconds *= cfg.engine.sim.time_scale
+        per_group[f"{role}.{i}"] = seconds
+        if seconds >= max(per_group.values()):
+            slowest_detail = f"slowest {role}.{i}: {detail}"
+    return max(per_group.values()), per_group, slowest_detail
+
+
+def predict_deadline(
+    cfg: RunConfig,
+    batch: Sequence[tuple[int, int]],
+    gpu: str | None = None,
+    disk_gb_s: float = 2.0,
+    jit_cached: bool = True,
+    margin: float = DEFAULT_MARGIN,
+    run: SimulatedRun | None = None,
+) -> DeadlineBudget:
+    """Budget of every phase for `batch` on cfg's layout; GPU = `gpu`, else what the engine runs as."""
+    kind = cfg.engine.kind
+    gpu = gpu or (cfg.sim_profile if kind == "sim" else cfg.cluster.gpu)
+    scale = cfg.engine.sim.time_scale if kind == "sim" else 1.0
+    start_s, per_group, start_detail = engine_start_s(cfg, gpu, disk_gb_s, jit_cached)
+    warm = _warmup_batch(cfg, batch)
+    warm_s = simulate_run(cfg, warm, gpu=gpu).duration_s * scale if warm else 0.0
+    run = run or simulate_run(cfg, batch, gpu=gpu)
+    phases = [
+        Phase("placement", PLACEMENT_S[kind], "Ray placement groups + worker actors"),
+        Phase("engine_start", start_s, start_detail),
+        Phase("warmup", warm_s, f"{cfg.benchmark.warmup.policy}: {len(warm)} prompts"),
+        Phase(
+            "run",
+            run.duration_s * scale,
+            f"{run.num_requests} prompts, {run.output_throughput:,.0f} out tok/s on {gpu}",
+        ),
+        Phase("report", REPORT_S[kind], "results, logs, stop servers"),
+    ]
+    return DeadlineBudget(cfg.benchmark.deadline_s, phases, run, margin, per_group)
+
+
+def projected_finish_s(
+    budget: DeadlineBudget,
+    elapsed_s: float,
+    phase: str,
+    phase_started_s: float,
+    done_output_tokens: int = 0,
+    total_output_tokens: int = 0,
+) -> float:
+    """Projected job finish (s from job start) while in `phase`: measured so far + predicted rest.
+
+    The current phase counts as its prediction, or as done-by-now once it overruns it; in the run phase
+    the measured token rate takes over from the prediction in proportion to the share of tokens done.
+    """
+    names = [p.name for p in budget.phases]
+    if phase == "done":
+        return elapsed_s
+    if phase not in names:
+        raise ValueError(f"unknown phase {phase!r}; expected one of {names} or 'done'")
+    in_phase_s = max(0.0, elapsed_s - phase_started_s)
+    predicted = budget.phase_s(phase)
+    remaining = max(0.0, predicted - in_phase_s)
+    if phase == "run" and total_output_tokens > 0 and done_output_tokens > 0:
+        share = min(1.0, done_output_tokens / total_output_tokens)
+        measured_remaining = in_phase_s * (1 - share) / share
+        remaining = share * measured_remaining + (1 - share) * remaining
+    later = sum(p.predicted_s for p in budget.phases[names.index(phase) + 1 :])
+    return elapsed_s + remaining + later
