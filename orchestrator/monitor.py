@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -172,6 +173,44 @@ def monitor_paths(cfg) -> MonitorPaths:
 def load_dashboards(directory: Path = DASHBOARD_DIR) -> dict[str, dict]:
     """file name -> dashboard JSON of every dashboards/*.json."""
     return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    """One PromQL expression of a dashboard: a panel target, or the selector of a variable query."""
+
+    dashboard: str
+    where: str  # panel title / "variable <name>"
+    expr: str
+
+
+def dashboard_queries(dashboards: dict[str, dict]) -> list[PanelQuery]:
+    """Every PromQL expression in the dashboards (label_values(...) variables give their selector)."""
+    out = []
+    for name, dash in dashboards.items():
+        for panel in dash.get("panels", []):
+            for target in panel.get("targets", []):
+                out.append(PanelQuery(name, f"panel {panel['title']!r} {target['refId']}", target["expr"]))
+        for var in dash.get("templating", {}).get("list", []):
+            if var.get("type") != "query":
+                continue
+            query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+            match = re.fullmatch(r"label_values\((.*),\s*\w+\)", query.strip())
+            if not match:
+                raise ValueError(f"{name}: variable {var['name']}: only label_values(selector, label) is supported")
+            out.append(PanelQuery(name, f"variable {var['name']}", match.group(1)))
+    return out
+
+
+def expand_macros(expr: str, values: dict[str, str], rate_interval: str = "1m") -> str:
+    """Replace Grafana's $__rate_interval/$__interval/$__range and $var / ${var} as Grafana would."""
+    for macro, value in (("$__rate_interval", rate_interval), ("$__interval", rate_interval),
+                         ("$__range", rate_interval)):
+        expr = expr.replace(macro, value)
+    expr = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2), m.group(0)), expr)
+    if "$" in expr:
+        raise ValueError(f"unexpanded variable left in {expr!r}; known: {sorted(values)}")
+    return expr
 
 
 def datasource_body(prometheus_url: str) -> dict:
