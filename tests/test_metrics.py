@@ -1,0 +1,265 @@
+"""Router and bench metrics as Prometheus sees them over real HTTP, and the file_sd scrape wiring."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from orchestrator.metrics import (
+    BENCH_PHASES,
+    REQUEST_STATES,
+    BenchMetrics,
+    RouterMetrics,
+    projected_finish,
+    start_exporter,
+)
+from orchestrator.protocol import RequestResult, WorkerEndpoint
+from orchestrator.scrape import (
+    ENGINE_JOB,
+    TargetFile,
+    engine_group,
+    exporter_group,
+    scrape_address,
+    write_targets,
+)
+
+RUN = {"run_id": "r1", "layout": "1PxTP8/1DxTP8"}
+
+
+def scrape(address: str) -> dict[tuple[str, frozenset], float]:
+    """GET /metrics over HTTP -> {(sample name, labels): value}."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples, name: str, **labels) -> float:
+    return samples[(name, frozenset({**RUN, **labels}.items()))]
+
+
+@pytest.fixture
+def exporter():
+    registry = CollectorRegistry()
+    exp = start_exporter("127.0.0.1", 0, registry)
+    yield registry, exp
+    exp.close()
+
+
+def ok_result(index: int, prompt: int, completion: int, prefill="prefill-0/0", decode="decode-0/0") -> RequestResult:
+    return RequestResult(index=index, status="ok", prompt_len=prompt, output_len=completion,
+                         completion_tokens=completion, ttft_s=0.2, e2e_s=1.5, kv_wait_s=0.1,
+                         prefill_worker=prefill, decode_worker=decode)
+
+
+def test_request_states_move_between_gauges(exporter):
+    registry, exp = exporter
+    router = RouterMetrics(**RUN, registry=registry)
+    samples = scrape(exp.address)
+    assert all(value(samples, "pdorch_requests_in_flight", state=s) == 0 for s in REQUEST_STATES)
+    for _ in range(3):
+        router.state_change(None, "queued")
+    router.state_change("queued", "prefill")
+    router.state_change("prefill", "transferring")
+    router.state_change("queued", "decoding")
+    router.state_change("decoding", None)
+    samples = scrape(exp.address)
+    assert {s: value(samples, "pdorch_requests_in_flight", state=s) for s in REQUEST_STATES} == {
+        "queued": 1, "prefill": 0, "transferring": 1, "decoding": 0}
+
+
+def test_unknown_state_is_rejected_with_the_allowed_ones():
+    router = RouterMetrics(**RUN)
+    with pytest.raises(ValueError, match=r"unknown request state 'sending'.*queued"):
+        router.state_change(None, "sending")
+
+
+def test_completed_requests_count_tokens_per_phase_and_worker(exporter):
+    registry, exp = exporter
+    router = RouterMetrics(**RUN, registry=registry)
+    router.completed(ok_result(0, 100, 10))
+    router.completed(ok_result(1, 50, 20, prefill="prefill-1/0"))
+    router.completed(RequestResult(index=2, status="failed", prompt_len=70, output_len=5,
+                                   error="timeout: decode leg exceeded 30 s"))
+    router.failed("http_502")
+    router.worker_outstanding("decode", "decode-0/0", 4)
+    samples = scrape(exp.address)
+    assert value(samples, "pdorch_input_tokens_total", role="prefill", worker="prefill-0/0") == 100
+    assert value(samples, "pdorch_input_tokens_total", role="prefill", worker="prefill-1/0") == 50
+    assert value(samples, "pdorch_output_tokens_total", role="decode", worker="decode-0/0") == 30
+    assert value(samples, "pdorch_requests_completed_total") == 2
+    assert value(samples, "pdorch_requests_failed_total", reason="timeout") == 1
+    assert value(samples, "pdorch_requests_failed_total", reason="http_502") == 1
+    assert value(samples, "pdorch_ttft_seconds_count") == 2
+    assert value(samples, "pdorch_e2e_seconds_sum") == pytest.approx(3.0)
+    assert value(samples, "pdorch_kv_wait_seconds_bucket", le="0.1") == 2
+    assert value(samples, "pdorch_worker_outstanding_requests", role="decode", worker="decode-0/0") == 4
+
+
+def test_aggregated_requests_count_on_the_aggregated_worker():
+    router = RouterMetrics(run_id="r1", layout="agg:1AxTP16")
+    router.completed(ok_result(0, 40, 8, prefill=None, decode="aggregated-0/0"))
+    labels = {"run_id": "r1", "layout": "agg:1AxTP16", "role": "aggregated", "worker": "aggregated-0/0"}
+    assert router.registry.get_sample_value("pdorch_input_tokens_total", labels) == 40
+    assert router.registry.get_sample_value("pdorch_output_tokens_total", labels) == 8
+
+
+def test_bench_phase_has_exactly_one_current_and_a_timeline(exporter):
+    registry, exp = exporter
+    bench = BenchMetrics(**RUN, deadline_s=420, registry=registry, started_at=time.time() - 10)
+    for name in ("placement", "engine_start", "run"):
+        bench.phase(name)
+    samples = scrape(exp.address)
+    assert {p: value(samples, "pdorch_phase", phase=p) for p in BENCH_PHASES} == {
+        p: (1.0 if p == "run" else 0.0) for p in BENCH_PHASES}
+    assert value(samples, "pdorch_deadline_seconds") == 420
+    assert value(samples, "pdorch_elapsed_seconds") >= 10  # live: computed at scrape time
+    timeline = bench.timeline_dicts()
+    assert [p["name"] for p in timeline] == ["placement", "engine_start", "run"]
+    assert timeline[0]["end_s"] == timeline[1]["start_s"] and timeline[-1]["end_s"] is None
+    with pytest.raises(ValueError, match=r"unknown bench phase 'load'.*engine_start"):
+        bench.phase("load")
+
+
+def test_progress_sets_gauges_and_projects_the_finish(exporter):
+    registry, exp = exporter
+    bench = BenchMetrics(**RUN, deadline_s=420, registry=registry)
+    assert bench.progress(0, 10, 0, 1000) is None  # no rate yet
+    projected = bench.progress(5, 10, 500, 1000, projected_finish_s=300.0)
+    assert projected == 300.0
+    samples = scrape(exp.address)
+    assert value(samples, "pdorch_projected_finish_seconds") == 300
+    assert value(samples, "pdorch_bench_done_prompts") == 5
+    assert value(samples, "pdorch_bench_planned_prompts") == 10
+    assert value(samples, "pdorch_bench_done_output_tokens") == 500
+    assert value(samples, "pdorch_bench_planned_output_tokens") == 1000
+
+
+def test_projected_finish_is_elapsed_plus_remaining_at_the_run_rate():
+    # run began at 100 s; 60 s later 600 of 1800 tokens are done -> 10 tok/s -> 120 s more
+    assert projected_finish(160, 100, 600, 1800) == pytest.approx(280)
+    assert projected_finish(160, 100, 1800, 1800) == 160
+    assert projected_finish(160, None, 600, 1800) is None
+
+
+def test_taken_exporter_port_falls_back_to_a_free_one():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        taken = sock.getsockname()[1]
+        exp = start_exporter("127.0.0.1", taken, CollectorRegistry())
+        try:
+            assert exp.port not in (taken, 0)
+            assert isinstance(scrape(exp.address), dict)
+        finally:
+            exp.close()
+
+
+def test_write_targets_replaces_the_file_and_validates(tmp_path):
+    path = tmp_path / "sd" / "targets.json"
+    groups = [exporter_group("r1", "10.0.0.5:9464", "driver")]
+    write_targets(path, groups)
+    assert json.loads(path.read_text()) == groups
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    with pytest.raises(ValueError, match=r"groups\[0\].targets must be a list of 'host:port'"):
+        write_targets(path, [{"targets": ["no-port"], "labels": {}}])
+    with pytest.raises(ValueError, match=r"groups\[0\].labels must map strings to strings"):
+        write_targets(path, [{"targets": ["h:1"], "labels": {"n": 1}}])
+    assert json.loads(path.read_text()) == groups  # a rejected write leaves the last good file
+    assert [p.name for p in path.parent.iterdir()] == ["targets.json"]  # no temp files left behind
+
+
+def test_engine_group_scrapes_the_worker_url_with_its_labels():
+    endpoint = WorkerEndpoint(role="prefill", name="prefill-0/1", url="http://10.0.0.7:30001")
+    assert engine_group("r1", endpoint) == {
+        "targets": ["10.0.0.7:30001"],
+        "labels": {"job": ENGINE_JOB, "run_id": "r1", "role": "prefill", "worker": "prefill-0/1"},
+    }
+    with pytest.raises(ValueError, match="prefill-0/1.*no host:port"):
+        engine_group("r1", WorkerEndpoint(role="prefill", name="prefill-0/1", url="http://10.0.0.7"))
+
+
+def test_scrape_address_uses_the_node_ip_for_wildcard_binds():
+    assert scrape_address("0.0.0.0", 9464, "10.0.0.9") == "10.0.0.9:9464"
+    assert scrape_address("127.0.0.1", 9464, "10.0.0.9") == "127.0.0.1:9464"
+
+
+def test_target_file_follows_adds_and_removals(tmp_path):
+    path = tmp_path / "targets.json"
+    targets = TargetFile(path)
+    assert json.loads(path.read_text()) == []
+    targets.set("exporter/driver", exporter_group("r1", "127.0.0.1:1", "driver"))
+    targets.replace_prefix("engine/", {
+        "engine/p": engine_group("r1", WorkerEndpoint(role="prefill", name="p", url="http://127.0.0.1:2")),
+        "engine/d": engine_group("r1", WorkerEndpoint(role="decode", name="d", url="http://127.0.0.1:3")),
+    })
+    assert sorted(t for g in json.loads(path.read_text()) for t in g["targets"]) == [
+        "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+    targets.replace_prefix("engine/", {
+        "engine/d": engine_group("r1", WorkerEndpoint(role="decode", name="d", url="http://127.0.0.1:3"))})
+    targets.remove("exporter/driver")
+    assert [g["targets"] for g in json.loads(path.read_text())] == [["127.0.0.1:3"]]
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.1)  # polling interval
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.mark.ray
+def test_scrape_targets_actor_follows_the_worker_registry_and_exporters(tmp_path):
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from orchestrator.registry import get_registry
+    from orchestrator.scrape import register_exporter, start_scrape_targets
+
+    temp_dir = tempfile.mkdtemp(prefix="pdm_", dir="/tmp")
+    ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False,
+             _temp_dir=temp_dir)
+    try:
+        path = tmp_path / "targets.json"
+        actor = start_scrape_targets(path, "r1", poll_interval_s=0.2)
+        registry = get_registry()
+        ray.get(registry.clear.remote())
+        endpoint = WorkerEndpoint(role="decode", name="decode-0/0", url="http://127.0.0.1:31000")
+        ray.get(registry.register.remote(endpoint))
+
+        def listed() -> list[str]:
+            return sorted(t for g in ray.get(actor.groups.remote()) for t in g["targets"])
+
+        _wait_for(lambda: listed() == ["127.0.0.1:31000"], 30, "the registered engine in the file_sd")
+
+        @ray.remote(num_cpus=0)
+        def router_replica() -> None:  # another process of the run announces its exporter
+            register_exporter("router-0", exporter_group("r1", "127.0.0.1:31001", "router-0"))
+
+        ray.get(router_replica.remote())
+        assert listed() == ["127.0.0.1:31000", "127.0.0.1:31001"]
+        assert sorted(t for g in json.loads(path.read_text()) for t in g["targets"]) == listed()
+
+        ray.get(registry.unregister.remote("decode-0/0"))
+        _wait_for(lambda: listed() == ["127.0.0.1:31001"], 30, "the stopped engine to leave the file_sd")
+        ray.get(actor.stop.remote())
+        ray.get(registry.clear.remote())
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
