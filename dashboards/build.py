@@ -173,6 +173,8 @@ def engines() -> dict:
     rate = "[$__rate_interval]"
     sel = RUN_WORKER
     panels = [
+        Panel("Simulated engine", "stat", [("simulated", f"max(sglang:simulated{{{sel}}})")], w=24, h=3,
+              description="1: these engines are pd-orchestrator's simulator, not SGLang. Empty on real SGLang."),
         Panel("Running requests", "timeseries",
               [("{{worker}}", f"sum by (worker) (sglang:num_running_reqs{{{sel}}})")], w=8),
         Panel("Queued requests", "timeseries",

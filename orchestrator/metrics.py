@@ -80,6 +80,14 @@ class RouterMetrics:
         self.requests_completed.labels(**self._base)
         self._lock = threading.Lock()
 
+    def add_worker(self, role: str, worker: str) -> None:
+        """Start a worker's series at 0, so rate() and increase() count its first tokens too."""
+        if role in ("prefill", "aggregated"):
+            self.input_tokens.labels(**self._base, role=role, worker=worker)
+        if role in ("decode", "aggregated"):
+            self.output_tokens.labels(**self._base, role=role, worker=worker)
+        self.worker_outstanding_requests.labels(**self._base, role=role, worker=worker).set(0)
+
     def state_change(self, old: str | None, new: str | None) -> None:
         """A request moved from state `old` to `new`; None means it arrived / left the router."""
         for state in (old, new):
