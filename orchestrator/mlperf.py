@@ -339,14 +339,16 @@ def run_loadgen(url: str, samples: list[BenchRequest], settings: MlperfSettings,
         lg.StartTestWithLogSettings(sut.sut, sut.qsl, _test_settings(lg, settings, len(samples)), log_settings)
     finally:
         sut.close()
+    wall_s = time.time() - started
     report = {
         "kind": "pd-orchestrator/mlperf/v1",
         "simulated": simulated,
         "url": url,
         "settings": asdict(settings),
         "num_samples": len(samples),
-        "wall_s": time.time() - started,
+        "wall_s": wall_s,
         "sut": asdict(sut.stats),
+        "sut_output_tokens_per_s": sut.stats.output_tokens / max(wall_s, 1e-9),
         "loadgen_summary": parse_summary(out_dir / "mlperf_log_summary.txt"),
         "logs": sorted(p.name for p in out_dir.glob("mlperf_log_*")),
     }
