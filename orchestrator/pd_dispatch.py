@@ -1,0 +1,698 @@
+"""PD pairing core: send one request to a prefill and a decode server at once, the SGLang PD way.
+
+For each request: pick a prefill and a decode (or one aggregated worker) with the routing policy,
+give both legs the same body with the same explicit `rid` and a fresh `bootstrap_room`, plus the
+chosen prefill's `bootstrap_host`/`bootstrap_port`; return the decode's answer (or relay its SSE
+stream). The dispatcher owns what SGLang 0.5.17 does not: a timeout on every leg sized to the time
+left, `POST /abort_request` on both legs when one fails, bounded retries on another pair, and
+"suspect" marks that keep a failing worker out for a while. No Ray here: the Serve deployment
+(`deployments/router.py`) wraps this class; tests drive it directly on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+import uuid
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterable
+
+import aiohttp
+
+from orchestrator.protocol import BenchRequest, RequestResult, WorkerEndpoint
+from orchestrator.routing import NoWorkerError, RoutingPolicy, WorkerState, eligible, make_policy
+
+log = logging.getLogger(__name__)
+
+# Used when neither router.request_timeout_s nor a run deadline bounds a request (HTTP ingress).
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+PREFILL_GRACE_S = 5.0  # how long a prefill leg may lag behind its finished decode
+
+
+@dataclass
+class DispatchSettings:
+    """Knobs of the dispatcher; `from_router_config` maps the run config's `router` section."""
+
+    policy: str = "least_outstanding"
+    request_timeout_s: float | None = None  # per leg; None = time left before the deadline
+    max_attempts: int = 2
+    suspect_s: float = 10.0  # how long a failed worker is avoided
+    backoff_s: float = 0.05  # before retry n: backoff_s * 2**(n-1)
+    abort_timeout_s: float = 2.0
+    health_timeout_s: float = 5.0
+    max_connections: int = 2048  # pooled; hundreds of requests in flight, two legs each
+
+    @classmethod
+    def from_router_config(cls, router: Any) -> "DispatchSettings":
+        return cls(
+            policy=router.policy, request_timeout_s=router.request_timeout_s, max_attempts=router.max_attempts
+        )
+
+
+class LegFailure(Exception):
+    """One leg (prefill or decode) of one attempt failed; `kind` is a short label (timeout, http_500...)."""
+
+    def __init__(self, kind: str, leg: str, worker: str, message: str, retryable: bool, status: int = 502,
+                 body: Any = None):
+        super().__init__(f"{kind}: {leg} {worker}: {message}")
+        self.kind = kind
+        self.leg = leg
+        self.worker = worker
+        self.retryable = retryable
+        self.status = status  # HTTP status to show a client if this is the final failure
+        self.body = body  # the server's own error body, passed through for client errors (4xx)
+
+
+class DispatchError(Exception):
+    """A request failed for good (after retries); carries the HTTP status a client should see."""
+
+    def __init__(self, message: str, status: int, attempts: int, body: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+        self.body = body
+
+
+@dataclass
+class Pair:
+    """Where one attempt goes: a prefill + decode, or (aggregated) only `decode` set to the worker."""
+
+    decode: WorkerState
+    prefill: WorkerState | None = None
+
+
+@dataclass
+class Answer:
+    """The decode's answer to one attempt, plus router-side timings (seconds from send)."""
+
+    status: int
+    payload: Any  # decode JSON (non-stream) or its last SSE chunk (stream collected)
+    pair: Pair
+    rid: str
+    attempts: int = 1
+    sent_at: float = 0.0  # time.time()
+    ttft_s: float | None = None
+    kv_wait_s: float | None = None
+    e2e_s: float | None = None
+    output_ids: list[int] = field(default_factory=list)
+    completion_tokens: int = 0
+    track_state: bool = False  # report prefill -> decoding to RouterMetrics (benchmark requests)
+
+
+class StreamRelay:
+    """An open decode SSE stream: `status` is known; iterate `chunks()` to relay bytes, then it closes.
+
+    The prefill leg keeps running beside it; if it fails mid-stream the decode is aborted, so the
+    stream ends with SGLang's own abort chunk rather than hanging.
+    """
+
+    def __init__(self, dispatcher: "PDDispatcher", resp: aiohttp.ClientResponse, pair: Pair, rid: str,
+                 prefill_task: asyncio.Task | None, deadline: float, attempts: int):
+        self.status = resp.status
+        self.attempts = attempts
+        self.pair = pair
+        self.rid = rid
+        self._d = dispatcher
+        self._resp = resp
+        self._prefill_task = prefill_task
+        self._deadline = deadline  # time.monotonic()
+        self._closed = False
+        if prefill_task is not None:
+            prefill_task.add_done_callback(self._on_prefill_done)
+
+    def _on_prefill_done(self, task: asyncio.Task) -> None:
+        # A failed prefill means the decode will never get its KV: abort it now so its stream ends
+        # with SGLang's abort chunk instead of waiting out the decode's own 300 s timeout.
+        if not self._closed and not task.cancelled() and task.exception() is not None:
+            if self.pair.prefill is not None:
+                self._d._mark_suspect(self.pair.prefill)
+            self._d._abort_in_background(self.pair.decode, self.rid)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        failed = False
+        try:
+            while True:
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                data = await asyncio.wait_for(self._resp.content.readany(), left)
+                if not data:
+                    break
+                yield data
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            failed = True
+            self._d._mark_suspect(self.pair.decode)
+            log.warning("stream %s from %s ended early: %r", self.rid, self.pair.decode.name, exc)
+        except BaseException:  # client went away (GeneratorExit / cancel): free both servers
+            failed = True
+            raise
+        finally:
+            await self.close(abort=failed)
+
+    async def close(self, abort: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._resp.release()
+        self._d._leg_done(self.pair.decode)
+        if self._prefill_task is not None and not self._prefill_task.done():
+            self._prefill_task.cancel()
+            abort = True
+        if abort:
+            for w in (self.pair.prefill, self.pair.decode):
+                if w is not None:
+                    self._d._abort_in_background(w, self.rid)
+
+
+class PDDispatcher:
+    """Pairs and sends requests to the current worker set; one instance per router replica."""
+
+    def __init__(self, settings: DispatchSettings | None = None, mode: str = "pd", metrics: Any = None):
+        if mode not in ("pd", "aggregated"):
+            raise ValueError(f"layout.mode={mode!r}: dispatcher supports 'pd' or 'aggregated'")
+        self.settings = settings or DispatchSettings()
+        self.mode = mode
+        self.metrics = metrics  # orchestrator.metrics.RouterMetrics or None
+        self.workers: dict[str, WorkerState] = {}
+        self._policies: dict[str, RoutingPolicy] = {}
+        self._rooms_in_flight: set[int] = set()
+        self._rng = random.Random()
+        self._session: aiohttp.ClientSession | None = None
+        self._background: set[asyncio.Task] = set()
+        self.aborts_sent = 0  # for tests and the benchmark: aborts actually delivered
+
+    # ---- worker set -------------------------------------------------------------------------------
+
+    def set_workers(self, endpoints: Iterable[WorkerEndpoint]) -> None:
+        """Follow the registry: keep state of known workers, add new ones (healthy), drop gone ones."""
+        fresh: dict[str, WorkerState] = {}
+        for ep in endpoints:
+            old = self.workers.get(ep.name)
+            if old is not None and old.endpoint == ep:
+                fresh[ep.name] = old
+            else:
+                fresh[ep.name] = WorkerState(ep)
+        self.workers = fresh
+
+    def set_healthy(self, name: str, healthy: bool) -> None:
+        if name in self.workers:
+            self.workers[name].healthy = healthy
+
+    def _policy(self, role: str) -> RoutingPolicy:
+        if role not in self._policies:
+            self._policies[role] = make_policy(self.settings.policy)
+        return self._policies[role]
+
+    def pick_pair(self) -> Pair:
+        """A pair for the next attempt; raises NoWorkerError when a role has no usable worker."""
+        now = time.monotonic()
+        ws = list(self.workers.values())
+        if self.mode == "aggregated":
+            return Pair(decode=self._policy("aggregated").pick(eligible(ws, "aggregated", now)))
+        prefill = self._policy("prefill").pick(eligible(ws, "prefill", now))
+        decode = self._policy("decode").pick(eligible(ws, "decode", now))
+        return Pair(decode=decode, prefill=prefill)
+
+    def _mark_suspect(self, w: WorkerState) -> None:
+        w.failures += 1
+        w.suspect_until = time.monotonic() + self.settings.suspect_s
+
+    def _leg_start(self, w: WorkerState) -> None:
+        w.outstanding += 1
+        if self.metrics is not None:
+            self.metrics.worker_outstanding(w.endpoint.role, w.name, w.outstanding)
+
+    def _leg_done(self, w: WorkerState) -> None:
+        w.outstanding -= 1
+        if self.metrics is not None:
+            self.metrics.worker_outstanding(w.endpoint.role, w.name, w.outstanding)
+
+    # ---- HTTP plumbing ----------------------------------------------------------------------------
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        # Created lazily: an aiohttp session belongs to the event loop it was made in.
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None), raise_for_status=False
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=self.settings.abort_timeout_s + 1)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def check_health(self) -> dict[str, bool]:
+        """GET /health on every worker concurrently; updates and returns each worker's health."""
+
+        async def one(w: WorkerState) -> tuple[str, bool]:
+            try:
+                async with self.session.get(
+                    w.endpoint.url + "/health", timeout=aiohttp.ClientTimeout(total=self.settings.health_timeout_s)
+                ) as r:
+                    return w.name, r.status == 200
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return w.name, False
+
+        results = dict(await asyncio.gather(*(one(w) for w in list(self.workers.values()))))
+        for name, ok in results.items():
+            self.set_healthy(name, ok)
+        return results
+
+    def _abort_in_background(self, w: WorkerState, rid: str) -> None:
+        """POST /abort_request for `rid` without making the caller wait (the worker may be hung)."""
+
+        async def abort() -> None:
+            try:
+                async with self.session.post(
+                    w.endpoint.url + "/abort_request", json={"rid": rid},
+                    timeout=aiohttp.ClientTimeout(total=self.settings.abort_timeout_s),
+                ) as r:
+                    await r.read()
+                    if r.status == 200:
+                        self.aborts_sent += 1
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                log.info("abort of %s on %s not delivered: %r", rid, w.name, exc)
+
+        task = asyncio.get_running_loop().create_task(abort())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _new_room(self) -> int:
+        # Random 63-bit, never 0 (0 means "no metadata yet" to the decode); unique while in flight.
+        # With prefill dp>1 SGLang maps room % dp to a DP rank: random rooms spread evenly.
+        while True:
+            room = self._rng.getrandbits(63)
+            if room and room not in self._rooms_in_flight:
+                return room
+
+    def _leg_timeout_s(self, deadline_at: float | None) -> float:
+        """Seconds each leg may take: the configured timeout, capped by the time left to the deadline."""
+        limits = []
+        if self.settings.request_timeout_s is not None:
+            limits.append(self.settings.request_timeout_s)
+        if deadline_at is not None:
+            limits.append(deadline_at - time.time())
+        return min(limits) if limits else DEFAULT_REQUEST_TIMEOUT_S
+
+    def _with_pairing(self, body: dict, pair: Pair, rid: str, rooms: list[int]) -> dict:
+        out = dict(body)
+        out["rid"] = rid
+        if pair.prefill is None:
+            return out
+        ep = pair.prefill.endpoint
+        host = ep.bootstrap_host or ep.node_ip or _host_of(ep.url)
+        n = _batch_size(body)
+        if n is None:
+            out.update(bootstrap_host=host, bootstrap_port=ep.bootstrap_port, bootstrap_room=rooms[0])
+        else:  # a batched /generate: one room per item, lists as SGLang normalises them
+            out.update(bootstrap_host=[host] * n, bootstrap_port=[ep.bootstrap_port] * n, bootstrap_room=rooms)
+            out["rid"] = [f"{rid}{i:06d}" for i in range(n)]  # fixed width: abort by prefix `rid` hits all
+        return out
+
+    # ---- one attempt --------------------------------------------------------------------------------
+
+    async def _prefill_leg(self, w: WorkerState, body: dict, timeout_s: float) -> float:
+        """Post to the prefill and wait for its answer (sent after the KV transfer); return monotonic time."""
+        self._leg_start(w)
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self.session.post(w.endpoint.url + "/generate", json=body) as r:
+                    raw = await r.read()
+                    if r.status != 200:
+                        raise _http_failure("prefill", w, r.status, raw)
+                    if body.get("stream"):
+                        _raise_if_stream_aborted("prefill", w, raw)
+            return time.monotonic()
+        except TimeoutError:
+            raise LegFailure("timeout", "prefill", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
+        except aiohttp.ClientError as exc:
+            raise LegFailure("connect", "prefill", w.name, repr(exc), True, 502) from None
+        finally:
+            self._leg_done(w)
+
+    async def _decode_leg(self, w: WorkerState, body: dict, timeout_s: float, t0: float, answer: Answer) -> None:
+        """Post to the decode and collect its whole answer (JSON, or an SSE stream read to the end)."""
+        self._leg_start(w)
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self.session.post(w.endpoint.url + "/generate", json=body) as r:
+                    if r.status != 200:
+                        raise _http_failure("decode", w, r.status, await r.read())
+                    if body.get("stream"):
+                        await self._collect_stream(w, r, t0, answer)
+                    else:
+                        answer.payload = await r.json(content_type=None)
+                        _fill_from_payload(answer, answer.payload)
+                    answer.status = r.status
+        except TimeoutError:
+            raise LegFailure("timeout", "decode", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
+        except aiohttp.ClientError as exc:
+            raise LegFailure("connect", "decode", w.name, repr(exc), True, 502) from None
+        finally:
+            self._leg_done(w)
+
+    async def _collect_stream(self, w: WorkerState, r: aiohttp.ClientResponse, t0: float, answer: Answer) -> None:
+        # Only the first event (TTFT) and the last (totals) are parsed on the hot path; the others are
+        # parsed only if the last one does not carry the whole output_ids.
+        events: list[bytes] = []
+        buffer = b""
+        async for data in r.content.iter_any():
+            buffer += data
+            while b"\n\n" in buffer:
+                event, buffer = buffer.split(b"\n\n", 1)
+                line = event.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                line = line[5:].strip()
+                if line == b"[DONE]":
+                    continue
+                if not events:
+                    answer.ttft_s = time.monotonic() - t0
+                    if answer.track_state and self.metrics is not None:
+                        self.metrics.state_change("prefill", "decoding")
+                events.append(line)
+        if not events:
+            raise LegFailure("empty", "decode", w.name, "stream ended without any data event", True, 502)
+        last = json.loads(events[-1])
+        answer.payload = last
+        if "error" in last:
+            raise LegFailure("error", "decode", w.name, _message_of(last), True, 502, body=last)
+        _raise_if_aborted("decode", w, last)
+        _fill_from_payload(answer, last)
+        if len(answer.output_ids) != answer.completion_tokens:  # incremental chunks: stitch them
+            ids: list[int] = []
+            for ev in events:
+                chunk_ids = json.loads(ev).get("output_ids") or []
+                ids.extend(chunk_ids)
+            answer.output_ids = ids
+
+    async def _attempt(self, body: dict, pair: Pair, timeout_s: float, answer: Answer) -> None:
+        """Both legs of one attempt, concurrently; on any failure abort both and raise LegFailure."""
+        rid = answer.rid
+        n = _batch_size(body) or 1
+        rooms = [self._new_room() for _ in range(n)] if pair.prefill is not None else []
+        self._rooms_in_flight.update(rooms)
+        sent = self._with_pairing(body, pair, rid, rooms)
+        t0 = time.monotonic()
+        decode_task = asyncio.ensure_future(self._decode_leg(pair.decode, sent, timeout_s, t0, answer))
+        tasks = [decode_task]
+        prefill_task = None
+        if pair.prefill is not None:
+            prefill_task = asyncio.ensure_future(self._prefill_leg(pair.prefill, sent, timeout_s))
+            tasks.append(prefill_task)
+        try:
+            pending = set(tasks)
+            while pending:
+                # Once the decode has answered, the prefill leg only adds kv_wait: do not let a
+                # prefill that never answers (0.5.17 NIXL has no timeout there) turn success into failure.
+                grace = PREFILL_GRACE_S if decode_task.done() else None
+                done, pending = await asyncio.wait(pending, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                for t in done:
+                    if t.exception() is not None:
+                        raise t.exception()  # type: ignore[misc]
+                    if t is prefill_task:
+                        answer.kv_wait_s = t.result() - t0
+            answer.e2e_s = time.monotonic() - t0
+            if pending:  # the prefill outlived its decode: free it
+                for t in pending:
+                    t.cancel()
+                if pair.prefill is not None:
+                    self._abort_in_background(pair.prefill, rid)
+        except BaseException as exc:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if answer.track_state and answer.ttft_s is not None and self.metrics is not None:
+                self.metrics.state_change("decoding", "prefill")  # a retry starts over
+            for w in (pair.prefill, pair.decode):
+                if w is not None:
+                    self._abort_in_background(w, rid)
+            if isinstance(exc, LegFailure):
+                if exc.kind == "timeout":  # a stalled exchange implicates every leg still waiting
+                    for w in (pair.prefill, pair.decode):
+                        if w is not None:
+                            self._mark_suspect(w)
+                elif exc.retryable:
+                    self._mark_suspect(self.workers.get(exc.worker) or pair.decode)
+            raise
+        finally:
+            self._rooms_in_flight.difference_update(rooms)
+
+    # ---- public: one request ------------------------------------------------------------------------
+
+    async def generate(self, body: dict, deadline_at: float | None = None, track_state: bool = False) -> Answer:
+        """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError."""
+        sent_at = time.time()
+        last: LegFailure | NoWorkerError | None = None
+        attempts = 0
+        for attempt in range(1, self.settings.max_attempts + 1):
+            timeout_s = self._leg_timeout_s(deadline_at)
+            if timeout_s <= 0:
+                break
+            if attempt > 1:
+                await asyncio.sleep(min(self.settings.backoff_s * 2 ** (attempt - 2), timeout_s))
+            try:
+                pair = self.pick_pair()
+            except NoWorkerError as exc:
+                last = exc
+                continue
+            attempts = attempt
+            answer = Answer(status=0, payload=None, pair=pair, rid=uuid.uuid4().hex, attempts=attempt,
+                            sent_at=sent_at, track_state=track_state)
+            try:
+                await self._attempt(body, pair, self._leg_timeout_s(deadline_at), answer)
+                return answer
+            except LegFailure as exc:
+                last = exc
+                log.info("attempt %d of %s failed: %s", attempt, answer.rid, exc)
+                if not exc.retryable:
+                    break
+        raise _final_error(last, attempts, deadline_at)
+
+    async def open_stream(self, body: dict, deadline_at: float | None = None) -> StreamRelay:
+        """Start a streamed request; returns once the decode answered its headers (retrying before that)."""
+        last: LegFailure | NoWorkerError | None = None
+        attempts = 0
+        for attempt in range(1, self.settings.max_attempts + 1):
+            timeout_s = self._leg_timeout_s(deadline_at)
+            if timeout_s <= 0:
+                break
+            if attempt > 1:
+                await asyncio.sleep(min(self.settings.backoff_s * 2 ** (attempt - 2), timeout_s))
+            try:
+                pair = self.pick_pair()
+            except NoWorkerError as exc:
+                last = exc
+                continue
+            attempts = attempt
+            try:
+                return await self._open_stream_once(body, pair, timeout_s, attempt)
+            except LegFailure as exc:
+                last = exc
+                if not exc.retryable:
+                    break
+        raise _final_error(last, attempts, deadline_at)
+
+    async def _open_stream_once(self, body: dict, pair: Pair, timeout_s: float, attempt: int) -> StreamRelay:
+        rid = uuid.uuid4().hex
+        rooms = [self._new_room() for _ in range(_batch_size(body) or 1)] if pair.prefill else []
+        sent = self._with_pairing(body, pair, rid, rooms)
+        deadline = time.monotonic() + timeout_s
+        prefill_task = None
+        if pair.prefill is not None:
+            prefill_task = asyncio.ensure_future(self._prefill_leg(pair.prefill, sent, timeout_s))
+            # Rooms stay reserved until the prefill leg (the KV sender) is finished.
+            self._rooms_in_flight.update(rooms)
+            prefill_task.add_done_callback(lambda _t: self._rooms_in_flight.difference_update(rooms))
+        w = pair.decode
+        self._leg_start(w)
+        resp = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                resp = await self.session.post(w.endpoint.url + "/generate", json=sent)
+            if resp.status != 200:
+                raise _http_failure("decode", w, resp.status, await resp.read())
+        except BaseException as exc:
+            self._leg_done(w)
+            if resp is not None:
+                resp.release()
+            if prefill_task is not None:
+                prefill_task.cancel()
+            for x in (pair.prefill, pair.decode):
+                if x is not None:
+                    self._abort_in_background(x, rid)
+            if isinstance(exc, TimeoutError):
+                self._mark_suspect(w)
+                raise LegFailure("timeout", "decode", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
+            if isinstance(exc, aiohttp.ClientError):
+                self._mark_suspect(w)
+                raise LegFailure("connect", "decode", w.name, repr(exc), True, 502) from None
+            if isinstance(exc, LegFailure) and exc.retryable:
+                self._mark_suspect(w)
+            raise
+        return StreamRelay(self, resp, pair, rid, prefill_task, deadline, attempt)
+
+    # ---- public: a benchmark batch ------------------------------------------------------------------
+
+    async def run_one(self, req: BenchRequest, deadline_at: float | None) -> RequestResult:
+        """One benchmark prompt end to end; never raises, always exactly one RequestResult."""
+        body = {
+            "input_ids": req.input_ids,
+            "sampling_params": {"temperature": 0, "max_new_tokens": req.output_len, "ignore_eos": True},
+            "stream": True,
+        }
+        result = RequestResult(index=req.index, status="failed", prompt_len=req.prompt_len,
+                               output_len=req.output_len, sent_at=time.time())
+        if self.metrics is not None:
+            self.metrics.state_change("queued", "prefill")
+        try:
+            answer = await self.generate(body, deadline_at, track_state=True)
+        except DispatchError as exc:
+            result.error = str(exc)
+            result.attempts = max(exc.attempts, 1)
+            if self.metrics is not None:
+                self.metrics.state_change("prefill", None)
+        else:
+            if self.metrics is not None:
+                self.metrics.state_change("decoding" if answer.ttft_s is not None else "prefill", None)
+            result.status = "ok"
+            result.completion_tokens = answer.completion_tokens
+            result.ttft_s, result.kv_wait_s, result.e2e_s = answer.ttft_s, answer.kv_wait_s, answer.e2e_s
+            result.attempts = answer.attempts
+            result.output_ids = answer.output_ids
+            if answer.pair.prefill is not None:
+                result.prefill_worker = answer.pair.prefill.name
+            result.decode_worker = answer.pair.decode.name
+        result.done_at = time.time()
+        if self.metrics is not None:
+            self.metrics.completed(result)
+        return result
+
+    async def run_batch(self, requests: list[BenchRequest], max_in_flight: int,
+                        deadline_at: float | None = None) -> AsyncIterator[RequestResult]:
+        """Yield one RequestResult per request as each completes; at most `max_in_flight` in flight.
+
+        Requests are admitted in the order given. Requests still waiting at the deadline fail at once
+        with a "deadline" error, so the iterator always ends with exactly len(requests) results.
+        """
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight={max_in_flight}: must be >= 1")
+        waiting = iter(requests)
+        running: set[asyncio.Task] = set()
+
+        def admit() -> None:
+            while len(running) < max_in_flight:
+                req = next(waiting, None)
+                if req is None:
+                    return
+                if self.metrics is not None:
+                    self.metrics.state_change(None, "queued")
+                running.add(asyncio.ensure_future(self.run_one(req, deadline_at)))
+
+        admit()
+        try:
+            while running:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                running.difference_update(done)
+                admit()
+                for t in done:
+                    yield t.result()
+        finally:
+            for t in running:  # the consumer stopped early: cancelling aborts their legs on the servers
+                t.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+
+# ---- helpers of this module only ------------------------------------------------------------------
+
+
+def _host_of(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or "127.0.0.1"
+
+
+def _batch_size(body: dict) -> int | None:
+    """Items in a batched /generate (list of texts or of id lists), None for a single prompt."""
+    text, ids = body.get("text"), body.get("input_ids")
+    if isinstance(text, list):
+        return len(text)
+    if isinstance(ids, list) and ids and isinstance(ids[0], list):
+        return len(ids)
+    return None
+
+
+def _message_of(payload: Any) -> str:
+    if isinstance(payload, dict):
+        err = payload.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:300]
+        if err is not None:
+            return str(err)[:300]
+        if "message" in payload:
+            return str(payload["message"])[:300]
+        if "detail" in payload:
+            return str(payload["detail"])[:300]
+    return str(payload)[:300]
+
+
+def _http_failure(leg: str, w: WorkerState, status: int, raw: bytes) -> LegFailure:
+    try:
+        body: Any = json.loads(raw)
+    except ValueError:
+        body = raw.decode(errors="replace")
+    # 4xx is about the request (too long, malformed): the same body fails on any pair, so no retry.
+    retryable = status >= 500 or status == 429
+    return LegFailure(f"http_{status}", leg, w.name, _message_of(body), retryable, status, body)
+
+
+def _raise_if_aborted(leg: str, w: WorkerState, chunk: dict) -> None:
+    meta = chunk.get("meta_info") or {}
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        code = int(reason.get("status_code") or 500)
+        raise LegFailure("aborted", leg, w.name, str(reason.get("message")), code >= 500, code)
+
+
+def _raise_if_stream_aborted(leg: str, w: WorkerState, raw: bytes) -> None:
+    lines = [ln[5:].strip() for ln in raw.split(b"\n") if ln.startswith(b"data:")]
+    lines = [ln for ln in lines if ln != b"[DONE]"]
+    if lines:
+        try:
+            _raise_if_aborted(leg, w, json.loads(lines[-1]))
+        except ValueError:
+            pass
+
+
+def _fill_from_payload(answer: Answer, payload: Any) -> None:
+    item = payload[0] if isinstance(payload, list) and payload else payload
+    if not isinstance(item, dict):
+        return
+    meta = item.get("meta_info") or {}
+    answer.completion_tokens = int(meta.get("completion_tokens") or 0)
+    answer.output_ids = list(item.get("output_ids") or [])
+
+
+def _final_error(last: LegFailure | NoWorkerError | None, attempts: int, deadline_at: float | None) -> DispatchError:
+    if isinstance(last, LegFailure):
+        return DispatchError(f"{last} (after {attempts} attempt(s))", last.status, attempts,
+                             last.body if 400 <= last.status < 500 else None)
+    if isinstance(last, NoWorkerError):
+        return DispatchError(f"no_worker: {last}", 503, attempts)
+    left = None if deadline_at is None else deadline_at - time.time()
+    return DispatchError(
+        f"deadline: the run deadline passed before the request could be sent (left {left:.1f}s)"
+        if left is not None else "deadline: no time left", 504, attempts,
+    )
