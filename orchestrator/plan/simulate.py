@@ -173,6 +173,7 @@ class _Simulation:
             else:
                 server = self.prefill[i % len(self.prefill)]
                 req.decode_server = self.decode[i % len(self.decode)]  # type: ignore[attr-defined]
+                self.check_fits(req.decode_server, req)  # type: ignore[attr-defined]
             self.check_fits(server, req)
             server.waiting.append(req)
             self.kick(server)

@@ -1,0 +1,103 @@
+"""Run simulation: single requests match the cost model exactly; batches keep their invariants."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.config import RunConfig, config_from_dict
+from orchestrator.plan.simulate import (
+    SimulationError,
+    percentile,
+    simulate_run,
+    synthetic_batch,
+)
+from orchestrator.sim.costmodel import cost_model_for
+
+
+def pd_config(**cluster) -> RunConfig:
+    return config_from_dict({
+        "cluster": {"gpu": "H100-SXM", **cluster},
+        "model": {"quantization": "w4a8"},
+        "layout": {"mode": "pd", "prefill": [{"tp": 8}], "decode": [{"tp": 8}]},
+    })
+
+
+def agg_config(count: int = 1) -> RunConfig:
+    return config_from_dict({
+        "cluster": {"gpu": "H200"},
+        "model": {"quantization": "fp8"},
+        "layout": {"mode": "aggregated", "aggregated": [{"count": count, "tp": 8}]},
+    })
+
+
+def test_one_pd_request_is_prefill_then_kv_transfer_then_one_decode_step_per_token() -> None:
+    cfg = pd_config()
+    prefill = cost_model_for(cfg, "prefill", cfg.layout.prefill[0], gpu="H100-SXM")
+    decode = cost_model_for(cfg, "decode", cfg.layout.decode[0], gpu="H100-SXM")
+    run = simulate_run(cfg, [(500, 4)])
+    ttft = prefill.prefill_time_s([500]) + prefill.kv_transfer_s(500, same_node=False)
+    steps = sum(decode.decode_step_s(1, 501 + i) for i in range(3))  # the first token came from prefill
+    assert run.ttft_s == [pytest.approx(ttft)]
+    assert run.e2e_s == [pytest.approx(ttft + steps)]
+    assert run.duration_s == pytest.approx(ttft + steps)
+    assert run.label == "simulated"
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_on_top_of_its_own_cache() -> None:
+    cfg = agg_config()
+    model = cost_model_for(cfg, "aggregated", cfg.layout.aggregated[0], gpu="H200")
+    run = simulate_run(cfg, [(20_000, 2)])
+    chunks = model.prefill_time_s([8192], [0]) + model.prefill_time_s([8192], [8192]) + model.prefill_time_s([3616], [16384])
+    assert run.ttft_s == [pytest.approx(chunks)]
+    assert run.e2e_s == [pytest.approx(chunks + model.decode_step_s(1, 20_001))]
+
+
+def test_a_batch_completes_every_request_with_consistent_times() -> None:
+    batch = synthetic_batch(300, seed=7)
+    for cfg in (pd_config(), agg_config(count=2)):
+        run = simulate_run(cfg, batch)
+        assert run.completed == run.num_requests == 300
+        assert run.output_tokens == sum(o for _, o in batch) and run.input_tokens == sum(p for p, _ in batch)
+        assert all(0 < t <= e for t, e in zip(run.ttft_s, run.e2e_s))
+        assert max(run.e2e_s) == pytest.approx(run.duration_s)
+
+
+def test_a_client_concurrency_of_one_runs_requests_back_to_back() -> None:
+    cfg = pd_config()
+    batch = [(200, 20), (300, 30), (100, 10)]
+    alone = sum(simulate_run(cfg, [r]).duration_s for r in batch)
+    serial = simulate_run(cfg, batch, max_concurrency=1)
+    together = simulate_run(cfg, batch)
+    assert serial.duration_s == pytest.approx(alone)
+    assert together.duration_s < serial.duration_s
+
+
+def test_a_smaller_kv_cache_queues_requests_and_slows_the_run() -> None:
+    batch = synthetic_batch(400, seed=3)
+    roomy = simulate_run(pd_config(), batch)
+    tight = simulate_run(pd_config(gpu_memory_gb=50), batch)
+    assert tight.duration_s > roomy.duration_s
+    assert tight.ttft_p(99) > roomy.ttft_p(99)
+
+
+def test_a_request_larger_than_the_kv_cache_is_refused_by_name() -> None:
+    with pytest.raises(SimulationError, match="request 1 needs 10000 KV tokens but decode-0-0 holds only"):
+        simulate_run(pd_config(gpu_memory_gb=49), [(100, 10), (5_000, 5_000)])
+
+
+def test_a_layout_whose_weights_leave_no_kv_is_refused() -> None:
+    cfg = config_from_dict({"cluster": {"gpu": "H100-SXM"}, "model": {"quantization": "fp8"},
+                            "layout": {"prefill": [{"tp": 8}], "decode": [{"tp": 8}]}})
+    with pytest.raises(SimulationError, match="prefill-0-0: the weights leave no KV cache on H100-SXM"):
+        simulate_run(cfg, [(10, 10)])
+
+
+def test_the_reference_batch_size_simulates() -> None:
+    run = simulate_run(pd_config(), synthetic_batch(1000, seed=2025))
+    assert run.completed == 1000 and run.output_throughput > 0
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5.0], 99) == 5.0
+    assert percentile(list(range(101)), 99) == 99
