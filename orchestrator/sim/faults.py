@@ -1,0 +1,119 @@
+"""Fault injection for the simulated engine: crash, hang, slow, error rate and corrupt output.
+
+A `FaultSpec` arrives as JSON (`--faults '{...}'` at start, `POST /sim/faults` at run time, or
+`engine.sim.faults` in a run config keyed by role or worker name). The server asks its `FaultInjector`
+at fixed points (request arrival, scheduler step, KV transfer) what to do; the injector owns the
+counters and the one random stream, so a seeded spec gives the same faults on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class FaultSpec(BaseModel):
+    """What to break, each field independent; the default breaks nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    crash_after_requests: int | None = Field(
+        None, ge=0, description="Exit (code 137, no goodbye) when /generate request number N+1 arrives."
+    )
+    crash_at_s: float | None = Field(
+        None, ge=0, description="Exit this many wall seconds after the spec is applied."
+    )
+    hang: Literal["none", "requests", "transfer"] = Field(
+        "none",
+        description="requests: /generate, /health and /health_generate never answer; "
+        "transfer: a prefill never sends KV (its decode waits for --waiting-timeout-s).",
+    )
+    hang_after_requests: int = Field(0, ge=0, description="Requests served normally before the hang starts.")
+    slow_factor: float = Field(1.0, gt=0, description="Multiply every simulated step and transfer time.")
+    error_rate: float = Field(0.0, ge=0, le=1, description="Fraction of /generate requests answered 500.")
+    corrupt_rate: float = Field(
+        0.0, ge=0, le=1, description="Fraction of requests whose output token ids are wrong (still 200)."
+    )
+    seed: int = Field(0, description="Seed of the random stream behind error_rate and corrupt_rate.")
+
+
+class FaultSpecError(ValueError):
+    """A fault spec that does not parse; the message names the field and what is allowed."""
+
+
+def parse_fault_spec(raw: str | dict[str, Any] | None) -> FaultSpec:
+    """JSON text or a dict -> FaultSpec, with errors naming the field and the allowed values."""
+    if raw is None or raw == "":
+        return FaultSpec()
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise FaultSpecError(f"faults: not valid JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(raw, dict):
+        raise FaultSpecError(f"faults: expected a JSON object, got {type(raw).__name__}")
+    try:
+        return FaultSpec.model_validate(raw)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors():
+            path = ".".join(str(p) for p in e["loc"])
+            if e["type"] == "extra_forbidden":
+                problems.append(f"faults.{path}: unknown fault; allowed: {sorted(FaultSpec.model_fields)}")
+            else:
+                problems.append(f"faults.{path}: {e['msg']} (got {e.get('input')!r})")
+        raise FaultSpecError("; ".join(problems)) from None
+
+
+@dataclass
+class RequestFate:
+    """What the injector decided for one /generate request."""
+
+    crash: bool = False
+    hang: bool = False
+    hang_transfer: bool = False  # prefill only: compute, then never send the KV
+    error: bool = False
+    corrupt: bool = False
+
+
+@dataclass
+class FaultInjector:
+    """Applies one FaultSpec; replaced whole when a new spec is posted (counters restart)."""
+
+    spec: FaultSpec = field(default_factory=FaultSpec)
+    requests_seen: int = 0
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.spec.seed)
+
+    @property
+    def step_factor(self) -> float:
+        return self.spec.slow_factor
+
+    @property
+    def hangs_health(self) -> bool:
+        """A server hung on requests also leaves its health probes unanswered (SGLang's probe generates)."""
+        return self.spec.hang == "requests" and self.requests_seen >= self.spec.hang_after_requests
+
+    def on_request(self) -> RequestFate:
+        """Count one /generate request and decide its fate (one draw per rate, in a fixed order)."""
+        s = self.spec
+        if s.crash_after_requests is not None and self.requests_seen >= s.crash_after_requests:
+            return RequestFate(crash=True)
+        hanging = self.requests_seen >= s.hang_after_requests
+        self.requests_seen += 1
+        error = s.error_rate > 0 and self._rng.random() < s.error_rate
+        corrupt = s.corrupt_rate > 0 and self._rng.random() < s.corrupt_rate
+        return RequestFate(
+            hang=hanging and s.hang == "requests",
+            hang_transfer=hanging and s.hang == "transfer",
+            error=error,
+            corrupt=corrupt,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.spec.model_dump(), "requests_seen": self.requests_seen}
