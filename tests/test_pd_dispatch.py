@@ -1,0 +1,292 @@
+"""The PD dispatcher, without Ray: pairing fields, concurrency limit, aborts, retries, timeouts, streams.
+
+The servers are real HTTP servers on loopback that speak the part of SGLang's PD protocol the router
+sees (`/generate` with bootstrap fields, `/abort_request`, `/health`): a decode only answers once "its"
+prefill (same bootstrap port and room) has taken the request, as in SGLang. Each can be told to fail
+(`fail_status`) or to hang, which a real engine cannot be made to do on cue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from aiohttp import web
+
+from orchestrator.pd_dispatch import DispatchError, DispatchSettings, PDDispatcher
+from orchestrator.protocol import BenchRequest, WorkerEndpoint
+
+KV_BOARD: dict[tuple[int, int], asyncio.Event] = {}  # (prefill bootstrap port, room) -> KV "landed"
+
+
+class PDServer:
+    """One loopback engine server of a role; records every body and abort it receives."""
+
+    def __init__(self, role: str, name: str, bootstrap_port: int | None = None):
+        self.role = role
+        self.name = name
+        self.bootstrap_port = bootstrap_port
+        self.bodies: list[dict] = []
+        self.aborted: list[str] = []
+        self.fail_status: int | None = None
+        self.hang = False
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._abort_events: dict[str, asyncio.Event] = {}
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> "PDServer":
+        app = web.Application()
+        app.router.add_post("/generate", self.generate)
+        app.router.add_post("/abort_request", self.abort)
+        app.router.add_get("/health", self.health)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def endpoint(self) -> WorkerEndpoint:
+        return WorkerEndpoint(role=self.role, name=self.name, url=self.url,  # type: ignore[arg-type]
+                              bootstrap_host="127.0.0.1" if self.role == "prefill" else None,
+                              bootstrap_port=self.bootstrap_port)
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def abort(self, request: web.Request) -> web.Response:
+        rid = (await request.json())["rid"]
+        self.aborted.append(rid)
+        for key, ev in self._abort_events.items():
+            if key.startswith(rid):  # SGLang matches by rid prefix
+                ev.set()
+        return web.json_response({})
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(request, body)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, body: dict) -> web.StreamResponse:
+        aborted = self._abort_events.setdefault(body["rid"], asyncio.Event())
+        if self.hang:
+            await aborted.wait()
+            return web.json_response({"error": {"message": "aborted"}}, status=500)
+        if self.fail_status is not None:
+            return web.json_response({"error": {"message": f"{self.name} told to fail"}}, status=self.fail_status)
+        n = body["sampling_params"]["max_new_tokens"]
+        if self.role == "prefill":
+            KV_BOARD.setdefault((self.bootstrap_port, body["bootstrap_room"]), asyncio.Event()).set()
+            return web.json_response({"text": "", "output_ids": [7], "meta_info": {"completion_tokens": 1}})
+        if self.role == "decode":  # wait for the KV of the prefill the router named, or an abort
+            kv = KV_BOARD.setdefault((body["bootstrap_port"], body["bootstrap_room"]), asyncio.Event())
+            waiters = [asyncio.ensure_future(kv.wait()), asyncio.ensure_future(aborted.wait())]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for w in waiters:
+                w.cancel()
+            if aborted.is_set():
+                return web.json_response({"error": {"message": "Aborted by AbortReq."}}, status=500)
+        ids = list(range(100, 100 + n))
+        meta = lambda k: {"id": body["rid"], "prompt_tokens": len(body["input_ids"]), "completion_tokens": k,  # noqa: E731
+                          "finish_reason": {"type": "length", "length": n} if k == n else None}
+        if not body.get("stream"):
+            return web.json_response({"text": "x" * n, "output_ids": ids, "meta_info": meta(n)})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for k in range(1, n + 1):  # incremental output_ids per chunk, like SGLang's stream
+            chunk = {"text": "x" * k, "output_ids": ids[k - 1:k], "meta_info": meta(k)}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+@pytest.fixture
+async def servers():
+    """Two prefills and two decodes, started and stopped with the test."""
+    made = [
+        await PDServer("prefill", "prefill-0/0", bootstrap_port=18_000).start(),
+        await PDServer("prefill", "prefill-0/1", bootstrap_port=18_001).start(),
+        await PDServer("decode", "decode-0/0").start(),
+        await PDServer("decode", "decode-0/1").start(),
+    ]
+    yield {s.name: s for s in made}
+    for s in made:
+        await s.stop()
+
+
+async def make_dispatcher(servers: dict[str, PDServer], names: list[str] | None = None, **settings) -> PDDispatcher:
+    d = PDDispatcher(DispatchSettings(**{"backoff_s": 0.0, **settings}))
+    d.set_workers(servers[n].endpoint() for n in (names or list(servers)))
+    return d
+
+
+def bench(n: int, output_len: int = 4) -> list[BenchRequest]:
+    return [BenchRequest(index=i, input_ids=[1, 2, 3, i], output_len=output_len) for i in range(n)]
+
+
+async def collect(d: PDDispatcher, reqs: list[BenchRequest], max_in_flight: int = 8,
+                  deadline_at: float | None = None) -> list:
+    try:
+        return [r async for r in d.run_batch(reqs, max_in_flight, deadline_at)]
+    finally:
+        await d.close()
+
+
+async def test_both_legs_get_the_same_rid_room_and_the_prefills_bootstrap_address(servers):
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"])
+    [result] = await collect(d, bench(1, output_len=5))
+    [p_body] = servers["prefill-0/0"].bodies
+    [d_body] = servers["decode-0/0"].bodies
+    assert p_body == d_body  # the identical body goes to both legs
+    assert p_body["bootstrap_host"] == "127.0.0.1" and p_body["bootstrap_port"] == 18_000
+    assert 0 < p_body["bootstrap_room"] < 2**63
+    assert p_body["input_ids"] == [1, 2, 3, 0]
+    assert p_body["sampling_params"] == {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}
+    assert result.status == "ok", result.error
+    assert result.completion_tokens == 5 and result.output_ids == [100, 101, 102, 103, 104]
+    assert (result.prefill_worker, result.decode_worker) == ("prefill-0/0", "decode-0/0")
+    assert result.ttft_s is not None and result.kv_wait_s is not None and result.e2e_s is not None
+    assert result.ttft_s <= result.e2e_s
+
+
+async def test_concurrent_requests_get_distinct_rooms_and_prefix_free_rids(servers):
+    d = await make_dispatcher(servers)
+    results = await collect(d, bench(40), max_in_flight=16)
+    bodies = servers["decode-0/0"].bodies + servers["decode-0/1"].bodies
+    rooms = [b["bootstrap_room"] for b in bodies]
+    rids = [b["rid"] for b in bodies]
+    assert len(set(rooms)) == 40 and len(set(rids)) == 40
+    # /abort_request matches by prefix, so no rid may be a prefix of another: same length, distinct.
+    assert len({len(r) for r in rids}) == 1
+    assert sorted(r.index for r in results) == list(range(40))
+    assert all(r.status == "ok" for r in results)
+
+
+async def test_admission_never_exceeds_max_in_flight_and_every_request_is_answered_once(servers):
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"])
+    results = await collect(d, bench(30, output_len=16), max_in_flight=3)
+    assert servers["decode-0/0"].max_in_flight <= 3
+    assert sorted(r.index for r in results) == list(range(30))
+
+
+async def test_least_outstanding_spreads_load_over_both_pairs(servers):
+    d = await make_dispatcher(servers, policy="least_outstanding")
+    results = await collect(d, bench(20), max_in_flight=4)
+    used = {(r.prefill_worker, r.decode_worker) for r in results}
+    assert {p for p, _ in used} == {"prefill-0/0", "prefill-0/1"}
+    assert {dd for _, dd in used} == {"decode-0/0", "decode-0/1"}
+
+
+async def test_failed_prefill_aborts_its_decode_leg_and_the_request_is_retried_on_another_pair(servers):
+    servers["prefill-0/0"].fail_status = 500
+    d = await make_dispatcher(servers, ["prefill-0/0", "prefill-0/1", "decode-0/0"], policy="round_robin")
+    [result] = await collect(d, bench(1))
+    assert result.status == "ok", result.error
+    assert result.attempts == 2 and result.prefill_worker == "prefill-0/1"
+    first_rid = servers["prefill-0/0"].bodies[0]["rid"]
+    assert first_rid in servers["decode-0/0"].aborted  # the orphaned decode leg was freed
+    assert d.workers["prefill-0/0"].is_suspect()
+    assert not d.workers["prefill-0/1"].is_suspect()
+
+
+async def test_hung_decode_times_out_and_both_legs_are_aborted(servers):
+    servers["decode-0/0"].hang = True
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"], request_timeout_s=0.5, max_attempts=1)
+    [result] = await collect(d, bench(1))
+    assert result.status == "failed"
+    assert result.error.startswith("timeout: decode decode-0/0")
+    rid = servers["decode-0/0"].bodies[0]["rid"]
+    assert rid in servers["prefill-0/0"].aborted and rid in servers["decode-0/0"].aborted
+
+
+async def test_leg_timeout_is_capped_by_the_run_deadline(servers):
+    servers["decode-0/0"].hang = True
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"], max_attempts=3)
+    started = time.monotonic()
+    [result] = await collect(d, bench(1), deadline_at=time.time() + 1.0)
+    assert result.status == "failed" and result.error.startswith("timeout")
+    assert time.monotonic() - started < 60  # bounded by the deadline, not SGLang's 300 s (loose on purpose)
+
+
+async def test_client_errors_are_not_retried_and_keep_the_servers_message(servers):
+    servers["decode-0/0"].fail_status = 400
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"], max_attempts=3)
+    [result] = await collect(d, bench(1))
+    assert result.status == "failed" and result.attempts == 1
+    assert "http_400" in result.error and "decode-0/0 told to fail" in result.error
+    assert not d.workers["decode-0/0"].is_suspect()  # the request was bad, not the worker
+
+
+async def test_unreachable_decode_is_marked_suspect_and_the_other_one_serves(servers):
+    await servers["decode-0/0"].stop()
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0", "decode-0/1"], policy="round_robin")
+    results = await collect(d, bench(4), max_in_flight=1)
+    assert all(r.status == "ok" for r in results), [r.error for r in results]
+    assert {r.decode_worker for r in results} == {"decode-0/1"}
+    assert d.workers["decode-0/0"].is_suspect()
+
+
+async def test_requests_not_sent_before_the_deadline_fail_with_a_deadline_error(servers):
+    d = await make_dispatcher(servers)
+    results = await collect(d, bench(5), deadline_at=time.time() - 1)
+    assert len(results) == 5
+    assert all(r.status == "failed" and r.error.startswith("deadline") for r in results)
+    assert servers["decode-0/0"].bodies == []
+
+
+async def test_no_registered_decode_fails_with_a_clear_error(servers):
+    d = await make_dispatcher(servers, ["prefill-0/0"])
+    [result] = await collect(d, bench(1))
+    assert result.status == "failed" and "no healthy decode worker (0 registered)" in result.error
+
+
+async def test_aggregated_mode_sends_to_one_worker_without_bootstrap_fields():
+    agg = await PDServer("aggregated", "agg-0/0").start()
+    try:
+        d = PDDispatcher(DispatchSettings(), mode="aggregated")
+        d.set_workers([agg.endpoint()])
+        [result] = await collect(d, bench(1, output_len=3))
+        assert result.status == "ok" and result.completion_tokens == 3
+        [body] = agg.bodies
+        assert "rid" in body and not any(k.startswith("bootstrap") for k in body)
+        assert result.prefill_worker is None and result.decode_worker == "agg-0/0"
+    finally:
+        await agg.stop()
+
+
+async def test_stream_relay_passes_the_decode_sse_through(servers):
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"])
+    body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 3}, "stream": True}
+    relay = await d.open_stream(body)
+    assert relay.status == 200
+    raw = b"".join([c async for c in relay.chunks()])
+    events = [e for e in raw.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]" and len(events) == 4
+    assert json.loads(events[-2][5:])["meta_info"]["completion_tokens"] == 3
+    assert d.workers["decode-0/0"].outstanding == 0
+    await d.close()
+
+
+async def test_non_stream_generate_returns_the_decode_json(servers):
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"])
+    answer = await d.generate({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}})
+    assert answer.status == 200 and answer.payload["output_ids"] == [100, 101]
+    servers["decode-0/0"].fail_status = 400
+    with pytest.raises(DispatchError) as err:
+        await d.generate({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}})
+    assert err.value.status == 400 and err.value.body == {"error": {"message": "decode-0/0 told to fail"}}
+    await d.close()
