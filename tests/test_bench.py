@@ -1,0 +1,111 @@
+"""Offline benchmark: SGLang's result block byte for byte, counts that add up, deadline verdicts, the JSON
+result, and (with the router and sim engine) a small end-to-end run on the session Ray cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.bench import complete_results, order_requests, run_bench
+from orchestrator.protocol import BenchRequest, RequestResult
+from orchestrator.report import PhaseTime, RunVerdict, ThroughputSummary, redacted_env, result_block
+
+EXPECTED_BLOCK = (
+    "\n"
+    "====== Offline Throughput Benchmark Result =======\n"
+    "Backend:                                 engine    \n"
+    "Successful requests:                     2         \n"
+    "Benchmark duration (s):                  4.00      \n"
+    "Total input tokens:                      300       \n"
+    "Total generated tokens:                  50        \n"
+    "Last generation throughput (tok/s):      12.35     \n"
+    "Request throughput (req/s):              0.50      \n"
+    "Input token throughput (tok/s):          75.00     \n"
+    "Output token throughput (tok/s):         12.50     \n"
+    "Total token throughput (tok/s):          87.50     \n"
+    "=================================================="
+)
+
+
+def _results() -> list[RequestResult]:
+    return [
+        RequestResult(index=0, status="ok", prompt_len=100, output_len=30, completion_tokens=30),
+        RequestResult(index=1, status="ok", prompt_len=200, output_len=25, completion_tokens=20),
+        RequestResult(index=2, status="failed", prompt_len=999, output_len=99, error="decode leg: 503"),
+    ]
+
+
+def test_block_matches_sglang_format_and_definitions():
+    summary = ThroughputSummary.from_results(_results(), duration_s=4.0, last_gen_throughput=12.345)
+    # input = client prompt lengths, output = server completion tokens, both over completed requests only
+    assert result_block(summary) == EXPECTED_BLOCK
+
+
+def test_missing_results_fail_with_the_reason_and_counts_add_up():
+    requests = [BenchRequest(index=i, input_ids=[1] * (i + 2), output_len=4) for i in range(5)]
+    got = {0: _results()[0], 3: RequestResult(index=3, status="ok", prompt_len=5, output_len=4, completion_tokens=4)}
+    results = complete_results(requests, got, "router stream failed: boom")
+    assert [r.index for r in results] == [0, 1, 2, 3, 4]
+    failed = [r for r in results if r.status == "failed"]
+    assert len(failed) + sum(r.status == "ok" for r in results) == len(requests)
+    assert {r.error for r in failed} == {"router stream failed: boom"}
+    assert [r.prompt_len for r in failed] == [3, 4, 6]
+
+
+def _verdict(**kw) -> RunVerdict:
+    base = dict(engine="sim", layout="1P/1D", deadline_s=420, total_s=100.0,
+                phases=[PhaseTime("placement", 0, 10)], num_prompts=2, completed=2, failed=0)
+    return RunVerdict(**{**base, **kw})
+
+
+def test_verdict_is_valid_only_within_deadline_with_every_prompt_done():
+    assert _verdict().verdict == "VALID"
+    assert _verdict(total_s=421).why_invalid() == "took 421.0s, over the 420s deadline"
+    assert _verdict(completed=1, failed=1).why_invalid() == "1 of 2 prompts failed"
+    assert _verdict(reason="interrupted during measured run: SIGTERM").why_invalid().startswith("interrupted")
+
+
+def test_secrets_in_env_are_redacted():
+    env = redacted_env({"RAY_AUTH_TOKEN": "s3cret", "HF_TOKEN": "x", "RAY_ADDRESS": "http://h:1", "HOME": "/r"})
+    assert env == {"HF_TOKEN": "<redacted>", "RAY_ADDRESS": "http://h:1", "RAY_AUTH_TOKEN": "<redacted>"}
+
+
+def test_interleave_ordering_keeps_every_request_once():
+    reqs = [BenchRequest(index=i, input_ids=[1] * (i + 1), output_len=1) for i in range(7)]
+    out = order_requests(reqs, "interleave")
+    assert sorted(r.index for r in out) == list(range(7))
+    assert [r.index for r in out[:3]] == [6, 0, 5]
+
+
+def test_failed_placement_gives_invalid_result_with_reason_and_json(make_sim_config, tmp_path):
+    """Preflight refusal needs no cluster: the result is INVALID, written, every prompt accounted for."""
+    cfg = make_sim_config(overrides={"model.preset": "DeepSeek-R1", "model.quantization": "bf16",
+                                     "cluster.gpu": "H100-SXM", "engine.sim.profile": "H100-SXM"})
+    result = run_bench(cfg, quiet=True, num_prompts=4)
+    assert not result.valid
+    assert result.verdict.why_invalid().startswith("memory preflight:")
+    data = json.loads(result.result_path.read_text())
+    assert data["verdict"] == "INVALID" and data["counts"]["num_prompts"] == 4
+    assert data["counts"]["completed"] + data["counts"]["failed"] == 4
+    assert data["reason"].endswith("(pass --force to run anyway)")
+
+
+@pytest.mark.ray
+def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
+    pytest.importorskip("deployments.router")
+    pytest.importorskip("orchestrator.engines.sim")
+    cfg = make_sim_config(prefill=[{"count": 1, "tp": 2}], decode=[{"count": 1, "tp": 2}])
+    result = run_bench(cfg, quiet=True, num_prompts=12)
+    text = result.text()
+    assert "====== Offline Throughput Benchmark Result =======" in text
+    assert result.verdict.completed + result.verdict.failed == 12
+    assert result.valid, result.verdict.why_invalid()
+    data = json.loads(result.result_path.read_text())
+    assert len(data["results"]) == 12
+    assert data["summary"]["successful_requests"] == 12
+    assert data["summary"]["total_input_tokens"] == sum(r["prompt_len"] for r in data["results"])
+    assert data["summary"]["total_output_tokens"] == sum(r["completion_tokens"] for r in data["results"])
+    assert [p["name"] for p in data["phases"]][:4] == ["preflight", "dataset", "placement", "engine start"]
+    assert {w["role"] for w in data["metadata"]["workers"]} == {"prefill", "decode"}
+    assert all(r["prefill_worker"] and r["decode_worker"] for r in data["results"])
