@@ -297,11 +297,12 @@ class ClusterSession:
     address: str
     started: LocalCluster | None = None
     dashboard_url: str | None = None
+    owns_driver: bool = True
 
     def close(self) -> None:
         import ray
 
-        if ray.is_initialized():
+        if self.owns_driver and ray.is_initialized():
             ray.shutdown()
         if self.started is not None:
             self.started.stop()
@@ -316,6 +317,8 @@ def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool 
     import ray
 
     os.environ.update(RAY_ENV)
+    if ray.is_initialized():  # a test or embedding program already attached this process
+        return ClusterSession(ray.get_runtime_context().gcs_address, None, None, owns_driver=False)
     state_path = Path(state_path or Path(cfg.benchmark.result_dir) / DEFAULT_STATE_PATH.name)
     started: LocalCluster | None = None
     dashboard_url = None
