@@ -290,3 +290,93 @@ async def test_non_stream_generate_returns_the_decode_json(servers):
         await d.generate({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}})
     assert err.value.status == 400 and err.value.body == {"error": {"message": "decode-0/0 told to fail"}}
     await d.close()
+
+
+# ---- against the simulated SGLang engine (real processes, real PD transfer) -----------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sim_pair(tmp_path_factory):
+    """One simulated prefill and one simulated decode server (cpu-fast profile) on loopback."""
+    import sys
+
+    from orchestrator.engines.base import EngineLaunch, EngineProcess
+
+    logs = tmp_path_factory.mktemp("sim-logs")
+    common = [sys.executable, "-m", "orchestrator.sim.server", "--host", "127.0.0.1", "--profile", "cpu-fast",
+              "--startup-s", "0", "--model-preset", "DeepSeek-V2-Lite", "--quantization", "bf16"]
+    env = {"UCX_NET_DEVICES": "lo"}
+    p_port, b_port, d_port = _free_port(), _free_port(), _free_port()
+    prefill = EngineProcess(EngineLaunch(
+        common + ["--mode", "prefill", "--port", str(p_port), "--disaggregation-bootstrap-port", str(b_port)],
+        env, f"http://127.0.0.1:{p_port}", b_port), logs / "prefill.log")
+    decode = EngineProcess(EngineLaunch(common + ["--mode", "decode", "--port", str(d_port)], env,
+                                        f"http://127.0.0.1:{d_port}"), logs / "decode.log")
+    try:
+        prefill.start()
+        decode.start()
+        prefill.wait_healthy(60)
+        decode.wait_healthy(60)
+        yield [
+            WorkerEndpoint(role="prefill", name="sim-prefill", url=prefill.launch.url, bootstrap_host="127.0.0.1",
+                           bootstrap_port=b_port),
+            WorkerEndpoint(role="decode", name="sim-decode", url=decode.launch.url),
+        ]
+    finally:
+        prefill.stop()
+        decode.stop()
+
+
+async def _metric(url: str, name: str) -> float:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def _set_faults(url: str, spec: dict) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.post(url + "/sim/faults", data=json.dumps(spec)) as r:
+        assert r.status == 200, await r.text()
+
+
+async def test_sim_engine_pair_serves_a_batch(sim_pair):
+    d = PDDispatcher(DispatchSettings())
+    d.set_workers(sim_pair)
+    reqs = [BenchRequest(index=i, input_ids=list(range(1, 50 + i)), output_len=8) for i in range(12)]
+    results = await collect(d, reqs, max_in_flight=6, deadline_at=time.time() + 120)
+    assert all(r.status == "ok" for r in results), [r.error for r in results]
+    assert all(r.completion_tokens == 8 and len(r.output_ids) == 8 for r in results)
+    assert all(r.kv_wait_s is not None and r.ttft_s is not None for r in results)
+
+
+async def test_sim_prefill_that_never_sends_kv_is_timed_out_and_the_decode_leg_aborted(sim_pair):
+    prefill, decode = sim_pair
+    aborted_before = await _metric(decode.url, "sglang:num_aborted_requests_total")
+    await _set_faults(prefill.url, {"hang": "transfer"})
+    try:
+        d = PDDispatcher(DispatchSettings(request_timeout_s=1.0, max_attempts=1))
+        d.set_workers(sim_pair)
+        [result] = await collect(d, [BenchRequest(index=0, input_ids=[1, 2, 3], output_len=4)])
+        assert result.status == "failed" and result.error.startswith("timeout")
+        # Without our abort the decode would hold this request for its 300 s waiting timeout.
+        deadline = time.monotonic() + 20
+        while await _metric(decode.url, "sglang:num_aborted_requests_total") <= aborted_before:
+            assert time.monotonic() < deadline, "decode leg was not aborted"
+            await asyncio.sleep(0.1)
+    finally:
+        await _set_faults(prefill.url, {})
+    d = PDDispatcher(DispatchSettings())
+    d.set_workers(sim_pair)
+    [result] = await collect(d, [BenchRequest(index=1, input_ids=[1, 2, 3], output_len=4)])
+    assert result.status == "ok", result.error
