@@ -75,5 +75,8 @@ def test_projected_finish_follows_the_prediction_then_the_measured_rate() -> Non
     quarter = run_start + budget.phase_s("run") / 4
     assert projected_finish_s(budget, quarter, "run", run_start, 500, 1000) < budget.total_s
     assert projected_finish_s(budget, 123.0, "done", 0.0) == 123.0
+    # the bench driver's labels work too
+    assert projected_finish_s(budget, late, "engine start", start) == pytest.approx(budget.total_s + 30)
+    assert projected_finish_s(budget, 2.0, "dataset", 1.0) == pytest.approx(2.0 + budget.total_s)
     with pytest.raises(ValueError, match="unknown phase 'loading'"):
         projected_finish_s(budget, 1.0, "loading", 0.0)

@@ -30,6 +30,12 @@ REPORT_S = {"sglang": 10.0, "sim": 1.0}
 SGLANG_WARMUP_SHAPE = (256, 16)
 # Below deadline x (1 - margin) the run is VALID; up to the deadline it is at risk.
 DEFAULT_MARGIN = 0.1
+# The bench driver's own phase labels -> ours; preflight and dataset happen before placement and are
+# counted in its fixed estimate.
+PHASE_ALIASES = {
+    "preflight": "placement", "dataset": "placement", "engine start": "engine_start",
+    "warm-up": "warmup", "measured run": "run",
+}
 
 
 @dataclass
@@ -162,8 +168,11 @@ def projected_finish_s(
     names = [p.name for p in budget.phases]
     if phase == "done":
         return elapsed_s
+    if phase in ("preflight", "dataset"):  # nothing predicted has started yet
+        return elapsed_s + budget.total_s
+    phase = PHASE_ALIASES.get(phase, phase)
     if phase not in names:
-        raise ValueError(f"unknown phase {phase!r}; expected one of {names} or 'done'")
+        raise ValueError(f"unknown phase {phase!r}; expected one of {names + sorted(PHASE_ALIASES)} or 'done'")
     in_phase_s = max(0.0, elapsed_s - phase_started_s)
     predicted = budget.phase_s(phase)
     remaining = max(0.0, predicted - in_phase_s)
