@@ -1,0 +1,318 @@
+"""The simulated engine as a PD router sees it: real server processes on loopback, driven like mini_lb.
+
+Each server is launched the way the orchestrator launches it: SimBackend.build_launch -> EngineProcess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from orchestrator.config import RunConfig, config_from_dict
+from orchestrator.engines.base import EngineProcess, WorkerPlacement
+from orchestrator.engines.sim import SimBackend
+from orchestrator.model_presets import DEEPSEEK_R1
+from orchestrator.sim.kv_transfer import load_nixl_api
+
+os.environ.setdefault("UCX_NET_DEVICES", "lo")
+HAVE_NIXL = load_nixl_api() is not None
+R1_KV_BYTES_PER_TOKEN = DEEPSEEK_R1.kv_bytes_per_token(2)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sim_config(mode: str = "pd", kv_transfer: str = "auto", extra_args: tuple[str, ...] = ()) -> RunConfig:
+    group = {"tp": 8, "extra_args": list(extra_args)}
+    layout = {"mode": "pd", "prefill": [group], "decode": [group]} if mode == "pd" else {
+        "mode": "aggregated", "aggregated": [group]}
+    return config_from_dict(
+        {
+            "cluster": {"address": "local", "gpu": "H100-SXM"},
+            "model": {"preset": "DeepSeek-R1", "quantization": "fp8"},
+            "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", "time_scale": 0.05, "kv_transfer": kv_transfer}},
+            "layout": layout,
+        }
+    )
+
+
+class Server:
+    """One launched simulated server."""
+
+    def __init__(self, cfg: RunConfig, role: str, log_dir: Path):
+        group = getattr(cfg.layout, role)[0]
+        self.bootstrap_port = free_port() if role == "prefill" else None
+        placement = WorkerPlacement(
+            role=role, group_index=0, replica_index=0, host="127.0.0.1", advertise_host="127.0.0.1",
+            port=free_port(), bootstrap_port=self.bootstrap_port,
+        )
+        launch = SimBackend().build_launch(cfg, group, placement)
+        self.url = launch.url
+        self.proc = EngineProcess(launch, log_dir / f"{role}-{placement.port}.log")
+        self.proc.start()
+
+    def wait(self) -> "Server":
+        self.proc.wait_healthy(60)
+        return self
+
+    def stop(self) -> None:
+        self.proc.stop(grace_s=2)
+
+
+def start_servers(cfg: RunConfig, roles: list[str], log_dir: Path) -> list[Server]:
+    servers = [Server(cfg, role, log_dir) for role in roles]
+    return [s.wait() for s in servers]
+
+
+@pytest.fixture(scope="module", params=["nixl", "http"])
+def pd_pair(request, tmp_path_factory) -> Iterator[tuple[Server, Server]]:
+    if request.param == "nixl" and not HAVE_NIXL:
+        pytest.skip("nixl is not importable")
+    servers = start_servers(sim_config(kv_transfer=request.param), ["prefill", "decode"],
+                            tmp_path_factory.mktemp(f"pd-{request.param}"))
+    yield servers[0], servers[1]
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def aggregated(tmp_path_factory) -> Iterator[Server]:
+    (server,) = start_servers(sim_config(mode="aggregated"), ["aggregated"], tmp_path_factory.mktemp("agg"))
+    yield server
+    server.stop()
+
+
+async def pd_generate(prefill: Server, decode: Server, body: dict, timeout_s: float = 60) -> tuple[httpx.Response, httpx.Response]:
+    """What mini_lb does: add bootstrap host/port/room, post the same body to both legs concurrently."""
+    body = {**body, "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap_port,
+            "bootstrap_room": random.randint(1, 2**63 - 1)}
+    body.setdefault("rid", f"req-{random.getrandbits(48):x}")
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        p, d = await asyncio.gather(
+            client.post(f"{prefill.url}/generate", json=body), client.post(f"{decode.url}/generate", json=body)
+        )
+    return p, d
+
+
+def scrape(server: Server) -> dict[tuple[str, tuple], float]:
+    text = httpx.get(f"{server.url}/metrics").text
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def total(samples: dict, name: str) -> float:
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
+PROMPTS = [list(range(3, 3 + n)) for n in (5, 40, 300)] + [[(7 * i) % 129000 for i in range(1200)]]
+OUTPUT_LENS = [4, 1, 17, 9]
+
+
+async def test_pd_pair_answers_like_sglang_with_requested_lengths(pd_pair, aggregated):
+    prefill, decode = pd_pair
+    results = await asyncio.gather(*(
+        pd_generate(prefill, decode, {"input_ids": ids, "sampling_params": {"max_new_tokens": n, "ignore_eos": True}})
+        for ids, n in zip(PROMPTS, OUTPUT_LENS)
+    ))
+    async with httpx.AsyncClient(timeout=60) as client:
+        agg = await asyncio.gather(*(
+            client.post(f"{aggregated.url}/generate",
+                        json={"input_ids": ids, "sampling_params": {"max_new_tokens": n, "ignore_eos": True}})
+            for ids, n in zip(PROMPTS, OUTPUT_LENS)
+        ))
+    for (p, d), a, ids, n in zip(results, agg, PROMPTS, OUTPUT_LENS):
+        assert p.status_code == 200 and d.status_code == 200, (p.text, d.text)
+        pm, dm = p.json()["meta_info"], d.json()["meta_info"]
+        assert pm["finish_reason"] == {"type": "length", "length": 0}  # the prefill leg only signals completion
+        assert pm["id"] == dm["id"]
+        assert dm["finish_reason"] == {"type": "length", "length": n}
+        assert dm["completion_tokens"] == n == len(d.json()["output_ids"])
+        assert dm["prompt_tokens"] == len(ids) and dm["simulated"] is True
+        # the first token comes from the prefill, with the KV; PD and aggregated agree token for token
+        assert d.json()["output_ids"][0] == p.json()["output_ids"][0]
+        assert d.json()["output_ids"] == a.json()["output_ids"]
+
+
+async def test_kv_transfer_moves_the_models_bytes_and_metrics_move(pd_pair):
+    prefill, decode = pd_pair
+    p_before, d_before = scrape(prefill), scrape(decode)
+    prompt = PROMPTS[-1]  # 1200 tokens of R1 KV = 84 MB: more than the decode's 32 MiB receive buffer
+    p, d = await pd_generate(prefill, decode, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 3}})
+    assert p.status_code == 200 and d.status_code == 200
+    p_after, d_after = scrape(prefill), scrape(decode)
+    moved_mb = total(p_after, "sglang:kv_transfer_total_mb_sum") - total(p_before, "sglang:kv_transfer_total_mb_sum")
+    assert moved_mb == pytest.approx(len(prompt) * R1_KV_BYTES_PER_TOKEN / 1e6)
+    assert total(p_after, "sglang:kv_transfer_latency_ms_count") > total(p_before, "sglang:kv_transfer_latency_ms_count")
+    gen = "sglang:generation_tokens_total"
+    assert total(d_after, gen) - total(d_before, gen) == len(d.json()["output_ids"])
+    assert total(d_after, "sglang:num_requests_total") == total(d_before, "sglang:num_requests_total") + 1
+    labels = {dict(k[1]).get("engine_type") for k in d_after if k[0] == "sglang:num_running_reqs"}
+    assert labels == {"decode"}
+    assert total(d_after, "sglang:simulated") == 1
+    info = httpx.get(f"{prefill.url}/server_info").json()
+    assert info["sim"]["kv_transfer"] in ("nixl", "http") and info["simulated"] is True
+
+
+async def test_request_without_bootstrap_room_is_rejected_with_sglangs_400(pd_pair):
+    for server in pd_pair:
+        r = httpx.post(f"{server.url}/generate", json={"input_ids": [1, 2, 3], "bootstrap_host": "127.0.0.1"})
+        assert r.status_code == 400
+        assert r.json() == {
+            "error": {"message": "Invalid request: Disaggregated request received without bootstrap room id."}
+        }
+
+
+async def test_decode_streams_sse_chunks_ending_in_done(pd_pair):
+    prefill, decode = pd_pair
+    body = {"input_ids": PROMPTS[1], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}, "stream": True}
+    p, d = await pd_generate(prefill, decode, body)
+    assert p.status_code == 200 and d.status_code == 200
+    events = [line[len("data: "):] for line in d.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert len(chunks) >= 2
+    assert [len(c["output_ids"]) for c in chunks] == sorted(len(c["output_ids"]) for c in chunks)  # cumulative
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    assert len(chunks[-1]["output_ids"]) == 6
+
+
+def test_aggregated_server_serves_text_batches_and_sglang_info_routes(aggregated):
+    r = httpx.post(f"{aggregated.url}/generate", json={
+        "text": ["Hello world", "The capital city of France is"],
+        "sampling_params": {"max_new_tokens": 5, "ignore_eos": True},
+    }, timeout=30)
+    assert r.status_code == 200
+    outs = r.json()
+    assert [o["meta_info"]["completion_tokens"] for o in outs] == [5, 5]
+    assert all(isinstance(o["text"], str) and o["meta_info"]["prompt_tokens"] >= 2 for o in outs)
+    info = httpx.get(f"{aggregated.url}/get_server_info").json()
+    assert info["disaggregation_mode"] == "null"
+    assert info["internal_states"][0]["last_gen_throughput"] >= 0
+    assert info["max_total_num_tokens"] > 0 and "load_weight" in info["startup_time"]
+    assert httpx.get(f"{aggregated.url}/model_info").json()["is_generation"] is True
+    assert httpx.get(f"{aggregated.url}/v1/models").json()["data"][0]["id"] == "DeepSeek-R1"
+    assert httpx.get(f"{aggregated.url}/health_generate", timeout=30).status_code == 200
+    assert httpx.post(f"{aggregated.url}/flush_cache").status_code == 200
+
+
+async def test_abort_request_by_rid_prefix_ends_the_request_with_abort(aggregated):
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 10_000_000, "ignore_eos": True},
+            "rid": "abort-me-123"}
+    async with httpx.AsyncClient(timeout=60) as client:
+        pending = asyncio.ensure_future(client.post(f"{aggregated.url}/generate", json=body))
+        await _until(lambda: total(scrape(aggregated), "sglang:num_running_reqs") >= 1)
+        assert (await client.post(f"{aggregated.url}/abort_request", json={"rid": "abort-me"})).status_code == 200
+        r = await pending
+    assert r.status_code == 200
+    assert r.json()["meta_info"]["finish_reason"]["type"] == "abort"
+
+
+async def _until(condition, timeout_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+# ----- failures and faults -------------------------------------------------------------------------------
+SHORT_TIMEOUTS = ("--heartbeat-interval-s", "0.3", "--heartbeat-max-failures", "2", "--waiting-timeout-s", "3",
+                  "--bootstrap-retries", "3", "--bootstrap-retry-interval-s", "0.2")
+
+
+@pytest.fixture
+def fragile_pair(tmp_path) -> Iterator[tuple[Server, Server]]:
+    servers = start_servers(sim_config(extra_args=SHORT_TIMEOUTS), ["prefill", "decode"], tmp_path)
+    yield servers[0], servers[1]
+    for s in servers:
+        s.stop()
+
+
+async def test_killed_prefill_fails_the_decode_within_the_heartbeat_window(fragile_pair):
+    prefill, decode = fragile_pair
+    body = {"input_ids": [4, 5, 6], "sampling_params": {"max_new_tokens": 4},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": 77, "rid": "k1"}
+    async with httpx.AsyncClient(timeout=30) as client:
+        # only the decode gets the request: it handshakes and waits for KV that the prefill will never send
+        pending = asyncio.ensure_future(client.post(f"{decode.url}/generate", json=body))
+        await _until(lambda: total(scrape(decode), "sglang:num_decode_transfer_queue_reqs") >= 1)
+        os.killpg(prefill.proc.proc.pid, signal.SIGKILL)
+        r = await pending  # the client timeout (30 s) bounds the test; the heartbeat ends it in ~1 s
+    assert r.status_code == 500
+    assert "Lost connection with prefill instance" in r.json()["message"]
+    assert total(scrape(decode), "sglang:num_transfer_failed_reqs_total") == 1
+
+
+async def test_unreachable_prefill_fails_the_decode_handshake(fragile_pair):
+    _, decode = fragile_pair
+    body = {"input_ids": [4, 5, 6], "bootstrap_host": "127.0.0.1", "bootstrap_port": free_port(), "bootstrap_room": 5}
+    async with httpx.AsyncClient(timeout=30) as client:
+        r = await client.post(f"{decode.url}/generate", json=body)
+    assert r.status_code == 500 and "Decode handshake failed" in r.json()["message"]
+    assert total(scrape(decode), "sglang:num_bootstrap_failed_reqs_total") == 1
+
+
+async def test_hung_transfer_times_out_on_decode_and_aborts_the_prefill_leg(fragile_pair):
+    prefill, decode = fragile_pair
+    assert httpx.post(f"{prefill.url}/sim/faults", json={"hang": "transfer"}).status_code == 200
+    p, d = await pd_generate(prefill, decode, {"input_ids": [9, 9, 9], "sampling_params": {"max_new_tokens": 2}})
+    assert d.status_code == 500 and "timed out" in d.json()["message"]  # --waiting-timeout-s 3
+    assert p.status_code == 500 and "Prefill transfer failed" in p.json()["message"]
+
+
+def test_error_rate_corrupt_and_hang_faults(aggregated):
+    url = aggregated.url
+    body = {"input_ids": [11, 12, 13], "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}}
+    clean = httpx.post(f"{url}/generate", json=body).json()["output_ids"]
+    try:
+        httpx.post(f"{url}/sim/faults", json={"error_rate": 1.0}).raise_for_status()
+        r = httpx.post(f"{url}/generate", json=body)
+        assert r.status_code == 500 and r.json()["object"] == "error" and r.json()["code"] == 500
+
+        httpx.post(f"{url}/sim/faults", json={"corrupt_rate": 1.0}).raise_for_status()
+        r = httpx.post(f"{url}/generate", json=body)
+        assert r.status_code == 200
+        assert len(r.json()["output_ids"]) == 5 and r.json()["output_ids"] != clean
+
+        httpx.post(f"{url}/sim/faults", json={"hang": "requests"}).raise_for_status()
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/generate", json=body, timeout=1.0)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.get(f"{url}/health", timeout=1.0)
+
+        bad = httpx.post(f"{url}/sim/faults", json={"explode": True})
+        assert bad.status_code == 400 and "explode" in bad.json()["error"]["message"]
+    finally:
+        httpx.post(f"{url}/sim/faults", json={}).raise_for_status()
+    assert httpx.post(f"{url}/generate", json=body).json()["output_ids"] == clean
+
+
+def test_crash_fault_kills_the_process_like_a_kill(tmp_path):
+    cfg = sim_config(mode="aggregated")
+    cfg.engine.sim.faults = {"aggregated": {"crash_after_requests": 1}}
+    (server,) = start_servers(cfg, ["aggregated"], tmp_path)
+    try:
+        ok = httpx.post(f"{server.url}/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}})
+        assert ok.status_code == 200
+        with pytest.raises(httpx.TransportError):
+            httpx.post(f"{server.url}/generate", json={"input_ids": [1, 2]}, timeout=10)
+        assert server.proc.proc.wait(timeout=10) == 137
+    finally:
+        server.stop()
