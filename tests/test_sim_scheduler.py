@@ -1,0 +1,127 @@
+"""The simulated engine's continuous-batching scheduler, on the real cost model's cpu-fast profile."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestrator.model_presets import DEEPSEEK_R1
+from orchestrator.sim.costmodel import GPU_SPECS, EngineCostModel
+from orchestrator.sim.scheduler import Scheduler, SchedulerLimits, SimRequest, output_token, prompt_seed
+
+VOCAB = DEEPSEEK_R1.vocab_size
+
+
+def make_scheduler(max_running: int = 64, kv_tokens: int = 1_000_000, chunk: int = 8192,
+                   vocab: int = VOCAB, eos: int = 1) -> Scheduler:
+    cost = EngineCostModel(DEEPSEEK_R1, GPU_SPECS["cpu-fast"], tp=8)
+    sched = Scheduler(cost, SchedulerLimits(max_running, kv_tokens, chunk, time_scale=0.01), vocab, eos)
+    sched.start()
+    return sched
+
+
+async def run_all(sched: Scheduler, reqs: list[SimRequest]) -> None:
+    for r in reqs:
+        sched.submit(r)
+    await asyncio.wait_for(asyncio.gather(*(_finished(r) for r in reqs)), 30)
+    await sched.stop()
+
+
+async def _finished(req: SimRequest) -> None:
+    while not req.finished:
+        await req.updated.wait()
+        req.updated.clear()
+
+
+async def test_every_request_gets_exactly_its_max_new_tokens():
+    sched = make_scheduler()
+    reqs = [SimRequest(f"r{i}", list(range(1, 20 + i)), max_new_tokens=1 + i, ignore_eos=True) for i in range(12)]
+    await run_all(sched, reqs)
+    for i, r in enumerate(reqs):
+        assert len(r.output_ids) == 1 + i
+        assert r.finish_reason == {"type": "length", "length": 1 + i}
+    assert sched.kv_used_tokens == 0
+
+
+async def test_running_requests_never_exceed_max_running():
+    sched = make_scheduler(max_running=3)
+    reqs = [SimRequest(f"r{i}", [5, 6, 7], max_new_tokens=8, ignore_eos=True) for i in range(6)]
+    await run_all(sched, reqs)
+    first_three_done = min(r.finished_at for r in reqs[:3])
+    assert all(r.first_token_at >= first_three_done for r in reqs[3:])  # they waited for a free slot
+
+
+async def test_kv_capacity_holds_back_requests_until_kv_is_freed():
+    sched = make_scheduler(kv_tokens=100)
+    a = SimRequest("a", list(range(50)), max_new_tokens=10, ignore_eos=True)  # holds 60 of 100 tokens
+    b = SimRequest("b", list(range(50)), max_new_tokens=10, ignore_eos=True)
+    await run_all(sched, [a, b])
+    assert b.first_token_at >= a.finished_at
+
+
+async def test_long_prompt_is_prefilled_in_chunks_of_the_token_budget():
+    sched = make_scheduler(chunk=1000)
+    req = SimRequest("long", list(range(2500)), max_new_tokens=4, ignore_eos=True)
+    await run_all(sched, [req])
+    assert sched.prefill_batches == 3  # 1000 + 1000 + 500
+    assert sched.decode_steps == 3  # first token comes from the prefill
+
+
+async def test_outputs_depend_only_on_prompt_and_position():
+    prompt = [101, 202, 303, 404]
+    one = SimRequest("x", prompt, max_new_tokens=6, ignore_eos=True)
+    await run_all(make_scheduler(chunk=2), [one])  # chunked, small batches
+    crowd = [SimRequest(f"y{i}", prompt if i == 3 else [i, i + 1], max_new_tokens=6, ignore_eos=True)
+             for i in range(5)]
+    await run_all(make_scheduler(), crowd)
+    assert one.output_ids == crowd[3].output_ids
+    assert one.output_ids == [output_token(prompt_seed(prompt), i, VOCAB) for i in range(6)]
+
+
+async def test_pd_decode_request_continues_from_the_prefills_first_token():
+    prompt = [9, 8, 7, 6]
+    reference = SimRequest("ref", prompt, max_new_tokens=5, ignore_eos=True)
+    await run_all(make_scheduler(), [reference])
+    sched = make_scheduler()
+    await sched.reserve_kv(9)
+    decode = SimRequest("d", prompt, max_new_tokens=5, ignore_eos=True,
+                        first_token=reference.output_ids[0], kv_prereserved=True, kv_tokens=9)
+    await run_all(sched, [decode])
+    assert decode.output_ids == reference.output_ids
+    assert sched.prefill_batches == 0 and sched.kv_used_tokens == 0
+
+
+async def test_eos_stops_generation_unless_ignore_eos():
+    sched = make_scheduler(vocab=3, eos=1)  # tiny vocabulary: EOS comes up within a few tokens
+    stops = SimRequest("s", [2, 2], max_new_tokens=200)
+    runs_on = SimRequest("i", [2, 2], max_new_tokens=200, ignore_eos=True)
+    await run_all(sched, [stops, runs_on])
+    assert stops.finish_reason == {"type": "stop", "matched": 1} and stops.output_ids[-1] == 1
+    assert len(stops.output_ids) < 200 and len(runs_on.output_ids) == 200
+
+
+async def test_abort_matches_rid_prefix_and_frees_kv():
+    sched = make_scheduler()
+    keep = SimRequest("keep-1", [1, 2], max_new_tokens=5, ignore_eos=True)
+    doomed = [SimRequest(f"job7-{i}", [1, 2, 3], max_new_tokens=10_000_000, ignore_eos=True) for i in range(3)]
+    for r in [keep, *doomed]:
+        sched.submit(r)
+    await asyncio.wait_for(_finished(keep), 30)
+    assert sched.abort("job7") == 3
+    await sched.stop()
+    assert all(r.finish_reason["type"] == "abort" for r in doomed)
+    assert sched.kv_used_tokens == 0 and sched.idle()
+
+
+async def test_max_new_tokens_is_clamped_to_the_kv_pool():
+    sched = make_scheduler(kv_tokens=50)
+    req = SimRequest("big", list(range(40)), max_new_tokens=1000, ignore_eos=True)
+    await run_all(sched, [req])
+    assert len(req.output_ids) == 10
+
+
+def test_a_pool_without_kv_room_is_refused_with_the_fix():
+    cost = EngineCostModel(DEEPSEEK_R1, GPU_SPECS["cpu-fast"])
+    with pytest.raises(ValueError, match="no GPU memory for KV cache"):
+        Scheduler(cost, SchedulerLimits(8, 0, 8192), VOCAB, 1)
