@@ -1,0 +1,73 @@
+"""Local cluster: labelled nodes with logical GPUs, `cluster up/status/down` stops exactly its own
+processes (never another cluster's), and a `cluster: local` config attaches to RAY_ADDRESS instead of
+starting a second cluster (the `ray job submit` case)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cluster import LocalClusterState, _descendants, _pid_alive
+
+pytestmark = pytest.mark.ray
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"},
+    )
+
+
+def test_nodes_carry_role_labels_and_logical_gpus(ray_driver):
+    from orchestrator.cluster import node_inventory
+
+    nodes = node_inventory()
+    assert sorted(n.labels.get("role") for n in nodes) == ["decode", "prefill"]
+    assert all(n.gpus == 8 and n.cpus == 4 for n in nodes)
+    assert all(_pid_alive(node.pid) for node in ray_driver.nodes)
+
+
+def test_cluster_down_stops_exactly_the_processes_it_started(ray_cluster, tmp_path):
+    state_path = tmp_path / "own-cluster.json"
+    up = _cli("cluster", "up", "--local", "--state", str(state_path))
+    assert up.returncode == 0, up.stderr[-2000:]
+    state = LocalClusterState.load(state_path)
+    assert state is not None and len(state.nodes) == 2
+    assert [n.role for n in state.nodes] == ["prefill", "decode"]
+    started = [p for n in state.nodes for p in (n.pid, *_descendants(n.pid))]
+    assert len(started) > 4  # gcs, raylets, dashboard, agents ...
+
+    status = _cli("cluster", "status", "--state", str(state_path))
+    assert status.returncode == 0 and "up" in status.stdout
+
+    down = _cli("cluster", "down", "--state", str(state_path))
+    assert down.returncode == 0, down.stderr[-2000:]
+    assert [p for p in started if _pid_alive(p)] == []
+    assert not Path(state.root_dir).exists() and not state_path.exists()
+    # the session cluster (another "user" of this machine) is untouched
+    assert ray_cluster.alive()
+    assert _cli("cluster", "status", "--state", str(state_path)).returncode == 1
+
+
+def test_local_config_attaches_to_ray_address_instead_of_starting(ray_cluster, tmp_path):
+    code = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from tests.conftest import sim_config\n"
+        "from orchestrator.cluster import connect, node_inventory\n"
+        f"s = connect(sim_config(tmp_dir=Path({str(tmp_path)!r})))\n"
+        "print(json.dumps({'started': s.started is not None, 'nodes': len(node_inventory())}))\n"
+        "s.close()\n"
+    )
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.gcs_address, "RAY_AUTH_MODE": "disabled"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"started": False, "nodes": 2}
+    assert not (tmp_path / "local-cluster.json").exists()
