@@ -6,8 +6,8 @@ batch [(prompt_len, output_len)] -> router (round robin) -> PD: prefill servers 
 -> SimulatedRun (duration, throughput, TTFT / e2e per request). No wall clock is involved: 1000 prompts
 take well under a second of CPU.
 
-Modelling choices (why they are safe): every request arrives at t=0 unless `max_concurrency` caps the
-client, as `bench` sends the batch; decode admits a request only when its prompt + max_new_tokens fit
+Modelling choices (why they are safe): the client keeps `max_concurrency` requests in flight, as
+`bench` admits them (benchmark.max_in_flight, auto = the decode servers' max running requests); decode admits a request only when its prompt + max_new_tokens fit
 in the free KV (full reservation, so no retraction is needed); TTFT is when the first token is available
 to the client (PD: KV landed on decode; aggregated: end of the request's last prefill chunk).
 """
@@ -317,16 +317,31 @@ class _Simulation:
         return self.now
 
 
+def client_concurrency(cfg: RunConfig, gpu: str | None = None) -> int:
+    """Requests `bench` keeps in flight: benchmark.max_in_flight, or (auto) every decoding server's max running."""
+    if cfg.benchmark.max_in_flight != "auto":
+        return int(cfg.benchmark.max_in_flight)
+    role = "aggregated" if cfg.layout.mode == "aggregated" else "decode"
+    return sum(
+        cost_model_for(cfg, r, g, gpu=gpu).max_running() * g.count for r, _, g in cfg.layout.groups() if r == role
+    )
+
+
 def simulate_run(
     cfg: RunConfig,
     batch: Sequence[tuple[int, int]],
     gpu: str | None = None,
-    max_concurrency: int | None = None,
+    max_concurrency: int | None | str = "auto",
 ) -> SimulatedRun:
-    """Simulate `batch` [(prompt_len, output_len)] on cfg's layout; GPU = `gpu`, else cfg.cluster.gpu."""
+    """Simulate `batch` [(prompt_len, output_len)] on cfg's layout; GPU = `gpu`, else cfg.cluster.gpu.
+
+    max_concurrency: "auto" = what `bench` admits (client_concurrency), None = everything at t=0.
+    """
     if not batch:
         raise SimulationError("the batch is empty; benchmark.num_prompts must be >= 1")
     gpu = gpu or cfg.cluster.gpu
+    if max_concurrency == "auto":
+        max_concurrency = client_concurrency(cfg, gpu)
     sim = _Simulation(cfg, gpu)
     duration = sim.run(batch, max_concurrency)
     done = [r for r in sim.requests if r.finish_s is not None]
