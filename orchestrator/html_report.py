@@ -4,8 +4,9 @@ result.json (written by the bench driver) is read leniently; what this module us
   records (or results): list of RequestResult.to_dict() (index, status, prompt_len, completion_tokens,
       ttft_s, e2e_s, kv_wait_s, sent_at, done_at, prefill_worker, decode_worker, error)
   phases: [{"name", "start_s", "end_s"}] seconds since the job started (BenchMetrics.timeline_dicts())
-  started_at: wall clock of the job start (default: first sent_at)
-  deadline_s, run_id, layout, simulated: optional, shown in the header
+  started_at: wall clock of the job start (default: first sent_at minus the run phase's start)
+  deadline_s, run_id, layout, simulated, time_scale: optional, top level or under "metadata"
+  (bench.BenchResult.to_dict() is read as it is: "results", "phases", "metadata")
 Plots: throughput over time per phase, TTFT / e2e distributions, per-worker load, phase timeline vs deadline.
 
 Usage: python -m orchestrator.html_report runs/<id>/result.json
@@ -26,8 +27,10 @@ import matplotlib
 matplotlib.use("Agg")  # no display on CI machines or Ray workers
 import matplotlib.pyplot as plt  # noqa: E402
 
+from orchestrator.metrics import canonical_phase  # noqa: E402
+
 PLOTS = ("throughput", "latency", "workers", "timeline")
-PHASE_COLOURS = {"placement": "#bbbbbb", "engine_start": "#9ecae1", "warmup": "#fdd0a2", "run": "#a1d99b",
+PHASE_COLOURS = {"preflight": "#f0f0f0", "dataset": "#d9d9d9", "placement": "#bbbbbb", "engine_start": "#9ecae1", "warmup": "#fdd0a2", "run": "#a1d99b",
                  "report": "#dadaeb", "done": "#666666"}
 
 
@@ -43,31 +46,55 @@ class RunData:
     phases: list[dict]
     started_at: float
 
+    time_scale: float = 1.0  # sim runs report phases and latencies in simulated s = wall s / time_scale
+
     @classmethod
     def from_result(cls, result: dict) -> "RunData":
         records = result.get("records", result.get("results"))
         if not isinstance(records, list):
             raise ValueError("result.json: needs a 'records' list (one RequestResult dict per prompt)")
+        meta = result.get("metadata") or {}
+        phases = list(result.get("phases") or [])
+        time_scale = float(result.get("time_scale", meta.get("time_scale", 1.0)) or 1.0)
         sent = [r["sent_at"] for r in records if r.get("sent_at") is not None]
-        started_at = result.get("started_at") or (min(sent) if sent else 0.0)
-        deadline = result.get("deadline_s", (result.get("config") or {}).get("benchmark", {}).get("deadline_s"))
+        started_at = result.get("started_at") or meta.get("started_at")
+        if started_at is None and sent:
+            # no job start recorded: the first prompt was sent when the measured run began
+            run_start_s = next((p["start_s"] for p in phases if _phase_key(p["name"]) == "run"), 0.0)
+            started_at = min(sent) - run_start_s * time_scale
+        config = result.get("config") or meta.get("config") or {}
+        deadline = result.get("deadline_s", config.get("benchmark", {}).get("deadline_s"))
         return cls(
-            run_id=str(result.get("run_id", "run")), layout=str(result.get("layout", "")),
-            deadline_s=float(deadline) if deadline is not None else None, simulated=result.get("simulated"),
-            records=records, phases=list(result.get("phases") or []), started_at=float(started_at),
+            run_id=str(result.get("run_id", meta.get("run_id", "run"))),
+            layout=str(result.get("layout", meta.get("layout", ""))),
+            deadline_s=float(deadline) if deadline is not None else None,
+            simulated=result.get("simulated", meta.get("simulated")),
+            records=records, phases=phases, started_at=float(started_at or 0.0), time_scale=time_scale,
         )
 
     def ok(self) -> list[dict]:
         return [r for r in self.records if r.get("status") == "ok"]
 
     def rel(self, t: float | None) -> float | None:
-        return None if t is None else t - self.started_at
+        """Wall-clock time -> seconds since job start, in the unit of the phases."""
+        return None if t is None else (t - self.started_at) / self.time_scale
+
+
+def _phase_key(name: str) -> str:
+    try:
+        return canonical_phase(name)
+    except ValueError:
+        return name
+
+
+def _colour(name: str) -> str:
+    return PHASE_COLOURS.get(_phase_key(name), "#eeeeee")
 
 
 def _shade_phases(ax, phases: list[dict]) -> None:
     for p in phases:
         end = p.get("end_s") if p.get("end_s") is not None else p["start_s"]
-        ax.axvspan(p["start_s"], end, color=PHASE_COLOURS.get(p["name"], "#eeeeee"), alpha=0.35, lw=0,
+        ax.axvspan(p["start_s"], end, color=_colour(p["name"]), alpha=0.35, lw=0,
                    label=f"phase: {p['name']}")
 
 
@@ -165,7 +192,7 @@ def plot_timeline(data: RunData, path: Path) -> None:
     for i, p in enumerate(data.phases):  # one row per phase, first phase on top
         end = p.get("end_s") if p.get("end_s") is not None else p["start_s"]
         ax.barh(i, max(end - p["start_s"], 0.01), left=p["start_s"], height=0.7,
-                color=PHASE_COLOURS.get(p["name"], "#eeeeee"), edgecolor="black", lw=0.5)
+                color=_colour(p["name"]), edgecolor="black", lw=0.5)
     ax.set_yticks(range(len(data.phases)), [p["name"] for p in data.phases], fontsize=8)
     ax.invert_yaxis()
     if data.deadline_s is not None:

@@ -22,7 +22,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.metrics import BenchMetrics, projected_finish
+from orchestrator.metrics import BenchMetrics, canonical_phase, projected_finish
 from orchestrator.protocol import RequestResult
 
 RATE_WINDOW_S = 10.0  # "current" tok/s = tokens of requests finished in the last 10 s
@@ -117,7 +117,8 @@ class LiveView:
     # -- inputs ------------------------------------------------------------------------------------
 
     def phase(self, name: str) -> None:
-        """The job entered phase `name` (placement, engine_start, warmup, run, report, done)."""
+        """The job entered phase `name` (metrics.BENCH_PHASES / EXTRA_PHASES, or the driver's spelling)."""
+        name = canonical_phase(name)
         with self._lock:
             self._phase = name
             if name == "run" and self._run_started_s is None:

@@ -24,6 +24,18 @@ log = logging.getLogger(__name__)
 PREFIX = "pdorch_"
 REQUEST_STATES = ("queued", "prefill", "transferring", "decoding")
 BENCH_PHASES = ("placement", "engine_start", "warmup", "run", "report", "done")
+# Phases the bench driver has besides those (before placement), and its spellings of the others.
+EXTRA_PHASES = ("preflight", "dataset")
+PHASE_ALIASES = {"engine start": "engine_start", "warm-up": "warmup", "measured run": "run"}
+
+
+def canonical_phase(name: str) -> str:
+    """The phase label for `name` (bench driver spellings accepted); ValueError names the allowed ones."""
+    name = PHASE_ALIASES.get(name, name)
+    if name not in BENCH_PHASES and name not in EXTRA_PHASES:
+        allowed = (*EXTRA_PHASES, *BENCH_PHASES, *PHASE_ALIASES)
+        raise ValueError(f"unknown bench phase {name!r}; allowed: {allowed}")
+    return name
 
 # Buckets span a loopback sim run (milliseconds) up to a request that waits out a 420 s deadline.
 LATENCY_BUCKETS_S = (
@@ -191,7 +203,7 @@ class BenchMetrics:
         )
         self.deadline_seconds.labels(**self._base).set(deadline_s)
         self.elapsed_seconds.labels(**self._base).set_function(self.elapsed_s)
-        for name in BENCH_PHASES:
+        for name in (*EXTRA_PHASES, *BENCH_PHASES):
             self.phase_gauge.labels(**self._base, phase=name).set(0)
         self.timeline: list[PhaseSpan] = []
 
@@ -199,14 +211,13 @@ class BenchMetrics:
         return time.time() - self.started_at
 
     def phase(self, name: str) -> None:
-        """Enter phase `name` (one of BENCH_PHASES); closes the previous phase in `timeline`."""
-        if name not in BENCH_PHASES:
-            raise ValueError(f"unknown bench phase {name!r}; allowed: {BENCH_PHASES}")
+        """Enter phase `name` (BENCH_PHASES, EXTRA_PHASES or the driver's spelling); closes the previous one."""
+        name = canonical_phase(name)
         now = self.elapsed_s()
         if self.timeline and self.timeline[-1].end_s is None:
             self.timeline[-1].end_s = now
         self.timeline.append(PhaseSpan(name, now, now if name == "done" else None))
-        for other in BENCH_PHASES:
+        for other in (*EXTRA_PHASES, *BENCH_PHASES):
             self.phase_gauge.labels(**self._base, phase=other).set(1 if other == name else 0)
 
     def progress(

@@ -105,3 +105,27 @@ def test_command_line_writes_into_the_out_folder(tmp_path, capsys):
     assert main([str(result_file(tmp_path, pd_records(10, 0))), "--out", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out / "report.html")
     assert sorted(p.name for p in out.iterdir()) == sorted([*(f"{n}.png" for n in PLOTS), "report.html"])
+
+
+def test_bench_driver_result_with_time_scale_lines_records_up_with_phases(tmp_path):
+    # BenchResult.to_dict() shape: "results", driver phase names, times in simulated s (wall / time_scale)
+    scale = 0.05
+    records = pd_records(20, 0)
+    first_sent = min(r["sent_at"] for r in records)
+    result = {
+        "run_id": "bench-1", "deadline_s": 420, "time_unit": "simulated_s", "results": records,
+        "phases": [{"name": "preflight", "start_s": 0, "end_s": 1}, {"name": "dataset", "start_s": 1, "end_s": 2},
+                   {"name": "placement", "start_s": 2, "end_s": 40}, {"name": "engine start", "start_s": 40, "end_s": 90},
+                   {"name": "warm-up", "start_s": 90, "end_s": 100}, {"name": "measured run", "start_s": 100,
+                                                                       "end_s": 200},
+                   {"name": "report", "start_s": 200, "end_s": 201}],
+        "metadata": {"time_scale": scale, "layout": "1PxTP8/1DxTP8", "simulated": True},
+    }
+    data = RunData.from_result(result)
+    assert data.layout == "1PxTP8/1DxTP8" and data.simulated is True
+    assert data.rel(first_sent) == pytest.approx(100)  # the first prompt went out when the measured run began
+    assert data.rel(first_sent + 1.0) == pytest.approx(120)  # one wall second = 20 simulated seconds
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(result))
+    page = write_report(path).read_text()
+    assert all(f'id="plot-{name}"' in page for name in PLOTS)

@@ -263,3 +263,13 @@ def test_scrape_targets_actor_follows_the_worker_registry_and_exporters(tmp_path
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_bench_driver_phase_names_are_accepted():
+    bench = BenchMetrics(**RUN, deadline_s=420)
+    for name in ("preflight", "dataset", "placement", "engine start", "warm-up", "measured run", "report"):
+        bench.phase(name)
+    assert [p["name"] for p in bench.timeline_dicts()] == [
+        "preflight", "dataset", "placement", "engine_start", "warmup", "run", "report"]
+    assert bench.registry.get_sample_value("pdorch_phase", {**RUN, "phase": "report"}) == 1
+    assert bench.registry.get_sample_value("pdorch_phase", {**RUN, "phase": "preflight"}) == 0
