@@ -201,3 +201,26 @@ def register_exporter(key: str, group: dict) -> None:
         log.info("no %s actor: exporter %s is not listed for Prometheus", SCRAPE_TARGETS_NAME, key)
         return
     ray.get(actor.register.remote(key, group))
+
+
+def serve_metrics(registry, component: str, run_id: str, metrics_cfg, port: int | None = None):
+    """Start this process's exporter and list it in the run's file_sd (when Ray and the actor are up).
+
+    One call per process: the bench driver (component "driver", after connecting to Ray) and each router
+    replica (component "router-<replica>", port=0 since replicas share nodes). Returns the Exporter.
+    `metrics_cfg` is RunConfig.metrics (exporter_host, exporter_port).
+    """
+    from orchestrator.metrics import start_exporter
+
+    exporter = start_exporter(metrics_cfg.exporter_host, metrics_cfg.exporter_port if port is None else port,
+                              registry)
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node_ip = ray.util.get_node_ip_address()
+            address = scrape_address(metrics_cfg.exporter_host, exporter.port, node_ip)
+            register_exporter(component, exporter_group(run_id, address, component))
+    except Exception as exc:  # scraping is optional; the run must not fail for it
+        log.warning("exporter %s on %s is not listed for Prometheus: %s", component, exporter.address, exc)
+    return exporter

@@ -230,7 +230,8 @@ def test_scrape_targets_actor_follows_the_worker_registry_and_exporters(tmp_path
     import ray
 
     from orchestrator.registry import get_registry
-    from orchestrator.scrape import register_exporter, start_scrape_targets
+    from orchestrator.config import MetricsConfig
+    from orchestrator.scrape import register_exporter, serve_metrics, start_scrape_targets
 
     temp_dir = tempfile.mkdtemp(prefix="pdm_", dir="/tmp")
     ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False,
@@ -249,15 +250,19 @@ def test_scrape_targets_actor_follows_the_worker_registry_and_exporters(tmp_path
         _wait_for(lambda: listed() == ["127.0.0.1:31000"], 30, "the registered engine in the file_sd")
 
         @ray.remote(num_cpus=0)
-        def router_replica() -> None:  # another process of the run announces its exporter
-            register_exporter("router-0", exporter_group("r1", "127.0.0.1:31001", "router-0"))
+        def router_replica() -> str:  # another process of the run starts and announces its exporter
+            router = RouterMetrics(**RUN)
+            exporter = serve_metrics(router.registry, "router-0", "r1", MetricsConfig(), port=0)
+            return exporter.address
 
-        ray.get(router_replica.remote())
-        assert listed() == ["127.0.0.1:31000", "127.0.0.1:31001"]
+        router_address = ray.get(router_replica.remote())
+        assert listed() == sorted(["127.0.0.1:31000", router_address])
         assert sorted(t for g in json.loads(path.read_text()) for t in g["targets"]) == listed()
+        register_exporter("driver", exporter_group("r1", "127.0.0.1:31002", "driver"))
+        assert "127.0.0.1:31002" in listed()
 
         ray.get(registry.unregister.remote("decode-0/0"))
-        _wait_for(lambda: listed() == ["127.0.0.1:31001"], 30, "the stopped engine to leave the file_sd")
+        _wait_for(lambda: "127.0.0.1:31000" not in listed(), 30, "the stopped engine to leave the file_sd")
         ray.get(actor.stop.remote())
         ray.get(registry.clear.remote())
     finally:
