@@ -305,14 +305,18 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def sim_pair(tmp_path_factory):
-    """One simulated prefill and one simulated decode server (cpu-fast profile) on loopback."""
+    """One simulated prefill and one simulated decode server (cpu-fast profile) on loopback.
+
+    DeepSeek-R1's architecture, so the router's packaged R1 tokenizer (chat special tokens included)
+    fits the engine's vocabulary.
+    """
     import sys
 
     from orchestrator.engines.base import EngineLaunch, EngineProcess
 
     logs = tmp_path_factory.mktemp("sim-logs")
     common = [sys.executable, "-m", "orchestrator.sim.server", "--host", "127.0.0.1", "--profile", "cpu-fast",
-              "--startup-s", "0", "--model-preset", "DeepSeek-V2-Lite", "--quantization", "bf16"]
+              "--startup-s", "0", "--model-preset", "DeepSeek-R1", "--quantization", "fp8"]
     env = {"UCX_NET_DEVICES": "lo"}
     p_port, b_port, d_port = _free_port(), _free_port(), _free_port()
     prefill = EngineProcess(EngineLaunch(
