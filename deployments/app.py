@@ -99,7 +99,7 @@ def build_app(cfg: RunConfig, run_id: str) -> serve.Application:
     """The router application (HTTP ingress + benchmark handle); unpinned, takes no CPU."""
     from deployments.router import PDRouter
 
-    return PDRouter.options(ray_actor_options={"num_cpus": 0}).bind(cfg)
+    return PDRouter.options(ray_actor_options={"num_cpus": 0}).bind(cfg, run_id)
 
 
 def start_serve(cfg: RunConfig) -> None:

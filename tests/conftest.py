@@ -68,8 +68,10 @@ def sim_config(overrides: dict | None = None, prefill: list[dict] | None = None,
     """A small simulated-engine config: cpu-fast profile, fast start-up, free router port."""
     data: dict = {
         "name": "test",
-        "cluster": {"address": "local", "gpus_per_node": 8, "num_nodes": 2},
-        "model": {"preset": "DeepSeek-V2-Lite", "quantization": "bf16"},
+        # cluster.gpu cpu-fast: the memory preflight checks the target GPU, and R1's own tokenizer
+        # (the packaged fallback) must match the model's vocabulary
+        "cluster": {"address": "local", "gpu": "cpu-fast", "gpus_per_node": 8, "num_nodes": 2},
+        "model": {"preset": "DeepSeek-R1", "quantization": "w4a8"},
         "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", "startup_s": 0.0, "time_scale": 1.0}},
         "layout": {"mode": "pd", "prefill": prefill or [{"count": 1, "tp": 1}],
                    "decode": decode or [{"count": 1, "tp": 1}]},
