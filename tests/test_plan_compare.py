@@ -66,7 +66,8 @@ def test_an_existing_real_run_of_the_same_layout_is_shown_with_the_prediction_er
     other = load_config(ROOT / "configs/h200-agg-tp16.yaml")
     for run_id, run_cfg in (("run-a", cfg), ("run-b", other)):
         (tmp_path / run_id).mkdir()
-        result = {"config": run_cfg.model_dump(mode="json"), "requests": _records(200, 100.0)}
+        result = {"run_id": run_id, "verdict": "VALID", "duration_s": 100.0, "total_s": 180.0,
+                  "metadata": {"config": run_cfg.model_dump(mode="json")}, "results": _records(200, 100.0)}
         (tmp_path / run_id / "result.json").write_text(json.dumps(result))
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "result.json").write_text("{not json")
@@ -76,6 +77,7 @@ def test_an_existing_real_run_of_the_same_layout_is_shown_with_the_prediction_er
     rows = compare([(name, cfg)], BATCH)
     assert [r.source for r in rows] == ["simulated", MEASURED]
     assert rows[1].output_throughput == pytest.approx(100.0)
+    assert rows[1].total_s == 180.0 and rows[1].verdict == "VALID"
     assert rows[1].error == pytest.approx(rows[0].output_throughput / 100.0 - 1)
     assert "run-a/result.json" in compare_table(rows)
 

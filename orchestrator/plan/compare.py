@@ -4,7 +4,7 @@ configs -> one batch (the first config's benchmark section) -> per config: memor
 budget (simulate.py), or `orchestrator.bench.run_bench` for --real -> CompareRow (throughput, duration,
 TTFT/e2e p50/p99, start-up, deadline verdict, ratio to the first). Where a real run of the same layout
 exists (result.json under benchmark.result_dir, or --real), predicted and measured rows sit side by side
-with the error of the prediction.
+with the error of the prediction (predicted / measured - 1).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def measured_from_records(records: Sequence[dict], duration_s: float | None = No
     ok = [r for r in records if r.get("status") == "ok"]
     if not ok:
         raise ValueError("the run has no completed prompts to measure")
-    if duration_s is None:
+    if not duration_s:
         duration_s = max(r["done_at"] for r in ok) - min(r["sent_at"] for r in records if r.get("sent_at"))
     return Measured(
         output_tokens=sum(int(r.get("completion_tokens") or 0) for r in ok),
@@ -74,71 +74,36 @@ def measured_from_records(records: Sequence[dict], duration_s: float | None = No
     )
 
 
-def _records_in(data: object) -> list[dict] | None:
-    """The per-prompt records of a result: the first list of dicts that carry ttft_s and e2e_s."""
-    if isinstance(data, list) and data and all(isinstance(r, dict) and "e2e_s" in r for r in data):
-        return data
-    if isinstance(data, dict):
-        for value in data.values():
-            found = _records_in(value)
-            if found is not None:
-                return found
-    return None
-
-
 def measured_from_result(result: object) -> Measured:
-    """A `run_bench` result or a result.json dict -> Measured (records + phase totals where present)."""
-    data = result if isinstance(result, dict) else getattr(result, "__dict__", {})
-    if hasattr(result, "to_dict"):
-        data = result.to_dict()  # type: ignore[union-attr]
-    records = _records_in(data)
-    if records is None:
-        records = [r.to_dict() for r in getattr(result, "results", []) if hasattr(r, "to_dict")]
-    if not records:
-        raise ValueError("the bench result has no per-prompt records (RequestResult) to measure")
-    records = [r.to_dict() if hasattr(r, "to_dict") else r for r in records]
-    measured = measured_from_records(records, _number(data, "duration_s", "run_duration_s"))
-    measured.total_s = _number(data, "total_s", "elapsed_s") or math.nan
-    measured.verdict = str(_first(data, "verdict") or "-")
+    """A `run_bench` BenchResult, or its result.json dict, -> Measured (records, run duration, verdict)."""
+    data = result.to_dict() if hasattr(result, "to_dict") else result
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise ValueError("not a bench result: expected a 'results' list of per-prompt records")
+    measured = measured_from_records(data["results"], data.get("duration_s"))
+    measured.total_s = float(data.get("total_s") or math.nan)
+    measured.verdict = str(data.get("verdict") or "-")
     return measured
-
-
-def _first(data: object, *keys: str) -> object | None:
-    if isinstance(data, dict):
-        for key in keys:
-            if key in data and not isinstance(data[key], (dict, list)):
-                return data[key]
-        for value in data.values():
-            found = _first(value, *keys)
-            if found is not None:
-                return found
-    return None
-
-
-def _number(data: object, *keys: str) -> float | None:
-    value = _first(data, *keys)
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def find_real_run(cfg: RunConfig) -> tuple[Path, Measured] | None:
     """The newest result.json under cfg.benchmark.result_dir whose config has this layout, model and GPU."""
     root = Path(cfg.benchmark.result_dir)
-    want = (cfg.layout.model_dump(mode="json"), cfg.model.quantization, cfg.cluster.gpu, cfg.engine.kind)
+    want = _identity(cfg)
     paths = sorted(root.glob("*/result.json"), key=lambda p: p.stat().st_mtime, reverse=True) if root.is_dir() else []
     for path in paths:
         try:
             data = json.loads(path.read_text())
-            run_cfg = RunConfig.model_validate(data["config"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        have = (run_cfg.layout.model_dump(mode="json"), run_cfg.model.quantization, run_cfg.cluster.gpu,
-                run_cfg.engine.kind)
-        if have == want:
-            try:
+            if _identity(RunConfig.model_validate(data["metadata"]["config"])) == want:
                 return path, measured_from_result(data)
-            except ValueError:
-                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable, foreign or failed runs are not evidence
     return None
+
+
+def _identity(cfg: RunConfig) -> tuple:
+    """What must match for a real run to measure this config's prediction."""
+    return (cfg.layout.model_dump(mode="json"), cfg.model.architecture().name, cfg.model.quantization,
+            cfg.cluster.gpu, cfg.engine.kind, cfg.sim_profile if cfg.engine.kind == "sim" else None)
 
 
 def simulated_row(

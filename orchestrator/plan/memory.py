@@ -210,7 +210,7 @@ def require_fit(cfg: RunConfig, force: bool = False, batch: Sequence[tuple[int, 
 
 
 def _with(cfg: RunConfig, **changes: object) -> RunConfig | None:
-    """A copy of cfg with dotted-path changes applied, or None if that is not a valid config."""
+    """A copy of cfg with changes applied (key 'a__b' sets data['a']['b']), or None if that is not valid."""
     data = cfg.model_dump(mode="json")
     for path, value in changes.items():
         node = data

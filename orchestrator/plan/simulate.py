@@ -36,6 +36,7 @@ class _Request:
     prefilled: int = 0  # prompt tokens already computed (chunked prefill progress)
     first_token_s: float | None = None
     finish_s: float | None = None
+    decode: _Server | None = None  # PD: the decode server the router paired it with
 
     @property
     def kv_reserve(self) -> int:
@@ -172,8 +173,8 @@ class _Simulation:
                 server = self.aggregated[i % len(self.aggregated)]
             else:
                 server = self.prefill[i % len(self.prefill)]
-                req.decode_server = self.decode[i % len(self.decode)]  # type: ignore[attr-defined]
-                self.check_fits(req.decode_server, req)  # type: ignore[attr-defined]
+                req.decode = self.decode[i % len(self.decode)]
+                self.check_fits(req.decode, req)
             self.check_fits(server, req)
             server.waiting.append(req)
             self.kick(server)
@@ -255,7 +256,8 @@ class _Simulation:
         self.start_forward(server)
 
     def send_kv(self, prefill: _Server, req: _Request) -> None:
-        decode: _Server = req.decode_server  # type: ignore[attr-defined]
+        decode = req.decode
+        assert decode is not None, "PD requests are paired with a decode server on submit"
         same_node = prefill.node == decode.node != "all"
         transfer = prefill.model.kv_transfer_s(req.prompt_len, same_node=same_node)
         start = max(self.now, decode.link_free_s)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from orchestrator.model_presets import ModelArchitecture
@@ -228,6 +228,8 @@ class EngineCostModel:
     chunked_prefill_tokens: int = 8192  # SGLang's default --chunked-prefill-size on 80-160 GB GPUs
     context_length: int | None = None
     comm_efficiency: float = 0.8
+    format: WeightFormat = field(init=False, repr=False)
+    params: ParamCounts = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.format = weight_format(self.quantization)
