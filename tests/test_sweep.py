@@ -168,3 +168,113 @@ def test_same_command_runs_when_outputs_are_right(clean, tmp_path):
     assert rc == 0
     report = json.loads((out / "sweep.json").read_text())
     assert report["accuracy_gate"]["passed"] is True and len(report["pairs"]) == 1
+
+
+# ------------------------------------------------------------------------------------------ through the PD router
+# The router's ingress app (uvicorn on loopback, as Serve wraps it) in front of one sim prefill + one sim
+# decode: the gate compares PD output with an aggregated sim server's, token for token.
+
+@contextlib.contextmanager
+def sim_pd_pair(cfg: RunConfig) -> Iterator[list]:
+    """One sim prefill + one sim decode launched from `cfg` by the sim backend, as WorkerEndpoints."""
+    from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for
+    from orchestrator.protocol import WorkerEndpoint
+
+    with tempfile.TemporaryDirectory(prefix="sim-pd-") as tmp:
+        procs, endpoints = [], []
+        try:
+            for role in ("prefill", "decode"):
+                group = getattr(cfg.layout, role)[0]
+                placement = WorkerPlacement(role=role, group_index=0, replica_index=0, host="127.0.0.1",
+                                            advertise_host="127.0.0.1", port=_free_port(),
+                                            bootstrap_port=_free_port() if role == "prefill" else None)
+                launch = backend_for(cfg).build_launch(cfg, group, placement)
+                proc = EngineProcess(launch, Path(tmp) / f"{role}.log")
+                proc.start()
+                procs.append(proc)
+                endpoints.append(WorkerEndpoint(role=role, name=f"sim-{role}", url=launch.url,
+                                                bootstrap_host="127.0.0.1" if role == "prefill" else None,
+                                                bootstrap_port=launch.bootstrap_port))
+            for proc in procs:
+                proc.wait_healthy(timeout_s=60)
+            yield endpoints
+        finally:
+            for proc in procs:
+                proc.stop()
+
+
+@pytest.fixture(scope="module")
+def pd_cfg(tmp_path_factory) -> RunConfig:
+    from tests.conftest import sim_config as pd_sim_config
+
+    return pd_sim_config(tmp_dir=tmp_path_factory.mktemp("pd"))
+
+
+@pytest.fixture(scope="module")
+def pd_workers(pd_cfg):
+    with sim_pd_pair(pd_cfg) as endpoints:
+        yield endpoints
+
+
+@pytest.fixture(scope="module")
+def pd_router(pd_cfg, pd_workers):
+    from deployments.router import RouterCore
+    from tests.test_router_http import Ingress
+
+    core = RouterCore(pd_cfg, run_id="sweep-test")
+    core.follow(1, pd_workers)
+    ingress = Ingress(core)
+    yield ingress.url
+    ingress.stop()
+
+
+def _decode_faults(workers, spec: dict) -> None:
+    import httpx
+
+    decode = next(e for e in workers if e.role == "decode")
+    httpx.post(f"{decode.url}/sim/faults", json=spec, timeout=10).raise_for_status()
+
+
+def test_sweep_through_pd_router_after_pd_equals_aggregated(pd_cfg, pd_router, tmp_path):
+    plan = sweep.SweepPlan(pairs=[(48, 12)], concurrencies=[2], num_prompts_per_level=4, warmup=1,
+                           dataset_path=mini_sharegpt(tmp_path))
+    gate = AccuracyGateSpec(num_prompts=4, max_new_tokens=8)  # auto -> token-match vs a local aggregated sim
+    report = sweep.run_sweep(pd_cfg, pd_router, plan, gate, tmp_path / "out", log=lambda *_: None)
+    assert report["accuracy_gate"]["passed"], report["accuracy_gate"]["detail"]
+    assert report["accuracy_gate"]["metrics"]["reference"] == "local aggregated sim server"
+    (level,) = report["pairs"][0]["levels"]
+    assert level["completed"] == 4 and level["ttft"]["median_ms"] > 0
+
+
+def test_gate_stops_sweep_through_pd_router_when_decode_corrupts(pd_cfg, pd_router, pd_workers, tmp_path):
+    plan = sweep.SweepPlan(pairs=[(48, 12)], concurrencies=[2], num_prompts_per_level=4, warmup=0,
+                           dataset_path=mini_sharegpt(tmp_path))
+    _decode_faults(pd_workers, {"corrupt_rate": 1.0})
+    try:
+        report = sweep.run_sweep(pd_cfg, pd_router, plan, AccuracyGateSpec(num_prompts=4, max_new_tokens=8),
+                                 tmp_path / "out", log=lambda *_: None)
+    finally:
+        _decode_faults(pd_workers, {})
+    assert report["accuracy_gate"]["passed"] is False
+    assert report["aborted"].startswith("accuracy gate failed: 4/4 prompts differ")
+    assert report["pairs"] == []
+
+
+# ------------------------------------------------------------------------------------------ whole deployment on Ray
+
+
+def test_sweep_brings_up_the_config_deployment_without_url(ray_driver, make_sim_config, tmp_path):
+    from orchestrator.config import dump_config
+
+    pytest.importorskip("deployments.router")
+    config = tmp_path / "deploy.yaml"
+    config.write_text(dump_config(make_sim_config()))
+    out = tmp_path / "deployed"
+    rc = main(["sweep", "--config", str(config), "--isl-osl", "48/12", "--concurrency", "2",
+               "--num-prompts-per-level", "4", "--warmup", "1", "--dataset-path", mini_sharegpt(tmp_path),
+               "--accuracy-prompts", "3", "--accuracy-tokens", "6", "--out", str(out)])
+    assert rc == 0
+    report = json.loads((out / "sweep.json").read_text())
+    assert report["accuracy_gate"]["passed"] is True
+    assert report["url"].startswith("http://127.0.0.1:")
+    assert report["pairs"][0]["levels"][0]["completed"] == 4
