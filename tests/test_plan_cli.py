@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,17 @@ def test_the_console_entry_point_runs_compare() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "agg:1AxTP16" in proc.stdout and "simulated" in proc.stdout
+
+
+def test_plan_shows_predicted_vs_measured_when_a_run_of_the_layout_exists(tmp_path, capsys) -> None:
+    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
+    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
+                "ttft_s": 1.0, "e2e_s": 50.0, "sent_at": 0.0, "done_at": 50.0} for i in range(1000)]
+    (tmp_path / "run-1").mkdir()
+    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
+        {"verdict": "VALID", "duration_s": 50.0, "total_s": 200.0,
+         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", f"benchmark.result_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert f"measured ({tmp_path / 'run-1' / 'result.json'}): 2,000 out tok/s, run 50.0 s; predicted" in out
+    assert "(error " in out

@@ -7,7 +7,7 @@ import sys
 import time
 
 from orchestrator.config import RunConfig, load_config
-from orchestrator.plan.compare import compare, compare_table
+from orchestrator.plan.compare import compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.search import PlanError, ranking_table, search_layouts, write_top_configs
@@ -80,6 +80,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print(f"deadline budget ({LABEL} on {gpu}, engine={cfg.engine.kind}):")
             print(budget.table() + "\n")
             ok = budget.verdict != INVALID
+            _print_measured(cfg, budget.run.output_throughput, budget.run.duration_s)
         if args.search:
             started = time.monotonic()
             ranked = search_layouts(cfg, batch, gpu=gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
@@ -93,6 +94,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"plan: {exc}", file=sys.stderr)
         return 2
     return 0 if ok else 1
+
+
+def _print_measured(cfg: RunConfig, predicted_tok_s: float, predicted_run_s: float) -> None:
+    """Predicted vs measured, when a real run of this layout exists under benchmark.result_dir."""
+    found = find_real_run(cfg)
+    if found is None:
+        return
+    path, measured = found
+    measured_tok_s = measured.output_tokens / measured.duration_s
+    print(
+        f"measured ({path}): {measured_tok_s:,.0f} out tok/s, run {measured.duration_s:.1f} s; "
+        f"predicted {predicted_tok_s:,.0f} out tok/s, run {predicted_run_s:.1f} s "
+        f"(error {predicted_tok_s / measured_tok_s - 1:+.0%})\n"
+    )
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
