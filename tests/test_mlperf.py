@@ -1,4 +1,4 @@
-"""MLPerf LoadGen harness: dataset formats, and Offline/Server runs of LoadGen against a sim server."""
+"""MLPerf LoadGen harness: dataset formats, and Offline/Server runs of LoadGen through the PD router."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator import mlperf
 from orchestrator.cli import main
-from tests.test_sweep import sim_server
+from tests.test_sweep import pd_cfg, pd_router, pd_workers, sim_server  # noqa: F401  (fixtures)
 
 pytest.importorskip("mlperf_loadgen")
 
@@ -62,9 +62,9 @@ def test_missing_dataset_file_is_named(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def server():
-    with sim_server() as url:
-        yield url
+def server(pd_router):  # noqa: F811
+    """LoadGen's queries go through the PD router's ingress to a sim prefill + decode pair."""
+    return pd_router
 
 
 def _prompts(tmp_path, n: int = 6) -> str:

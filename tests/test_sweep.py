@@ -263,6 +263,7 @@ def test_gate_stops_sweep_through_pd_router_when_decode_corrupts(pd_cfg, pd_rout
 # ------------------------------------------------------------------------------------------ whole deployment on Ray
 
 
+@pytest.mark.ray
 def test_sweep_brings_up_the_config_deployment_without_url(ray_driver, make_sim_config, tmp_path):
     from orchestrator.config import dump_config
 
