@@ -29,9 +29,7 @@ async def run_all(sched: Scheduler, reqs: list[SimRequest]) -> None:
 
 
 async def _finished(req: SimRequest) -> None:
-    while not req.finished:
-        await req.updated.wait()
-        req.updated.clear()
+    await req.finished_event.wait()
 
 
 async def test_every_request_gets_exactly_its_max_new_tokens():

@@ -152,7 +152,7 @@ async def test_pd_pair_answers_like_sglang_with_requested_lengths(pd_pair, aggre
 async def test_kv_transfer_moves_the_models_bytes_and_metrics_move(pd_pair):
     prefill, decode = pd_pair
     p_before, d_before = scrape(prefill), scrape(decode)
-    prompt = PROMPTS[-1]  # 1200 tokens of R1 KV = 84 MB: more than the decode's 32 MiB receive buffer
+    prompt = PROMPTS[-1]  # 1200 tokens of R1 KV = 84 MB: more than the decode's 64 MiB receive buffer
     p, d = await pd_generate(prefill, decode, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 3}})
     assert p.status_code == 200 and d.status_code == 200
     p_after, d_after = scrape(prefill), scrape(decode)

@@ -72,7 +72,8 @@ class SimRequest:
     finish_reason: dict | None = None
     kv_need: int = 0  # KV slots it takes when admitted
     kv_tokens: int = 0  # KV slots it holds now
-    updated: asyncio.Event = field(default_factory=asyncio.Event)
+    updated: asyncio.Event = field(default_factory=asyncio.Event)  # new tokens or finished (streaming)
+    finished_event: asyncio.Event = field(default_factory=asyncio.Event)  # finished only (one wake-up)
 
     def __post_init__(self) -> None:
         self.seed = prompt_seed(self.input_ids)
@@ -365,6 +366,7 @@ class Scheduler:
             req.kv_tokens = 0
             asyncio.get_running_loop().create_task(self._notify_kv_freed())
         req.updated.set()
+        req.finished_event.set()
         if self.on_finish is not None:
             self.on_finish(req)
         self._wake.set()

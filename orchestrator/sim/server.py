@@ -524,8 +524,7 @@ class SimEngine:
     async def _run_in_scheduler(self, run: Run) -> None:
         self.scheduler.submit(run.req)
         run.submitted = True
-        while not run.req.finished:
-            await _wait_event(run.req.updated)
+        await run.req.finished_event.wait()
 
     async def _drive_prefill(self, run: Run, fate: RequestFate) -> None:
         assert self.prefill_kv is not None
@@ -917,7 +916,7 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--startup-s", type=float, default=None, help="start-up delay; default cost model x time scale")
     s.add_argument("--faults", default=None, help="fault spec JSON, see docs/simulator.md")
     s.add_argument("--kv-transfer", choices=["auto", "nixl", "http"], default="auto")
-    s.add_argument("--kv-buffer-mb", type=int, default=32, help="decode receive buffer (MiB)")
+    s.add_argument("--kv-buffer-mb", type=int, default=64, help="decode receive buffer (MiB), 8 MiB per transfer")
     s.add_argument("--sim-node", default=None, help="node identity for same-node transfers; default --host")
     d = PdTimeouts()
     s.add_argument("--waiting-timeout-s", type=float, default=d.waiting_timeout_s)
@@ -1010,4 +1009,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run the importable copy of this module, not __main__: pydantic resolves the body models' annotations
+    # through sys.modules[their __module__], which under runpy/cProfile is not this file.
+    from orchestrator.sim.server import main as _main
+
+    raise SystemExit(_main())
