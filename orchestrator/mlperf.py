@@ -367,13 +367,15 @@ def _cmd_mlperf(args: argparse.Namespace) -> int:
     if not args.config and not args.url:
         print("mlperf: give --config (bring up its deployment) or --url (an already running router)", file=sys.stderr)
         return 2
+    from orchestrator.dataset import DatasetError
+
     cfg = load_config(args.config, args.overrides) if args.config else None
     try:
         if args.dataset:
             samples = load_samples(args.dataset, max_output_tokens=args.max_output_tokens, limit=args.num_samples)
         else:
             samples = default_samples(cfg, args.num_samples or (cfg.benchmark.num_prompts if cfg else 1000))
-    except MlperfError as exc:
+    except (MlperfError, DatasetError) as exc:
         print(str(exc), file=sys.stderr)
         return 2
     settings = MlperfSettings(

@@ -33,6 +33,10 @@ class SweepError(ValueError):
     """Bad sweep arguments; the message names the flag and the accepted form."""
 
 
+class WarmupFailed(RuntimeError):
+    """Every warm-up request failed: the deployment is not serving, so measuring it would be meaningless."""
+
+
 @dataclass(frozen=True)
 class SweepPlan:
     """What to measure: ISL/OSL pairs x concurrency levels, and how many prompts each level sends."""
@@ -128,7 +132,7 @@ def run_pair(
             run_at_concurrency(url, warm, max(plan.concurrencies), plan.request_timeout_s, headers)
         )
         if not any(r.ok for r in results):
-            raise RuntimeError(f"every warm-up request to {url} failed; first error: {results[0].error}")
+            raise WarmupFailed(f"every warm-up request to {url} failed; first error: {results[0].error}")
     for concurrency in plan.concurrencies:
         n = plan.prompts_for(concurrency)
         level_requests = _reindex(requests[cursor : cursor + n])
@@ -241,7 +245,12 @@ def run_sweep(
     for isl, osl in plan.pairs:
         needed = plan.warmup + sum(plan.prompts_for(c) for c in plan.concurrencies)
         requests = sample_pair_requests(plan, cfg, isl, osl, needed)
-        pair = run_pair(url, plan, requests, isl, osl, num_gpus, headers, log)
+        try:
+            pair = run_pair(url, plan, requests, isl, osl, num_gpus, headers, log)
+        except WarmupFailed as exc:
+            report["aborted"] = f"ISL/OSL {isl}/{osl}: {exc}"
+            json_path.write_text(json.dumps(report, indent=2))
+            return report
         stem = f"sweep_{isl}x{osl}"
         table = render_table(pair, num_gpus, simulated)
         (out_dir / f"{stem}.md").write_text(table)
@@ -296,16 +305,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except SweepError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    from orchestrator.dataset import DatasetError
+
     out_dir = Path(args.out or Path(cfg.benchmark.result_dir) / f"sweep-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         with deployment_url(cfg, args.url) as url:
             report = run_sweep(cfg, url, plan, accuracy.spec_from_args(args), out_dir)
-    except SweepError as exc:
+    except (SweepError, DatasetError) as exc:
         print(str(exc), file=sys.stderr)
         return 2
     print(f"results: {out_dir / 'sweep.json'}")
     if report["aborted"]:
         print(f"sweep aborted: {report['aborted']}", file=sys.stderr)
+        return 1
+    failed = sum(level["failed"] for pair in report["pairs"] for level in pair["levels"])
+    if failed:
+        print(f"{failed} requests failed; see first_error per level in sweep.json", file=sys.stderr)
         return 1
     return 0
 
