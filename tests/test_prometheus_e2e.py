@@ -326,3 +326,40 @@ def _proc_state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
     except (OSError, IndexError):
         return "zombie"
+
+
+def _ray_sd_file(ray_cluster) -> Path | None:
+    """Ray's own service-discovery file, written by the head's dashboard into its temp dir."""
+    for node in ray_cluster.nodes:
+        for path in Path(node.temp_dir).glob("**/prom_metrics_service_discovery.json"):
+            if path.exists() and json.loads(path.read_text() or "[]"):
+                return path
+    return None
+
+
+@pytest.mark.ray
+def test_cluster_dashboard_shows_ray_node_metrics_from_rays_sd_file(ray_cluster, tmp_path):
+    """The session's 2-node cluster: Prometheus follows Ray's SD file, the cluster panels get data."""
+    ray_sd = wait_for(lambda: _ray_sd_file(ray_cluster), 60, "Ray's prom_metrics_service_discovery.json")
+    paths = MonitorPaths(tmp_path / "monitor")
+    start = time.time()
+    try:
+        _, url = prometheus_up(paths, tmp_path / "targets.json", free_port(), SCRAPE_S, [str(ray_sd)])
+        prom = Prom(url)
+        nodes = wait_for(lambda: {s["metric"]["instance"] for s in prom.query('ray_node_cpu_utilization{job="ray"}')}
+                         if len(prom.query('ray_node_cpu_utilization{job="ray"}')) >= 2 else None,
+                         60, "node metrics of both Ray nodes in Prometheus")
+        assert len(nodes) == 2
+        wait_for(lambda: all(len(s["values"]) > 2 for s in
+                             prom.query_range('ray_node_mem_used{job="ray"}', start, time.time()) or [{"values": []}]),
+                 30, "a few scrapes of Ray node metrics")
+        has_gpus = bool(prom.query("ray_node_gpus_utilization"))
+        empty = []
+        for q in dashboard_queries({"cluster.json": load_dashboards()["cluster.json"]}):
+            if not has_gpus and ("ray_node_gpus_" in q.expr or "ray_node_gram_" in q.expr):
+                continue  # no GPUs on this machine: those panels are empty by design
+            if not prom.query_range(expand_macros(q.expr, {"node": ".*"}, RATE_WINDOW), start, time.time()):
+                empty.append(f"{q.where}: {q.expr}")
+        assert not empty, "cluster dashboard expressions without data:\n" + "\n".join(empty)
+    finally:
+        prometheus_down(paths)
