@@ -367,7 +367,8 @@ def run_bench(
             from orchestrator.plan.memory import LayoutDoesNotFit
 
             if isinstance(exc, LayoutDoesNotFit):
-                reason = f"memory preflight: {exc} (pass --force to run anyway)"
+                verdict_line = exc.report.summary().splitlines()[0]
+                reason = f"memory preflight: {verdict_line}; pass --force to run anyway\n{exc.report.summary()}"
             else:
                 reason = f"{clock.current or 'run'} failed: {type(exc).__name__}: {exc}"
             log.debug("bench failed", exc_info=True)
@@ -495,7 +496,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     print(result.text())
     print(f"result: {result.result_path}")
     if not result.valid:
-        print(f"INVALID: {result.verdict.why_invalid()}", flush=True)  # the reason is the job log's last line
+        first, *detail = (result.verdict.why_invalid() or "").splitlines()
+        if detail:
+            print("\n".join(detail))
+        print(f"INVALID: {first}", flush=True)  # the reason is the last line of the output (and job log)
         return 1
     return 0
 

@@ -34,6 +34,10 @@ class ClusterError(RuntimeError):
     """The cluster cannot host the layout, or a local cluster failed to start; the message says the fix."""
 
 
+class NodeExited(ClusterError):
+    """A local raylet we started exited during start-up."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -187,17 +191,37 @@ class LocalCluster:
                 f"--dashboard-port={dashboard_port}",
                 f"--ray-client-server-port={free_port(host)}",
             ]
-            state.nodes.append(self._start_node(roles.prefill, head_args, root / "head"))
-            state.save(self.state_path)
-            self._wait(lambda: _port_open(host, gcs_port), timeout_s, "GCS port of the head node")
+            # the second raylet gives up at once if the head is not registered in the GCS yet, so wait
+            # for the head to be listed as an alive node (through the dashboard), not just the GCS port
+            self._start_with_retries(roles.prefill, head_args, root / "head", 1, timeout_s)
             worker_args = [f"--address={state.gcs_address}"]
-            state.nodes.append(self._start_node(roles.decode, worker_args, root / "decode"))
-            state.save(self.state_path)
-            self._wait(lambda: self._alive_node_count() >= 2, timeout_s, "both local nodes alive")
+            self._start_with_retries(roles.decode, worker_args, root / "decode", 2, timeout_s)
         except BaseException:
             self.stop()
             raise
         return state
+
+    def _start_with_retries(self, role: str, args: list[str], temp_dir: Path, alive_after: int,
+                            timeout_s: float, attempts: int = 3) -> None:
+        """Start one raylet and wait until `alive_after` nodes are alive.
+
+        Ray gives a starting raylet a fixed 30 s to register with the GCS; on a box loaded by other jobs
+        that is sometimes not enough and `ray start` exits, so a node that exits is started again.
+        """
+        assert self.state is not None
+        for attempt in range(attempts):
+            node_dir = temp_dir.with_name(temp_dir.name + (f"-{attempt}" if attempt else ""))
+            self.state.nodes.append(self._start_node(role, args, node_dir))
+            self.state.save(self.state_path)
+            try:
+                self._wait(lambda: self._alive_node_count() >= alive_after, timeout_s, f"node {role} alive")
+                return
+            except NodeExited:
+                node = self.state.nodes.pop()
+                _kill_tree(node.pid)
+                self.state.save(self.state_path)
+                if attempt == attempts - 1:
+                    raise
 
     def _start_node(self, role: str, role_args: list[str], temp_dir: Path) -> LocalNode:
         local = self.cluster.local
@@ -222,7 +246,7 @@ class LocalCluster:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 argv,
-                env={**os.environ, **RAY_ENV},
+                env={**os.environ, **RAY_ENV, "RAY_NUM_REDIS_GET_RETRIES": "120"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -247,7 +271,7 @@ class LocalCluster:
             dead = [n for n in self.state.nodes if not _pid_alive(n.pid) or _exited(n.pid)]
             if dead:
                 node = dead[0]
-                raise ClusterError(
+                raise NodeExited(
                     f"local Ray node role={node.role} exited during start-up; see {node.log_path}:\n"
                     + _tail(node.log_path)
                 )

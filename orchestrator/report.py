@@ -160,7 +160,7 @@ def our_lines(v: RunVerdict) -> str:
         rows.append("{:<40} {:<10}".format("Failed:", f"{count} x {reason}"))
     if v.time_note:
         rows.append(v.time_note)
-    verdict = v.verdict if v.valid else f"INVALID: {v.why_invalid()}"
+    verdict = v.verdict if v.valid else f"INVALID: {(v.why_invalid() or '').splitlines()[0]}"
     rows.append("{:<40} {:<10}".format("Deadline verdict:", verdict))
     return "\n".join(rows)
 
