@@ -510,3 +510,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", default=None, help="also write the report as JSON here")
     p.add_argument("--strict", action="store_true", help="exit 3 when GPUDirect RDMA is not active")
     p.set_defaults(func=_cmd_preflight)
+
+
+if __name__ == "__main__":  # `python -m orchestrator.fabric --config X`: imports no other command module
+    _parser = argparse.ArgumentParser(prog="python -m orchestrator.fabric")
+    register(_parser.add_subparsers(dest="command", required=True))
+    _args = _parser.parse_args(["preflight", *sys.argv[1:]])
+    raise SystemExit(_args.func(_args))
