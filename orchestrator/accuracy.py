@@ -254,15 +254,19 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def local_sim_reference(cfg) -> Iterator[str]:
     """An aggregated (null-mode) sim server on loopback, as the token-match reference for sim deployments."""
-    from orchestrator.config import WorkerGroup
     from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for
 
-    group = WorkerGroup(tp=1)
+    # Shaped like the deployment's last group (decode or aggregated) so the model fits as it does there;
+    # outputs depend only on the prompt, so the shape changes nothing else. No simulated model load.
+    _, _, shape = cfg.layout.groups()[-1]
+    group = shape.model_copy(update={"count": 1, "name": "accuracy-reference", "extra_args": []})
+    ref_cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={
+        "sim": cfg.engine.sim.model_copy(update={"startup_s": 0.0, "faults": {}})})})
     placement = WorkerPlacement(
         role="aggregated", group_index=0, replica_index=0, host="127.0.0.1", advertise_host="127.0.0.1",
         port=_free_port(),
     )
-    launch = backend_for(cfg).build_launch(cfg, group, placement)
+    launch = backend_for(ref_cfg).build_launch(ref_cfg, group, placement)
     with tempfile.TemporaryDirectory(prefix="accuracy-ref-") as tmp:
         proc = EngineProcess(launch, Path(tmp) / "reference.log")
         proc.start()
