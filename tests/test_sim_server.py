@@ -316,3 +316,12 @@ def test_crash_fault_kills_the_process_like_a_kill(tmp_path):
         assert server.proc.proc.wait(timeout=10) == 137
     finally:
         server.stop()
+
+
+def test_model_that_does_not_fit_is_refused_before_binding(capsys):
+    from orchestrator.cli import main
+
+    rc = main(["sim-server", "--profile", "H100-SXM", "--quantization", "fp8", "--tp-size", "8", "--port", str(free_port())])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "no room for KV cache" in err and "--tp-size" in err
