@@ -1,0 +1,157 @@
+"""Router throughput on this machine: req/s and added latency of the router paths, on zero-cost sim workers.
+
+    .venv/bin/python benchmarks/router_throughput.py [--requests 200] [--concurrency 1,16,64] [--output-len 4]
+
+Starts a local 2-node Ray cluster, deploys the embedded-default app with simulated engines whose
+durations are scaled to ~0 (`engine.sim.time_scale`), and drives the same requests three ways:
+- `direct`: an in-process `PDDispatcher` straight to the engines (no Serve): the baseline;
+- `handle`: the benchmark's path, `PDRouter.generate_batch` over a stream=True Serve handle;
+- `http`: SGLang-style `POST /generate` (non-stream) through Serve's HTTP proxy, concurrent clients.
+Latency per request is wall time from dispatch to the client having the answer; "added" is the path's
+p50/p99 minus the direct path's at the same concurrency. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrator.config import RunConfig, load_config  # noqa: E402
+from orchestrator.pd_dispatch import DispatchSettings, PDDispatcher  # noqa: E402
+from orchestrator.protocol import BenchRequest  # noqa: E402
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def make_requests(n: int, output_len: int) -> list[BenchRequest]:
+    return [BenchRequest(index=i, input_ids=list(range(1, 65)), output_len=output_len) for i in range(n)]
+
+
+async def run_direct(endpoints, reqs, concurrency: int) -> tuple[float, list[float]]:
+    d = PDDispatcher(DispatchSettings())
+    d.set_workers(endpoints)
+    latencies = []
+    start = time.perf_counter()
+    async for r in d.run_batch(reqs, concurrency, time.time() + 600):
+        assert r.status == "ok", r.error
+        latencies.append(time.time() - r.sent_at)
+    elapsed = time.perf_counter() - start
+    await d.close()
+    return elapsed, latencies
+
+
+def run_handle(router, reqs, concurrency: int) -> tuple[float, list[float]]:
+    latencies = []
+    start = time.perf_counter()
+    for r in router.options(stream=True).generate_batch.remote(reqs, concurrency, time.time() + 600):
+        assert r.status == "ok", r.error
+        latencies.append(time.time() - r.sent_at)
+    return time.perf_counter() - start, latencies
+
+
+async def run_http(url: str, reqs, concurrency: int) -> tuple[float, list[float]]:
+    queue = list(reqs)
+    latencies: list[float] = []
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def client() -> None:
+            while queue:
+                req = queue.pop()
+                body = {"input_ids": req.input_ids,
+                        "sampling_params": {"temperature": 0, "max_new_tokens": req.output_len, "ignore_eos": True}}
+                t0 = time.time()
+                async with session.post(url + "/generate", json=body) as resp:
+                    await resp.read()
+                    assert resp.status == 200, await resp.text()
+                latencies.append(time.time() - t0)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return time.perf_counter() - start, latencies
+
+
+def bench_config(result_dir: str) -> RunConfig:
+    from orchestrator.cluster import free_port
+
+    root = Path(__file__).resolve().parents[1]
+    return load_config(root / "configs" / "default.yaml", [
+        "engine.sim.profile=cpu-fast", "engine.sim.time_scale=0.0001", "engine.sim.startup_s=0",
+        f"router.port={free_port()}", "metrics.exporter_port=0", f"benchmark.result_dir={result_dir}",
+        "benchmark.warmup.policy=none",
+    ])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200, help="requests per (mode, concurrency)")
+    parser.add_argument("--concurrency", default="1,16,64", help="comma-separated max in flight")
+    parser.add_argument("--output-len", type=int, default=4)
+    parser.add_argument("--modes", default="direct,handle,http")
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.setdefault("UCX_NET_DEVICES", "lo")
+
+    from ray import serve
+
+    from deployments.app import ROUTER_APP, deploy, expected_workers
+    from orchestrator.cluster import connect
+
+    tmp = tempfile.mkdtemp(prefix="router-bench-")
+    cfg = bench_config(tmp)
+    session = connect(cfg, Path(tmp) / "cluster.json")
+    rows = []
+    try:
+        deploy(cfg, "router-bench", timeout_s=300)
+        router = serve.get_app_handle(ROUTER_APP)
+        endpoints = router.wait_ready.remote(expected_workers(cfg), 300).result(timeout_s=330)
+        url = f"http://{cfg.router.host}:{cfg.router.port}"
+        modes = args.modes.split(",")
+        for c in (int(x) for x in args.concurrency.split(",")):
+            baseline: tuple[float, float] | None = None
+            for mode in modes:
+                reqs = make_requests(args.requests, args.output_len)
+                if mode == "direct":
+                    elapsed, lat = asyncio.run(run_direct(endpoints, reqs, c))
+                elif mode == "handle":
+                    elapsed, lat = run_handle(router, reqs, c)
+                elif mode == "http":
+                    elapsed, lat = asyncio.run(run_http(url, reqs, c))
+                else:
+                    raise SystemExit(f"--modes: unknown mode {mode!r}; use direct, handle, http")
+                p50, p99 = percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
+                if mode == "direct":
+                    baseline = (p50, p99)
+                added = (f"{p50 - baseline[0]:+.1f}", f"{p99 - baseline[1]:+.1f}") if baseline and mode != "direct" else ("", "")
+                rows.append((mode, c, len(lat), len(lat) / elapsed, p50, p99, *added))
+                print(f"{mode:7s} c={c:<4d} {len(lat) / elapsed:8.1f} req/s  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms",
+                      file=sys.stderr)
+    finally:
+        serve.shutdown()
+        session.close()
+    load = os.getloadavg()
+    print(f"\nRouter throughput, {os.cpu_count()} cores, load average {load[0]:.1f} at the end; sim workers "
+          f"at time_scale=1e-4, {args.output_len} output tokens, 64-token prompts, 1 prefill + 1 decode.\n")
+    print("| path | concurrency | requests | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode, c, n, rps, p50, p99, a50, a99 in rows:
+        print(f"| {mode} | {c} | {n} | {rps:.1f} | {p50:.1f} | {p99:.1f} | {a50} | {a99} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
