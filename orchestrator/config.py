@@ -114,6 +114,7 @@ class SglangEngineConfig(Strict):
     mem_fraction_static: float | None = Field(None, gt=0, lt=1)
     extra_args: list[str] = Field(default_factory=list, description="Passed to every server.")
     env: dict[str, str] = Field(default_factory=dict)
+    disk_read_gb_s: float = Field(2.0, gt=0, description="Weight read speed of the nodes (real weights).")
     startup_timeout_s: float = Field(600, gt=0)
 
 
@@ -129,6 +130,7 @@ class WorkerGroup(Strict):
     tp: int = Field(1, ge=1, description="Tensor-parallel size of one server.")
     dp: int = Field(1, ge=1, description="Data-parallel size inside one server.")
     ep: int = Field(1, ge=1, description="Expert-parallel size inside one server.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel size of one server (e.g. TP8xPP2 over 2 nodes).")
     dp_attention: bool = False
     nnodes: int = Field(1, ge=1, description="Nodes one server spans (e.g. TP16 over 2 nodes).")
     node_role: str | None = Field(None, description="Node role label; default from the group's role.")
@@ -137,7 +139,7 @@ class WorkerGroup(Strict):
 
     @property
     def gpus_per_server(self) -> int:
-        return self.tp * (1 if self.dp_attention else self.dp)
+        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
 
 
 class LayoutConfig(Strict):
