@@ -56,7 +56,7 @@ def worker_deployment_options(cfg: RunConfig, role: str, group: WorkerGroup) -> 
     """Serve options pinning one group's replicas: label selector + one placement group per replica.
 
     One bundle per GPU (TP ranks are GPUs) packed on one node; a server spanning nodes gets one bundle
-    per node, strictly on different nodes. The replica itself takes no CPU/GPU: it sits in bundle 0
+    per node (that node's share of the server's GPUs), strictly on different nodes. The replica itself takes no CPU/GPU: it sits in bundle 0
     and only supervises the engine process.
     """
     selector = {cfg.cluster.roles.label_key: cfg.node_role(role, group)}
@@ -67,12 +67,15 @@ def worker_deployment_options(cfg: RunConfig, role: str, group: WorkerGroup) -> 
         per_node = -(-group.gpus_per_server // group.nnodes)
         bundles = [{"GPU": per_node, "CPU": 0}] * group.nnodes
         strategy = "STRICT_SPREAD"
+    # node rank 0 (bundle 0, where the replica runs) sits on a node of the group's role; the other
+    # ranks of a multi-node server take whole other nodes, whatever their label
+    bundle_selectors = [selector] + [{}] * (len(bundles) - 1) if group.nnodes > 1 else [selector]
     return {
         "num_replicas": group.count,
         "ray_actor_options": {"num_cpus": 0, "label_selector": selector},
         "placement_group_bundles": bundles,
         "placement_group_strategy": strategy,
-        "placement_group_bundle_label_selector": [selector],
+        "placement_group_bundle_label_selector": bundle_selectors,
         "health_check_period_s": HEALTH_CHECK_PERIOD_S,
         "max_ongoing_requests": 16,  # control calls only; requests go straight to the engine over HTTP
     }
@@ -84,11 +87,6 @@ def build_worker_apps(cfg: RunConfig, run_id: str) -> list[RunTarget]:
     targets = []
     for spec in worker_groups(cfg):
         group = getattr(cfg.layout, spec.role)[spec.group_index]
-        if group.nnodes > 1:
-            raise NotImplementedError(
-                f"layout.{spec.role}.{spec.group_index}.nnodes={group.nnodes}: servers spanning nodes are not "
-                "placed yet; use nnodes: 1"
-            )
         deployment = engine_worker_deployment(spec.deployment, **worker_deployment_options(cfg, spec.role, group))
         app = deployment.bind(cfg, spec.role, spec.group_index, run_id)
         targets.append(RunTarget(target=app, name=spec.app_name, route_prefix=None))

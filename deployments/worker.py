@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -75,6 +76,27 @@ def _engine_log_dir(run_id: str) -> Path:
     return base / "pd-engines" / run_id
 
 
+@ray.remote(num_cpus=0)
+class EngineRank:
+    """Node rank k > 0 of a real SGLang server spanning nodes: owns that node's engine process.
+
+    It holds its bundle's GPUs itself, so the ids Ray hands it are the ones the engine must use.
+    """
+
+    def __init__(self, cfg: RunConfig, placement: WorkerPlacement, log_path: str):
+        group = getattr(cfg.layout, placement.role)[placement.group_index]
+        ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+        placement = replace(placement, gpu_ids=tuple(int(i) for i in ids), node_ip=ray.util.get_node_ip_address())
+        self.engine = EngineProcess(backend_for(cfg).build_launch(cfg, group, placement), Path(log_path))
+        self.engine.start()
+
+    def alive(self) -> bool:
+        return self.engine.alive()
+
+    def stop(self) -> None:
+        self.engine.stop()
+
+
 class EngineWorker:
     """A prefill, decode or aggregated engine server behind one Serve replica."""
 
@@ -92,7 +114,8 @@ class EngineWorker:
         bind_host = cfg.cluster.local.bind_host if local else "0.0.0.0"
         # a local cluster is one machine: engines listen on loopback, peers reach them there
         advertise = cfg.cluster.local.bind_host if local else (cfg.transfer.host_ip or node_ip)
-        gpus_per_bundle = -(-self.group.gpus_per_server // self.group.nnodes) if self.group.nnodes > 1 else 1
+        nnodes = self.group.nnodes
+        gpus_per_bundle = -(-self.group.gpus_per_server // nnodes) if nnodes > 1 else 1
         self.placement = WorkerPlacement(
             role=role,
             group_index=group_index,
@@ -103,11 +126,17 @@ class EngineWorker:
             bootstrap_port=_free_port(bind_host) if role == "prefill" else None,
             gpu_ids=placement_gpu_ids(gpus_per_bundle),
             node_ip=node_ip,
-            nnodes=self.group.nnodes,
+            nnodes=nnodes,
+            dist_init_addr=f"{node_ip}:{_free_port(bind_host)}" if nnodes > 1 else None,
         )
         self.launch = backend_for(cfg).build_launch(cfg, self.group, self.placement)
         safe_name = self.name.replace("/", "-")
-        self.engine = EngineProcess(self.launch, _engine_log_dir(run_id) / f"{safe_name}.log")
+        log_dir = _engine_log_dir(run_id)
+        self.engine = EngineProcess(self.launch, log_dir / f"{safe_name}.log")
+        # the simulator models a multi-node server in one process; real SGLang needs one per node
+        self.ranks: list = []
+        if nnodes > 1 and cfg.engine.kind == "sglang":
+            self.ranks = self._start_ranks(log_dir, safe_name, gpus_per_bundle)
         self.node_id = runtime.get_node_id()
         self.endpoint: WorkerEndpoint | None = None
         self.start_error: str | None = None
@@ -117,6 +146,18 @@ class EngineWorker:
         logger.info("%s: engine started, log %s", self.name, self.engine.log_path)
         threading.Thread(target=self._await_healthy, name="engine-ready", daemon=True).start()
 
+    def _start_ranks(self, log_dir: Path, safe_name: str, gpus_per_node: int) -> list:
+        pg = ray.util.get_current_placement_group()
+        ranks = []
+        for rank in range(1, self.group.nnodes):
+            strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)
+            ranks.append(
+                EngineRank.options(num_gpus=gpus_per_node, scheduling_strategy=strategy).remote(
+                    self.cfg, replace(self.placement, node_rank=rank), str(log_dir / f"{safe_name}-rank{rank}.log")
+                )
+            )
+        return ranks
+
     def _startup_timeout_s(self) -> float:
         if self.cfg.engine.kind == "sglang":
             return self.cfg.engine.sglang.startup_timeout_s
@@ -124,7 +165,12 @@ class EngineWorker:
 
     def _await_healthy(self) -> None:
         try:
-            self.engine.wait_healthy(self._startup_timeout_s())
+            timeout_s = self._startup_timeout_s()
+            self.engine.wait_healthy(timeout_s)
+            if self.cfg.engine.kind == "sglang":  # prefill: also its bootstrap server knows every rank
+                from orchestrator.engines.sglang import wait_ready
+
+                wait_ready(self.launch, timeout_s)
         except Exception as exc:  # reported through check_health and endpoint_info
             self.start_error = str(exc)
             logger.error("%s: engine failed to start: %s", self.name, exc)
@@ -149,6 +195,9 @@ class EngineWorker:
             raise RuntimeError(f"{self.name}: {self.start_error}")
         if not self.engine.alive():
             raise RuntimeError(f"{self.name}: engine process exited; log {self.engine.log_path}")
+        for rank, actor in enumerate(self.ranks, start=1):
+            if not ray.get(actor.alive.remote(), timeout=10):
+                raise RuntimeError(f"{self.name}: engine node rank {rank} exited")
         if self.endpoint is None:
             return  # still starting; _await_healthy enforces the start-up timeout
         try:
@@ -184,6 +233,11 @@ class EngineWorker:
             ray.get(get_registry().unregister.remote(self.name), timeout=5)
         except Exception:  # registry already gone with the cluster: nothing to unregister from
             pass
+        for actor in self.ranks:
+            try:
+                ray.get(actor.stop.remote(), timeout=30)
+            except Exception:  # rank actor already gone with its node
+                pass
         self.engine.stop()
 
     def __del__(self) -> None:

@@ -402,11 +402,18 @@ def check_nodes_fit(cfg: RunConfig, nodes: list[NodeInfo]) -> None:
     """Raise ClusterError before placing anything if a role has no node or too few GPUs."""
     key = cfg.cluster.roles.label_key
     need: dict[str, list[tuple[str, int, int]]] = {}  # role value -> [(group, per-node GPUs, servers)]
+    problems = []
     for role, i, group in cfg.layout.groups():
         value = cfg.node_role(role, group)
         per_node = -(-group.gpus_per_server // group.nnodes)
-        need.setdefault(value, []).append((group.name or f"{role}-{i}", per_node, group.count * group.nnodes))
-    problems = []
+        name = group.name or f"{role}-{i}"
+        # rank 0 of every server needs a node of its role; further ranks of a multi-node server any node
+        need.setdefault(value, []).append((name, per_node, group.count))
+        if group.nnodes > 1 and sum(n.gpus >= per_node for n in nodes) < group.nnodes:
+            problems.append(
+                f"{name}: one server spans {group.nnodes} nodes with {per_node} GPUs each, but only "
+                f"{sum(n.gpus >= per_node for n in nodes)} node(s) have that many; add nodes or lower nnodes"
+            )
     for value, groups in need.items():
         labelled = [n for n in nodes if n.labels.get(key) == value]
         if not labelled:

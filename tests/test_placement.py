@@ -87,3 +87,29 @@ def test_custom_label_key_and_values_are_honoured(make_sim_config):
     check_nodes_fit(cfg, nodes)
     with pytest.raises(ClusterError, match="no node labelled pd=d"):
         check_nodes_fit(cfg, nodes[:1])
+
+
+def test_deployment_options_pin_by_label_and_reserve_one_bundle_per_gpu(make_sim_config):
+    from deployments.app import worker_deployment_options
+
+    cfg = make_sim_config(prefill=[{"count": 2, "tp": 4}], decode=[{"count": 1, "tp": 8}])
+    opts = worker_deployment_options(cfg, "prefill", cfg.layout.prefill[0])
+    assert opts["num_replicas"] == 2
+    assert opts["ray_actor_options"] == {"num_cpus": 0, "label_selector": {"role": "prefill"}}
+    assert opts["placement_group_bundles"] == [{"GPU": 1, "CPU": 0}] * 4
+    assert opts["placement_group_strategy"] == "STRICT_PACK"
+    assert opts["placement_group_bundle_label_selector"] == [{"role": "prefill"}]
+
+
+def test_a_server_spanning_nodes_gets_one_bundle_per_node_on_distinct_nodes(make_sim_config):
+    from deployments.app import worker_deployment_options
+
+    cfg = make_sim_config(overrides={"layout": {"mode": "aggregated", "aggregated": [{"tp": 16, "nnodes": 2}]}})
+    opts = worker_deployment_options(cfg, "aggregated", cfg.layout.aggregated[0])
+    assert opts["placement_group_bundles"] == [{"GPU": 8, "CPU": 0}] * 2
+    assert opts["placement_group_strategy"] == "STRICT_SPREAD"
+    # rank 0 on a node of the aggregated role, the other rank on any other node
+    assert opts["placement_group_bundle_label_selector"] == [{"role": "prefill"}, {}]
+    check_nodes_fit(cfg, _nodes(prefill=8, decode=8))
+    with pytest.raises(ClusterError, match="spans 2 nodes with 8 GPUs each, but only 1 node"):
+        check_nodes_fit(cfg, _nodes(prefill=8))
