@@ -348,9 +348,10 @@ def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool 
     dashboard_url = None
     if not cfg.cluster.is_local:
         address = cfg.cluster.address
-    elif os.environ.get("RAY_ADDRESS"):
-        address = os.environ["RAY_ADDRESS"]
+    elif os.environ.get("RAY_ADDRESS") and not os.environ["RAY_ADDRESS"].startswith(("http://", "https://")):
+        address = os.environ["RAY_ADDRESS"]  # set by Ray inside `ray job submit` jobs: attach
     else:
+        # an http:// RAY_ADDRESS is a dashboard (job API) address, not one a driver can attach to
         state = LocalClusterState.load(state_path)
         if state is None or not state.alive():
             started = LocalCluster(cfg.cluster, state_path)
@@ -466,7 +467,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"local Ray cluster up: address {state.gcs_address}, dashboard {state.dashboard_url}")
     for n in state.nodes:
         print(f"  node {state.label_key}={n.role}: pid {n.pid}, temp dir {n.temp_dir}, metrics :{n.metrics_export_port}")
-    print(f"export RAY_ADDRESS={state.dashboard_url} RAY_AUTH_MODE=disabled   # for `ray job submit`")
+    print(f"export RAY_API_SERVER_ADDRESS={state.dashboard_url} RAY_AUTH_MODE=disabled   # for `ray job submit`")
     return 0
 
 
