@@ -589,9 +589,10 @@ class PDRouter:
             version, endpoints = await registry.snapshot.remote()
             self.core.follow(version, endpoints)
             health = await self.core.dispatcher.check_health()
-            counts = self.core.ready_counts()
-            if all(counts.get(role, 0) >= n for role, n in expected.items()):
-                return [w.endpoint for w in self.core.dispatcher.workers.values() if health.get(w.name)]
+            ready = [w.endpoint for w in self.core.dispatcher.workers.values() if health.get(w.name)]
+            counts = {role: sum(1 for e in ready if e.role == role) for role in expected}
+            if all(counts[role] >= n for role, n in expected.items()):
+                return ready
             if time.monotonic() > deadline:
                 registered = {role: sum(1 for e in endpoints if e.role == role) for role in expected}
                 raise TimeoutError(

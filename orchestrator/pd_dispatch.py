@@ -44,6 +44,7 @@ class DispatchSettings:
     backoff_s: float = 0.05  # before retry n: backoff_s * 2**(n-1)
     abort_timeout_s: float = 2.0
     health_timeout_s: float = 5.0
+    unhealthy_after_failures: int = 3  # consecutive failed /health probes
     max_connections: int = 2048  # pooled; hundreds of requests in flight, two legs each
 
     @classmethod
@@ -100,7 +101,14 @@ class Answer:
     e2e_s: float | None = None
     output_ids: list[int] = field(default_factory=list)
     completion_tokens: int = 0
-    track_state: bool = False  # report prefill -> decoding to RouterMetrics (benchmark requests)
+    progress: "Progress | None" = None  # the request's state for RouterMetrics, shared by its attempts
+
+
+@dataclass
+class Progress:
+    """Where one benchmark request is (RouterMetrics states); moves are mirrored into the gauge."""
+
+    state: str | None = "queued"
 
 
 class StreamRelay:
@@ -217,6 +225,13 @@ class PDDispatcher:
         decode = self._policy("decode").pick(eligible(ws, "decode", now))
         return Pair(decode=decode, prefill=prefill)
 
+    def _move(self, progress: Progress | None, state: str | None) -> None:
+        if progress is None or progress.state == state:
+            return
+        if self.metrics is not None:
+            self.metrics.state_change(progress.state, state)
+        progress.state = state
+
     def _mark_suspect(self, w: WorkerState) -> None:
         w.failures += 1
         w.suspect_until = time.monotonic() + self.settings.suspect_s
@@ -264,7 +279,12 @@ class PDDispatcher:
 
         results = dict(await asyncio.gather(*(one(w) for w in list(self.workers.values()))))
         for name, ok in results.items():
-            self.set_healthy(name, ok)
+            w = self.workers.get(name)
+            if w is None:
+                continue
+            # One slow probe under load is not death: only consecutive failures take a worker out.
+            w.health_failures = 0 if ok else w.health_failures + 1
+            w.healthy = w.health_failures < self.settings.unhealthy_after_failures
         return results
 
     def _abort_in_background(self, w: WorkerState, rid: str) -> None:
@@ -377,8 +397,7 @@ class PDDispatcher:
                     continue
                 if not events:
                     answer.ttft_s = time.monotonic() - t0
-                    if answer.track_state and self.metrics is not None:
-                        self.metrics.state_change("prefill", "decoding")
+                    self._move(answer.progress, "decoding")
                 events.append(line)
         if not events:
             raise LegFailure("empty", "decode", w.name, "stream ended without any data event", True, 502)
@@ -433,8 +452,7 @@ class PDDispatcher:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if answer.track_state and answer.ttft_s is not None and self.metrics is not None:
-                self.metrics.state_change("decoding", "prefill")  # a retry starts over
+            self._move(answer.progress, "prefill")  # a retry starts over
             for w in (pair.prefill, pair.decode):
                 if w is not None:
                     self._abort_in_background(w, rid)
@@ -451,7 +469,7 @@ class PDDispatcher:
 
     # ---- public: one request ------------------------------------------------------------------------
 
-    async def generate(self, body: dict, deadline_at: float | None = None, track_state: bool = False) -> Answer:
+    async def generate(self, body: dict, deadline_at: float | None = None, progress: Progress | None = None) -> Answer:
         """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError."""
         sent_at = time.time()
         last: LegFailure | NoWorkerError | None = None
@@ -469,7 +487,7 @@ class PDDispatcher:
                 continue
             attempts = attempt
             answer = Answer(status=0, payload=None, pair=pair, rid=uuid.uuid4().hex, attempts=attempt,
-                            sent_at=sent_at, track_state=track_state)
+                            sent_at=sent_at, progress=progress)
             try:
                 await self._attempt(body, pair, self._leg_timeout_s(deadline_at), answer)
                 return answer
@@ -545,8 +563,11 @@ class PDDispatcher:
 
     # ---- public: a benchmark batch ------------------------------------------------------------------
 
-    async def run_one(self, req: BenchRequest, deadline_at: float | None) -> RequestResult:
-        """One benchmark prompt end to end; never raises, always exactly one RequestResult."""
+    async def run_one(self, req: BenchRequest, deadline_at: float | None, queued: bool = False) -> RequestResult:
+        """One benchmark prompt end to end; never raises, always exactly one RequestResult.
+
+        `queued`: the caller already counted this request as queued in RouterMetrics.
+        """
         body = {
             "input_ids": req.input_ids,
             "sampling_params": {"temperature": 0, "max_new_tokens": req.output_len, "ignore_eos": True},
@@ -554,18 +575,14 @@ class PDDispatcher:
         }
         result = RequestResult(index=req.index, status="failed", prompt_len=req.prompt_len,
                                output_len=req.output_len, sent_at=time.time())
-        if self.metrics is not None:
-            self.metrics.state_change("queued", "prefill")
+        progress = Progress("queued" if queued else None)
+        self._move(progress, "prefill")
         try:
-            answer = await self.generate(body, deadline_at, track_state=True)
+            answer = await self.generate(body, deadline_at, progress)
         except DispatchError as exc:
             result.error = str(exc)
             result.attempts = max(exc.attempts, 1)
-            if self.metrics is not None:
-                self.metrics.state_change("prefill", None)
         else:
-            if self.metrics is not None:
-                self.metrics.state_change("decoding" if answer.ttft_s is not None else "prefill", None)
             result.status = "ok"
             result.completion_tokens = answer.completion_tokens
             result.ttft_s, result.kv_wait_s, result.e2e_s = answer.ttft_s, answer.kv_wait_s, answer.e2e_s
@@ -574,6 +591,8 @@ class PDDispatcher:
             if answer.pair.prefill is not None:
                 result.prefill_worker = answer.pair.prefill.name
             result.decode_worker = answer.pair.decode.name
+        finally:
+            self._move(progress, None)
         result.done_at = time.time()
         if self.metrics is not None:
             self.metrics.completed(result)
@@ -590,15 +609,16 @@ class PDDispatcher:
             raise ValueError(f"max_in_flight={max_in_flight}: must be >= 1")
         waiting = iter(requests)
         running: set[asyncio.Task] = set()
+        if self.metrics is not None:
+            for _ in requests:  # every request not yet sent counts as queued
+                self.metrics.state_change(None, "queued")
 
         def admit() -> None:
             while len(running) < max_in_flight:
                 req = next(waiting, None)
                 if req is None:
                     return
-                if self.metrics is not None:
-                    self.metrics.state_change(None, "queued")
-                running.add(asyncio.ensure_future(self.run_one(req, deadline_at)))
+                running.add(asyncio.ensure_future(self.run_one(req, deadline_at, queued=True)))
 
         admit()
         try:
@@ -613,6 +633,9 @@ class PDDispatcher:
                 t.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
+            if self.metrics is not None:
+                for _ in waiting:
+                    self.metrics.state_change("queued", None)
 
 
 # ---- helpers of this module only ------------------------------------------------------------------

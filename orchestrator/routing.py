@@ -22,7 +22,8 @@ class WorkerState:
     outstanding: int = 0  # requests sent to it and not yet answered
     healthy: bool = True  # last health check (or first registration) said it serves
     suspect_until: float = 0.0  # time.monotonic() before which a recent failure keeps it out
-    failures: int = 0
+    failures: int = 0  # request failures seen (each also makes it suspect for a while)
+    health_failures: int = 0  # consecutive failed /health probes
 
     @property
     def name(self) -> str:

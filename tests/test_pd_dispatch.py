@@ -384,3 +384,33 @@ async def test_sim_prefill_that_never_sends_kv_is_timed_out_and_the_decode_leg_a
     d.set_workers(sim_pair)
     [result] = await collect(d, [BenchRequest(index=1, input_ids=[1, 2, 3], output_len=4)])
     assert result.status == "ok", result.error
+
+
+async def test_router_metrics_count_each_request_once_and_in_flight_returns_to_zero(servers):
+    from prometheus_client import CollectorRegistry
+
+    from orchestrator.metrics import RouterMetrics
+
+    metrics = RouterMetrics("run-x", "1P1D", CollectorRegistry())
+    servers["prefill-0/0"].fail_status = 500  # first attempts on it fail, their retries succeed elsewhere
+    d = PDDispatcher(DispatchSettings(backoff_s=0.0, policy="round_robin"), metrics=metrics)
+    d.set_workers(s.endpoint() for s in servers.values())
+    results = await collect(d, bench(10), max_in_flight=3)
+    value = metrics.registry.get_sample_value
+    assert value("pdorch_requests_completed_total", {"run_id": "run-x", "layout": "1P1D"}) == 10
+    for state in ("queued", "prefill", "transferring", "decoding"):
+        assert value("pdorch_requests_in_flight", {"run_id": "run-x", "layout": "1P1D", "state": state}) == 0
+    assert sum(r.attempts for r in results) > 10  # retries happened, yet each request counted once
+    assert value("pdorch_worker_outstanding_requests",
+                 {"run_id": "run-x", "layout": "1P1D", "role": "decode", "worker": "decode-0/0"}) == 0
+
+
+async def test_a_worker_leaves_rotation_only_after_consecutive_failed_health_probes(servers):
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"], health_timeout_s=2.0)
+    await servers["decode-0/0"].stop()
+    for probe in range(1, 4):
+        health = await d.check_health()
+        assert health == {"prefill-0/0": True, "decode-0/0": False}
+        assert d.workers["decode-0/0"].healthy == (probe < 3)
+    [result] = await collect(d, bench(1))
+    assert result.status == "failed" and "no healthy decode worker (1 registered)" in result.error
