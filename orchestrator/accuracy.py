@@ -212,7 +212,12 @@ def bits_per_byte(url: str, text: str = BPB_TEXT, timeout_s: float = 300.0, head
 
 def record_baseline(url: str, path: str | Path, headers: dict | None = None) -> dict:
     """Store bits-per-byte of the fixed text, measured on a trusted (e.g. aggregated) deployment."""
-    record = {"kind": BASELINE_KIND, "source_url": url, "text_bytes": len(BPB_TEXT.encode()), "bpb": bits_per_byte(url, headers=headers)}
+    record = {
+        "kind": BASELINE_KIND,
+        "source_url": url,
+        "text_bytes": len(BPB_TEXT.encode()),
+        "bpb": bits_per_byte(url, headers=headers),
+    }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(record, indent=2))
     return record
@@ -233,7 +238,8 @@ def check_bpb(url: str, baseline_path: str | Path, tolerance: float, headers: di
     metrics = {"bpb": got, "baseline_bpb": want, "relative_deviation": deviation, "tolerance": tolerance}
     passed = deviation <= tolerance
     verdict = "within" if passed else "outside"
-    return GateResult("bpb", passed, f"bpb {got:.4f} vs baseline {want:.4f}: {deviation:.2%} {verdict} {tolerance:.2%}", metrics)
+    detail = f"bpb {got:.4f} vs baseline {want:.4f}: {deviation:.2%} {verdict} {tolerance:.2%}"
+    return GateResult("bpb", passed, detail, metrics)
 
 
 def resolve_mode(spec: AccuracyGateSpec, cfg) -> str:
@@ -290,7 +296,8 @@ def run_gate(spec: AccuracyGateSpec, url: str, cfg=None, headers: dict | None = 
     if reference and reference.startswith(("http://", "https://")):
         prompts = fixed_prompt_set(spec.num_prompts, spec.seed)
         expected = greedy_outputs(reference, prompts, spec.max_new_tokens, spec.timeout_s, headers)
-        record = {"prompts": prompts, "outputs": expected, "max_new_tokens": spec.max_new_tokens, "source_url": reference}
+        record = {"prompts": prompts, "outputs": expected, "max_new_tokens": spec.max_new_tokens,
+                  "source_url": reference}
         return check_token_match(url, record, spec, headers)
     if reference:
         record = load_reference(reference)
@@ -312,7 +319,7 @@ def run_gate(spec: AccuracyGateSpec, url: str, cfg=None, headers: dict | None = 
 def add_gate_args(parser: argparse.ArgumentParser) -> None:
     """The gate's flags, shared by every command that runs it."""
     parser.add_argument("--accuracy", choices=["auto", "token-match", "bpb", "off"], default="auto",
-                        help="accuracy gate before benchmarking (default auto: bpb with real weights, else token-match)")
+                        help="accuracy gate before benchmarking (auto: bpb with real weights, else token-match)")
     parser.add_argument("--accuracy-reference", help="token-match reference: aggregated server URL or reference JSON")
     parser.add_argument("--accuracy-baseline", help="bpb baseline JSON (from `accuracy record-baseline`)")
     parser.add_argument("--accuracy-tolerance", type=float, default=0.02, help="bpb: allowed relative deviation")

@@ -72,7 +72,9 @@ def _first(record: dict, names: tuple[str, ...]):
     return None
 
 
-def load_samples(path: str | Path, tokenizer=None, max_output_tokens: int = 1024, limit: int | None = None) -> list[BenchRequest]:
+def load_samples(
+    path: str | Path, tokenizer=None, max_output_tokens: int = 1024, limit: int | None = None
+) -> list[BenchRequest]:
     """Prompts from a pickle/JSON file; token ids from `tok_input`/`input_ids`, else text tokenized here."""
     path = Path(path)
     if not path.exists():

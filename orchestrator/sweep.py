@@ -326,7 +326,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """`pd-orchestrator sweep` (and `accuracy`, the gate's own command, which has no module of its own in the CLI list)."""
+    """`pd-orchestrator sweep`, plus `accuracy` (the gate's own command; accuracy.py is not in COMMAND_MODULES)."""
     from orchestrator.cli import add_config_args
 
     p = sub.add_parser("sweep", help="concurrency sweep over ISL/OSL pairs, behind an accuracy gate")

@@ -61,8 +61,9 @@ def test_recorded_reference_file_round_trip(clean, corrupt, tmp_path):
                  "--accuracy-prompts", "4", "--accuracy-tokens", "8"]) == 0
     record = json.loads(ref.read_text())
     assert len(record["prompts"]) == 4 and all(len(o) == 8 for o in record["outputs"])
-    assert main(["accuracy", "check", "--url", clean, "--accuracy", "token-match", "--accuracy-reference", str(ref)]) == 0
-    assert main(["accuracy", "check", "--url", corrupt, "--accuracy", "token-match", "--accuracy-reference", str(ref)]) == 1
+    check = ["accuracy", "check", "--accuracy", "token-match", "--accuracy-reference", str(ref), "--url"]
+    assert main(check + [clean]) == 0
+    assert main(check + [corrupt]) == 1
 
 
 def test_sim_config_without_reference_starts_its_own_aggregated_reference(clean, corrupt, tmp_path):

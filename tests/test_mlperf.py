@@ -69,7 +69,8 @@ def server(pd_router):  # noqa: F811
 
 def _prompts(tmp_path, n: int = 6) -> str:
     path = tmp_path / "prompts.json"
-    path.write_text(json.dumps([{"input_ids": list(range(100 + i, 140 + 3 * i)), "output_len": 6 + i} for i in range(n)]))
+    records = [{"input_ids": list(range(100 + i, 140 + 3 * i)), "output_len": 6 + i} for i in range(n)]
+    path.write_text(json.dumps(records))
     return str(path)
 
 

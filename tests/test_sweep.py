@@ -1,4 +1,4 @@
-"""Concurrency sweep: argument parsing, per-level metrics, table/plot/JSON outputs, and the accuracy gate stopping it."""
+"""Concurrency sweep: arguments, per-level metrics, table/plot/JSON outputs, and the accuracy gate stopping it."""
 
 from __future__ import annotations
 
