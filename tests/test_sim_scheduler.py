@@ -123,3 +123,19 @@ def test_a_pool_without_kv_room_is_refused_with_the_fix():
     cost = EngineCostModel(DEEPSEEK_R1, GPU_SPECS["cpu-fast"])
     with pytest.raises(ValueError, match="no GPU memory for KV cache"):
         Scheduler(cost, SchedulerLimits(8, 0, 8192), VOCAB, 1)
+
+
+async def test_abort_reaches_a_request_inside_the_running_prefill_batch():
+    cost = EngineCostModel(DEEPSEEK_R1, GPU_SPECS["cpu-fast"], tp=8)
+    sched = Scheduler(cost, SchedulerLimits(64, 1_000_000, 8192, time_scale=1000.0), VOCAB, 1)  # slow prefill
+    sched.start()
+    req = SimRequest("in-batch", list(range(100)), max_new_tokens=5)
+    sched.submit(req)
+    for _ in range(1000):  # poll until the loop picked it up and sleeps through its prefill
+        if sched.prefilling:
+            break
+        await asyncio.sleep(0.01)
+    assert sched.abort("in-") == 1
+    await asyncio.wait_for(req.finished_event.wait(), 5)
+    await sched.stop()
+    assert req.aborted and req.output_ids == [] and sched.kv_used_tokens == 0

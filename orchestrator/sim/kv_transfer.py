@@ -203,7 +203,7 @@ class PrefillKvServer:
         self.rooms.pop(room, None)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[_room_failures_as_json])
         app.router.add_get("/health", self._health)
         app.router.add_get("/route", self._route)
         app.router.add_post("/sim/kv/{room}/handshake", self._handshake)
@@ -249,10 +249,7 @@ class PrefillKvServer:
 
     async def _ready(self, request: web.Request) -> web.Response:
         room = self._room_of(request)
-        try:
-            aux: KvAux = await asyncio.shield(room.kv_ready)
-        except KvTransferError as exc:
-            return web.json_response({"error": str(exc)}, status=500)
+        aux: KvAux = await asyncio.shield(room.kv_ready)
         if room.data_started_at is None:
             room.data_started_at = time.monotonic()
         return web.json_response(aux.__dict__)
@@ -300,6 +297,15 @@ class PrefillKvServer:
         room.fail(f"Prefill transfer failed for request rank=0 (bootstrap_room={room.room}): {body.get('reason')}")
         self.drop(room.room)
         return web.json_response({"ok": True})
+
+
+@web.middleware
+async def _room_failures_as_json(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """A failed room answers 500 with its reason, which the decode reports to its client."""
+    try:
+        return await handler(request)
+    except KvTransferError as exc:
+        return web.json_response({"error": str(exc)}, status=500)
 
 
 # ----- decode side -----------------------------------------------------------------------------------------

@@ -144,6 +144,7 @@ class Scheduler:
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.chunked: SimRequest | None = None  # the one request whose prefill spans several batches
         self.running: list[SimRequest] = []  # prefilled, generating
+        self.prefilling: list[SimRequest] = []  # in the prefill batch that is running now
         self.kv_used_tokens = 0
         self.decode_steps = 0
         self.prefill_batches = 0
@@ -205,8 +206,8 @@ class Scheduler:
         """Abort every unfinished request whose rid starts with rid_prefix (SGLang's prefix match)."""
         matched = [
             r
-            for r in [*self.waiting, *([self.chunked] if self.chunked else []), *self.running]
-            if abort_all or (rid_prefix and r.rid.startswith(rid_prefix))
+            for r in {*self.waiting, *self.prefilling, *([self.chunked] if self.chunked else []), *self.running}
+            if not r.finished and (abort_all or (bool(rid_prefix) and r.rid.startswith(rid_prefix)))
         ]
         for r in matched:
             self._finish(r, {"type": "abort", "message": message})
@@ -218,7 +219,7 @@ class Scheduler:
 
     def stats(self) -> SchedulerStats:
         return SchedulerStats(
-            num_running_reqs=len(self.running) + (1 if self.chunked else 0),
+            num_running_reqs=len(self.running) + len({*self.prefilling, *([self.chunked] if self.chunked else [])}),
             num_queue_reqs=len(self.waiting),
             kv_used_tokens=self.kv_used_tokens,
             kv_capacity_tokens=self.limits.kv_capacity_tokens,
@@ -236,7 +237,7 @@ class Scheduler:
         return tokens / span if span > 0 else 0.0
 
     def idle(self) -> bool:
-        return not self.waiting and self.chunked is None and not self.running
+        return not self.waiting and self.chunked is None and not self.running and not self.prefilling
 
     # ----- the loop --------------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -307,7 +308,11 @@ class Scheduler:
     async def _run_prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
         new = [take for _, take in batch]
         cached = [req.prefilled_tokens for req, _ in batch]
-        await self._sleep_modelled(self.cost.prefill_time_s(new, cached))
+        self.prefilling = [req for req, _ in batch]
+        try:
+            await self._sleep_modelled(self.cost.prefill_time_s(new, cached))
+        finally:
+            self.prefilling = []
         self.prefill_batches += 1
         now = time.monotonic()
         for req, take in batch:

@@ -875,7 +875,8 @@ async def serve(settings: SimSettings) -> None:
 
 
 async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, port: int) -> None:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # in-flight requests (a hung one never ends) get 2 s after SIGTERM, like a server that is going away
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     runners.append(runner)
     await web.TCPSite(runner, host, port, reuse_address=True).start()
