@@ -95,7 +95,8 @@ class Answer:
     pair: Pair
     rid: str
     attempts: int = 1
-    sent_at: float = 0.0  # time.time()
+    sent_at: float = 0.0  # time.time() of the first attempt
+    origin: float = field(default_factory=time.monotonic)  # time.monotonic() of the first attempt
     ttft_s: float | None = None
     kv_wait_s: float | None = None
     e2e_s: float | None = None
@@ -422,7 +423,8 @@ class PDDispatcher:
         self._rooms_in_flight.update(rooms)
         sent = self._with_pairing(body, pair, rid, rooms)
         t0 = time.monotonic()
-        decode_task = asyncio.ensure_future(self._decode_leg(pair.decode, sent, timeout_s, t0, answer))
+        # TTFT and e2e count from the request's first send (retries included); kv_wait is this attempt's.
+        decode_task = asyncio.ensure_future(self._decode_leg(pair.decode, sent, timeout_s, answer.origin, answer))
         tasks = [decode_task]
         prefill_task = None
         if pair.prefill is not None:
@@ -442,7 +444,7 @@ class PDDispatcher:
                         raise t.exception()  # type: ignore[misc]
                     if t is prefill_task:
                         answer.kv_wait_s = t.result() - t0
-            answer.e2e_s = time.monotonic() - t0
+            answer.e2e_s = time.monotonic() - answer.origin
             if pending:  # the prefill outlived its decode: free it
                 for t in pending:
                     t.cancel()
@@ -471,7 +473,7 @@ class PDDispatcher:
 
     async def generate(self, body: dict, deadline_at: float | None = None, progress: Progress | None = None) -> Answer:
         """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError."""
-        sent_at = time.time()
+        sent_at, origin = time.time(), time.monotonic()
         last: LegFailure | NoWorkerError | None = None
         attempts = 0
         for attempt in range(1, self.settings.max_attempts + 1):
@@ -487,7 +489,7 @@ class PDDispatcher:
                 continue
             attempts = attempt
             answer = Answer(status=0, payload=None, pair=pair, rid=uuid.uuid4().hex, attempts=attempt,
-                            sent_at=sent_at, progress=progress)
+                            sent_at=sent_at, origin=origin, progress=progress)
             try:
                 await self._attempt(body, pair, self._leg_timeout_s(deadline_at), answer)
                 return answer

@@ -327,8 +327,8 @@ def sim_pair(tmp_path_factory):
     try:
         prefill.start()
         decode.start()
-        prefill.wait_healthy(60)
-        decode.wait_healthy(60)
+        prefill.wait_healthy(180)  # generous: the shared CI box can be heavily loaded
+        decode.wait_healthy(180)
         yield [
             WorkerEndpoint(role="prefill", name="sim-prefill", url=prefill.launch.url, bootstrap_host="127.0.0.1",
                            bootstrap_port=b_port),
