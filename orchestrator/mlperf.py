@@ -406,9 +406,13 @@ def _cmd_mlperf(args: argparse.Namespace) -> int:
         return 2
     summary = report["loadgen_summary"]
     label = " (SIMULATED engine)" if simulated else ""
-    print(f"LoadGen {settings.scenario}{label}: {summary.get('Result is', '?')}; "
-          f"tokens/s {summary.get('Tokens per second', summary.get('Completed tokens per second', '?'))}; "
-          f"{report['sut']['completed']} ok / {report['sut']['failed']} failed")
+    counts = f"{report['sut']['completed']} ok / {report['sut']['failed']} failed"
+    if settings.mode == "AccuracyOnly":  # LoadGen writes no performance result in this mode
+        print(f"LoadGen {settings.scenario} AccuracyOnly{label}: output tokens of every sample in "
+              f"{out_dir / 'mlperf_log_accuracy.json'}; {counts}")
+    else:
+        tokens_s = summary.get("Tokens per second", summary.get("Completed tokens per second", "?"))
+        print(f"LoadGen {settings.scenario}{label}: {summary.get('Result is', '?')}; tokens/s {tokens_s}; {counts}")
     print(f"logs: {out_dir}")
     return 0 if report["sut"]["failed"] == 0 else 1
 

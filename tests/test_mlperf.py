@@ -107,3 +107,22 @@ def test_failed_requests_make_the_command_fail(tmp_path):
     assert rc == 1
     report = json.loads((out / "mlperf_run.json").read_text())
     assert report["sut"]["failed"] == report["sut"]["issued"] and "500" in report["sut"]["first_error"]
+
+
+def test_accuracy_mode_logs_exactly_the_tokens_the_router_returned(server, tmp_path):
+    import numpy as np
+
+    from orchestrator.accuracy import greedy_outputs
+
+    dataset = _prompts(tmp_path, 3)
+    out = tmp_path / "accuracy"
+    assert main(["mlperf", "--url", server, "--dataset", dataset, "--accuracy-log", "--min-duration-s", "0",
+                 "--out", str(out)]) == 0
+    logged = json.loads((out / "mlperf_log_accuracy.json").read_text())
+    assert sorted(e["qsl_idx"] for e in logged) == [0, 1, 2]  # AccuracyOnly: every sample once
+    records = json.loads(open(dataset).read())
+    for entry in logged:
+        record = records[entry["qsl_idx"]]
+        tokens = np.frombuffer(bytes.fromhex(entry["data"]), dtype=np.int32).tolist()
+        assert tokens == greedy_outputs(server, [record["input_ids"]], record["output_len"])[0]
+        assert entry["token_count"] == record["output_len"]
