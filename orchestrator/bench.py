@@ -232,9 +232,10 @@ def last_gen_throughput(endpoints: list) -> float:
         if ep.role not in ("decode", "aggregated"):
             continue
         try:
-            info = httpx.get(ep.url + "/server_info", timeout=5.0).json()
+            info = httpx.get(ep.url + "/server_info", timeout=30.0).json()
             return float(info["internal_states"][0]["last_gen_throughput"])
-        except Exception:  # old sim or no such field: the line then shows 0.00
+        except Exception as exc:  # no such field or no answer: the line then shows 0.00
+            log.warning("last generation throughput unavailable from %s: %s", ep.url, exc)
             return 0.0
     return 0.0
 

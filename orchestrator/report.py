@@ -20,6 +20,7 @@ from pathlib import Path
 from orchestrator.protocol import RequestResult
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE|AUTH)", re.I)
+_DURATION = re.compile(r"\d+(\.\d+)?s\b")
 ENV_PREFIXES = ("RAY_", "SGLANG_", "UCX_", "NCCL_", "NIXL_", "CUDA_", "HF_", "PD_", "OMP_")
 
 
@@ -169,7 +170,8 @@ def failure_reasons(results: list[RequestResult]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in results:
         if r.status != "ok":
-            key = (r.error or "unknown error").splitlines()[0][:120]
+            # "no answer within 222.5s" differs per request; group by the message with times blanked
+            key = _DURATION.sub("<t>s", (r.error or "unknown error").splitlines()[0])[:120]
             counts[key] = counts.get(key, 0) + 1
     return counts
 

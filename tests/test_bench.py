@@ -109,3 +109,13 @@ def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
     assert [p["name"] for p in data["phases"]][:4] == ["preflight", "dataset", "placement", "engine start"]
     assert {w["role"] for w in data["metadata"]["workers"]} == {"prefill", "decode"}
     assert all(r["prefill_worker"] and r["decode_worker"] for r in data["results"])
+
+
+def test_failures_are_grouped_by_reason_with_times_blanked():
+    from orchestrator.report import failure_reasons
+
+    errors = ["timeout: decode d/0: no answer within 222.5s", "timeout: decode d/0: no answer within 9s",
+              "http_400: prefill p/0: bad input_ids"]
+    results = [RequestResult(index=i, status="failed", prompt_len=1, output_len=1, error=e) for i, e in enumerate(errors)]
+    assert failure_reasons(results) == {"timeout: decode d/0: no answer within <t>s": 2,
+                                        "http_400: prefill p/0: bad input_ids": 1}
