@@ -296,7 +296,9 @@ class RouterCore:
 def _core(request: Request) -> RouterCore:
     core = getattr(request.app.state, "core", None)
     if core is None:  # under Serve: the replica's PDRouter instance owns the core
-        core = serve.get_replica_context().servable_object.core
+        router = serve.get_replica_context().servable_object
+        router._ensure_following()
+        core = router.core
     return core
 
 
@@ -557,6 +559,10 @@ class PDRouter:
         self.metrics, self.exporter = _make_metrics(self.cfg, run_id)
         self.core = RouterCore(self.cfg, run_id, self.metrics)
         self._follower: asyncio.Task | None = None
+        try:  # Serve builds replicas inside their event loop; if not, the first call starts following
+            self._ensure_following()
+        except RuntimeError:
+            pass
 
     def _ensure_following(self) -> None:
         if self._follower is None or self._follower.done():
