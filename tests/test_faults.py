@@ -13,12 +13,20 @@ the run ends before its deadline, and (a spare pair being there) every prompt co
 must come back: Serve restarts the replica, the router's worker view follows, and the next test again
 starts from 2 healthy prefills and 2 healthy decodes. Each test prints one `FAULT ...` summary line;
 docs/reliability.md quotes them.
+
+Graceful shutdown is tested first, before the module's deployment exists (its `bench` subprocess
+deploys and shuts down Serve on the same cluster): SIGINT / SIGTERM to a running `pd-orchestrator bench`
+must abort the in-flight requests on both legs, stop the engines and write the partial result.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -29,10 +37,10 @@ import httpx
 import pytest
 
 from orchestrator.cluster import LocalClusterState
-from orchestrator.config import RunConfig
+from orchestrator.config import RunConfig, dump_config
 from orchestrator.protocol import BenchRequest, RequestResult, WorkerEndpoint
-from tests.conftest import sim_config
-from tests.test_security import cluster_pids, pid_listening_on
+from tests.conftest import sim_config, wait_until
+from tests.test_security import cluster_pids, pid_alive, pid_listening_on
 
 pytestmark = pytest.mark.ray
 
@@ -59,6 +67,129 @@ class Deployment:
 
     def wait_all_healthy(self) -> list[WorkerEndpoint]:
         return self.router.wait_ready.remote(self.expected, RECOVERY_S).result(timeout_s=RECOVERY_S + 30)
+
+
+# ---- graceful shutdown (must run before `pd2x2` deploys: the bench subprocess shuts Serve down) --------
+
+
+class BenchProcess:
+    """`pd-orchestrator bench` as a user runs it, attached to the session cluster through RAY_ADDRESS."""
+
+    def __init__(self, cfg: RunConfig, tmp_path, gcs_address: str, extra_env: dict[str, str] | None = None):
+        config_path = tmp_path / "bench.yaml"
+        config_path.write_text(dump_config(cfg))
+        self.result_dir = tmp_path / "results"
+        env = {**os.environ, "RAY_ADDRESS": gcs_address, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "bench", "--config", str(config_path),
+             "--result-dir", str(self.result_dir)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, needle: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not any(needle in line for line in self.lines):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"bench exited ({self.proc.returncode}) before {needle!r}:\n{self.output}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"bench printed no {needle!r} within {timeout_s:.0f}s:\n{self.output}")
+            time.sleep(0.2)
+
+    def result_json(self) -> dict:
+        paths = list(self.result_dir.glob("*/result.json"))
+        assert len(paths) == 1, f"expected one result.json under {self.result_dir}, found {paths}:\n{self.output}"
+        return json.loads(paths[0].read_text())
+
+
+def engine_metric(url: str, name: str) -> float | None:
+    """Sum of one metric over its label sets on an engine's /metrics; None once the engine is gone."""
+    try:
+        text = httpx.get(url + "/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return None
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_mid_run_aborts_both_legs_stops_engines_and_writes_partial_result(ray_driver, tmp_path, sig):
+    from orchestrator.registry import get_registry
+
+    import ray
+
+    num_prompts = 200  # ~tens of seconds at time_scale 20: the signal surely lands mid-run
+    cfg = sim_config({"name": "shutdown", "engine.sim.time_scale": 20.0, "benchmark.num_prompts": num_prompts,
+                      "benchmark.max_in_flight": 16, "benchmark.deadline_s": 60.0}, tmp_dir=tmp_path)
+    bench = BenchProcess(cfg, tmp_path, ray_driver.gcs_address)
+    try:
+        bench.wait_for_line("measured run", timeout_s=150)
+        # the bench's own workers, as its router sees them (it cleared the registry before deploying)
+        _, endpoints = ray.get(get_registry().snapshot.remote())
+        engines = {e.name: e for e in endpoints}
+        assert {e.role for e in endpoints} == {"prefill", "decode"}, endpoints
+        pids = {name: pid_listening_on(urlsplit(e.url).port, cluster_pids(ray_driver)) for name, e in engines.items()}
+        assert all(pids.values()), f"engine processes not found: {pids}"
+        # mid-run: both engines have finished requests (so the batch is flowing) and the batch is not done
+        wait_until(lambda: all((engine_metric(e.url, "sglang:num_requests_total") or 0) >= 2
+                               for e in engines.values()), 60)
+        aborted_before = {n: engine_metric(e.url, "sglang:num_aborted_requests_total") for n, e in engines.items()}
+
+        bench.proc.send_signal(sig)
+        signalled_at = time.monotonic()
+        # follow each engine's abort counter until the engine is stopped
+        aborted_seen = dict(aborted_before)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(engine_metric(e.url, "sglang:num_requests_total") is not None
+                                                  for e in engines.values()):
+            for n, e in engines.items():
+                value = engine_metric(e.url, "sglang:num_aborted_requests_total")
+                if value is not None:
+                    aborted_seen[n] = value
+        engines_gone_s = time.monotonic() - signalled_at
+        rc = bench.proc.wait(timeout=90)
+        print(f"engines unreachable {engines_gone_s:.1f}s after {sig.name}, bench exited after "
+              f"{time.monotonic() - signalled_at:.1f}s")
+    finally:
+        if bench.proc.poll() is None:
+            bench.proc.kill()
+            bench.proc.wait()
+
+    print(f"SHUTDOWN {sig.name}: rc {rc}; aborted per engine {aborted_before} -> {aborted_seen}; "
+          f"last line: {bench.lines[-1] if bench.lines else ''}")
+    print("\n".join("  | " + line for line in bench.lines if line.startswith("[")))
+    assert rc != 0, "an interrupted run must not exit 0"
+    assert "interrupted" in bench.lines[-1], f"the reason must be the last line:\n{bench.output}"
+
+    # engines stopped: no simulated server process of this run is left
+    left = {name: pid for name, pid in pids.items() if pid_alive(pid)}
+    assert not left, f"engine processes left running after {sig.name}: {left}"
+
+    # in-flight requests aborted on both legs (each engine counted aborts before it was stopped)
+    not_aborted = [n for n in engines if (aborted_seen[n] or 0) <= (aborted_before[n] or 0)]
+    assert not not_aborted, (f"no in-flight request was aborted on {not_aborted} "
+                             f"(sglang:num_aborted_requests_total {aborted_before} -> {aborted_seen})")
+
+    # the partial result, with the reason
+    doc = bench.result_json()
+    assert doc["verdict"] == "INVALID"
+    assert "interrupted during measured run" in doc["reason"], doc["reason"]
+    assert len(doc["results"]) == num_prompts
+    assert sorted(r["index"] for r in doc["results"]) == list(range(num_prompts))
+    counts = doc["counts"]
+    assert counts["completed"] + counts["failed"] == num_prompts
+    assert counts["failed"] > 0, "a run interrupted mid-way cannot have finished every prompt"
+    assert all(r["error"] for r in doc["results"] if r["status"] == "failed")
 
 
 @pytest.fixture(scope="module")

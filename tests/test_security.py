@@ -55,6 +55,15 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
+def pid_alive(pid: int) -> bool:
+    """True if `pid` runs; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _decode_address(field: str, ipv6: bool) -> tuple[str, int]:
     hex_ip, hex_port = field.split(":")
     raw = bytes.fromhex(hex_ip)
