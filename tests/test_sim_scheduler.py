@@ -139,3 +139,19 @@ async def test_abort_reaches_a_request_inside_the_running_prefill_batch():
     await asyncio.wait_for(req.finished_event.wait(), 5)
     await sched.stop()
     assert req.aborted and req.output_ids == [] and sched.kv_used_tokens == 0
+
+
+async def test_slow_factor_stretches_every_step():
+    cost = EngineCostModel(DEEPSEEK_R1, GPU_SPECS["cpu-fast"], tp=8)
+    limits = SchedulerLimits(64, 1_000_000, 8192, time_scale=0.01)
+    slow = Scheduler(cost, limits, VOCAB, 1, slow_factor=lambda: 100_000.0)
+    normal = Scheduler(cost, limits, VOCAB, 1)
+    reqs = {}
+    for name, sched in (("slow", slow), ("normal", normal)):
+        sched.start()
+        reqs[name] = SimRequest(name, [1, 2, 3], max_new_tokens=20, ignore_eos=True)
+        sched.submit(reqs[name])
+    await asyncio.wait_for(reqs["normal"].finished_event.wait(), 30)
+    assert len(reqs["slow"].output_ids) < 20  # same work, started together, still far from done
+    await slow.stop()
+    await normal.stop()

@@ -304,15 +304,20 @@ def test_error_rate_corrupt_and_hang_faults(aggregated):
     assert httpx.post(f"{url}/generate", json=body).json()["output_ids"] == clean
 
 
-def test_crash_fault_kills_the_process_like_a_kill(tmp_path):
+@pytest.mark.parametrize("how", ["crash_after_requests in the run config", "crash_at_s posted at run time"])
+def test_crash_fault_kills_the_process_like_a_kill(tmp_path, how):
     cfg = sim_config(mode="aggregated")
-    cfg.engine.sim.faults = {"aggregated": {"crash_after_requests": 1}}
+    if how.startswith("crash_after_requests"):
+        cfg.engine.sim.faults = {"aggregated": {"crash_after_requests": 1}}
     (server,) = start_servers(cfg, ["aggregated"], tmp_path)
     try:
         ok = httpx.post(f"{server.url}/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}})
         assert ok.status_code == 200
-        with pytest.raises(httpx.TransportError):
-            httpx.post(f"{server.url}/generate", json={"input_ids": [1, 2]}, timeout=10)
+        if how.startswith("crash_after_requests"):
+            with pytest.raises(httpx.TransportError):
+                httpx.post(f"{server.url}/generate", json={"input_ids": [1, 2]}, timeout=10)
+        else:
+            httpx.post(f"{server.url}/sim/faults", json={"crash_at_s": 0.2}).raise_for_status()
         assert server.proc.proc.wait(timeout=10) == 137
     finally:
         server.stop()
