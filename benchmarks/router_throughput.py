@@ -6,7 +6,11 @@ Starts a local 2-node Ray cluster, deploys the embedded-default app with simulat
 durations are scaled to ~0 (`engine.sim.time_scale`), and drives the same requests three ways:
 - `direct`: an in-process `PDDispatcher` straight to the engines (no Serve): the baseline;
 - `handle`: the benchmark's path, `PDRouter.generate_batch` over a stream=True Serve handle;
-- `http`: SGLang-style `POST /generate` (non-stream) through Serve's HTTP proxy, concurrent clients.
+- `http`: SGLang-style `POST /generate` (non-stream) through Serve's HTTP proxy, concurrent clients;
+- `rust` (with `--sglang-router PYTHON`): the same HTTP load on `sglang-router` 0.3.2's Rust router in
+  PD mode (round robin) in front of the same workers; PYTHON is an interpreter that has `sglang_router`,
+  e.g. a venv outside the repo: `python3 -m venv /tmp/venv-router && /tmp/venv-router/bin/pip install
+  sglang-router==0.3.2`.
 Latency per request is wall time from dispatch to the client having the answer; "added" is the path's
 p50/p99 minus the direct path's at the same concurrency. Prints a markdown table.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +88,33 @@ async def run_http(url: str, reqs, concurrency: int) -> tuple[float, list[float]
         return time.perf_counter() - start, latencies
 
 
+def start_sglang_router(python: str, endpoints, port: int, log_path: Path) -> subprocess.Popen:
+    """sglang-router's Rust router in PD mode over our workers; returns once it answers /health."""
+    argv = [python, "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "127.0.0.1",
+            "--port", str(port), "--policy", "round_robin"]
+    for e in endpoints:
+        if e.role == "prefill":
+            argv += ["--prefill", e.url, str(e.bootstrap_port)]
+        elif e.role == "decode":
+            argv += ["--decode", e.url]
+    proc = subprocess.Popen(argv, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    import urllib.request
+
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"sglang-router exited with {proc.returncode}; log {log_path}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.5)
+    proc.terminate()
+    raise SystemExit(f"sglang-router not healthy after 120 s; log {log_path}")
+
+
 def bench_config(result_dir: str) -> RunConfig:
     from orchestrator.cluster import free_port
 
@@ -101,6 +132,8 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,16,64", help="comma-separated max in flight")
     parser.add_argument("--output-len", type=int, default=4)
     parser.add_argument("--modes", default="direct,handle,http")
+    parser.add_argument("--sglang-router", metavar="PYTHON", default=None,
+                        help="interpreter with sglang-router 0.3.2 installed: adds the 'rust' mode")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -115,12 +148,21 @@ def main() -> int:
     cfg = bench_config(tmp)
     session = connect(cfg, Path(tmp) / "cluster.json")
     rows = []
+    rust: subprocess.Popen | None = None
     try:
         deploy(cfg, "router-bench", timeout_s=300)
         router = serve.get_app_handle(ROUTER_APP)
         endpoints = router.wait_ready.remote(expected_workers(cfg), 300).result(timeout_s=330)
         url = f"http://{cfg.router.host}:{cfg.router.port}"
         modes = args.modes.split(",")
+        rust_url = None
+        if args.sglang_router:
+            from orchestrator.cluster import free_port
+
+            rust_port = free_port()
+            rust = start_sglang_router(args.sglang_router, endpoints, rust_port, Path(tmp) / "sglang-router.log")
+            rust_url = f"http://127.0.0.1:{rust_port}"
+            modes.append("rust")
         for c in (int(x) for x in args.concurrency.split(",")):
             baseline: tuple[float, float] | None = None
             for mode in modes:
@@ -131,6 +173,8 @@ def main() -> int:
                     elapsed, lat = run_handle(router, reqs, c)
                 elif mode == "http":
                     elapsed, lat = asyncio.run(run_http(url, reqs, c))
+                elif mode == "rust" and rust_url:
+                    elapsed, lat = asyncio.run(run_http(rust_url, reqs, c))
                 else:
                     raise SystemExit(f"--modes: unknown mode {mode!r}; use direct, handle, http")
                 p50, p99 = percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
@@ -141,6 +185,9 @@ def main() -> int:
                 print(f"{mode:7s} c={c:<4d} {len(lat) / elapsed:8.1f} req/s  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms",
                       file=sys.stderr)
     finally:
+        if rust is not None:
+            rust.terminate()
+            rust.wait(timeout=10)
         serve.shutdown()
         session.close()
     load = os.getloadavg()

@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 # Used when neither router.request_timeout_s nor a run deadline bounds a request (HTTP ingress).
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
-PREFILL_GRACE_S = 5.0  # how long a prefill leg may lag behind its finished decode
 
 
 @dataclass
@@ -43,6 +42,7 @@ class DispatchSettings:
     suspect_s: float = 10.0  # how long a failed worker is avoided
     backoff_s: float = 0.05  # before retry n: backoff_s * 2**(n-1)
     abort_timeout_s: float = 2.0
+    prefill_grace_s: float = 5.0  # how long a prefill leg may lag behind its finished decode
     health_timeout_s: float = 5.0
     unhealthy_after_failures: int = 3  # consecutive failed /health probes
     max_connections: int = 2048  # pooled; hundreds of requests in flight, two legs each
@@ -374,6 +374,7 @@ class PDDispatcher:
                         answer.payload = await r.json(content_type=None)
                         _fill_from_payload(answer, answer.payload)
                     answer.status = r.status
+                    answer.e2e_s = time.monotonic() - t0
         except TimeoutError:
             raise LegFailure("timeout", "decode", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
         except aiohttp.ClientError as exc:
@@ -435,7 +436,7 @@ class PDDispatcher:
             while pending:
                 # Once the decode has answered, the prefill leg only adds kv_wait: do not let a
                 # prefill that never answers (0.5.17 NIXL has no timeout there) turn success into failure.
-                grace = PREFILL_GRACE_S if decode_task.done() else None
+                grace = self.settings.prefill_grace_s if decode_task.done() else None
                 done, pending = await asyncio.wait(pending, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
                 if not done:
                     break
@@ -444,7 +445,6 @@ class PDDispatcher:
                         raise t.exception()  # type: ignore[misc]
                     if t is prefill_task:
                         answer.kv_wait_s = t.result() - t0
-            answer.e2e_s = time.monotonic() - answer.origin
             if pending:  # the prefill outlived its decode: free it
                 for t in pending:
                     t.cancel()

@@ -32,6 +32,7 @@ class PDServer:
         self.aborted: list[str] = []
         self.fail_status: int | None = None
         self.hang = False
+        self.hang_after_kv = False  # prefill: hand over the KV, then never answer (0.5.17 NIXL can)
         self.in_flight = 0
         self.max_in_flight = 0
         self._abort_events: dict[str, asyncio.Event] = {}
@@ -91,6 +92,8 @@ class PDServer:
         n = body["sampling_params"]["max_new_tokens"]
         if self.role == "prefill":
             KV_BOARD.setdefault((self.bootstrap_port, body["bootstrap_room"]), asyncio.Event()).set()
+            if self.hang_after_kv:
+                await aborted.wait()
             return web.json_response({"text": "", "output_ids": [7], "meta_info": {"completion_tokens": 1}})
         if self.role == "decode":  # wait for the KV of the prefill the router named, or an abort
             kv = KV_BOARD.setdefault((body["bootstrap_port"], body["bootstrap_room"]), asyncio.Event())
@@ -414,3 +417,11 @@ async def test_a_worker_leaves_rotation_only_after_consecutive_failed_health_pro
         assert d.workers["decode-0/0"].healthy == (probe < 3)
     [result] = await collect(d, bench(1))
     assert result.status == "failed" and "no healthy decode worker (1 registered)" in result.error
+
+
+async def test_a_prefill_that_never_answers_after_its_decode_finished_does_not_fail_the_request(servers):
+    servers["prefill-0/0"].hang_after_kv = True
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"], prefill_grace_s=0.2)
+    [result] = await collect(d, bench(1))
+    assert result.status == "ok" and result.kv_wait_s is None
+    assert servers["prefill-0/0"].aborted == [servers["prefill-0/0"].bodies[0]["rid"]]  # freed, not left waiting
