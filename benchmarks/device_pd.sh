@@ -20,6 +20,9 @@
 # call1: install sglang tree, env check, NIXL preflight, aggregated greedy reference, start the PD pair for (b)
 # call2: install Ray/router tree, (b) through sglang-router + greedy PD outputs, then (a) through our Ray path
 # call3: (c) through our Ray path, then stop the cluster. Each call leaves $OUT/main.log + $OUT/<call>.tar.xz.
+# (AGG_CFG=configs/device-h200x2-1p1d.yaml ... call3 runs (a) alone in the call3 slot; the 2026-11-21 run needed
+# that once, after grpcio-reflection 1.85.1 broke serve.start on the image's grpcio 1.84.0: now pinned to 1.84.0.)
+# Results of that run: benchmarks/results/device-h200x2-2026-11-21/ and docs/performance.md.
 set -u
 PHASE=${1:?usage: device_pd.sh call1|call2|call3}
 REPO=$(pwd)
@@ -71,22 +74,27 @@ ray_cluster_up() {  # two one-GPU "nodes" on this host: role=prefill sees GPU 0,
     --ray-client-server-port=$(free_port) --dashboard-agent-listen-port=$(free_port) --num-cpus=8 --num-gpus=1 --labels=role=prefill --temp-dir=$P/rp --disable-usage-stats > $P/ray_head.log 2>&1 &
   echo "GCS=$GCS DASH=$DASH HEAD_PGID=$!" > $P/ray.env
   for i in $(seq 60); do python3 -c "import socket; socket.create_connection(('127.0.0.1',$GCS),1)" 2>/dev/null && break; sleep 1; done
-  CUDA_VISIBLE_DEVICES=1 setsid python3 -m ray.scripts.scripts start --block --address=127.0.0.1:$GCS \
-    --node-ip-address=127.0.0.1 --dashboard-agent-listen-port=$(free_port) --num-cpus=8 --num-gpus=1 --labels=role=decode --temp-dir=$P/rd \
-    --disable-usage-stats > $P/ray_decode.log 2>&1 &
-  echo "WORKER_PGID=$!" >> $P/ray.env
-  . $P/ray.env
-  python3 - <<EOF
-import ray, time
+  for attempt in 1 2 3; do  # a raylet can time out starting its agents on a loaded host: start it again
+    CUDA_VISIBLE_DEVICES=1 setsid python3 -m ray.scripts.scripts start --block --address=127.0.0.1:$GCS \
+      --node-ip-address=127.0.0.1 --dashboard-agent-listen-port=$(free_port) --num-cpus=8 --num-gpus=1 \
+      --labels=role=decode --temp-dir=$P/rd --disable-usage-stats >> $P/ray_decode.log 2>&1 &
+    WPG=$!
+    if python3 - <<EOF
+import ray, sys, time
 ray.init(address="127.0.0.1:$GCS", log_to_driver=False)
-for _ in range(90):
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    if len(alive) == 2:
+for _ in range(120):
+    if sum(n["Alive"] for n in ray.nodes()) == 2:
         break
     time.sleep(1)
 for n in ray.nodes():
     print("ray node", n["NodeManagerAddress"], n.get("Labels", {}).get("role"), n["Resources"].get("GPU"), "alive" if n["Alive"] else "dead")
+sys.exit(0 if sum(n["Alive"] for n in ray.nodes()) == 2 else 1)
 EOF
+    then break; fi
+    el "decode raylet not up (attempt $attempt)"; kill -KILL -- -$WPG 2>/dev/null
+  done
+  echo "WORKER_PGID=$WPG" >> $P/ray.env
+  . $P/ray.env
   el "Ray cluster at 127.0.0.1:$GCS"
 }
 ray_cluster_down() {

@@ -10,12 +10,13 @@ OUT=$(realpath -m ${1:?OUT_DIR}); mkdir -p $OUT
 HERE=$(cd $(dirname $0) && pwd); REPO=$(cd $HERE/../.. && pwd)
 W=$(mktemp -d); echo "work dir $W"
 PLAT="--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_34_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"
-# Versions = the project's .venv; only what the image (KINDS.md list) and the sglang tree do not already hold.
+# Versions = the project's .venv, except grpcio-reflection: its generated code must match the image's grpcio
+# 1.84.0 (1.85.1 made serve.start fail on the device). Only what the image and the sglang tree lack.
 PKGS="ray==2.60.0 sglang-router==0.3.2
  aiohttp-cors==0.8.1 colorful==0.5.8 opencensus==0.11.4 opencensus-context==0.1.3 google-api-core==2.44.0
  google-auth==2.62.2 googleapis-common-protos==1.76.0 proto-plus==1.29.0 pyasn1==0.6.5 pyasn1-modules==0.4.2
  opentelemetry-sdk==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-semantic-conventions==0.66b2
- opentelemetry-exporter-prometheus==0.66b2 grpcio-reflection==1.85.1 mmh3==5.3.1 smart-open==9.0.2
+ opentelemetry-exporter-prometheus==0.66b2 grpcio-reflection==1.84.0 mmh3==5.3.1 smart-open==9.0.2
  watchfiles==1.3.0 ijson==3.6.0"
 mkdir -p $W/dl
 $PY -m pip download -q --no-deps $PLAT -d $W/dl $PKGS
