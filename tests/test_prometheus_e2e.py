@@ -363,3 +363,64 @@ def test_cluster_dashboard_shows_ray_node_metrics_from_rays_sd_file(ray_cluster,
         assert not empty, "cluster dashboard expressions without data:\n" + "\n".join(empty)
     finally:
         prometheus_down(paths)
+
+
+@pytest.mark.ray
+def test_real_bench_run_is_scraped_through_the_file_sd(ray_driver, make_sim_config, tmp_path):
+    """`run_bench` on the session cluster: engines reach the file_sd through the worker registry, the
+    router replica's exporter through `register_exporter`; Prometheus's counts match result.json."""
+    pytest.importorskip("deployments.router")
+    import threading
+
+    import ray
+    from ray import serve
+
+    from deployments.app import ROUTER_APP
+    from orchestrator.bench import run_bench
+    from orchestrator.scrape import exporter_group, register_exporter, start_scrape_targets
+
+    cfg = make_sim_config(overrides={"metrics.exporter_port": 0})
+    targets_path = tmp_path / "targets.json"
+    actor = start_scrape_targets(targets_path, "bench-e2e", poll_interval_s=0.2)
+    paths = MonitorPaths(tmp_path / "monitor")
+    outcome: dict = {}
+    try:
+        _, url = prometheus_up(paths, targets_path, free_port(), SCRAPE_S, [str(tmp_path / "no-ray-sd.json")])
+        prom = Prom(url)
+        bench = threading.Thread(target=lambda: outcome.setdefault(
+            "result", run_bench(cfg, quiet=True, num_prompts=16, run_id="bench-e2e")), daemon=True)
+        bench.start()
+
+        def router_exporter() -> str | None:
+            try:
+                return serve.get_app_handle(ROUTER_APP).metrics_address.remote().result(timeout_s=5)
+            except Exception:  # not deployed yet
+                return None
+
+        address = wait_for(router_exporter, 120, "the router replica's exporter address")
+        register_exporter("router-0", exporter_group("bench-e2e", address, "router-0"))
+        wait_for(lambda: len([t for t in prom.query('up{run_id="bench-e2e"}') if t["value"][1] == "1"]) == 3, 60,
+                 "Prometheus to scrape the router and both engines")
+        bench.join(timeout=300)
+        assert not bench.is_alive(), "run_bench did not finish"
+        result = outcome["result"]
+        assert result.valid, result.verdict.why_invalid()
+        records = json.loads(result.result_path.read_text())["results"]
+        first_sent = min(r["sent_at"] for r in records)
+        # The router's counter at its last scrape equals the tokens of the requests done by then
+        # (the replica's exporter goes away with Serve at the end of the run, possibly before the last ones).
+        series = prom.query_range('sum(pdorch_output_tokens_total{run_id="bench-e2e"})', first_sent - 5, time.time())
+        assert series, "no router token counter was scraped"
+        last_t, last_v = series[0]["values"][-1]
+        done_by_then = sum(r["completion_tokens"] for r in records if r["status"] == "ok" and r["done_at"] <= last_t)
+        assert float(last_v) == pytest.approx(done_by_then, rel=0.05, abs=50)
+        rate = prom.query_range(f'sum(rate(pdorch_output_tokens_total{{run_id="bench-e2e"}}[{RATE_WINDOW}]))',
+                                first_sent, last_t)
+        assert max(float(v) for _, v in rate[0]["values"]) > 0
+        generated = prom.query_range('sum(sglang:generation_tokens_total{run_id="bench-e2e", role="decode"})',
+                                     first_sent - 5, time.time())
+        assert generated and float(generated[0]["values"][-1][1]) > 0
+    finally:
+        prometheus_down(paths)
+        ray.get(actor.stop.remote())
+        ray.kill(actor)
