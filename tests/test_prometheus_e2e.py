@@ -3,6 +3,8 @@
 sim prefill + sim decode (real processes, real HTTP) <- PDDispatcher with RouterMetrics <- bench loop with
 BenchMetrics + LiveView; exporters + engines listed in a file_sd JSON; Debian's `prometheus` scrapes it
 through `monitor.prometheus_up`. The test then asks Prometheus's HTTP API what a dashboard would.
+Two Ray tests use the session cluster: the cluster dashboard against Ray's own SD file, and a real
+`run_bench` whose engines and router are found through the ScrapeTargets actor.
 """
 
 from __future__ import annotations
