@@ -321,7 +321,7 @@ class SimEngine:
             startup_phases_s=self.startup_phases,
         )
         self.queues = PdQueueSizes()
-        self.runs: dict[str, Run] = {}
+        self.runs: set[Run] = set()  # in flight; rids may repeat, so not keyed by rid
         self.codec: TextCodec | None = None
         self.ready = False
         self.started_at = time.time()
@@ -491,7 +491,7 @@ class SimEngine:
             corrupt=fate.corrupt,
         )
         run = Run(item, req, streaming)
-        self.runs[item.rid] = run
+        self.runs.add(run)
         run.task = asyncio.get_running_loop().create_task(self._drive(run, fate))
         return run
 
@@ -606,7 +606,7 @@ class SimEngine:
     def _finish_run(self, run: Run) -> None:
         req = run.req
         req.finished_at = req.finished_at or time.monotonic()
-        self.runs.pop(run.item.rid, None)
+        self.runs.discard(run)
         run.done.set()
         req.updated.set()
         if run.item.rid.startswith("HEALTH_CHECK_"):
@@ -623,7 +623,7 @@ class SimEngine:
 
     def abort(self, rid: str, abort_all: bool) -> int:
         """SGLang's /abort_request: rid prefix match over every queue (bootstrap, transfer, scheduler)."""
-        matched = [r for r in self.runs.values() if abort_all or (rid and r.item.rid.startswith(rid))]
+        matched = [r for r in self.runs if abort_all or (rid and r.item.rid.startswith(rid))]
         for run in matched:
             if run.task is not None:
                 run.task.cancel()
@@ -879,7 +879,7 @@ async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, p
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     runners.append(runner)
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    await web.TCPSite(runner, host, port, reuse_address=True, backlog=2048).start()  # uvicorn default, as SGLang
 
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
