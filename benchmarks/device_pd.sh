@@ -165,6 +165,16 @@ call2)
   ray_bench $PD_CFG $P/a
   pack b; mv $OUT/b.tar.xz $OUT/call2_b.tar.xz; pack a; mv $OUT/a.tar.xz $OUT/call2_a.tar.xz
   ;;
+pages)  # NIXL preflight at several page sizes (descriptor = page_size x 576 x 2 B), GPU0 -> GPU1; needs .device/site
+  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site; fi
+  D=$P/pages; mkdir -p $D
+  for ps in ${PAGE_SIZES:-16 64 512}; do
+    el "preflight page_size=$ps"
+    timeout 150 python3 -m orchestrator.fabric --config $PD_CFG $SETS --set engine.sglang.page_size=$ps --mode local \
+      --memory gpu --mib 256 --iterations 6 --json $D/preflight-page$ps.json --work-dir $D/w$ps 2>&1 | tee $D/page$ps.txt | grep -E "descriptors|bandwidth|verified"
+  done
+  pack pages
+  ;;
 selftest)  # CPU machine: the Ray two-node path with the simulated engine (PDO_DIR/SITE_DIR/python3 = a 3.12 env)
   ray_cluster_up
   BENCH_ARGS="--num-prompts 20 --set engine.kind=sim --set engine.sim.time_scale=0.05" ray_bench $PD_CFG $P/selftest

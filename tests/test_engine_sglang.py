@@ -39,9 +39,12 @@ def common_env(ip: str, visible: str = "0,1,2,3,4,5,6,7") -> dict[str, str]:
     }
 
 
-def server_argv(host: str, port: int, tp: int, base_gpu: int, role: str | None, bootstrap: int = 8998) -> list[str]:
-    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1",
-            "--load-format", "dummy", "--host", host, "--port", str(port),
+def server_argv(host: str, port: int, tp: int, base_gpu: int, role: str | None, bootstrap: int = 8998,
+                quantization: str | None = None) -> list[str]:
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--load-format", "dummy"]
+    if quantization:  # the TP4-prefill presets use a W4A8 checkpoint (FP8 R1 does not fit 4 H200s)
+        argv += ["--quantization", quantization]
+    argv += ["--host", host, "--port", str(port),
             "--tp-size", str(tp), "--dp-size", "1", "--ep-size", "1", "--base-gpu-id", str(base_gpu)]
     if role:
         argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl",
@@ -82,9 +85,9 @@ def test_2p1d_two_tp4_prefills_share_a_node_on_disjoint_gpus_and_bootstrap_ports
     p1 = backend.build_launch(cfg, group, placement("prefill", PREFILL_IP, 30002, range(4, 8), 8999, replica=1))
     dec = backend.build_launch(cfg, cfg.layout.decode[0], placement("decode", DECODE_IP, 30001, range(8)))
 
-    assert p0.argv == server_argv("0.0.0.0", 30000, 4, 0, "prefill", 8998)
-    assert p1.argv == server_argv("0.0.0.0", 30002, 4, 4, "prefill", 8999)
-    assert dec.argv == server_argv("0.0.0.0", 30001, 8, 0, "decode")
+    assert p0.argv == server_argv("0.0.0.0", 30000, 4, 0, "prefill", 8998, "w4afp8")
+    assert p1.argv == server_argv("0.0.0.0", 30002, 4, 4, "prefill", 8999, "w4afp8")
+    assert dec.argv == server_argv("0.0.0.0", 30001, 8, 0, "decode", quantization="w4afp8")
     assert p0.env == p1.env == common_env(PREFILL_IP)
     assert dec.env == common_env(DECODE_IP)
     assert readiness_urls(p1) == [
@@ -105,8 +108,8 @@ def test_1p_tp4_with_1d_tp8_keeps_page_size_and_kv_dtype_equal_on_both_roles():
         i = argv.index("--page-size")
         return argv[:i] + ["--page-size", "64", "--kv-cache-dtype", "fp8_e4m3"] + argv[i + 4:]
 
-    assert pre.argv == swap_kv(server_argv("0.0.0.0", 30000, 4, 0, "prefill"))
-    assert dec.argv == swap_kv(server_argv("0.0.0.0", 30001, 8, 0, "decode"))
+    assert pre.argv == swap_kv(server_argv("0.0.0.0", 30000, 4, 0, "prefill", quantization="w4afp8"))
+    assert dec.argv == swap_kv(server_argv("0.0.0.0", 30001, 8, 0, "decode", quantization="w4afp8"))
     assert pre.env == common_env(PREFILL_IP) and dec.env == common_env(DECODE_IP)
 
 
