@@ -40,6 +40,17 @@ def test_verification_catches_a_single_flipped_byte():
         _verify(data, 42, 4096)
 
 
+def test_sampled_verification_catches_a_wrong_room_but_is_sparse():
+    data = expected_kv_bytes(42, 0, 64 * 4096).copy()
+    _verify(data, 42, 0, "sampled")
+    data[100] ^= 0xFF  # outside the sampled 64 bytes of its 4 KiB page: not seen
+    _verify(data, 42, 0, "sampled")
+    with pytest.raises(KvTransferError):
+        _verify(expected_kv_bytes(43, 0, 64 * 4096).copy(), 42, 0, "sampled")
+    with pytest.raises(KvTransferError):
+        _verify(data, 42, 0, "full")
+
+
 async def test_receive_pool_is_bounded_and_reuses_slots():
     pool = ReceivePool(buffer_bytes=3 * PATTERN_BYTES)
     slots = [await pool.acquire() for _ in range(3)]

@@ -81,7 +81,8 @@ def start_servers(cfg: RunConfig, roles: list[str], log_dir: Path) -> list[Serve
 def pd_pair(request, tmp_path_factory) -> Iterator[tuple[Server, Server]]:
     if request.param == "nixl" and not HAVE_NIXL:
         pytest.skip("nixl is not importable")
-    servers = start_servers(sim_config(kv_transfer=request.param), ["prefill", "decode"],
+    extra = ("--kv-verify", "sampled") if request.param == "http" else ()  # both verification modes covered
+    servers = start_servers(sim_config(kv_transfer=request.param, extra_args=extra), ["prefill", "decode"],
                             tmp_path_factory.mktemp(f"pd-{request.param}"))
     yield servers[0], servers[1]
     for s in servers:

@@ -78,6 +78,7 @@ class SimSettings:
     faults: str | None
     kv_transfer: str
     kv_buffer_mb: int
+    kv_verify: str
     node: str
     incremental_streaming_output: bool
     timeouts: PdTimeouts
@@ -344,7 +345,7 @@ class SimEngine:
                 endpoint_name=f"sim-prefill-{uuid.uuid4().hex[:12]}",
             )
         elif s.mode == "decode":
-            self.receiver = KvReceiver(s.timeouts, self.transfer_mode, s.node, s.kv_buffer_mb * MIB)
+            self.receiver = KvReceiver(s.timeouts, self.transfer_mode, s.node, s.kv_buffer_mb * MIB, s.kv_verify)
         self._arm_crash_timer()
 
     async def warm_up(self) -> None:
@@ -918,6 +919,8 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--faults", default=None, help="fault spec JSON, see docs/simulator.md")
     s.add_argument("--kv-transfer", choices=["auto", "nixl", "http"], default="auto")
     s.add_argument("--kv-buffer-mb", type=int, default=64, help="decode receive buffer (MiB), 8 MiB per transfer")
+    s.add_argument("--kv-verify", choices=["full", "sampled"], default="full",
+                   help="decode checks every received KV byte, or 64 bytes of every 4 KiB")
     s.add_argument("--sim-node", default=None, help="node identity for same-node transfers; default --host")
     d = PdTimeouts()
     s.add_argument("--waiting-timeout-s", type=float, default=d.waiting_timeout_s)
@@ -964,6 +967,7 @@ def settings_from_args(a: argparse.Namespace) -> SimSettings:
         faults=a.faults,
         kv_transfer=a.kv_transfer,
         kv_buffer_mb=a.kv_buffer_mb,
+        kv_verify=a.kv_verify,
         node=a.sim_node or a.host,
         incremental_streaming_output=a.incremental_streaming_output,
         timeouts=PdTimeouts(
