@@ -162,6 +162,16 @@ def _reap(pid: int) -> None:
         pass
 
 
+def local_cluster_ray_sd_files(cfg) -> list[str]:
+    """Ray's SD file(s) of the embedded local cluster, if one is running (its head writes them)."""
+    from orchestrator.cluster import DEFAULT_STATE_PATH, LocalClusterState
+
+    state = LocalClusterState.load(Path(cfg.benchmark.result_dir) / DEFAULT_STATE_PATH.name)
+    if state is None or not state.root_dir:
+        return []
+    return sorted(str(p) for p in Path(state.root_dir).glob("head*/prom_metrics_service_discovery.json"))
+
+
 def monitor_paths(cfg) -> MonitorPaths:
     return MonitorPaths(Path(cfg.benchmark.result_dir) / "monitor")
 
@@ -316,7 +326,7 @@ def _cmd_monitor_up(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     paths = monitor_paths(cfg)
-    ray_sd = args.ray_sd_file or [RAY_SD_FILE]
+    ray_sd = args.ray_sd_file or [RAY_SD_FILE, *local_cluster_ray_sd_files(cfg)]
     try:
         pid, url = prometheus_up(
             paths, cfg.metrics.file_sd_path, cfg.metrics.prometheus_port, cfg.metrics.scrape_interval_s, ray_sd
@@ -325,6 +335,7 @@ def _cmd_monitor_up(args: argparse.Namespace) -> int:
         print(f"monitor up: {exc}", file=sys.stderr)
         return 1
     print(f"prometheus pid {pid} at {url} (config {paths.config}, targets {cfg.metrics.file_sd_path})")
+    print(f"ray node metrics from: {', '.join(ray_sd)}")
     return 0
 
 
@@ -376,7 +387,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_args(up, required=False)
     up.set_defaults(config="configs/default.yaml")
     up.add_argument("--ray-sd-file", action="append", default=[],
-                    help=f"Ray's service-discovery JSON (default {RAY_SD_FILE}; repeatable)")
+                    help=f"Ray's service-discovery JSON (default {RAY_SD_FILE} and the running local "
+                         "cluster's; repeatable)")
     up.set_defaults(func=_cmd_monitor_up)
     down = msub.add_parser("down", help="stop the prometheus `monitor up` started")
     add_config_args(down, required=False)

@@ -36,6 +36,7 @@ from orchestrator.monitor import (
     dashboard_queries,
     expand_macros,
     load_dashboards,
+    local_cluster_ray_sd_files,
     prometheus_down,
     prometheus_up,
 )
@@ -330,28 +331,25 @@ def _proc_state(pid: int) -> str:
         return "zombie"
 
 
-def _ray_sd_file(ray_cluster) -> Path | None:
-    """Ray's own service-discovery file, written by the head's dashboard into its temp dir."""
-    for node in ray_cluster.nodes:
-        for path in Path(node.temp_dir).glob("**/prom_metrics_service_discovery.json"):
-            if path.exists() and json.loads(path.read_text() or "[]"):
-                return path
-    return None
-
-
 @pytest.mark.ray
-def test_cluster_dashboard_shows_ray_node_metrics_from_rays_sd_file(ray_cluster, tmp_path):
+def test_cluster_dashboard_shows_ray_node_metrics_from_rays_sd_file(ray_cluster, make_sim_config, tmp_path):
     """The session's 2-node cluster: Prometheus follows Ray's SD file, the cluster panels get data."""
-    ray_sd = wait_for(lambda: _ray_sd_file(ray_cluster), 60, "Ray's prom_metrics_service_discovery.json")
+    cfg = make_sim_config()  # result_dir = tmp_path, where `monitor up` looks for the local cluster's state
+    ray_cluster.save(Path(cfg.benchmark.result_dir) / "local-cluster.json")
+
+    def written_sd_files() -> list[str]:
+        return [f for f in local_cluster_ray_sd_files(cfg) if json.loads(Path(f).read_text() or "[]")]
+
+    ray_sd = wait_for(written_sd_files, 60, "Ray's prom_metrics_service_discovery.json")[0]
     paths = MonitorPaths(tmp_path / "monitor")
     start = time.time()
     try:
         _, url = prometheus_up(paths, tmp_path / "targets.json", free_port(), SCRAPE_S, [str(ray_sd)])
         prom = Prom(url)
-        nodes = wait_for(lambda: {s["metric"]["instance"] for s in prom.query('ray_node_cpu_utilization{job="ray"}')}
-                         if len(prom.query('ray_node_cpu_utilization{job="ray"}')) >= 2 else None,
-                         60, "node metrics of both Ray nodes in Prometheus")
-        assert len(nodes) == 2
+        def node_instances() -> set[str]:
+            return {s["metric"]["instance"] for s in prom.query('ray_node_cpu_utilization{job="ray"}')}
+
+        wait_for(lambda: len(node_instances()) == 2, 60, "node metrics of both Ray nodes in Prometheus")
         wait_for(lambda: all(len(s["values"]) > 2 for s in
                              prom.query_range('ray_node_mem_used{job="ray"}', start, time.time()) or [{"values": []}]),
                  30, "a few scrapes of Ray node metrics")
