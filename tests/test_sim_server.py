@@ -331,3 +331,23 @@ def test_model_that_does_not_fit_is_refused_before_binding(capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "no room for KV cache" in err and "--tp-size" in err
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ({}, "Either text or input_ids"),
+        ({"input_ids": ["a"]}, "input_ids.0"),
+        ({"input_ids": [-1]}, "token ids in [0, 129280)"),
+        ({"input_ids": [1], "sampling_params": {"max_new_tokens": -3}}, "sampling_params.max_new_tokens"),
+        ({"input_ids": [[1], [2]], "rid": ["a"]}, "rid has 1 entries but the batch has 2 prompts"),
+        ({"input_ids": []}, "prompt 0 is empty"),
+    ],
+)
+def test_bad_generate_bodies_get_400_naming_the_field(aggregated, body, needle):
+    kwargs = {"content": body} if isinstance(body, str) else {"json": body}
+    r = httpx.post(f"{aggregated.url}/generate", **kwargs)
+    assert r.status_code == 400
+    assert needle in r.json()["error"]["message"]

@@ -652,6 +652,12 @@ class SimEngine:
         }
 
 
+def _field_path(loc: tuple) -> str:
+    """pydantic's error location without its union-branch tags ('input_ids.list[int].0' -> 'input_ids.0')."""
+    parts = [str(p) for p in loc if isinstance(p, int) or (p[:1].islower() and "[" not in p)]
+    return ".".join(parts) or "(body: expected a JSON object)"
+
+
 def _url_host(host: str | None) -> str:
     return f"[{host}]" if host and ":" in host and not host.startswith("[") else str(host)
 
@@ -716,8 +722,7 @@ class SimHttpApi:
             return sglang_error(400, f"Request body is not valid JSON: {exc.msg}")
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            return sglang_error(400, f"Invalid request field {where}: {first['msg']}")
+            return sglang_error(400, f"Invalid request field {_field_path(first['loc'])}: {first['msg']}")
         except BadRequest as exc:
             return sglang_error(400, str(exc))
         if fate.error:
