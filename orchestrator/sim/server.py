@@ -559,6 +559,7 @@ class SimEngine:
                     self.metrics.transfer_failed()
                     raise
                 run.final_reason = {"type": "length", "length": 0}
+                run.req.finished_at = time.monotonic()  # the prefill's request ends with its transfer
             finally:
                 self.queues.prefill_inflight -= 1
         finally:
