@@ -7,7 +7,10 @@ prefill process (source pool) --NIXL WRITE, one descriptor per page per layer-->
 SGLang's MLA KV cache is one buffer per layer of [pages, page_size, 576] bf16, and its NIXL connector sends a
 request's KV as one descriptor per (layer, page); the decode side's pages are wherever its allocator had room.
 We model that with a target page table made of shuffled runs of `--run-pages` contiguous pages, and time:
-- `per-page`: SGLang's layout, descriptor lists built per request (as SGLang does) and posted;
+- `prepped`: what SGLang 0.5.17 does for MLA (nixl/conn.py `_prep_equal_tp_dlist` + `make_prepped_xfer`):
+  every (layer, page slot) of both pools prepared once, per request only slot indices (NIXL may merge
+  neighbouring descriptors itself here);
+- `per-page`: the same descriptors as fresh lists per request (`initialize_xfer`);
 - `coalesced`: the same bytes with runs that are contiguous on both sides merged into one descriptor;
 - the plain copy of the same number of bytes in the same run (CPU: one memcpy; GPU: torch peer copy
   cuda:0 -> cuda:1), which is the link's speed the transfer should approach.
@@ -154,7 +157,10 @@ def target_main(conn, device: str, nbytes: int, num_threads: int) -> None:
 
 
 def _post(agent, local, remote, peer: str) -> None:
-    handle = agent.initialize_xfer("WRITE", local, remote, peer, b"")
+    _wait(agent, agent.initialize_xfer("WRITE", local, remote, peer, b""))
+
+
+def _wait(agent, handle) -> None:
     state = agent.transfer(handle)
     while state == "PROC":
         state = agent.check_xfer_state(handle)
@@ -185,12 +191,29 @@ def initiator_main(conn, device: str, layouts: list[Layout], num_threads: int, i
             torch.cuda.synchronize(buf.device)
         src = descriptors(lay, buf.data_ptr(), lay.src_pages, local_dev)
         dst = descriptors(lay, remote_base, lay.dst_pages, remote_dev)
-        for mode in ("per-page", "coalesced"):
+        # SGLang's MLA path: every (layer, page slot) of both pools prepared once at start-up, then per
+        # request make_prepped_xfer with slot indices (layer-major, as repeat_indices_over_layers gives)
+        all_pages = np.arange(lay.pool_pages)
+        src_prep = agent.prep_xfer_dlist("NIXL_INIT_AGENT", descriptors(lay, buf.data_ptr(), all_pages, local_dev), mem)
+        dst_prep = agent.prep_xfer_dlist(peer, descriptors(lay, remote_base, all_pages, remote_dev), mem)
+        layer_base = np.arange(lay.layers, dtype=np.int64)[:, None] * lay.pool_pages
+        src_idx = (layer_base + lay.src_pages[None, :]).reshape(-1).astype(np.int32)
+        dst_idx = (layer_base + lay.dst_pages[None, :]).reshape(-1).astype(np.int32)
+        for mode in ("prepped", "per-page", "coalesced"):
             conn.send(("zero", None))
             conn.recv()
             times, post_times = [], []
             for _ in range(iters + 1):  # first one warms connections and registration caches
                 t0 = time.perf_counter()
+                if mode == "prepped":
+                    s = src_idx
+                    t1 = time.perf_counter()
+                    handle = agent.make_prepped_xfer("WRITE", src_prep, src_idx, dst_prep, dst_idx, b"")
+                    _wait(agent, handle)
+                    t2 = time.perf_counter()
+                    times.append(t2 - t0)
+                    post_times.append(t2 - t1)
+                    continue
                 s, d = coalesce(src, dst) if mode == "coalesced" else (src, dst)
                 local = agent.get_xfer_descs(s, mem)
                 remote = agent.get_xfer_descs(d, mem)
@@ -206,6 +229,8 @@ def initiator_main(conn, device: str, layouts: list[Layout], num_threads: int, i
             rows.append({"page_bytes": lay.page_bytes, "mode": mode, "descs": len(s), "bytes": lay.transfer_bytes,
                          "s": statistics.median(times[1:]), "post_s": statistics.median(post_times[1:]),
                          "backend": "UCX"})
+        agent.release_dlist_handle(src_prep)
+        agent.release_dlist_handle(dst_prep)
     conn.send(None)
     conn.recv()
     result_conn.send(rows)
