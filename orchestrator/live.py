@@ -77,6 +77,7 @@ class LiveView:
         started_at: float | None = None,
         metrics: BenchMetrics | None = None,
         title: str = "pd-orchestrator bench",
+        time_scale: float | None = None,
     ):
         self.deadline_s = deadline_s
         self.total_prompts = total_prompts
@@ -87,6 +88,8 @@ class LiveView:
         self.started_at = started_at if started_at is not None else (
             metrics.started_at if metrics is not None else time.time())
         self.metrics = metrics
+        # elapsed, deadline and tok/s in the run's unit: simulated seconds when the sim's time_scale != 1
+        self.time_scale = time_scale or (metrics.time_scale if metrics is not None else 1.0)
         self.title = title
         self._phase = "placement"
         self._run_started_s: float | None = None
@@ -150,7 +153,8 @@ class LiveView:
         with self._lock:
             while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
                 self._recent.popleft()
-            window = min(RATE_WINDOW_S, max(self._elapsed() - (self._run_started_s or 0.0), 1.0))
+            run_wall_s = (self._elapsed() - (self._run_started_s or 0.0)) * self.time_scale
+            window = min(RATE_WINDOW_S, max(run_wall_s, 1.0)) / self.time_scale
             prefill = sum(r[1] for r in self._recent) / window
             decode = sum(r[2] for r in self._recent) / window
             elapsed = self._elapsed()
@@ -188,7 +192,7 @@ class LiveView:
     # -- internals ---------------------------------------------------------------------------------
 
     def _elapsed(self) -> float:
-        return time.time() - self.started_at
+        return (time.time() - self.started_at) / self.time_scale
 
     def _log(self, force: bool = False) -> None:
         if not self.quiet:

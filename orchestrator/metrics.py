@@ -171,9 +171,12 @@ class BenchMetrics:
         deadline_s: float,
         registry: CollectorRegistry | None = None,
         started_at: float | None = None,
+        time_scale: float = 1.0,
     ):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.started_at = started_at if started_at is not None else time.time()
+        # sim runs with engine.sim.time_scale != 1 count the deadline in simulated seconds (wall / scale)
+        self.time_scale = time_scale
         self.deadline_s = deadline_s
         self._base = {"run_id": run_id, "layout": layout}
         base = list(self._base)
@@ -208,7 +211,8 @@ class BenchMetrics:
         self.timeline: list[PhaseSpan] = []
 
     def elapsed_s(self) -> float:
-        return time.time() - self.started_at
+        """Seconds since the job started, in the run's unit (simulated seconds when time_scale != 1)."""
+        return (time.time() - self.started_at) / self.time_scale
 
     def phase(self, name: str) -> None:
         """Enter phase `name` (BENCH_PHASES, EXTRA_PHASES or the driver's spelling); closes the previous one."""

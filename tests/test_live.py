@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 
@@ -85,3 +86,17 @@ def test_view_feeds_bench_metrics():
     assert registry.get_sample_value("pdorch_bench_done_output_tokens", labels) == 50
     assert registry.get_sample_value("pdorch_projected_finish_seconds", labels) is not None
     assert [p["name"] for p in metrics.timeline_dicts()] == ["run"]
+
+
+def test_sim_time_scale_reports_elapsed_and_rates_in_simulated_seconds():
+    # time_scale 0.05: one wall second is 20 simulated seconds, so tok/s per simulated second is 20x lower
+    metrics = BenchMetrics(run_id="r1", layout="1P/1D", deadline_s=420, started_at=time.time() - 5, time_scale=0.05)
+    view = LiveView(deadline_s=420, total_prompts=2, total_output_tokens=100, quiet=True, stream=io.StringIO(),
+                    metrics=metrics)
+    assert view.state().elapsed_s >= 100  # 5 wall seconds
+    assert metrics.elapsed_s() >= 100
+    view.phase("run")
+    view.update(result(0, prompt=200, completion=50))
+    state = view.state()
+    assert state.decode_tok_s == pytest.approx(50 * 0.05)  # 1 s wall floor = 20 simulated s
+    assert state.prefill_tok_s == pytest.approx(200 * 0.05)
