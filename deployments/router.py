@@ -60,6 +60,8 @@ class GenerateBody(BaseModel):
     def _one_prompt_field(self) -> "GenerateBody":
         if (self.text is None) == (self.input_ids is None):
             raise ValueError("set exactly one of 'text' or 'input_ids'")
+        if self.input_ids is not None and (not self.input_ids or any(x == [] for x in self.input_ids)):
+            raise ValueError("input_ids: a prompt needs at least one token id")
         n = self.sampling_params.get("max_new_tokens")
         if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
             raise ValueError(f"sampling_params.max_new_tokens must be a non-negative integer (got {n!r})")
@@ -239,8 +241,9 @@ class RouterCore:
             else:
                 out["input_ids"] = await self.encode(body.text)
         ids = out["input_ids"]
-        for i, item in enumerate(ids if ids and isinstance(ids[0], list) else [ids]):
-            self.check_prompt_len(len(item), f"input_ids[{i}]" if isinstance(ids[0], list) else "input_ids")
+        batched = bool(ids) and isinstance(ids[0], list)
+        for i, item in enumerate(ids if batched else [ids]):
+            self.check_prompt_len(len(item), f"input_ids[{i}]" if batched else "input_ids")
         out.pop("rid", None)  # the router owns rids: they must be unique and prefix-free
         return out
 

@@ -135,6 +135,7 @@ def test_generate_stream_relays_sse_to_done(ingress):
     ("/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": "many"}}, "max_new_tokens"),
     ("/generate", {"sampling_params": {}}, "'text' or 'input_ids'"),
     ("/generate", {"input_ids": "abc"}, "input_ids"),
+    ("/generate", {"input_ids": []}, "at least one token id"),
     ("/v1/completions", {"model": "m"}, "prompt"),
     ("/v1/completions", {"prompt": "x", "max_tokens": -1}, "max_tokens"),
     ("/v1/chat/completions", {"messages": []}, "messages"),
