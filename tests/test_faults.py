@@ -54,6 +54,8 @@ RECOVERY_S = 150.0  # Serve health check (10 s period) + replica restart + engin
 
 @dataclass
 class Deployment:
+    """The module's 2P2D deployment: its config, the cluster it runs on, the router handle."""
+
     cfg: RunConfig
     cluster: LocalClusterState
     router: object  # Serve DeploymentHandle of PDRouter
@@ -231,6 +233,8 @@ def make_batch(n: int = BATCH_SIZE) -> list[BenchRequest]:
 
 @dataclass
 class RunOutcome:
+    """One batch's results and when it started, ended and had to end (wall clock, time.time())."""
+
     results: list[RequestResult]
     deadline_at: float
     ended_at: float
