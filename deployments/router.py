@@ -163,6 +163,7 @@ class RouterCore:
     def __init__(self, cfg: RunConfig, run_id: str = "run", metrics: Any = None):
         self.cfg = cfg
         self.run_id = run_id
+        self.metrics = metrics
         self.model_name = cfg.model.name
         self.dispatcher = PDDispatcher(DispatchSettings.from_router_config(cfg.router), cfg.layout.mode, metrics)
         self.api_key = self._read_api_key(cfg.router.api_key_env)
@@ -193,6 +194,9 @@ class RouterCore:
         if version != self.registry_version:
             self.registry_version = version
             self.dispatcher.set_workers(endpoints)
+            if self.metrics is not None:
+                for e in endpoints:  # series start at 0 so rate()/increase() count a worker's first tokens
+                    self.metrics.add_worker(e.role, e.name)
             log.info("router: registry v%d, workers %s", version, sorted(e.name for e in endpoints))
 
     async def maybe_check_health(self) -> None:
@@ -538,14 +542,17 @@ http_app = build_http_app()
 
 
 def _make_metrics(cfg: RunConfig, run_id: str):
-    """RouterMetrics plus its own exporter on a free port, if the metrics module is there."""
-    try:
-        from orchestrator.metrics import RouterMetrics, start_exporter
-    except ImportError:
-        return None, None
+    """RouterMetrics plus its own exporter on a free port, listed in the run's Prometheus file_sd."""
+    from orchestrator.metrics import RouterMetrics
+    from orchestrator.scrape import serve_metrics
+
     metrics = RouterMetrics(run_id, cfg.layout.describe())
     try:
-        exporter = start_exporter(cfg.metrics.exporter_host, cfg.metrics.exporter_port, metrics.registry)
+        replica = serve.get_replica_context().replica_id.unique_id
+    except Exception:  # outside Serve (uvicorn tests): one router per process
+        replica = str(os.getpid())
+    try:
+        exporter = serve_metrics(metrics.registry, f"router-{replica}", run_id, cfg.metrics, port=0)
     except Exception as exc:  # metrics are an aid: a router without an exporter still routes
         log.warning("router metrics exporter not started: %r", exc)
         exporter = None
