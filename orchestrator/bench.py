@@ -58,6 +58,7 @@ class PhaseClock:
         self.time_scale = time_scale
         self.phases: list[PhaseTime] = []
         self.current: str | None = None
+        self.failed_in: str | None = None  # the phase an exception left, kept for the reason
 
     def now_s(self) -> float:
         return (time.time() - self.started_at) / self.time_scale
@@ -70,6 +71,9 @@ class PhaseClock:
             print(f"[{start:8.2f}s] {name} ...", file=sys.stderr, flush=True)
         try:
             yield
+        except BaseException:
+            self.failed_in = self.failed_in or name
+            raise
         finally:
             self.phases.append(PhaseTime(name, start, self.now_s()))
             self.current = None
@@ -260,17 +264,26 @@ def _router_port(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
+def _on_sigterm(signum, frame):
+    raise BenchInterrupted(f"received {signal.Signals(signum).name}")
+
+
+def _arm_sigterm() -> None:
+    """SIGTERM (ray job stop, kill) becomes BenchInterrupted in the main thread, like Ctrl-C.
+
+    Called again after `ray.init`, which installs its own SIGTERM handler that aborts the process.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGTERM (ray job stop, kill) becomes BenchInterrupted in the main thread, like Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def on_term(signum, frame):
-        raise BenchInterrupted(f"received {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = signal.getsignal(signal.SIGTERM)
+    _arm_sigterm()
     try:
         yield
     finally:
@@ -363,7 +376,7 @@ def run_bench(
                 duration_s = (time.perf_counter() - t) / time_scale
             lgt = last_gen_throughput(endpoints)
         except (KeyboardInterrupt, BenchInterrupted) as exc:
-            reason = f"interrupted during {clock.current or 'report'}: {exc or 'Ctrl-C'}"
+            reason = f"interrupted during {clock.failed_in or 'start-up'}: {exc or 'Ctrl-C'}"
         except Exception as exc:
             from orchestrator.plan.memory import LayoutDoesNotFit
 
@@ -371,7 +384,7 @@ def run_bench(
                 verdict_line = exc.report.summary().splitlines()[0]
                 reason = f"memory preflight: {verdict_line}; pass --force to run anyway\n{exc.report.summary()}"
             else:
-                reason = f"{clock.current or 'run'} failed: {type(exc).__name__}: {exc}"
+                reason = f"{clock.failed_in or 'run'} failed: {type(exc).__name__}: {exc}"
             log.debug("bench failed", exc_info=True)
         finally:
             with clock.phase("report", True):
@@ -388,6 +401,7 @@ def _place(cfg: RunConfig, run_id: str, state_path: Path | None, deadline_at: fl
     import ray
 
     session = connect(cfg, state_path)
+    _arm_sigterm()
     try:
         nodes = node_inventory()
         check_nodes_fit(cfg, nodes)
@@ -410,7 +424,12 @@ def _router_handle():
 def _wait_ready(router, cfg: RunConfig, deadline_at: float) -> list:
     from deployments.app import expected_workers
 
-    return router.wait_ready.remote(expected_workers(cfg), max(1.0, deadline_at - time.time())).result()
+    response = router.wait_ready.remote(expected_workers(cfg), max(1.0, deadline_at - time.time()))
+    while True:  # short waits, so Ctrl-C / SIGTERM handlers get to run promptly
+        try:
+            return response.result(timeout_s=1.0)
+        except TimeoutError:
+            continue
 
 
 def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt) -> BenchResult:

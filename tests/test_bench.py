@@ -119,3 +119,44 @@ def test_failures_are_grouped_by_reason_with_times_blanked():
     results = [RequestResult(index=i, status="failed", prompt_len=1, output_len=1, error=e) for i, e in enumerate(errors)]
     assert failure_reasons(results) == {"timeout: decode d/0: no answer within <t>s": 2,
                                         "http_400: prefill p/0: bad input_ids": 1}
+
+
+@pytest.mark.ray
+def test_sigterm_writes_partial_invalid_result_and_tears_down(ray_cluster, make_sim_config, tmp_path):
+    """SIGTERM (what `ray job stop` sends) while engines start: INVALID result with the reason, exit 1,
+    no worker replica left on the cluster."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ray.util.state import list_actors
+
+    from orchestrator.config import dump_config
+    from tests.conftest import wait_until
+
+    cfg = make_sim_config(overrides={"engine.sim.startup_s": 600.0})  # engines never get ready in time
+    config_path = tmp_path / "sigterm.yaml"
+    config_path.write_text(dump_config(cfg))
+    log_path = tmp_path / "bench.log"
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.gcs_address, "RAY_AUTH_MODE": "disabled"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "bench", "--config", str(config_path),
+                                 "--num-prompts", "4"], cwd=Path(__file__).resolve().parent.parent,
+                                stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(lambda: "engine start ..." in log_path.read_text(), timeout_s=240)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=300) == 1  # teardown (serve.shutdown) is slow on a loaded box
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = log_path.read_text()
+    assert out.strip().splitlines()[-1] == "INVALID: interrupted during engine start: received SIGTERM"
+    data = json.loads(next(tmp_path.glob("*/result.json")).read_text())
+    assert data["verdict"] == "INVALID" and data["counts"] == {"num_prompts": 4, "completed": 0, "failed": 4}
+    assert {r["error"] for r in data["results"]} == {"not run: interrupted during engine start: received SIGTERM"}
+    replicas = [a for a in list_actors(address=ray_cluster.dashboard_url, filters=[("state", "=", "ALIVE")], limit=1000)
+                if a.class_name.startswith("ServeReplica:workers-")]
+    assert replicas == []
