@@ -746,6 +746,8 @@ class SimHttpApi:
         async def pump(run: Run) -> None:
             sent = 0
             while True:
+                if len(run.req.output_ids) > sent and run.req.finished:
+                    await run.done.wait()  # the last tokens go out with the finish_reason, in one chunk
                 finished = run.done.is_set()
                 new = len(run.req.output_ids) > sent
                 if new or finished:
