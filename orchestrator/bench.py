@@ -212,9 +212,11 @@ def stream_batch(router, requests: list[BenchRequest], limit: int, deadline_at: 
         gen = router.options(stream=True).generate_batch.remote(requests, limit, deadline_at)
         for result in gen:
             results[result.index] = result
+            _check_stop()
     except (KeyboardInterrupt, BenchInterrupted):
         raise
     except Exception as exc:  # router died mid-batch: the rest fail with its error
+        _check_stop()
         error = f"router stream failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return complete_results(requests, results, error or "no result from the router before the stream ended")
 
@@ -264,8 +266,17 @@ def _router_port(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
+_STOP_REASON: list[str] = []  # set by the SIGTERM handler; survives exceptions mangled inside Ray's C code
+
+
 def _on_sigterm(signum, frame):
-    raise BenchInterrupted(f"received {signal.Signals(signum).name}")
+    _STOP_REASON.append(f"received {signal.Signals(signum).name}")
+    raise BenchInterrupted(_STOP_REASON[-1])
+
+
+def _check_stop() -> None:
+    if _STOP_REASON:
+        raise BenchInterrupted(_STOP_REASON[-1])
 
 
 def _arm_sigterm() -> None:
@@ -283,6 +294,7 @@ def _signals_raise() -> Iterator[None]:
         yield
         return
     previous = signal.getsignal(signal.SIGTERM)
+    _STOP_REASON.clear()
     _arm_sigterm()
     try:
         yield
@@ -380,7 +392,9 @@ def run_bench(
         except Exception as exc:
             from orchestrator.plan.memory import LayoutDoesNotFit
 
-            if isinstance(exc, LayoutDoesNotFit):
+            if _STOP_REASON:  # our handler's exception raised inside Ray's C code comes back mangled
+                reason = f"interrupted during {clock.failed_in or 'start-up'}: {_STOP_REASON[-1]}"
+            elif isinstance(exc, LayoutDoesNotFit):
                 verdict_line = exc.report.summary().splitlines()[0]
                 reason = f"memory preflight: {verdict_line}; pass --force to run anyway\n{exc.report.summary()}"
             else:
@@ -429,7 +443,7 @@ def _wait_ready(router, cfg: RunConfig, deadline_at: float) -> list:
         try:
             return response.result(timeout_s=1.0)
         except TimeoutError:
-            continue
+            _check_stop()
 
 
 def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt) -> BenchResult:

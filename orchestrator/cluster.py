@@ -202,7 +202,7 @@ class LocalCluster:
         return state
 
     def _start_with_retries(self, role: str, args: list[str], temp_dir: Path, alive_after: int,
-                            timeout_s: float, attempts: int = 3) -> None:
+                            timeout_s: float, attempts: int = 5) -> None:
         """Start one raylet and wait until `alive_after` nodes are alive.
 
         Ray gives a starting raylet a fixed 30 s to register with the GCS; on a box loaded by other jobs
