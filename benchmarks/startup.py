@@ -32,6 +32,7 @@ class BenchRun:
     """One `bench` process: when we spawned it, its result.json, and its exit status."""
 
     spawned_at: float
+    result_dir: Path
     result: dict
     exit_code: int
     output: str
@@ -43,13 +44,36 @@ def run_bench_cli(config: str, overrides: list[str], result_dir: Path, timeout_s
     argv = [sys.executable, "-m", "orchestrator", "bench", "--config", config, "--result-dir", str(result_dir)]
     for o in overrides:
         argv += ["--set", o]
+    out_path = result_dir / "bench-output.txt"
     spawned_at = time.time()
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        while proc.poll() is None:  # the cluster's temp dir (engine logs) is deleted at teardown: copy as we go
+            if time.time() - spawned_at > timeout_s:
+                proc.terminate()
+            copy_engine_logs(result_dir)
+            time.sleep(0.5)
+    output = out_path.read_text(errors="replace")
     paths = sorted(result_dir.rglob("result.json"), key=lambda p: p.stat().st_mtime)
     if not paths:
-        raise SystemExit(f"bench wrote no result.json under {result_dir} (exit {proc.returncode}):\n"
-                         f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return BenchRun(spawned_at, json.loads(paths[-1].read_text()), proc.returncode, proc.stdout + proc.stderr)
+        raise SystemExit(f"bench wrote no result.json under {result_dir} (exit {proc.returncode}):\n{output[-3000:]}")
+    return BenchRun(spawned_at, result_dir, json.loads(paths[-1].read_text()), proc.returncode, output)
+
+
+def copy_engine_logs(result_dir: Path) -> None:
+    """Copy the run's engine logs (under the local cluster's node temp dirs) into result_dir/engine-logs."""
+    try:
+        state = json.loads((result_dir / "local-cluster.json").read_text())
+    except (OSError, ValueError):
+        return
+    dest = result_dir / "engine-logs"
+    dest.mkdir(exist_ok=True)
+    for node in state.get("nodes", []):
+        for log in Path(node.get("temp_dir", "/nonexistent")).glob("session_*/logs/pd-engines/*/*.log"):
+            try:
+                (dest / log.name).write_bytes(log.read_bytes())
+            except OSError:
+                pass
 
 
 def job_started_at(run: BenchRun) -> float:
@@ -106,7 +130,7 @@ def main() -> int:
     print("|---|---|---|---|---|")
     intervals = []
     for w in run.result["metadata"].get("workers", []):
-        up, ready = log_times(w.get("log_path") or "")
+        up, ready = log_times(str(run.result_dir / "engine-logs" / Path(w.get("log_path") or "?").name))
         if up is None or ready is None:
             print(f"| {w['name']} | {w['role']} | ? | ? | log {w.get('log_path')} has no timestamps |")
             continue

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from startup import first_token_at, job_started_at, run_bench_cli  # noqa: E402
 
@@ -28,12 +29,34 @@ def phase(result: dict, name: str) -> float:
     return sum(p["duration_s"] for p in result["phases"] if p["name"] == name)
 
 
+def modelled_warmup(config: str, overrides: list[str], policy: str) -> tuple[int, int, int, float]:
+    """The warm-up batch bench would send, timed by the virtual-time simulation: (n, prompt tok, output tok, s)."""
+    from orchestrator.bench import warmup_batch
+    from orchestrator.config import load_config
+    from orchestrator.plan.simulate import simulate_run
+
+    cfg = load_config(config, [*overrides, f"benchmark.warmup.policy={policy}"])
+    batch = [(r.prompt_len, r.output_len) for r in warmup_batch(cfg, cfg.benchmark.num_prompts)]
+    if not batch:
+        return 0, 0, 0, 0.0
+    return len(batch), sum(p for p, _ in batch), sum(o for _, o in batch), simulate_run(cfg, batch).duration_s
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/default.yaml")
     parser.add_argument("--policies", default="none,sglang,dataset")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--modelled-only", action="store_true", help="only the virtual-time table (no Ray runs)")
     args = parser.parse_args()
+    print("| warm-up policy | prompts | prompt tokens | output tokens | modelled warm-up s (virtual time) |")
+    print("|---|---|---|---|---|")
+    for policy in args.policies.split(","):
+        n, p, o, s = modelled_warmup(args.config, args.overrides, policy)
+        print(f"| {policy} | {n} | {p} | {o} | {s:.2f} |", flush=True)
+    print()
+    if args.modelled_only:
+        return 0
     rows = []
     for policy in args.policies.split(","):
         if policy not in ("none", "sglang", "dataset"):
