@@ -1,0 +1,73 @@
+"""Benchmarks' own logic: SGLang's MLA descriptor layout, run coalescing, a real NIXL transfer, ordering limits."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import kv_transfer  # noqa: E402
+import ordering  # noqa: E402
+
+from orchestrator.config import load_config  # noqa: E402
+from orchestrator.plan.simulate import synthetic_batch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_mla_layout_is_one_descriptor_per_page_per_layer():
+    lay = kv_transfer.make_layout(layers=3, tokens=64, page_size=16, run_pages=2, seed=1)
+    rows = kv_transfer.descriptors(lay, base=1000, pages=lay.dst_pages, device_id=1)
+    assert len(rows) == 3 * 4
+    page_bytes = 16 * 576 * 2
+    assert (rows[:, 1] == page_bytes).all() and (rows[:, 2] == 1).all()
+    # layer-major: layer 2, page i sits at base + 2 * layer_bytes + dst_page[i] * page_bytes
+    assert rows[2 * 4 + 1, 0] == 1000 + 2 * lay.layer_bytes + int(lay.dst_pages[1]) * page_bytes
+    assert len(set(lay.dst_pages.tolist())) == len(lay.dst_pages), "target pages must not collide"
+
+
+def test_coalescing_merges_only_runs_contiguous_on_both_sides():
+    lay = kv_transfer.make_layout(layers=2, tokens=32, page_size=1, run_pages=4, seed=3)
+    src = kv_transfer.descriptors(lay, 0, lay.src_pages, 0)
+    dst = kv_transfer.descriptors(lay, 10**9, lay.dst_pages, 0)
+    cs, cd = kv_transfer.coalesce(src, dst)
+    assert cs[:, 1].sum() == src[:, 1].sum() == cd[:, 1].sum()
+    assert len(cs) <= 2 * 8 and len(cs) < len(src)  # at most one descriptor per 4-page run per layer
+    # every original (src, dst) pair is still covered at the same relative offset
+    for (sa, n, _), (da, _, _) in zip(src, dst):
+        i = np.searchsorted(cs[:, 0], sa, side="right") - 1
+        assert cs[i, 0] <= sa < cs[i, 0] + cs[i, 1]
+        assert cd[i, 0] + (sa - cs[i, 0]) == da
+
+
+HAVE_NIXL = importlib.util.find_spec("torch") is not None and any(
+    importlib.util.find_spec(m) is not None for m in ("nixl", "nixl_cu12", "nixl_cu13"))
+
+
+@pytest.mark.skipif(not HAVE_NIXL, reason="needs torch and NIXL (nixl-cu12)")
+def test_nixl_transfer_lands_every_page_where_the_layout_says(monkeypatch):
+    monkeypatch.setenv("UCX_NET_DEVICES", "lo")
+    layouts = [kv_transfer.make_layout(layers=2, tokens=32, page_size=p, run_pages=2, seed=5) for p in (1, 16)]
+    rows = kv_transfer.run_knob("default", "cpu", layouts, iters=1)  # raises if any checked byte is wrong
+    assert {(r["page_bytes"], r["mode"]) for r in rows} == {
+        (p * 1152, m) for p in (1, 16) for m in ("prepped", "per-page", "coalesced")}
+    assert all(r["s"] > 0 and r["bytes"] == 2 * 32 * 1152 for r in rows)
+
+
+def test_orderings_and_kv_derived_limits():
+    batch = synthetic_batch(200, seed=7)
+    longest = ordering.ordered(batch, "longest-first")
+    assert [p + o for p, o in longest] == sorted((p + o for p, o in batch), reverse=True)
+    assert sorted(ordering.ordered(batch, "interleave")) == sorted(batch)
+    cfg = load_config(ROOT / "configs" / "default.yaml", [])
+    limits = ordering.limits(cfg, batch, ["kv/4", "kv/2", "kv"])
+    assert 1 <= limits["kv/4"] <= limits["kv/2"] <= limits["kv"]
+    mean = sum(p + o for p, o in batch) / len(batch)
+    assert limits["kv"] == int(ordering.decode_kv_tokens(cfg) / mean)
+    with pytest.raises(SystemExit, match="kv/3.*choose from"):
+        ordering.limits(cfg, batch, ["kv/3"])
