@@ -17,6 +17,7 @@ from orchestrator.config import dump_config
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parent.parent
+UPLOAD_EXCLUDES = [".venv*/", ".device/", "build/", "runs/", ".hypothesis/", "*.egg-info/"]
 
 
 def _submit(dashboard_url: str, config_path: Path, *bench_args: str) -> tuple[str, subprocess.CompletedProcess]:
@@ -24,6 +25,8 @@ def _submit(dashboard_url: str, config_path: Path, *bench_args: str) -> tuple[st
     ray = str(Path(sys.executable).parent / "ray")
     argv = [
         ray, "job", "submit", "--address", dashboard_url, "--working-dir", str(REPO), "--submission-id", job_id,
+        # Ray reads .gitignore files but not .git/info/exclude; keep local venvs/build output out of the upload
+        "--runtime-env-json", json.dumps({"excludes": UPLOAD_EXCLUDES}),
         "--", sys.executable, "-m", "orchestrator", "bench", "--config", str(config_path), "--quiet", *bench_args,
     ]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -42,8 +45,8 @@ def test_valid_bench_job_exits_zero_and_writes_the_block(ray_cluster, make_sim_c
     config_path = tmp_path / "job.yaml"
     config_path.write_text(dump_config(cfg))
     job_id, proc = _submit(ray_cluster.dashboard_url, config_path, "--num-prompts", "8")
-    info = _job_info(ray_cluster.dashboard_url, job_id)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    info = _job_info(ray_cluster.dashboard_url, job_id)
     assert info.status == "SUCCEEDED" and info.driver_exit_code == 0
     assert "====== Offline Throughput Benchmark Result =======" in proc.stdout
     assert "Successful requests:                     8" in proc.stdout
@@ -60,8 +63,9 @@ def test_invalid_bench_job_fails_and_prints_the_reason_last(ray_cluster, make_si
     config_path = tmp_path / "job.yaml"
     config_path.write_text(dump_config(cfg))
     job_id, proc = _submit(ray_cluster.dashboard_url, config_path, "--num-prompts", "4")
-    info = _job_info(ray_cluster.dashboard_url, job_id)
     assert proc.returncode != 0
+    assert "INVALID: memory preflight:" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    info = _job_info(ray_cluster.dashboard_url, job_id)
     assert info.status == "FAILED" and info.driver_exit_code == 1
     assert "INVALID: memory preflight:" in proc.stdout
     from ray.job_submission import JobSubmissionClient
