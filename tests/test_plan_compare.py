@@ -23,6 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BATCH = synthetic_batch(200, seed=9)
 
 
+@pytest.fixture(autouse=True)
+def _no_earlier_runs(tmp_path, monkeypatch) -> None:
+    """compare() shows real runs found under benchmark.result_dir (relative to cwd): start from none."""
+    monkeypatch.chdir(tmp_path)
+
+
 def configs(*names: str, overrides: tuple[str, ...] = ()):
     return [(name, load_config(ROOT / f"configs/{name}.yaml", list(overrides))) for name in names]
 
