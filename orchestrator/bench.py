@@ -21,10 +21,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from orchestrator.config import RunConfig
 from orchestrator.protocol import BenchRequest, RequestResult
+from orchestrator.live import LiveView
+from orchestrator.metrics import BenchMetrics
 from orchestrator.report import (
     PhaseTime,
     RunVerdict,
@@ -32,6 +34,7 @@ from orchestrator.report import (
     failure_reasons,
     git_sha,
     our_lines,
+    redacted_config,
     redacted_env,
     result_block,
     versions,
@@ -59,6 +62,7 @@ class PhaseClock:
         self.phases: list[PhaseTime] = []
         self.current: str | None = None
         self.failed_in: str | None = None  # the phase an exception left, kept for the reason
+        self.on_phase: Callable[[str], None] | None = None  # the live view / metrics follow phases
 
     def now_s(self) -> float:
         return (time.time() - self.started_at) / self.time_scale
@@ -69,6 +73,8 @@ class PhaseClock:
         self.current = name
         if not quiet:
             print(f"[{start:8.2f}s] {name} ...", file=sys.stderr, flush=True)
+        if self.on_phase is not None:
+            self.on_phase(name)
         try:
             yield
         except BaseException:
@@ -204,16 +210,28 @@ def max_in_flight(cfg: RunConfig, batch_size: int) -> int:
 # ---- driving the router ------------------------------------------------------------------------
 
 
-def stream_batch(router, requests: list[BenchRequest], limit: int, deadline_at: float) -> list[RequestResult]:
+ABORT_GRACE_S = 2.0
+
+
+def stream_batch(router, requests: list[BenchRequest], limit: int, deadline_at: float,
+                 on_result: Callable[[RequestResult], None] | None = None) -> list[RequestResult]:
     """Send the batch through the router handle; every request comes back as a result, ok or failed."""
     results: dict[int, RequestResult] = {}
     error: str | None = None
+    gen = None
     try:
         gen = router.options(stream=True).generate_batch.remote(requests, limit, deadline_at)
         for result in gen:
             results[result.index] = result
+            if on_result is not None:
+                on_result(result)
             _check_stop()
     except (KeyboardInterrupt, BenchInterrupted):
+        if gen is not None:
+            # Cancelling the stream cancels the router's batch, whose dispatcher then sends
+            # /abort_request to both legs of every in-flight request; give it a moment before teardown.
+            gen.cancel()
+            time.sleep(ABORT_GRACE_S)
         raise
     except Exception as exc:  # router died mid-batch: the rest fail with its error
         _check_stop()
@@ -307,7 +325,7 @@ def run_metadata(cfg: RunConfig, run_id: str, endpoints: list, nodes: list) -> d
 
     return {
         "run_id": run_id,
-        "config": cfg.model_dump(mode="json"),
+        "config": redacted_config(cfg.model_dump(mode="json")),
         "engine": cfg.engine.kind,
         "simulated": cfg.engine.kind == "sim",
         "time_scale": cfg.engine.sim.time_scale if cfg.engine.kind == "sim" else 1.0,
@@ -363,16 +381,23 @@ def run_bench(
     lgt = 0.0
     session = None
     cfg = _router_port(cfg)
+    metrics = BenchMetrics(run_id, cfg.layout.describe(), cfg.benchmark.deadline_s,
+                           started_at=clock.started_at, time_scale=time_scale)
+    view = LiveView(cfg.benchmark.deadline_s, n, 0, quiet=quiet, metrics=metrics, time_scale=time_scale)
+    clock.on_phase = view.phase
 
-    with _signals_raise():
+    with _signals_raise(), view:
         try:
             with clock.phase("preflight", quiet):
                 require_fit(cfg, force=force)
             with clock.phase("dataset", quiet):
                 requests = sample_batch(cfg, n)
                 warmup = warmup_batch(cfg, len(requests))
+                view.total_prompts = len(requests)
+                view.total_output_tokens = sum(r.output_len for r in requests)
             with clock.phase("placement", quiet):
                 session, nodes = _place(cfg, run_id, state_path, deadline_at)
+                _export_driver_metrics(cfg, run_id, metrics)
             router = _router_handle()
             with clock.phase("engine start", quiet):
                 endpoints = _wait_ready(router, cfg, deadline_at)
@@ -384,7 +409,8 @@ def run_bench(
                         print(f"warm-up: {len(bad)}/{len(warm)} failed, first: {bad[0].error}", file=sys.stderr)
             with clock.phase("measured run", quiet):
                 t = time.perf_counter()
-                results = stream_batch(router, requests, max_in_flight(cfg, len(requests)), deadline_at)
+                results = stream_batch(router, requests, max_in_flight(cfg, len(requests)), deadline_at,
+                                       on_result=view.update)
                 duration_s = (time.perf_counter() - t) / time_scale
             lgt = last_gen_throughput(endpoints)
         except (KeyboardInterrupt, BenchInterrupted) as exc:
@@ -403,8 +429,31 @@ def run_bench(
         finally:
             with clock.phase("report", True):
                 result = _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt)
+                _write_html_report(result)
             _teardown(session)
     return result
+
+
+def _export_driver_metrics(cfg: RunConfig, run_id: str, metrics: BenchMetrics) -> None:
+    """Driver exporter + the run's Prometheus file_sd (engines, router, driver); an aid, never fatal."""
+    from orchestrator.scrape import serve_metrics, start_scrape_targets
+
+    try:
+        start_scrape_targets(cfg.metrics.file_sd_path, run_id)
+        serve_metrics(metrics.registry, "driver", run_id, cfg.metrics)
+    except Exception as exc:
+        log.warning("driver metrics not exported: %r", exc)
+
+
+def _write_html_report(result: "BenchResult") -> None:
+    from orchestrator.html_report import write_report
+
+    if result.result_path is None:
+        return
+    try:
+        write_report(result.result_path)
+    except Exception as exc:  # the JSON result is the record; the HTML report is a view of it
+        log.warning("HTML report not written: %r", exc)
 
 
 def _place(cfg: RunConfig, run_id: str, state_path: Path | None, deadline_at: float):

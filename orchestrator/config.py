@@ -234,7 +234,9 @@ class BenchmarkConfig(Strict):
     context_len: int | None = Field(None, ge=4)
     fixed_output_len: int | None = Field(None, ge=4)
     warmup: WarmupConfig = WarmupConfig()
-    ordering: Literal["arrival", "longest-first", "interleave"] = "arrival"
+    ordering: Literal["arrival", "longest-first", "interleave"] = Field(
+        "longest-first", description="Submission order; longest-first measured best (docs/performance.md)."
+    )
     max_in_flight: int | Literal["auto"] = "auto"
     result_dir: str = Field("runs", description="Where JSON results, logs and reports are written.")
 

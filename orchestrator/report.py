@@ -179,6 +179,23 @@ def failure_reasons(results: list[RequestResult]) -> dict[str, int]:
 # ---- metadata ---------------------------------------------------------------------------------
 
 
+def redacted_config(data):
+    """The config dump with secret-looking string values (e.g. transfer.env.HF_TOKEN) replaced.
+
+    Keys ending in `_env` name a variable that holds a secret, not the secret, and are kept.
+    """
+    if isinstance(data, dict):
+        return {
+            k: "<redacted>"
+            if isinstance(v, str) and SECRET_NAME.search(str(k)) and not str(k).endswith("_env")
+            else redacted_config(v)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [redacted_config(v) for v in data]
+    return data
+
+
 def redacted_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """Run-relevant environment variables, with any secret-looking value replaced by '<redacted>'."""
     env = os.environ if environ is None else environ
