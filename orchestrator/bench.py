@@ -227,16 +227,27 @@ def stream_batch(router, requests: list[BenchRequest], limit: int, deadline_at: 
                 on_result(result)
             _check_stop()
     except (KeyboardInterrupt, BenchInterrupted):
-        if gen is not None:
-            # Cancelling the stream cancels the router's batch, whose dispatcher then sends
-            # /abort_request to both legs of every in-flight request; give it a moment before teardown.
-            gen.cancel()
-            time.sleep(ABORT_GRACE_S)
+        _abort_in_flight(gen)
         raise
     except Exception as exc:  # router died mid-batch: the rest fail with its error
+        if _STOP_REASON:  # a SIGTERM raised inside Ray's code comes back as another exception
+            _abort_in_flight(gen)
         _check_stop()
         error = f"router stream failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return complete_results(requests, results, error or "no result from the router before the stream ended")
+
+
+def _abort_in_flight(gen) -> None:
+    """Cancelling the stream cancels the router's batch, whose dispatcher then sends /abort_request to
+    both legs of every in-flight request; give it a moment before teardown stops Serve."""
+    if gen is None:
+        return
+    try:
+        gen.cancel()
+    except Exception as exc:
+        log.warning("could not cancel the router stream: %r", exc)
+        return
+    time.sleep(ABORT_GRACE_S)
 
 
 def complete_results(requests: list[BenchRequest], got: dict[int, RequestResult], reason: str) -> list[RequestResult]:
