@@ -17,6 +17,7 @@ import logging
 import random
 import time
 import uuid
+import contextlib
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable
@@ -474,55 +475,55 @@ class PDDispatcher:
     async def generate(self, body: dict, deadline_at: float | None = None, progress: Progress | None = None) -> Answer:
         """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError."""
         sent_at, origin = time.time(), time.monotonic()
-        last: LegFailure | NoWorkerError | None = None
-        attempts = 0
-        for attempt in range(1, self.settings.max_attempts + 1):
-            timeout_s = self._leg_timeout_s(deadline_at)
-            if timeout_s <= 0:
-                break
-            if attempt > 1:
-                await asyncio.sleep(min(self.settings.backoff_s * 2 ** (attempt - 2), timeout_s))
-            try:
-                pair = self.pick_pair()
-            except NoWorkerError as exc:
-                last = exc
-                continue
-            attempts = attempt
-            answer = Answer(status=0, payload=None, pair=pair, rid=uuid.uuid4().hex, attempts=attempt,
-                            sent_at=sent_at, origin=origin, progress=progress)
-            try:
-                await self._attempt(body, pair, self._leg_timeout_s(deadline_at), answer)
-                return answer
-            except LegFailure as exc:
-                last = exc
-                log.info("attempt %d of %s failed: %s", attempt, answer.rid, exc)
-                if not exc.retryable:
-                    break
-        raise _final_error(last, attempts, deadline_at)
+        state = _RetryState()
+        async with contextlib.aclosing(self._attempts(deadline_at, state)) as attempts:
+            async for attempt, pair, _ in attempts:
+                answer = Answer(status=0, payload=None, pair=pair, rid=uuid.uuid4().hex, attempts=attempt,
+                                sent_at=sent_at, origin=origin, progress=progress)
+                try:
+                    await self._attempt(body, pair, self._leg_timeout_s(deadline_at), answer)
+                    return answer
+                except LegFailure as exc:
+                    state.last = exc
+                    log.info("attempt %d of %s failed: %s", attempt, answer.rid, exc)
+                    if not exc.retryable:
+                        break
+        raise _final_error(state.last, state.attempts, deadline_at)
 
     async def open_stream(self, body: dict, deadline_at: float | None = None) -> StreamRelay:
         """Start a streamed request; returns once the decode answered its headers (retrying before that)."""
-        last: LegFailure | NoWorkerError | None = None
-        attempts = 0
+        state = _RetryState()
+        async with contextlib.aclosing(self._attempts(deadline_at, state)) as attempts:
+            async for attempt, pair, timeout_s in attempts:
+                try:
+                    return await self._open_stream_once(body, pair, timeout_s, attempt)
+                except LegFailure as exc:
+                    state.last = exc
+                    if not exc.retryable:
+                        break
+        raise _final_error(state.last, state.attempts, deadline_at)
+
+    async def _attempts(
+        self, deadline_at: float | None, state: _RetryState
+    ) -> AsyncIterator[tuple[int, Pair, float]]:
+        """(attempt, pair, leg timeout) for each try: bounded count, backoff, time left before the deadline.
+
+        An attempt with no worker to pick is skipped (its error kept in `state`); the caller records leg
+        failures in `state.last` and stops early on a non-retryable one.
+        """
         for attempt in range(1, self.settings.max_attempts + 1):
             timeout_s = self._leg_timeout_s(deadline_at)
             if timeout_s <= 0:
-                break
+                return
             if attempt > 1:
                 await asyncio.sleep(min(self.settings.backoff_s * 2 ** (attempt - 2), timeout_s))
             try:
                 pair = self.pick_pair()
             except NoWorkerError as exc:
-                last = exc
+                state.last = exc
                 continue
-            attempts = attempt
-            try:
-                return await self._open_stream_once(body, pair, timeout_s, attempt)
-            except LegFailure as exc:
-                last = exc
-                if not exc.retryable:
-                    break
-        raise _final_error(last, attempts, deadline_at)
+            state.attempts = attempt
+            yield attempt, pair, timeout_s
 
     async def _open_stream_once(self, body: dict, pair: Pair, timeout_s: float, attempt: int) -> StreamRelay:
         rid = uuid.uuid4().hex
@@ -708,6 +709,14 @@ def _fill_from_payload(answer: Answer, payload: Any) -> None:
     meta = item.get("meta_info") or {}
     answer.completion_tokens = int(meta.get("completion_tokens") or 0)
     answer.output_ids = list(item.get("output_ids") or [])
+
+
+@dataclass
+class _RetryState:
+    """What a retry loop saw: the last failure and how many attempts reached a worker pair."""
+
+    last: "LegFailure | NoWorkerError | None" = None
+    attempts: int = 0
 
 
 def _final_error(last: LegFailure | NoWorkerError | None, attempts: int, deadline_at: float | None) -> DispatchError:
