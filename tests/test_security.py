@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cluster import LocalClusterState
+from orchestrator.cluster import LocalClusterState, _descendants, _pid_alive
 
 
 @dataclass(frozen=True)
@@ -39,30 +39,10 @@ class ListeningSocket:
 
 def process_tree(pid: int) -> list[int]:
     """`pid` and all its live descendants, from /proc (engines leave their parent's process group)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    tree, todo = [pid], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            tree.append(child)
-            todo.append(child)
-    return tree
+    return [pid, *_descendants(pid)]
 
 
-def pid_alive(pid: int) -> bool:
-    """True if `pid` runs; a zombie (exited, not yet reaped) counts as gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+pid_alive = _pid_alive  # a zombie (exited, not yet reaped) counts as gone
 
 
 def _decode_address(field: str, ipv6: bool) -> tuple[str, int]:
