@@ -22,7 +22,7 @@ from ray import serve
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orchestrator.config import RunConfig
-from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for
+from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for, engine_addresses
 from orchestrator.protocol import WorkerEndpoint
 from orchestrator.registry import get_registry
 
@@ -110,10 +110,7 @@ class EngineWorker:
         self.name = f"{ctx.deployment}/{replica_index}"
         runtime = ray.get_runtime_context()
         node_ip = ray.util.get_node_ip_address()
-        local = cfg.cluster.is_local
-        bind_host = cfg.cluster.local.bind_host if local else "0.0.0.0"
-        # a local cluster is one machine: engines listen on loopback, peers reach them there
-        advertise = cfg.cluster.local.bind_host if local else (cfg.transfer.host_ip or node_ip)
+        bind_host, advertise = engine_addresses(cfg, node_ip)
         nnodes = self.group.nnodes
         gpus_per_bundle = -(-self.group.gpus_per_server // nnodes) if nnodes > 1 else 1
         self.placement = WorkerPlacement(

@@ -24,9 +24,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from orchestrator.config import ClusterConfig, RunConfig
+from orchestrator.ray_loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, keep_loopback_in_this_process
 
 DEFAULT_STATE_PATH = Path("runs/local-cluster.json")
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+# defaults for every Ray process and client we start; the caller's environment wins, so a cluster with
+# token auth works with RAY_AUTH_MODE=token (docs/running.md §4)
+RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+def ray_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) with RAY_ENV_DEFAULTS filled in where unset."""
+    base = dict(os.environ if base is None else base)
+    return {**RAY_ENV_DEFAULTS, **{k: v for k, v in base.items() if v}}
 NODE_START_TIMEOUT_S = 180.0
 
 
@@ -227,8 +236,11 @@ class LocalCluster:
         local = self.cluster.local
         temp_dir.mkdir(parents=True, exist_ok=True)
         metrics_port = free_port(local.bind_host)
+        loopback = is_loopback(local.bind_host)
+        # on loopback Ray's own CLI would rewrite 127.0.0.1 to the outward IP and listen beyond loopback
+        ray_cli = [sys.executable, "-m", "orchestrator.ray_loopback"] if loopback else [_ray_executable()]
         argv = [
-            _ray_executable(),
+            *ray_cli,
             "start",
             "--block",
             *role_args,
@@ -246,7 +258,7 @@ class LocalCluster:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 argv,
-                env={**os.environ, **RAY_ENV, "RAY_NUM_REDIS_GET_RETRIES": "120"},
+                env={**ray_env(), **(LOOPBACK_ENV if loopback else {}), "RAY_NUM_REDIS_GET_RETRIES": "120"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -332,6 +344,18 @@ class ClusterSession:
             self.started.stop()
 
 
+def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_driver: bool = False) -> None:
+    """`ray.init` this process; on a loopback cluster, keep the address and the Serve replicas on loopback."""
+    import ray
+
+    runtime_env = None
+    host = (address or "").removeprefix("ray://").rsplit(":", 1)[0]
+    if is_loopback(host):
+        keep_loopback_in_this_process()
+        runtime_env = {"worker_process_setup_hook": SETUP_HOOK}
+    ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver, runtime_env=runtime_env)
+
+
 def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool = False) -> ClusterSession:
     """Attach the driver to the cluster the config names, starting a local one if needed.
 
@@ -340,7 +364,7 @@ def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool 
     """
     import ray
 
-    os.environ.update(RAY_ENV)
+    os.environ.update(ray_env())
     if ray.is_initialized():  # a test or embedding program already attached this process
         return ClusterSession(ray.get_runtime_context().gcs_address, None, None, owns_driver=False)
     state_path = Path(state_path or Path(cfg.benchmark.result_dir) / DEFAULT_STATE_PATH.name)
@@ -358,7 +382,7 @@ def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool 
             state = started.start()
         address, dashboard_url = state.gcs_address, state.dashboard_url
     try:
-        ray.init(address=address, namespace="pd-orchestrator", log_to_driver=log_to_driver)
+        init_driver(address, log_to_driver=log_to_driver)
     except Exception:
         if started is not None:
             started.stop()
@@ -467,7 +491,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"local Ray cluster up: address {state.gcs_address}, dashboard {state.dashboard_url}")
     for n in state.nodes:
         print(f"  node {state.label_key}={n.role}: pid {n.pid}, temp dir {n.temp_dir}, metrics :{n.metrics_export_port}")
-    print(f"export RAY_API_SERVER_ADDRESS={state.dashboard_url} RAY_AUTH_MODE=disabled   # for `ray job submit`")
+    print(f"export RAY_API_SERVER_ADDRESS={state.dashboard_url} RAY_AUTH_MODE={ray_env()['RAY_AUTH_MODE']}"
+          "   # for `ray job submit`")
     return 0
 
 

@@ -122,6 +122,12 @@ class EngineConfig(Strict):
     kind: Literal["sim", "sglang"] = "sim"
     sim: SimEngineConfig = SimEngineConfig()
     sglang: SglangEngineConfig = SglangEngineConfig()
+    bind_host: str | None = Field(
+        None,
+        description="Address engine servers (HTTP API, PD bootstrap) listen on in a multi-node cluster; "
+        "default: the address peers reach them at (transfer.host_ip or the Ray node IP). '0.0.0.0' listens "
+        "on all interfaces. A local cluster always uses cluster.local.bind_host.",
+    )
 
 
 class WorkerGroup(Strict):
@@ -222,6 +228,10 @@ class WarmupConfig(Strict):
         "dataset", description="none; sglang = 16 random 256/16 prompts; dataset = batch-shaped."
     )
     num_prompts: int = Field(16, ge=1)
+    max_output_len: int = Field(
+        16, ge=1, description="Cap on warm-up output lengths (dataset policy): a few decode steps warm the "
+        "decode path; full ShareGPT outputs only spend the deadline."
+    )
 
 
 class BenchmarkConfig(Strict):

@@ -474,9 +474,9 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     if args.mode == "ray" or (args.mode == "auto" and not cfg.cluster.is_local):
-        import ray
+        from orchestrator.cluster import init_driver
 
-        ray.init(address=None if cfg.cluster.address == "auto" else cfg.cluster.address, log_to_driver=False)
+        init_driver(None if cfg.cluster.address == "auto" else cfg.cluster.address, namespace=None)
     try:
         report = run_preflight(cfg, target_bytes=int(args.mib * 2**20), iterations=args.iterations,
                                memory=args.memory, mode=args.mode, timeout_s=args.timeout_s,

@@ -19,7 +19,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
-from orchestrator.cluster import LocalCluster, LocalClusterState, free_port  # noqa: E402
+from orchestrator.cluster import LocalCluster, LocalClusterState, free_port, init_driver  # noqa: E402
 from orchestrator.config import RunConfig, config_from_dict  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def ray_driver(ray_cluster: LocalClusterState):
     """This test process attached to the session cluster (namespace pd-orchestrator, quiet logs)."""
     import ray
 
-    ray.init(address=ray_cluster.gcs_address, namespace="pd-orchestrator", log_to_driver=False)
+    init_driver(ray_cluster.gcs_address)
     yield ray_cluster
     ray.shutdown()
 

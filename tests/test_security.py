@@ -104,12 +104,6 @@ def cluster_pids(state: LocalClusterState) -> list[int]:
 
 
 @pytest.mark.ray
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (docs/reliability.md): Ray 2.60's CLI rewrites --node-ip-address=127.0.0.1 to the "
-    "outward IP, so GCS/raylet/agent gRPC servers listen beyond loopback; the launcher workaround broke Serve "
-    "start-up in this session and was not landed",
-)
 def test_local_cluster_listens_only_on_loopback(ray_cluster: LocalClusterState) -> None:
     sockets = listening_sockets(cluster_pids(ray_cluster))
     assert sockets, "found no listening sockets under the local cluster's processes; is /proc readable?"
@@ -187,6 +181,12 @@ def test_every_service_of_a_run_listens_on_loopback(ray_driver, keyed_deployment
     exposed = [f"{what}: {s}" for what, s in ours if not s.loopback_only]
     assert not exposed, "services of ours must listen on loopback unless configured:\n  " + "\n  ".join(exposed)
 
+    # and nothing else of the cluster either, now that Serve's controller, proxies and replicas run
+    # (a Serve replica's own inter-deployment gRPC server binds [::] unless the setup hook moves it)
+    anything = [str(s) for s in sockets if not s.loopback_only]
+    print(f"cluster with a deployment: {len(sockets)} listening sockets, {len(anything)} not on loopback")
+    assert not anything, "the local cluster must listen on loopback only:\n  " + "\n  ".join(anything)
+
 
 @pytest.mark.ray
 def test_router_ingress_requires_the_api_key(keyed_deployment) -> None:
@@ -250,3 +250,77 @@ def test_secrets_never_reach_the_result_json_or_the_logs(ray_driver, make_sim_co
     assert not leaks, "secrets leaked:\n  " + "\n  ".join(leaks)
     env_seen = doc["metadata"]["env"]
     assert env_seen.get("HF_TOKEN") == "<redacted>", "the run's secret-named env vars are listed, redacted"
+
+
+# ---- where engines listen on a real (multi-node) cluster -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cluster", "engine", "transfer", "expected"),
+    [
+        ({"address": "local", "local": {"bind_host": "127.0.0.1"}}, {}, {}, ("127.0.0.1", "127.0.0.1")),
+        ({"address": "10.1.0.1:6379"}, {}, {}, ("10.1.0.7", "10.1.0.7")),
+        ({"address": "10.1.0.1:6379"}, {}, {"host_ip": "192.168.50.7"}, ("192.168.50.7", "192.168.50.7")),
+        ({"address": "10.1.0.1:6379"}, {"bind_host": "0.0.0.0"}, {}, ("0.0.0.0", "10.1.0.7")),
+    ],
+    ids=["local-loopback", "cluster-node-ip", "cluster-transfer-host-ip", "cluster-all-interfaces-when-configured"],
+)
+def test_engines_listen_on_the_configured_address_never_all_interfaces_by_default(cluster, engine, transfer, expected):
+    from orchestrator.config import config_from_dict
+    from orchestrator.engines.base import engine_addresses
+
+    layout = {"mode": "pd", "prefill": [{"tp": 1}], "decode": [{"tp": 1}]}
+    cfg = config_from_dict({"cluster": cluster, "engine": engine, "transfer": transfer, "layout": layout}, "test")
+    assert engine_addresses(cfg, node_ip="10.1.0.7") == expected
+
+
+# ---- Ray token auth on a cluster we start --------------------------------------------------------------
+
+
+@pytest.mark.ray
+def test_token_auth_cluster_admits_only_drivers_and_job_clients_with_the_token(tmp_path) -> None:
+    """RAY_AUTH_MODE=token in the user's environment carries into the local cluster `cluster up` starts
+    (our `disabled` default does not override it), and only clients holding the token get in."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    token = "pdo-test-" + "3b9e" * 8  # a made-up token
+    user_env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    state_path = tmp_path / "token-cluster.json"
+
+    def run(argv: list[str], **env: str) -> subprocess.CompletedProcess:
+        full = {k: v for k, v in {**user_env, **env}.items() if v}
+        return subprocess.run(argv, env=full, capture_output=True, text=True, timeout=240, cwd=repo)
+
+    cli = [sys.executable, "-m", "orchestrator", "cluster"]
+    up = run([*cli, "up", "--local", "--state", str(state_path)])
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    try:
+        state = LocalClusterState.load(state_path)
+        assert state is not None
+        attach = ("import ray, sys; from orchestrator.cluster import init_driver; init_driver(sys.argv[1]); "
+                  "print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))")
+        driver = [sys.executable, "-c", attach, state.gcs_address]
+        job_list = [str(Path(sys.executable).parent / "ray"), "job", "list", "--address", state.dashboard_url]
+        clients = {
+            "cluster up": up,
+            "driver with the token": run(driver),
+            "driver without a token": run(driver, RAY_AUTH_TOKEN=""),
+            "driver with a wrong token": run(driver, RAY_AUTH_TOKEN="pdo-wrong-" + "0" * 32),
+            "job client with the token": run(job_list),
+            "job client without a token": run(job_list, RAY_AUTH_TOKEN=""),
+        }
+    finally:
+        down = run([*cli, "down", "--state", str(state_path)])
+    assert down.returncode == 0, down.stderr[-2000:]
+    for what, r in clients.items():
+        print(f"TOKEN AUTH {what}: exit {r.returncode}")
+        assert token not in r.stdout + r.stderr, f"{what}: the token was echoed"
+    assert "RAY_AUTH_MODE=token" in up.stdout, up.stdout
+    assert clients["driver with the token"].returncode == 0, clients["driver with the token"].stderr[-2000:]
+    assert "alive nodes: 2" in clients["driver with the token"].stdout
+    assert clients["job client with the token"].returncode == 0, clients["job client with the token"].stderr[-2000:]
+    for refused in ("driver without a token", "driver with a wrong token", "job client without a token"):
+        assert clients[refused].returncode != 0, f"{refused} got in:\n{clients[refused].stdout}"
+    assert "AuthenticationError" in clients["driver without a token"].stderr

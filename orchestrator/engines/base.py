@@ -38,6 +38,19 @@ class WorkerPlacement:
     dist_init_addr: str | None = None
 
 
+def engine_addresses(cfg: RunConfig, node_ip: str) -> tuple[str, str]:
+    """(bind, advertise): where an engine server on this node listens, and where peers reach it.
+
+    A local cluster is one machine: engines listen on `cluster.local.bind_host` (loopback) and are reached
+    there. On a real cluster peers reach them at `transfer.host_ip` or the Ray node IP, and they listen
+    on that address only unless `engine.bind_host` names another (e.g. 0.0.0.0).
+    """
+    if cfg.cluster.is_local:
+        return cfg.cluster.local.bind_host, cfg.cluster.local.bind_host
+    advertise = cfg.transfer.host_ip or node_ip
+    return cfg.engine.bind_host or advertise, advertise
+
+
 @dataclass
 class EngineLaunch:
     argv: list[str]
