@@ -185,6 +185,7 @@ def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:
                                                        cfg.benchmark.dataset_path, cfg.benchmark.context_len)]
     for i, r in enumerate(reqs):
         r.index = batch_size + i
+        r.output_len = min(r.output_len, cfg.benchmark.warmup.max_output_len)
     return reqs
 
 

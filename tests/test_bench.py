@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.bench import complete_results, order_requests, run_bench
+from orchestrator.bench import complete_results, order_requests, run_bench, warmup_batch
 from orchestrator.protocol import BenchRequest, RequestResult
 from orchestrator.report import PhaseTime, RunVerdict, ThroughputSummary, redacted_env, result_block
 
@@ -69,6 +69,20 @@ def test_verdict_is_valid_only_within_deadline_with_every_prompt_done():
 def test_secrets_in_env_are_redacted():
     env = redacted_env({"RAY_AUTH_TOKEN": "s3cret", "HF_TOKEN": "x", "RAY_ADDRESS": "http://h:1", "HOME": "/r"})
     assert env == {"HF_TOKEN": "<redacted>", "RAY_ADDRESS": "http://h:1", "RAY_AUTH_TOKEN": "<redacted>"}
+
+
+def test_dataset_warmup_is_batch_shaped_but_short_and_never_collides_with_the_batch(make_sim_config):
+    from orchestrator.dataset import sample_sharegpt
+    from orchestrator.tokenizer import load_tokenizer
+
+    cfg = make_sim_config(overrides={"benchmark.num_prompts": 64,
+                                     "benchmark.warmup": {"policy": "dataset", "num_prompts": 8, "max_output_len": 12}})
+    warm = warmup_batch(cfg, batch_size=64)
+    measured = sample_sharegpt(load_tokenizer(cfg.model.path), 64, cfg.benchmark.seed, cfg.benchmark.dataset_path)
+    assert [r.index for r in warm] == list(range(64, 72))
+    assert all(1 <= r.output_len <= 12 for r in warm)
+    assert max(r.prompt_len for r in warm) > 12, "warm-up prompts should be ShareGPT-sized, not toy prompts"
+    assert not {tuple(r.input_ids) for r in warm} & {tuple(p.to_request().input_ids) for p in measured}
 
 
 def test_interleave_ordering_keeps_every_request_once():
