@@ -76,6 +76,7 @@ class LocalNode:
     temp_dir: str
     metrics_export_port: int
     log_path: str
+    gpus: list[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES of this raylet; empty: logical GPUs
 
 
 @dataclass
@@ -106,6 +107,31 @@ class LocalClusterState:
     def alive(self) -> bool:
         host, port = self.gcs_address.rsplit(":", 1)
         return all(_pid_alive(n.pid) for n in self.nodes) and _port_open(host, int(port))
+
+
+def machine_gpus() -> list[str]:
+    """GPU ids this process may use: CUDA_VISIBLE_DEVICES if set, else every GPU the NVIDIA driver lists."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        return []
+
+
+def gpu_slices(gpus: list[str], per_node: int, roles: list[str]) -> dict[str, list[str]]:
+    """Each local node's own GPUs, in node order; {} when the machine has none (logical GPUs only)."""
+    if not gpus:
+        return {}
+    need = per_node * len(roles)
+    if len(gpus) < need:
+        raise ClusterError(
+            f"cluster.gpus_per_node={per_node}: {len(roles)} local nodes need {need} GPUs, this machine has "
+            f"{len(gpus)} ({','.join(gpus)}); set cluster.gpus_per_node: {len(gpus) // len(roles) or 1}"
+            + ("" if len(gpus) >= len(roles) else " and cluster.local.gpu_split: off (then the nodes share GPUs)")
+        )
+    return {role: gpus[i * per_node:(i + 1) * per_node] for i, role in enumerate(roles)}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -174,6 +200,7 @@ class LocalCluster:
         self.cluster = cluster
         self.state_path = Path(state_path)
         self.state: LocalClusterState | None = None
+        self.gpus: dict[str, list[str]] = {}
 
     def start(self, timeout_s: float = NODE_START_TIMEOUT_S) -> LocalClusterState:
         local = self.cluster.local
@@ -181,6 +208,8 @@ class LocalCluster:
         host = local.bind_host
         gcs_port = local.head_port or free_port(host)
         dashboard_port = local.dashboard_port or free_port(host)
+        split = local.gpu_split == "auto"
+        self.gpus = gpu_slices(machine_gpus(), self.cluster.gpus_per_node, [roles.prefill, roles.decode]) if split else {}
         root = Path(tempfile.mkdtemp(prefix="pdo-ray-", dir="/tmp"))  # short: Ray's socket paths must fit
         state = LocalClusterState(
             gcs_address=f"{host}:{gcs_port}",
@@ -254,17 +283,19 @@ class LocalCluster:
             f"--dashboard-agent-listen-port={free_port(local.bind_host)}",
             "--disable-usage-stats",
         ]
+        gpus = self.gpus.get(role, [])
+        gpu_env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
         log_path = temp_dir.parent / f"ray-start-{role}.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 argv,
-                env={**ray_env(), **(LOOPBACK_ENV if loopback else {}), "RAY_NUM_REDIS_GET_RETRIES": "120"},
+                env={**ray_env(), **(LOOPBACK_ENV if loopback else {}), **gpu_env, "RAY_NUM_REDIS_GET_RETRIES": "120"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own group: we kill exactly this tree, never by name
             )
-        return LocalNode(role, proc.pid, str(temp_dir), metrics_port, str(log_path))
+        return LocalNode(role, proc.pid, str(temp_dir), metrics_port, str(log_path), gpus)
 
     def _alive_node_count(self) -> int:
         from ray.util.state import list_nodes
@@ -490,7 +521,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
     state = LocalCluster(cfg.cluster, args.state).start()
     print(f"local Ray cluster up: address {state.gcs_address}, dashboard {state.dashboard_url}")
     for n in state.nodes:
-        print(f"  node {state.label_key}={n.role}: pid {n.pid}, temp dir {n.temp_dir}, metrics :{n.metrics_export_port}")
+        gpus = f"GPUs {','.join(n.gpus)}" if n.gpus else f"{state.gpus_per_node} logical GPUs"
+        print(f"  node {state.label_key}={n.role}: pid {n.pid}, {gpus}, temp dir {n.temp_dir}, "
+              f"metrics :{n.metrics_export_port}")
     print(f"export RAY_API_SERVER_ADDRESS={state.dashboard_url} RAY_AUTH_MODE={ray_env()['RAY_AUTH_MODE']}"
           "   # for `ray job submit`")
     return 0

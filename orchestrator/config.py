@@ -38,6 +38,12 @@ class LocalClusterConfig(Strict):
     head_port: int = Field(0, ge=0, le=65535, description="GCS port; 0 picks a free one.")
     dashboard_port: int = Field(0, ge=0, le=65535, description="Dashboard/job API port; 0 picks a free one.")
     bind_host: str = Field("127.0.0.1", description="Address local Ray services bind to.")
+    gpu_split: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: on a machine with NVIDIA GPUs give each local raylet its own "
+        "cluster.gpus_per_node of them (CUDA_VISIBLE_DEVICES; prefill node first, decode node next), so a "
+        "prefill and a decode engine never share a GPU; off: every raylet sees all GPUs.",
+    )
 
 
 class ClusterConfig(Strict):

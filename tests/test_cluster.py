@@ -71,3 +71,18 @@ def test_local_config_attaches_to_ray_address_instead_of_starting(ray_cluster, t
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"started": False, "nodes": 2}
     assert not (tmp_path / "local-cluster.json").exists()
+
+
+def test_each_local_node_gets_its_own_gpus_on_a_gpu_machine(monkeypatch):
+    from orchestrator.cluster import ClusterError, gpu_slices, machine_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3, 4,5,6,7")
+    assert gpu_slices(machine_gpus(), 4, ["prefill", "decode"]) == {"prefill": ["0", "1", "2", "3"],
+                                                                   "decode": ["4", "5", "6", "7"]}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # a user's own selection is sliced, not renumbered
+    assert gpu_slices(machine_gpus(), 1, ["prefill", "decode"]) == {"prefill": ["3"], "decode": ["5"]}
+    with pytest.raises(ClusterError, match=r"cluster.gpus_per_node=8: 2 local nodes need 16 GPUs, this machine "
+                                           r"has 2 \(3,5\); set cluster.gpus_per_node: 1"):
+        gpu_slices(machine_gpus(), 8, ["prefill", "decode"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_slices(machine_gpus(), 8, ["prefill", "decode"]) == {}  # no GPU: logical GPUs only
