@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
 
 from orchestrator.config import RunConfig
+from orchestrator.ingress_metrics import IngressTracker, last_sse_event
 from orchestrator.pd_dispatch import DispatchError, DispatchSettings, PDDispatcher
 from orchestrator.protocol import BenchRequest, RequestResult, WorkerEndpoint
 
@@ -254,16 +255,39 @@ class RouterCore:
     # -- dispatch --
 
     async def generate(self, body: dict) -> dict:
+        track = IngressTracker(self.metrics, body)
         try:
-            return (await self.dispatcher.generate(body)).payload
+            answer = await self.dispatcher.generate(body, progress=track.progress)
         except DispatchError as exc:
+            track.failed(str(exc))
             raise HTTPError(exc.status, str(exc), exc.body) from None
+        except BaseException:
+            track.failed("cancelled: the client went away")
+            raise
+        track.answered(answer.payload, answer.pair, answer.ttft_s, answer.kv_wait_s)
+        return answer.payload
 
     async def open_stream(self, body: dict):
+        track = IngressTracker(self.metrics, body)
         try:
-            return await self.dispatcher.open_stream(body)
+            relay = await self.dispatcher.open_stream(body)
         except DispatchError as exc:
+            track.failed(str(exc))
             raise HTTPError(exc.status, str(exc), exc.body) from None
+        except BaseException:
+            track.failed("cancelled: the client went away")
+            raise
+
+        def on_close(relay, completed: bool) -> None:
+            last = last_sse_event(relay.tail) if completed else None
+            if last is None or "error" in last:
+                track.failed(f"stream from {relay.pair.decode.name} ended without its final event")
+            else:
+                ttft_s = relay.first_byte_at - track.started if relay.first_byte_at is not None else None
+                track.answered(last, relay.pair, ttft_s=ttft_s)
+
+        relay.on_close = on_close
+        return relay
 
     async def server_info(self) -> dict:
         """mini_lb's merged shape: decode internal_states first, then every server's info by role."""

@@ -20,7 +20,7 @@ import uuid
 import contextlib
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 import aiohttp
 
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 # Used when neither router.request_timeout_s nor a run deadline bounds a request (HTTP ingress).
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
+STREAM_TAIL_BYTES = 1 << 16  # enough for SGLang's last event (totals), output_ids included
 
 
 @dataclass
@@ -131,6 +132,9 @@ class StreamRelay:
         self._prefill_task = prefill_task
         self._deadline = deadline  # time.monotonic()
         self._closed = False
+        self.tail = b""  # the stream's last bytes: its final event carries the totals
+        self.first_byte_at: float | None = None  # time.monotonic()
+        self.on_close: Callable[["StreamRelay", bool], None] | None = None  # (relay, completed)
         if prefill_task is not None:
             prefill_task.add_done_callback(self._on_prefill_done)
 
@@ -152,6 +156,9 @@ class StreamRelay:
                 data = await asyncio.wait_for(self._resp.content.readany(), left)
                 if not data:
                     break
+                if self.first_byte_at is None:
+                    self.first_byte_at = time.monotonic()
+                self.tail = (self.tail + data)[-STREAM_TAIL_BYTES:]
                 yield data
         except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
             failed = True
@@ -176,6 +183,8 @@ class StreamRelay:
             for w in (self.pair.prefill, self.pair.decode):
                 if w is not None:
                     self._d._abort_in_background(w, self.rid)
+        if self.on_close is not None:
+            self.on_close(self, not abort)
 
 
 class PDDispatcher:

@@ -233,3 +233,56 @@ def test_serve_app_handle_batch_and_http_ingress(ray_driver, make_sim_config):
             assert sse_events(r.read().decode())[-1] == "[DONE]"
     finally:
         serve.shutdown()
+
+
+def test_http_requests_feed_the_router_metrics_like_the_batch_api(sim_pair):  # noqa: F811
+    """/generate (single, batched, streamed) and the OpenAI APIs count in RouterMetrics: one request per
+    prompt, tokens per worker, failures by reason, nothing left in flight."""
+    from prometheus_client import CollectorRegistry
+
+    from orchestrator.metrics import RouterMetrics
+
+    metrics = RouterMetrics("http-run", "1P1D", CollectorRegistry())
+    cfg = sim_config({"model": {"preset": "DeepSeek-R1", "quantization": "fp8"},
+                      "router": {"max_attempts": 2}})
+    core = RouterCore(cfg, run_id="http-run", metrics=metrics)
+    core.follow(1, sim_pair)
+    server = Ingress(core)
+    decode_url = next(e.url for e in sim_pair if e.role == "decode")
+    sent_prompt_tokens = sent_output_tokens = 0
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            single = http.post("/generate", json={"input_ids": [5, 6, 7], "sampling_params": {
+                "max_new_tokens": 3, "ignore_eos": True}})
+            batched = http.post("/generate", json={"input_ids": [[1, 2], [3, 4, 5, 6]], "sampling_params": {
+                "max_new_tokens": 2, "ignore_eos": True}})
+            streamed = http.post("/generate", json={"input_ids": [9, 9, 9, 9, 9], "stream": True,
+                                                    "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}})
+            chat = http.post("/v1/chat/completions", json={"model": "m", "max_tokens": 2, "ignore_eos": True,
+                                                           "messages": [{"role": "user", "content": "Hi"}]})
+            assert [r.status_code for r in (single, batched, streamed, chat)] == [200] * 4
+            sent_prompt_tokens = 3 + 2 + 4 + 5 + chat.json()["usage"]["prompt_tokens"]
+            sent_output_tokens = 3 + 2 + 2 + 4 + 2
+            httpx.post(decode_url + "/sim/faults", json={"error_rate": 1.0}, timeout=10).raise_for_status()
+            try:
+                broken = http.post("/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})
+            finally:
+                httpx.post(decode_url + "/sim/faults", json={}, timeout=10).raise_for_status()
+            assert broken.status_code == 500, broken.text
+    finally:
+        server.stop()
+
+    base = {"run_id": "http-run", "layout": "1P1D"}
+
+    def value(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(name, {**base, **labels}) or 0.0
+
+    assert value("pdorch_requests_completed_total") == 5  # single 1 + batched 2 + streamed 1 + chat 1
+    assert value("pdorch_requests_failed_total", reason="http_500") == 1
+    prefill, decode = (next(e.name for e in sim_pair if e.role == r) for r in ("prefill", "decode"))
+    assert value("pdorch_input_tokens_total", role="prefill", worker=prefill) == sent_prompt_tokens
+    assert value("pdorch_output_tokens_total", role="decode", worker=decode) == sent_output_tokens
+    assert value("pdorch_e2e_seconds_count") == 5
+    assert value("pdorch_ttft_seconds_count") == 1  # known only when streamed
+    for state in ("queued", "prefill", "transferring", "decoding"):
+        assert value("pdorch_requests_in_flight", state=state) == 0, state
