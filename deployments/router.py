@@ -32,9 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
 
 from orchestrator.config import RunConfig
-from orchestrator.ingress_metrics import IngressTracker, last_sse_event
+from orchestrator.ingress_metrics import IngressTracker
 from orchestrator.pd_dispatch import DispatchError, DispatchSettings, PDDispatcher
 from orchestrator.protocol import BenchRequest, RequestResult, WorkerEndpoint
+from orchestrator.sse import json_events, last_json_event
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ class RouterCore:
             raise
 
         def on_close(relay, completed: bool) -> None:
-            last = last_sse_event(relay.tail) if completed else None
+            last = last_json_event(relay.tail) if completed else None
             if last is None or "error" in last:
                 track.failed(f"stream from {relay.pair.decode.name} ended without its final event")
             else:
@@ -354,18 +355,6 @@ def _finish_reason(meta: dict) -> str | None:
     return reason
 
 
-async def _sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict]:
-    """Parse an engine SSE stream into its JSON events (without the final [DONE])."""
-    buffer = b""
-    async for data in chunks:
-        buffer += data
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            line = event.strip()
-            if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
-                yield json.loads(line[5:])
-
-
 def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
@@ -384,7 +373,7 @@ async def _openai_stream(core: RouterCore, engine_body: dict, kind: str, model: 
             yield _sse({"id": rid, "object": obj, "created": created, "model": model,
                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                      "finish_reason": None}]})
-        async for event in _sse_events(relay.chunks()):
+        async for event in json_events(relay.chunks()):
             if "error" in event:
                 yield _sse({"error": event["error"]})
                 break

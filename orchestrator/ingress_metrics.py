@@ -7,7 +7,6 @@ batched /generate (a list of prompts) counts one request per prompt, as SGLang d
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -58,20 +57,3 @@ class IngressTracker:
 def _prompts(body: dict) -> list[list[int]]:
     ids = body.get("input_ids") or []
     return ids if ids and isinstance(ids[0], list) else [ids]
-
-
-def last_sse_event(tail: bytes) -> dict | None:
-    """The last JSON `data:` event in the end of an SSE stream (SGLang ends with `data: [DONE]`)."""
-    for event in reversed(tail.split(b"\n\n")):
-        event = event.strip()
-        if not event.startswith(b"data:"):
-            continue
-        data = event[5:].strip()
-        if data == b"[DONE]":
-            continue
-        try:
-            parsed = json.loads(data)
-        except ValueError:
-            return None  # the tail cut an event in half: nothing trustworthy to count
-        return parsed if isinstance(parsed, dict) else None
-    return None

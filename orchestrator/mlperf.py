@@ -25,6 +25,7 @@ import numpy as np
 
 from orchestrator.protocol import BenchRequest
 from orchestrator.serving_client import auth_headers, generate_body
+from orchestrator.sse import json_events
 
 ID_COLUMNS = ("tok_input", "input_ids", "input_tokens")
 TEXT_COLUMNS = ("text_input", "text", "prompt", "input")
@@ -210,29 +211,21 @@ class RouterSUT:
                                       headers=self.headers) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
-            buffer = b""
-            async for raw in resp.content.iter_any():
-                buffer += raw
-                while b"\n\n" in buffer:
-                    event, buffer = buffer.split(b"\n\n", 1)
-                    line = event.strip()
-                    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
-                        continue
-                    chunk = json.loads(line[5:])
-                    meta = chunk.get("meta_info", {})
-                    reason = meta.get("finish_reason")
-                    if isinstance(reason, dict) and reason.get("type") == "abort":
-                        raise RuntimeError(f"aborted by server: {reason.get('message')}")
-                    new_total = int(meta.get("completion_tokens", tokens))
-                    chunk_ids = chunk.get("output_ids") or []
-                    ids = list(chunk_ids) if len(chunk_ids) == new_total else ids + list(chunk_ids)
-                    if new_total > tokens and not first_sent:
-                        first = np.asarray(ids[:1] or [0], dtype=np.int32)
-                        self.lg.FirstTokenComplete(
-                            [self.lg.QuerySampleResponse(query_id, first.ctypes.data, first.nbytes, 1)]
-                        )
-                        first_sent = True
-                    tokens = new_total
+            async for chunk in json_events(resp.content.iter_any()):
+                meta = chunk.get("meta_info", {})
+                reason = meta.get("finish_reason")
+                if isinstance(reason, dict) and reason.get("type") == "abort":
+                    raise RuntimeError(f"aborted by server: {reason.get('message')}")
+                new_total = int(meta.get("completion_tokens", tokens))
+                chunk_ids = chunk.get("output_ids") or []
+                ids = list(chunk_ids) if len(chunk_ids) == new_total else ids + list(chunk_ids)
+                if new_total > tokens and not first_sent:
+                    first = np.asarray(ids[:1] or [0], dtype=np.int32)
+                    self.lg.FirstTokenComplete(
+                        [self.lg.QuerySampleResponse(query_id, first.ctypes.data, first.nbytes, 1)]
+                    )
+                    first_sent = True
+                tokens = new_total
         return ids
 
     def _complete(self, query_id: int, req: BenchRequest, output_ids: list[int], error: str | None) -> None:

@@ -18,7 +18,6 @@ import random
 import time
 import uuid
 import contextlib
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Iterable
 
@@ -26,6 +25,7 @@ import aiohttp
 
 from orchestrator.protocol import BenchRequest, RequestResult, WorkerEndpoint
 from orchestrator.routing import NoWorkerError, RoutingPolicy, WorkerState, eligible, make_policy
+from orchestrator.sse import data_payloads
 
 log = logging.getLogger(__name__)
 
@@ -396,21 +396,11 @@ class PDDispatcher:
         # Only the first event (TTFT) and the last (totals) are parsed on the hot path; the others are
         # parsed only if the last one does not carry the whole output_ids.
         events: list[bytes] = []
-        buffer = b""
-        async for data in r.content.iter_any():
-            buffer += data
-            while b"\n\n" in buffer:
-                event, buffer = buffer.split(b"\n\n", 1)
-                line = event.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                line = line[5:].strip()
-                if line == b"[DONE]":
-                    continue
-                if not events:
-                    answer.ttft_s = time.monotonic() - t0
-                    self._move(answer.progress, "decoding")
-                events.append(line)
+        async for payload in data_payloads(r.content.iter_any()):
+            if not events:
+                answer.ttft_s = time.monotonic() - t0
+                self._move(answer.progress, "decoding")
+            events.append(payload)
         if not events:
             raise LegFailure("empty", "decode", w.name, "stream ended without any data event", True, 502)
         last = json.loads(events[-1])

@@ -20,6 +20,7 @@ import aiohttp
 import numpy as np
 
 from orchestrator.protocol import BenchRequest
+from orchestrator.sse import json_events
 
 
 @dataclass
@@ -132,39 +133,28 @@ async def stream_one(
             if resp.status != 200:
                 out.error = f"HTTP {resp.status}: {(await resp.text())[:300]}"
                 return out
-            buffer = b""
-            async for raw in resp.content.iter_any():
-                buffer += raw
-                while b"\n\n" in buffer:
-                    event, buffer = buffer.split(b"\n\n", 1)
-                    line = event.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        continue
-                    chunk = json.loads(payload)
-                    if "error" in chunk:
-                        out.error = f"server error: {chunk['error']}"
-                        return out
-                    now = time.perf_counter()
-                    meta = chunk.get("meta_info", {})
-                    aborted = _abort_message(meta)
-                    if aborted:
-                        out.error = aborted
-                        return out
-                    tokens = int(meta.get("completion_tokens", out.completion_tokens))
-                    new_tokens = tokens - out.completion_tokens
-                    if new_tokens <= 0:
-                        continue
-                    if out.ttft_s is None:
-                        out.ttft_s = now - start
-                        # tokens that arrive together with the first one have no gap of their own
-                    else:
-                        out.itl_s.extend([(now - last_chunk_at) / new_tokens] * new_tokens)
-                    last_chunk_at = now
-                    out.output_ids = _merge_output_ids(out.output_ids, chunk.get("output_ids") or [], tokens)
-                    out.completion_tokens = tokens
+            async for chunk in json_events(resp.content.iter_any()):
+                if "error" in chunk:
+                    out.error = f"server error: {chunk['error']}"
+                    return out
+                now = time.perf_counter()
+                meta = chunk.get("meta_info", {})
+                aborted = _abort_message(meta)
+                if aborted:
+                    out.error = aborted
+                    return out
+                tokens = int(meta.get("completion_tokens", out.completion_tokens))
+                new_tokens = tokens - out.completion_tokens
+                if new_tokens <= 0:
+                    continue
+                if out.ttft_s is None:
+                    out.ttft_s = now - start
+                    # tokens that arrive together with the first one have no gap of their own
+                else:
+                    out.itl_s.extend([(now - last_chunk_at) / new_tokens] * new_tokens)
+                last_chunk_at = now
+                out.output_ids = _merge_output_ids(out.output_ids, chunk.get("output_ids") or [], tokens)
+                out.completion_tokens = tokens
     except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
         return out
