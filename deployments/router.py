@@ -23,7 +23,7 @@ import secrets
 import time
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Literal
+from typing import Any, AsyncIterator, Awaitable, Literal
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -255,29 +255,27 @@ class RouterCore:
 
     # -- dispatch --
 
-    async def generate(self, body: dict) -> dict:
-        track = IngressTracker(self.metrics, body)
+    @staticmethod
+    async def _dispatched(track: IngressTracker, dispatch: Awaitable[Any]) -> Any:
+        """The dispatcher's answer; a DispatchError becomes its HTTP error, and every failure is counted."""
         try:
-            answer = await self.dispatcher.generate(body, progress=track.progress)
+            return await dispatch
         except DispatchError as exc:
             track.failed(str(exc))
             raise HTTPError(exc.status, str(exc), exc.body) from None
         except BaseException:
             track.failed("cancelled: the client went away")
             raise
+
+    async def generate(self, body: dict) -> dict:
+        track = IngressTracker(self.metrics, body)
+        answer = await self._dispatched(track, self.dispatcher.generate(body, progress=track.progress))
         track.answered(answer.payload, answer.pair, answer.ttft_s, answer.kv_wait_s)
         return answer.payload
 
     async def open_stream(self, body: dict):
         track = IngressTracker(self.metrics, body)
-        try:
-            relay = await self.dispatcher.open_stream(body)
-        except DispatchError as exc:
-            track.failed(str(exc))
-            raise HTTPError(exc.status, str(exc), exc.body) from None
-        except BaseException:
-            track.failed("cancelled: the client went away")
-            raise
+        relay = await self._dispatched(track, self.dispatcher.open_stream(body))
 
         def on_close(relay, completed: bool) -> None:
             last = last_json_event(relay.tail) if completed else None
