@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
 
 import aiohttp
 
@@ -126,6 +129,50 @@ def bench_config(result_dir: str) -> RunConfig:
     ])
 
 
+@dataclass
+class RouterSession:
+    """A deployed router and its workers: the Serve handle, the engines, and the HTTP front doors by name."""
+
+    router: Any  # Serve DeploymentHandle of PDRouter
+    endpoints: list
+    urls: dict[str, str] = field(default_factory=dict)  # "http": ours, "rust": sglang-router's
+
+
+@contextlib.contextmanager
+def deployed_router(name: str, sglang_router_python: str | None = None) -> Iterator[RouterSession]:
+    """A local cluster with 1P1D zero-cost sim workers and our router (plus sglang-router in front of the
+    same workers if an interpreter that has it is given); everything is stopped on exit."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.setdefault("UCX_NET_DEVICES", "lo")
+
+    from ray import serve
+
+    from deployments.app import ROUTER_APP, deploy, expected_workers
+    from orchestrator.cluster import connect, free_port
+
+    tmp = tempfile.mkdtemp(prefix=name + "-")
+    cfg = bench_config(tmp)
+    session = connect(cfg, Path(tmp) / "cluster.json")
+    rust: subprocess.Popen | None = None
+    try:
+        deploy(cfg, name, timeout_s=300)
+        router = serve.get_app_handle(ROUTER_APP)
+        endpoints = router.wait_ready.remote(expected_workers(cfg), 300).result(timeout_s=330)
+        urls = {"http": f"http://{cfg.router.host}:{cfg.router.port}"}
+        if sglang_router_python:
+            rust_port = free_port()
+            rust = start_sglang_router(sglang_router_python, endpoints, rust_port, Path(tmp) / "sglang-router.log")
+            urls["rust"] = f"http://127.0.0.1:{rust_port}"
+        yield RouterSession(router, endpoints, urls)
+    finally:
+        if rust is not None:
+            rust.terminate()
+            rust.wait(timeout=10)
+        serve.shutdown()
+        session.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200, help="requests per (mode, concurrency)")
@@ -135,46 +182,19 @@ def main() -> int:
     parser.add_argument("--sglang-router", metavar="PYTHON", default=None,
                         help="interpreter with sglang-router 0.3.2 installed: adds the 'rust' mode")
     args = parser.parse_args()
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ.setdefault("UCX_NET_DEVICES", "lo")
-
-    from ray import serve
-
-    from deployments.app import ROUTER_APP, deploy, expected_workers
-    from orchestrator.cluster import connect
-
-    tmp = tempfile.mkdtemp(prefix="router-bench-")
-    cfg = bench_config(tmp)
-    session = connect(cfg, Path(tmp) / "cluster.json")
     rows = []
-    rust: subprocess.Popen | None = None
-    try:
-        deploy(cfg, "router-bench", timeout_s=300)
-        router = serve.get_app_handle(ROUTER_APP)
-        endpoints = router.wait_ready.remote(expected_workers(cfg), 300).result(timeout_s=330)
-        url = f"http://{cfg.router.host}:{cfg.router.port}"
-        modes = args.modes.split(",")
-        rust_url = None
-        if args.sglang_router:
-            from orchestrator.cluster import free_port
-
-            rust_port = free_port()
-            rust = start_sglang_router(args.sglang_router, endpoints, rust_port, Path(tmp) / "sglang-router.log")
-            rust_url = f"http://127.0.0.1:{rust_port}"
-            modes.append("rust")
+    modes = args.modes.split(",") + (["rust"] if args.sglang_router else [])
+    with deployed_router("router-bench", args.sglang_router) as bench:
         for c in (int(x) for x in args.concurrency.split(",")):
             baseline: tuple[float, float] | None = None
             for mode in modes:
                 reqs = make_requests(args.requests, args.output_len)
                 if mode == "direct":
-                    elapsed, lat = asyncio.run(run_direct(endpoints, reqs, c))
+                    elapsed, lat = asyncio.run(run_direct(bench.endpoints, reqs, c))
                 elif mode == "handle":
-                    elapsed, lat = run_handle(router, reqs, c)
-                elif mode == "http":
-                    elapsed, lat = asyncio.run(run_http(url, reqs, c))
-                elif mode == "rust" and rust_url:
-                    elapsed, lat = asyncio.run(run_http(rust_url, reqs, c))
+                    elapsed, lat = run_handle(bench.router, reqs, c)
+                elif mode in bench.urls:
+                    elapsed, lat = asyncio.run(run_http(bench.urls[mode], reqs, c))
                 else:
                     raise SystemExit(f"--modes: unknown mode {mode!r}; use direct, handle, http")
                 p50, p99 = percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
@@ -184,12 +204,6 @@ def main() -> int:
                 rows.append((mode, c, len(lat), len(lat) / elapsed, p50, p99, *added))
                 print(f"{mode:7s} c={c:<4d} {len(lat) / elapsed:8.1f} req/s  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms",
                       file=sys.stderr)
-    finally:
-        if rust is not None:
-            rust.terminate()
-            rust.wait(timeout=10)
-        serve.shutdown()
-        session.close()
     load = os.getloadavg()
     print(f"\nRouter throughput, {os.cpu_count()} cores, load average {load[0]:.1f} at the end; sim workers "
           f"at time_scale=1e-4, {args.output_len} output tokens, 64-token prompts, 1 prefill + 1 decode.\n")

@@ -19,7 +19,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -66,47 +65,22 @@ def main() -> int:
                         help="interpreter with sglang-router 0.3.2 (default .venv-router/bin/python)")
     args = parser.parse_args()
     python = router_python(args.sglang_router)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ.setdefault("UCX_NET_DEVICES", "lo")
-
-    from ray import serve
-
-    from deployments.app import ROUTER_APP, deploy, expected_workers
-    from orchestrator.cluster import connect, free_port
-
-    tmp = tempfile.mkdtemp(prefix="router-vs-")
-    cfg = bench_config(tmp)
-    session = connect(cfg, Path(tmp) / "cluster.json")
     rows: list[dict] = []
-    rust = None
-    try:
-        deploy(cfg, "router-vs", timeout_s=300)
-        router = serve.get_app_handle(ROUTER_APP)
-        endpoints = router.wait_ready.remote(expected_workers(cfg), 300).result(timeout_s=330)
-        rust_port = free_port()
-        rust = paths.start_sglang_router(python, endpoints, rust_port, Path(tmp) / "sglang-router.log")
-        urls = {"rust": f"http://127.0.0.1:{rust_port}", "http": f"http://{cfg.router.host}:{cfg.router.port}"}
+    with paths.deployed_router("router-vs", python) as bench:
         for c in (int(x) for x in args.concurrency.split(",")):
             for mode in MODES:
                 reqs = paths.make_requests(args.requests, args.output_len)
                 if mode == "direct":
-                    elapsed, lat = asyncio.run(paths.run_direct(endpoints, reqs, c))
+                    elapsed, lat = asyncio.run(paths.run_direct(bench.endpoints, reqs, c))
                 elif mode == "handle":
-                    elapsed, lat = paths.run_handle(router, reqs, c)
+                    elapsed, lat = paths.run_handle(bench.router, reqs, c)
                 else:
-                    elapsed, lat = asyncio.run(paths.run_http(urls[mode], reqs, c))
+                    elapsed, lat = asyncio.run(paths.run_http(bench.urls[mode], reqs, c))
                 row = {"mode": mode, "c": c, "n": len(lat), "rps": len(lat) / elapsed,
                        "p50": paths.percentile(lat, 50) * 1e3, "p99": paths.percentile(lat, 99) * 1e3}
                 rows.append(row)
                 print(f"{mode:7s} c={c:<4d} {row['rps']:8.1f} req/s  p50 {row['p50']:7.1f} ms  p99 {row['p99']:7.1f} ms",
                       file=sys.stderr, flush=True)
-    finally:
-        if rust is not None:
-            rust.terminate()
-            rust.wait(timeout=10)
-        serve.shutdown()
-        session.close()
     print_table(rows, args)
     return 0
 
