@@ -180,6 +180,31 @@ selftest)  # CPU machine: the Ray two-node path with the simulated engine (PDO_D
   BENCH_ARGS="--num-prompts 20 --set engine.kind=sim --set engine.sim.time_scale=0.05" ray_bench $PD_CFG $P/selftest
   ray_cluster_down
   ;;
+local1)  # the product's own local cluster on the GPU host, part 1: the sglang tree (carry .device/site)
+  el "install sglang tree"
+  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site; fi
+  nvidia-smi -L
+  ;;
+local2)  # part 2 (carry .device/rt): `bench` with cluster.address=local starts its own 2-node cluster
+  # (loopback launcher, one GPU slice per raylet); every 5 s, who listens where (ss -ltnp)
+  el "install Ray tree"
+  [ -f $SITE/.installed_site ] || { el "sglang tree missing: run local1 first (the lease must stay warm)"; exit 1; }
+  if [ ! -f $SITE/.installed_rt ]; then rm -rf $P/rt; mkdir -p $P/rt; tar -C $P/rt -xJf .device/rt/runtime.tar.xz && cp -a $P/rt/site/. $SITE/ && touch $SITE/.installed_rt; fi
+  cp $P/rt/sharegpt.json $P/rt/tokenizer.json.zip $P/ 2>/dev/null; tokenizer
+  D=$P/local; mkdir -p $D/sockets; touch $D/.started
+  ( while true; do ss -ltnpH > $D/sockets/$(date +%s).txt 2>&1; sleep 5; done ) & SS=$!
+  start_scraper $D/scrape
+  el "bench, cluster.address=local"
+  timeout $(( $(left) - 30 )) python3 scripts/device/one_command.py orchestrator.bench bench --config $PD_CFG $SETS \
+    --set cluster.address=local --set cluster.local.num_cpus_per_node=8 --result-dir $D/runs ${BENCH_ARGS:-} 2>&1 \
+    | tee $D/bench.txt | grep -v -E "^\(|INFO" | tail -60
+  stop_scraper; kill $SS 2>/dev/null
+  for f in $D/scrape/prefill_*.prom; do [ -f "$f" ] && python3 scripts/device/kv_stats.py $f > $D/kv_stats.json && cat $D/kv_stats.json; done
+  el "listening sockets not on loopback, seen during the run (process: address)"
+  cat $D/sockets/*.txt | awk '$4 !~ /^(127\.0\.0\.1|\[::1\]|\[::ffff:127\.0\.0\.1\]):/ {print $6, $4}' | sed -E 's/pid=([0-9]+),fd=[0-9]+/pid/g' | sort | uniq -c | sort -rn | head -40
+  el "loopback sockets seen: $(cat $D/sockets/*.txt | awk '$4 ~ /^(127\.0\.0\.1|\[::1\]):/ {print $4}' | sort -u | wc -l)"
+  pack local
+  ;;
 call3)
   el "(c) aggregated through our Ray path"
   ray_cluster_up
