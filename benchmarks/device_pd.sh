@@ -186,13 +186,13 @@ local1)  # the product's own local cluster on the GPU host, part 1: the sglang t
   nvidia-smi -L
   ;;
 local2)  # part 2 (carry .device/rt): `bench` with cluster.address=local starts its own 2-node cluster
-  # (loopback launcher, one GPU slice per raylet); every 5 s, who listens where (ss -ltnp)
+  # (loopback launcher, one GPU slice per raylet); every 5 s, who listens where (orchestrator.listening)
   el "install Ray tree"
   [ -f $SITE/.installed_site ] || { el "sglang tree missing: run local1 first (the lease must stay warm)"; exit 1; }
   if [ ! -f $SITE/.installed_rt ]; then rm -rf $P/rt; mkdir -p $P/rt; tar -C $P/rt -xJf .device/rt/runtime.tar.xz && cp -a $P/rt/site/. $SITE/ && touch $SITE/.installed_rt; fi
   cp $P/rt/sharegpt.json $P/rt/tokenizer.json.zip $P/ 2>/dev/null; tokenizer
-  D=$P/local; mkdir -p $D/sockets; touch $D/.started
-  ( while true; do ss -ltnpH > $D/sockets/$(date +%s).txt 2>&1; sleep 5; done ) & SS=$!
+  D=$P/local; rm -rf $D; mkdir -p $D/sockets; touch $D/.started
+  ( while true; do python3 -m orchestrator.listening > $D/sockets/$(date +%s).txt 2>/dev/null; sleep 5; done ) & SS=$!
   start_scraper $D/scrape
   el "bench, cluster.address=local"
   timeout $(( $(left) - 30 )) python3 scripts/device/one_command.py orchestrator.bench bench --config $PD_CFG $SETS \
@@ -200,9 +200,8 @@ local2)  # part 2 (carry .device/rt): `bench` with cluster.address=local starts 
     | tee $D/bench.txt | grep -v -E "^\(|INFO" | tail -60
   stop_scraper; kill $SS 2>/dev/null
   for f in $D/scrape/prefill_*.prom; do [ -f "$f" ] && python3 scripts/device/kv_stats.py $f > $D/kv_stats.json && cat $D/kv_stats.json; done
-  el "listening sockets not on loopback, seen during the run (process: address)"
-  cat $D/sockets/*.txt | awk '$4 !~ /^(127\.0\.0\.1|\[::1\]|\[::ffff:127\.0\.0\.1\]):/ {print $6, $4}' | sed -E 's/pid=([0-9]+),fd=[0-9]+/pid/g' | sort | uniq -c | sort -rn | head -40
-  el "loopback sockets seen: $(cat $D/sockets/*.txt | awk '$4 ~ /^(127\.0\.0\.1|\[::1\]):/ {print $4}' | sort -u | wc -l)"
+  el "listening sockets seen during the run, by process name (EXPOSED = not on loopback)"
+  cat $D/sockets/*.txt | sed -E 's/\[[0-9]+\]//; s/:[0-9]+$//' | sort | uniq -c | sort -k2,2 -k1,1rn | head -60
   pack local
   ;;
 call3)

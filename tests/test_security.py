@@ -8,33 +8,14 @@ started: the local cluster's `ray start` trees and the engine processes under th
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import socket
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from orchestrator.cluster import LocalClusterState, _descendants, _pid_alive
-
-
-@dataclass(frozen=True)
-class ListeningSocket:
-    """One TCP socket in LISTEN state and the process holding it."""
-
-    pid: int
-    process: str
-    host: str
-    port: int
-
-    @property
-    def loopback_only(self) -> bool:
-        return ipaddress.ip_address(self.host).is_loopback
-
-    def __str__(self) -> str:
-        return f"{self.process}[{self.pid}] listens on {self.host}:{self.port}"
+from orchestrator.listening import ListeningSocket, listening_sockets
 
 
 def process_tree(pid: int) -> list[int]:
@@ -43,48 +24,6 @@ def process_tree(pid: int) -> list[int]:
 
 
 pid_alive = _pid_alive  # a zombie (exited, not yet reaped) counts as gone
-
-
-def _decode_address(field: str, ipv6: bool) -> tuple[str, int]:
-    hex_ip, hex_port = field.split(":")
-    raw = bytes.fromhex(hex_ip)
-    if ipv6:  # four little-endian 32-bit words
-        host = socket.inet_ntop(socket.AF_INET6, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
-        host = host.removeprefix("::ffff:") if "." in host else host  # IPv4-mapped
-    else:
-        host = socket.inet_ntop(socket.AF_INET, raw[::-1])
-    return host, int(hex_port, 16)
-
-
-def listening_sockets(pids: list[int]) -> list[ListeningSocket]:
-    """TCP sockets in LISTEN state held by any of `pids` (IPv4 and IPv6)."""
-    owner: dict[str, int] = {}
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                owner[target[8:-1]] = pid
-    found = []
-    for table, ipv6 in (("tcp", False), ("tcp6", True)):
-        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] != "0A" or fields[9] not in owner:  # 0A = TCP_LISTEN
-                continue
-            pid = owner[fields[9]]
-            host, port = _decode_address(fields[1], ipv6)
-            try:
-                name = Path(f"/proc/{pid}/comm").read_text().strip()
-            except OSError:
-                name = "?"
-            found.append(ListeningSocket(pid, name, host, port))
-    return found
 
 
 def pid_listening_on(port: int, candidates: list[int]) -> int | None:
