@@ -195,7 +195,10 @@ class LayoutConfig(Strict):
 
 class UcxConfig(Strict):
     tls: str | None = Field(None, description="UCX_TLS, e.g. 'rc,cuda_copy,cuda_ipc,gdr_copy,tcp'.")
-    net_devices: str | None = Field(None, description="UCX_NET_DEVICES, e.g. 'mlx5_0:1,mlx5_1:1'.")
+    net_devices: str | None = Field(
+        None, description="UCX_NET_DEVICES, e.g. 'mlx5_0:1,mlx5_1:1'; default: 'lo' on a local (one-machine) "
+        "cluster, UCX's own choice elsewhere."
+    )
     ib_gpu_direct_rdma: Literal["yes", "no", "try"] | None = Field(
         None, description="UCX_IB_GPU_DIRECT_RDMA; 'yes' fails loudly instead of staging."
     )

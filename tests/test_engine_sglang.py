@@ -233,3 +233,16 @@ def test_wait_ready_names_the_url_that_never_answered():
     launch = SglangBackend().build_launch(cfg, cfg.layout.decode[0], p)
     with pytest.raises(TimeoutError, match=r"http://127\.0\.0\.1:1/health"):
         wait_ready(launch, timeout_s=0.3, poll_s=0.05)
+
+
+@pytest.mark.parametrize(
+    ("address", "net_devices", "expected"),
+    [("local", None, "lo"), ("local", "mlx5_0:1", "mlx5_0:1"), ("10.0.0.1:6379", None, None)],
+    ids=["local-cluster-keeps-ucx-on-loopback", "configured-devices-win", "real-cluster-lets-ucx-choose"],
+)
+def test_ucx_stays_on_loopback_on_a_one_machine_cluster(address, net_devices, expected):
+    from orchestrator.engines.sglang import transport_env
+
+    sets = [f"cluster.address={address}"] + ([f"transfer.ucx.net_devices={net_devices}"] if net_devices else [])
+    cfg = load_config(CONFIGS / "device-h200x2-1p1d.yaml", sets)
+    assert transport_env(cfg).get("UCX_NET_DEVICES") == expected

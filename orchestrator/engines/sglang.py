@@ -134,9 +134,12 @@ def _prefixed(prefix: str, extra: dict[str, str]) -> dict[str, str]:
 def transport_env(cfg: RunConfig) -> dict[str, str]:
     """UCX/NCCL/NIXL variables from `transfer`: the same for engines and for the fabric preflight."""
     t = cfg.transfer
+    # one machine: KV moves over cuda_ipc, so UCX needs no network device, and without this its listeners
+    # bind the host's address (seen on 2xH200: 10 ports per prefill server beyond loopback)
+    net_devices = t.ucx.net_devices or ("lo" if cfg.cluster.is_local else None)
     ucx = {
         "UCX_TLS": t.ucx.tls,
-        "UCX_NET_DEVICES": t.ucx.net_devices,
+        "UCX_NET_DEVICES": net_devices,
         "UCX_IB_GPU_DIRECT_RDMA": t.ucx.ib_gpu_direct_rdma,
         "UCX_RNDV_SCHEME": t.ucx.rndv_scheme,
         "UCX_RNDV_THRESH": t.ucx.rndv_thresh,
