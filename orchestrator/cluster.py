@@ -30,13 +30,12 @@ DEFAULT_STATE_PATH = Path("runs/local-cluster.json")
 # defaults for every Ray process and client we start; the caller's environment wins, so a cluster with
 # token auth works with RAY_AUTH_MODE=token (docs/running.md §4)
 RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-
-
-def ray_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """`base` (default: this process's environment) with RAY_ENV_DEFAULTS filled in where unset."""
-    base = dict(os.environ if base is None else base)
-    return {**RAY_ENV_DEFAULTS, **{k: v for k, v in base.items() if v}}
 NODE_START_TIMEOUT_S = 180.0
+
+
+def ray_env() -> dict[str, str]:
+    """This process's environment with RAY_ENV_DEFAULTS filled in where unset (or empty)."""
+    return {**RAY_ENV_DEFAULTS, **{k: v for k, v in os.environ.items() if v}}
 
 
 class ClusterError(RuntimeError):

@@ -15,7 +15,7 @@ from orchestrator.protocol import RequestResult
 
 
 class IngressTracker:
-    """One HTTP request's life in RouterMetrics: in flight from `start()` to `answered()` / `failed()`."""
+    """One HTTP request's life in RouterMetrics: in flight from construction to `answered()` / `failed()`."""
 
     def __init__(self, metrics: Any, body: dict):
         self.metrics = metrics

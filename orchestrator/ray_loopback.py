@@ -56,7 +56,7 @@ def bind_serve_replicas_to_node_ip() -> None:
     tls_utils._pdo_loopback = True
 
 
-SETUP_HOOK = f"{__name__}.bind_serve_replicas_to_node_ip"
+SETUP_HOOK = "orchestrator.ray_loopback.bind_serve_replicas_to_node_ip"  # importable in every worker
 
 
 def main() -> None:
