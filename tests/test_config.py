@@ -92,15 +92,20 @@ def test_malformed_config_names_the_field(tmp_path: Path, fragment: dict, field:
     assert all(line.startswith(str(tmp_path)) for line in lines)
 
 
+UNKNOWN_KEY_EXAMPLES = 60  # hypothesis examples of the unknown-key property below
+
+
 def test_malformed_table_size_is_reported(capsys) -> None:
-    print(f"config bad-input cases: {len(MALFORMED)}")
+    with capsys.disabled():  # shown in CI logs even under -q
+        print(f"\n[bad input] config: {len(MALFORMED)} table cases, {UNKNOWN_KEY_EXAMPLES} generated unknown-key "
+              f"cases, {len(UNPARSEABLE)} unparseable files")
     assert len(MALFORMED) >= 20
 
 
-@pytest.mark.parametrize(
-    "text,needle",
-    [("layout: [unclosed", "not valid YAML"), ("- a\n- b\n", "top level must be a mapping"), ("", "layout")],
-)
+UNPARSEABLE = [("layout: [unclosed", "not valid YAML"), ("- a\n- b\n", "top level must be a mapping"), ("", "layout")]
+
+
+@pytest.mark.parametrize("text,needle", UNPARSEABLE)
 def test_unparseable_files_get_one_clear_line(tmp_path: Path, text: str, needle: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, text))
@@ -128,7 +133,7 @@ def test_several_problems_are_each_reported(tmp_path: Path) -> None:
         assert field in text
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=UNKNOWN_KEY_EXAMPLES, deadline=None)
 @given(
     section=st.sampled_from(["cluster", "model", "engine", "benchmark", "router", "metrics", "transfer"]),
     key=st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=3, max_size=12),
