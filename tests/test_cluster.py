@@ -37,23 +37,27 @@ def test_nodes_carry_role_labels_and_logical_gpus(ray_driver):
 def test_cluster_down_stops_exactly_the_processes_it_started(ray_cluster, tmp_path):
     state_path = tmp_path / "own-cluster.json"
     up = _cli("cluster", "up", "--local", "--state", str(state_path))
-    assert up.returncode == 0, up.stderr[-2000:]
-    state = LocalClusterState.load(state_path)
-    assert state is not None and len(state.nodes) == 2
-    assert [n.role for n in state.nodes] == ["prefill", "decode"]
-    started = [p for n in state.nodes for p in (n.pid, *_descendants(n.pid))]
-    assert len(started) > 4  # gcs, raylets, dashboard, agents ...
+    try:
+        assert up.returncode == 0, up.stderr[-2000:]
+        state = LocalClusterState.load(state_path)
+        assert state is not None and len(state.nodes) == 2
+        assert [n.role for n in state.nodes] == ["prefill", "decode"]
+        started = [p for n in state.nodes for p in (n.pid, *_descendants(n.pid))]
+        assert len(started) > 4  # gcs, raylets, dashboard, agents ...
 
-    status = _cli("cluster", "status", "--state", str(state_path))
-    assert status.returncode == 0 and "up" in status.stdout
+        status = _cli("cluster", "status", "--state", str(state_path))
+        assert status.returncode == 0 and "up" in status.stdout
 
-    down = _cli("cluster", "down", "--state", str(state_path))
-    assert down.returncode == 0, down.stderr[-2000:]
-    assert [p for p in started if _pid_alive(p)] == []
-    assert not Path(state.root_dir).exists() and not state_path.exists()
-    # the session cluster (another "user" of this machine) is untouched
-    assert ray_cluster.alive()
-    assert _cli("cluster", "status", "--state", str(state_path)).returncode == 1
+        down = _cli("cluster", "down", "--state", str(state_path))
+        assert down.returncode == 0, down.stderr[-2000:]
+        assert [p for p in started if _pid_alive(p)] == []
+        assert not Path(state.root_dir).exists() and not state_path.exists()
+        # the session cluster (another "user" of this machine) is untouched
+        assert ray_cluster.alive()
+        assert _cli("cluster", "status", "--state", str(state_path)).returncode == 1
+    finally:
+        if state_path.exists():  # the test failed before `down` finished: do not leave the cluster running
+            _cli("cluster", "down", "--state", str(state_path))
 
 
 def test_local_config_attaches_to_ray_address_instead_of_starting(ray_cluster, tmp_path):
