@@ -333,26 +333,24 @@ def wait_replaced(dep: Deployment, killed: WorkerEndpoint) -> float:
     )
 
 
-def test_decode_killed_mid_run(pd2x2: Deployment) -> None:
-    victim = pd2x2.worker(sorted(w.name for w in pd2x2.workers() if w.role == "decode")[0])
+def kill_mid_run_and_recover(dep: Deployment, role: str) -> None:
+    """SIGKILL the first engine of `role` mid-batch: every prompt still completes, and Serve replaces it."""
+    victim = dep.worker(sorted(w.name for w in dep.workers() if w.role == role)[0])
     killed: list[int] = []
-    out = run_batch_with_fault(pd2x2, lambda: killed.append(kill_engine(pd2x2, victim)))
-    print(out.summary(f"decode engine {victim.name} SIGKILLed (pid {killed[0]})"))
+    out = run_batch_with_fault(dep, lambda: killed.append(kill_engine(dep, victim)))
+    print(out.summary(f"{role} engine {victim.name} SIGKILLed (pid {killed[0]})"))
     assert_every_prompt_accounted_for_once(out)
     assert_every_prompt_completed(out)
-    assert out.retried >= 1, "no request was in flight on the killed decode; the test did not test anything"
-    wait_replaced(pd2x2, victim)
+    assert out.retried >= 1, f"no request was in flight on the killed {role}; the test did not test anything"
+    wait_replaced(dep, victim)
+
+
+def test_decode_killed_mid_run(pd2x2: Deployment) -> None:
+    kill_mid_run_and_recover(pd2x2, "decode")
 
 
 def test_prefill_killed_mid_run(pd2x2: Deployment) -> None:
-    victim = pd2x2.worker(sorted(w.name for w in pd2x2.workers() if w.role == "prefill")[0])
-    killed: list[int] = []
-    out = run_batch_with_fault(pd2x2, lambda: killed.append(kill_engine(pd2x2, victim)))
-    print(out.summary(f"prefill engine {victim.name} SIGKILLed (pid {killed[0]})"))
-    assert_every_prompt_accounted_for_once(out)
-    assert_every_prompt_completed(out)
-    assert out.retried >= 1, "no request was in flight on the killed prefill; the test did not test anything"
-    wait_replaced(pd2x2, victim)
+    kill_mid_run_and_recover(pd2x2, "prefill")
 
 
 def test_hung_kv_transfer_is_timed_out_and_retried(pd2x2: Deployment) -> None:
