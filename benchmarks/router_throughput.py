@@ -119,7 +119,7 @@ def start_sglang_router(python: str, endpoints, port: int, log_path: Path) -> su
 
 
 def bench_config(result_dir: str) -> RunConfig:
-    from orchestrator.cluster import free_port
+    from orchestrator.ports import free_port
 
     root = Path(__file__).resolve().parents[1]
     return load_config(root / "configs" / "default.yaml", [
@@ -149,7 +149,8 @@ def deployed_router(name: str, sglang_router_python: str | None = None) -> Itera
     from ray import serve
 
     from deployments.app import ROUTER_APP, deploy, expected_workers
-    from orchestrator.cluster import connect, free_port
+    from orchestrator.cluster import connect
+    from orchestrator.ports import free_port
 
     tmp = tempfile.mkdtemp(prefix=name + "-")
     cfg = bench_config(tmp)

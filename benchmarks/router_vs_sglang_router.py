@@ -37,7 +37,7 @@ MODES = ("direct", "rust", "handle", "http")
 
 def bench_config(result_dir: str) -> RunConfig:
     """Embedded default at ~zero cost; model_path = a local model directory (tokenizer stays local)."""
-    from orchestrator.cluster import free_port
+    from orchestrator.ports import free_port
 
     return load_config(ROOT / "configs" / "default.yaml", [
         "engine.sim.profile=cpu-fast", "engine.sim.time_scale=0.0001", "engine.sim.startup_s=0",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orchestrator.config import RunConfig
 from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for, engine_addresses
+from orchestrator.ports import free_port
 from orchestrator.protocol import WorkerEndpoint
 from orchestrator.registry import get_registry
 
@@ -59,12 +59,6 @@ def placement_gpu_ids(gpus_per_bundle: int) -> tuple[int, ...]:
         if node == here:
             ids.extend(bundle_ids)
     return tuple(ids)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _engine_log_dir(run_id: str) -> Path:
@@ -119,12 +113,12 @@ class EngineWorker:
             replica_index=replica_index,
             host=bind_host,
             advertise_host=advertise,
-            port=_free_port(bind_host),
-            bootstrap_port=_free_port(bind_host) if role == "prefill" else None,
+            port=free_port(bind_host),
+            bootstrap_port=free_port(bind_host) if role == "prefill" else None,
             gpu_ids=placement_gpu_ids(gpus_per_bundle),
             node_ip=node_ip,
             nnodes=nnodes,
-            dist_init_addr=f"{node_ip}:{_free_port(bind_host)}" if nnodes > 1 else None,
+            dist_init_addr=f"{node_ip}:{free_port(bind_host)}" if nnodes > 1 else None,
         )
         self.launch = backend_for(cfg).build_launch(cfg, self.group, self.placement)
         safe_name = self.name.replace("/", "-")

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import math
-import socket
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ import aiohttp
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.ports import free_port
 from orchestrator.serving_client import auth_headers
 
 REFERENCE_KIND = "pd-orchestrator/token-reference/v1"
@@ -251,12 +251,6 @@ def resolve_mode(spec: AccuracyGateSpec, cfg) -> str:
     return "token-match"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def local_sim_reference(cfg) -> Iterator[str]:
     """An aggregated (null-mode) sim server on loopback, as the token-match reference for sim deployments."""
@@ -270,7 +264,7 @@ def local_sim_reference(cfg) -> Iterator[str]:
         "sim": cfg.engine.sim.model_copy(update={"startup_s": 0.0, "faults": {}})})})
     placement = WorkerPlacement(
         role="aggregated", group_index=0, replica_index=0, host="127.0.0.1", advertise_host="127.0.0.1",
-        port=_free_port(),
+        port=free_port(),
     )
     launch = backend_for(ref_cfg).build_launch(ref_cfg, group, placement)
     with tempfile.TemporaryDirectory(prefix="accuracy-ref-") as tmp:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from orchestrator.config import RunConfig
+from orchestrator.ports import free_port, port_free
 from orchestrator.protocol import BenchRequest, RequestResult
 from orchestrator.live import LiveView
 from orchestrator.metrics import BenchMetrics
@@ -276,20 +277,9 @@ def last_gen_throughput(endpoints: list) -> float:
     return 0.0
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def _router_port(cfg: RunConfig) -> RunConfig:
     """On a local cluster a busy router port (another run on this box) moves to a free one."""
-    if cfg.cluster.is_local and not os.environ.get("RAY_ADDRESS") and not _port_free(cfg.router.host, cfg.router.port):
-        from orchestrator.cluster import free_port
-
+    if cfg.cluster.is_local and not os.environ.get("RAY_ADDRESS") and not port_free(cfg.router.host, cfg.router.port):
         port = free_port(cfg.router.host)
         print(f"router.port {cfg.router.port} is busy on {cfg.router.host}; using {port}", file=sys.stderr)
         cfg = cfg.model_copy(update={"router": cfg.router.model_copy(update={"port": port})})

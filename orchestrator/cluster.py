@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from orchestrator.config import ClusterConfig, RunConfig
+from orchestrator.ports import free_port
 from orchestrator.ray_loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, keep_loopback_in_this_process
 
 DEFAULT_STATE_PATH = Path("runs/local-cluster.json")
@@ -45,11 +46,9 @@ class ClusterError(RuntimeError):
 class NodeExited(ClusterError):
     """A local raylet we started exited during start-up."""
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    def __init__(self, message: str, pid: int):
+        super().__init__(message)
+        self.pid = pid
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -201,7 +200,18 @@ class LocalCluster:
         self.state: LocalClusterState | None = None
         self.gpus: dict[str, list[str]] = {}
 
-    def start(self, timeout_s: float = NODE_START_TIMEOUT_S) -> LocalClusterState:
+    def start(self, timeout_s: float = NODE_START_TIMEOUT_S, attempts: int = 3) -> LocalClusterState:
+        for attempt in range(attempts):
+            try:
+                return self._start_once(timeout_s)
+            except NodeExited:
+                # a raylet that was up died while the next one started (say, a port it opens late was
+                # taken in between): start over on fresh ports
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> LocalClusterState:
         local = self.cluster.local
         roles = self.cluster.roles
         host = local.bind_host
@@ -253,7 +263,9 @@ class LocalCluster:
             try:
                 self._wait(lambda: self._alive_node_count() >= alive_after, timeout_s, f"node {role} alive")
                 return
-            except NodeExited:
+            except NodeExited as exited:
+                if exited.pid != self.state.nodes[-1].pid:
+                    raise  # an earlier node died: start() starts the whole cluster over
                 node = self.state.nodes.pop()
                 _kill_tree(node.pid)
                 self.state.save(self.state_path)
@@ -279,7 +291,10 @@ class LocalCluster:
             f"--object-store-memory={local.object_store_memory_bytes}",
             f"--temp-dir={temp_dir}",
             f"--metrics-export-port={metrics_port}",
+            # every port a raylet would otherwise pick for itself comes from ports.free_port's pool
             f"--dashboard-agent-listen-port={free_port(local.bind_host)}",
+            f"--dashboard-agent-grpc-port={free_port(local.bind_host)}",
+            f"--runtime-env-agent-port={free_port(local.bind_host)}",
             "--disable-usage-stats",
         ]
         gpus = self.gpus.get(role, [])
@@ -315,7 +330,8 @@ class LocalCluster:
                 node = dead[0]
                 raise NodeExited(
                     f"local Ray node role={node.role} exited during start-up; see {node.log_path}:\n"
-                    + _tail(node.log_path)
+                    + _tail(node.log_path),
+                    node.pid,
                 )
             if ready():
                 return

@@ -19,7 +19,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
-from orchestrator.cluster import LocalCluster, LocalClusterState, free_port, init_driver  # noqa: E402
+from orchestrator.cluster import LocalCluster, LocalClusterState, init_driver  # noqa: E402
+from orchestrator.ports import free_port  # noqa: E402
 from orchestrator.config import RunConfig, config_from_dict  # noqa: E402
 
 

@@ -90,3 +90,29 @@ def test_each_local_node_gets_its_own_gpus_on_a_gpu_machine(monkeypatch):
         gpu_slices(machine_gpus(), 8, ["prefill", "decode"])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert gpu_slices(machine_gpus(), 8, ["prefill", "decode"]) == {}  # no GPU: logical GPUs only
+
+
+def test_a_node_that_dies_while_the_next_one_starts_makes_the_cluster_start_over(ray_cluster, tmp_path):
+    """CI once lost the head raylet while the decode raylet started (a port the head opens late was
+    taken in between); start() must start the whole cluster over instead of failing."""
+    from orchestrator.cluster import LocalCluster, _kill_tree
+    from tests.conftest import sim_config
+
+    killed: list[int] = []
+
+    class HeadDiesOnce(LocalCluster):
+        def _start_node(self, role, role_args, temp_dir):
+            if role == "decode" and not killed:
+                killed.append(self.state.nodes[0].pid)
+                _kill_tree(killed[0])
+            return super()._start_node(role, role_args, temp_dir)
+
+    cluster = HeadDiesOnce(sim_config().cluster, tmp_path / "restarted.json")
+    try:
+        state = cluster.start()
+        assert killed and state.nodes[0].pid != killed[0]
+        assert [n.role for n in state.nodes] == ["prefill", "decode"]
+        assert all(_pid_alive(n.pid) for n in state.nodes) and cluster._alive_node_count() == 2
+    finally:
+        cluster.stop()
+    assert ray_cluster.alive()

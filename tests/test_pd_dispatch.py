@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from orchestrator.pd_dispatch import DispatchError, DispatchSettings, PDDispatcher
+from orchestrator.ports import free_port
 from orchestrator.protocol import BenchRequest, WorkerEndpoint
 
 KV_BOARD: dict[tuple[int, int], asyncio.Event] = {}  # (prefill bootstrap port, room) -> KV "landed"
@@ -298,14 +299,6 @@ async def test_non_stream_generate_returns_the_decode_json(servers):
 # ---- against the simulated SGLang engine (real processes, real PD transfer) -----------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def sim_pair(tmp_path_factory):
     """One simulated prefill and one simulated decode server (cpu-fast profile) on loopback.
@@ -321,7 +314,7 @@ def sim_pair(tmp_path_factory):
     common = [sys.executable, "-m", "orchestrator.sim.server", "--host", "127.0.0.1", "--profile", "cpu-fast",
               "--startup-s", "0", "--model-preset", "DeepSeek-R1", "--quantization", "fp8"]
     env = {"UCX_NET_DEVICES": "lo"}
-    p_port, b_port, d_port = _free_port(), _free_port(), _free_port()
+    p_port, b_port, d_port = free_port(), free_port(), free_port()
     prefill = EngineProcess(EngineLaunch(
         common + ["--mode", "prefill", "--port", str(p_port), "--disaggregation-bootstrap-port", str(b_port)],
         env, f"http://127.0.0.1:{p_port}", b_port), logs / "prefill.log")

@@ -15,7 +15,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import pytest
 from orchestrator.config import config_from_dict
 from orchestrator.engines.base import EngineProcess, WorkerPlacement
 from orchestrator.engines.sim import SimBackend
+from orchestrator.ports import free_port
 from orchestrator.html_report import PLOTS, write_report
 from orchestrator.live import LiveView
 from orchestrator.metrics import BenchMetrics, RouterMetrics, start_exporter
@@ -55,12 +55,6 @@ SCRAPE_S = 0.25
 RATE_WINDOW = "2s"  # stands in for Grafana's $__rate_interval: several scrapes at SCRAPE_S
 NUM_PROMPTS = 48
 DECODE_ERROR_RATE = 0.1  # some failures, so the failure panels have data too
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout_s: float, what: str):

@@ -10,7 +10,6 @@ import json
 import os
 import random
 import signal
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,17 +21,12 @@ from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.engines.base import EngineProcess, WorkerPlacement
 from orchestrator.engines.sim import SimBackend
 from orchestrator.model_presets import DEEPSEEK_R1
+from orchestrator.ports import free_port
 from orchestrator.sim.kv_transfer import load_nixl_api
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 HAVE_NIXL = load_nixl_api() is not None
 R1_KV_BYTES_PER_TOKEN = DEEPSEEK_R1.kv_bytes_per_token(2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sim_config(mode: str = "pd", kv_transfer: str = "auto", extra_args: tuple[str, ...] = ()) -> RunConfig:

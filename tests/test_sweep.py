@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -15,6 +14,7 @@ from orchestrator import sweep
 from orchestrator.accuracy import AccuracyGateSpec
 from orchestrator.cli import main
 from orchestrator.config import RunConfig, load_config
+from orchestrator.ports import free_port
 
 # ------------------------------------------------------------------------------------------ helpers
 # Shared with test_accuracy.py and test_mlperf.py: real sim servers on loopback, a small ShareGPT file.
@@ -37,12 +37,6 @@ def sim_config(tmp_path: Path, overrides: list[str] | None = None, path_only: bo
     return cfg
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def sim_server(faults: dict | None = None) -> Iterator[str]:
     """One aggregated (null-mode) sim server, launched exactly as a worker would launch it."""
@@ -53,7 +47,7 @@ def sim_server(faults: dict | None = None) -> Iterator[str]:
         extra = [f"engine.sim.faults={json.dumps({'aggregated': faults})}"] if faults else []
         cfg = sim_config(Path(tmp), extra)
         placement = WorkerPlacement(role="aggregated", group_index=0, replica_index=0, host="127.0.0.1",
-                                    advertise_host="127.0.0.1", port=_free_port())
+                                    advertise_host="127.0.0.1", port=free_port())
         launch = backend_for(cfg).build_launch(cfg, WorkerGroup(tp=8), placement)
         proc = EngineProcess(launch, Path(tmp) / "sim.log")
         proc.start()
@@ -186,8 +180,8 @@ def sim_pd_pair(cfg: RunConfig) -> Iterator[list]:
             for role in ("prefill", "decode"):
                 group = getattr(cfg.layout, role)[0]
                 placement = WorkerPlacement(role=role, group_index=0, replica_index=0, host="127.0.0.1",
-                                            advertise_host="127.0.0.1", port=_free_port(),
-                                            bootstrap_port=_free_port() if role == "prefill" else None)
+                                            advertise_host="127.0.0.1", port=free_port(),
+                                            bootstrap_port=free_port() if role == "prefill" else None)
                 launch = backend_for(cfg).build_launch(cfg, group, placement)
                 proc = EngineProcess(launch, Path(tmp) / f"{role}.log")
                 proc.start()
