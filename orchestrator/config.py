@@ -122,6 +122,11 @@ class SglangEngineConfig(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     disk_read_gb_s: float = Field(2.0, gt=0, description="Weight read speed of the nodes (real weights).")
     startup_timeout_s: float = Field(600, gt=0)
+    bind_dist_store: bool = Field(
+        True,
+        description="Host torch.distributed's rendezvous store in a wrapper that listens on the server's --host "
+        "only (SGLang's own store listens on every interface). Single-node servers with dp=1 or dp_attention.",
+    )
 
 
 class EngineConfig(Strict):

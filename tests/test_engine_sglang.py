@@ -10,7 +10,14 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.engines.base import WorkerPlacement, backend_for
-from orchestrator.engines.sglang import SglangBackend, SglangLaunchError, readiness_urls, startup_time, wait_ready
+from orchestrator.engines.sglang import (
+    DIST_STORE_WRAPPER,
+    SglangBackend,
+    SglangLaunchError,
+    readiness_urls,
+    startup_time,
+    wait_ready,
+)
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 PREFILL_IP, DECODE_IP = "10.0.0.1", "10.0.0.2"
@@ -52,6 +59,11 @@ def server_argv(host: str, port: int, tp: int, base_gpu: int, role: str | None, 
     return argv + ["--page-size", "1", "--kv-cache-dtype", "auto", "--enable-metrics"]
 
 
+def under_dist_store(argv: list[str], host: str = "0.0.0.0") -> list[str]:
+    """A single-node server runs under dist_store.py, which keeps torch's store on the server's --host."""
+    return [argv[0], str(DIST_STORE_WRAPPER), "--host", host, "--", *argv]
+
+
 def placement(role: str, ip: str, port: int, gpus: range, bootstrap: int | None = None, **kw) -> WorkerPlacement:
     return WorkerPlacement(role=role, group_index=0, replica_index=kw.pop("replica", 0), host="0.0.0.0",
                            advertise_host=ip, port=port, bootstrap_port=bootstrap, gpu_ids=tuple(gpus),
@@ -69,8 +81,8 @@ def test_1p1d_tp8_prefill_and_decode_on_their_own_nodes():
     pre = backend.build_launch(cfg, cfg.layout.prefill[0], placement("prefill", PREFILL_IP, 30000, range(8), 8998))
     dec = backend.build_launch(cfg, cfg.layout.decode[0], placement("decode", DECODE_IP, 30001, range(8)))
 
-    assert pre.argv == server_argv("0.0.0.0", 30000, 8, 0, "prefill")
-    assert dec.argv == server_argv("0.0.0.0", 30001, 8, 0, "decode")
+    assert pre.argv == under_dist_store(server_argv("0.0.0.0", 30000, 8, 0, "prefill"))
+    assert dec.argv == under_dist_store(server_argv("0.0.0.0", 30001, 8, 0, "decode"))
     assert pre.env == common_env(PREFILL_IP)
     assert dec.env == common_env(DECODE_IP)
     assert pre.url == f"http://{PREFILL_IP}:30000" and pre.bootstrap_port == 8998
@@ -85,9 +97,9 @@ def test_2p1d_two_tp4_prefills_share_a_node_on_disjoint_gpus_and_bootstrap_ports
     p1 = backend.build_launch(cfg, group, placement("prefill", PREFILL_IP, 30002, range(4, 8), 8999, replica=1))
     dec = backend.build_launch(cfg, cfg.layout.decode[0], placement("decode", DECODE_IP, 30001, range(8)))
 
-    assert p0.argv == server_argv("0.0.0.0", 30000, 4, 0, "prefill", 8998, "w4afp8")
-    assert p1.argv == server_argv("0.0.0.0", 30002, 4, 4, "prefill", 8999, "w4afp8")
-    assert dec.argv == server_argv("0.0.0.0", 30001, 8, 0, "decode", quantization="w4afp8")
+    assert p0.argv == under_dist_store(server_argv("0.0.0.0", 30000, 4, 0, "prefill", 8998, "w4afp8"))
+    assert p1.argv == under_dist_store(server_argv("0.0.0.0", 30002, 4, 4, "prefill", 8999, "w4afp8"))
+    assert dec.argv == under_dist_store(server_argv("0.0.0.0", 30001, 8, 0, "decode", quantization="w4afp8"))
     assert p0.env == p1.env == common_env(PREFILL_IP)
     assert dec.env == common_env(DECODE_IP)
     assert readiness_urls(p1) == [
@@ -108,8 +120,8 @@ def test_1p_tp4_with_1d_tp8_keeps_page_size_and_kv_dtype_equal_on_both_roles():
         i = argv.index("--page-size")
         return argv[:i] + ["--page-size", "64", "--kv-cache-dtype", "fp8_e4m3"] + argv[i + 4:]
 
-    assert pre.argv == swap_kv(server_argv("0.0.0.0", 30000, 4, 0, "prefill", quantization="w4afp8"))
-    assert dec.argv == swap_kv(server_argv("0.0.0.0", 30001, 8, 0, "decode", quantization="w4afp8"))
+    assert pre.argv == under_dist_store(swap_kv(server_argv("0.0.0.0", 30000, 4, 0, "prefill", quantization="w4afp8")))
+    assert dec.argv == under_dist_store(swap_kv(server_argv("0.0.0.0", 30001, 8, 0, "decode", quantization="w4afp8")))
     assert pre.env == common_env(PREFILL_IP) and dec.env == common_env(DECODE_IP)
 
 
@@ -147,7 +159,7 @@ def test_transfer_and_engine_settings_reach_argv_and_env_with_engine_env_last():
         "benchmark.deadline_s=60",
     ])
     dec = SglangBackend().build_launch(cfg, cfg.layout.decode[0], placement("decode", DECODE_IP, 30001, range(8)))
-    assert dec.argv == [
+    assert dec.argv == under_dist_store([
         "/opt/py/bin/python3", "-m", "sglang.launch_server", "--model-path", "/models/dsv2lite",
         "--load-format", "dummy", "--quantization", "w4afp8", "--context-length", "16384",
         "--host", "0.0.0.0", "--port", "30001", "--tp-size", "8", "--dp-size", "8", "--ep-size", "8",
@@ -156,7 +168,7 @@ def test_transfer_and_engine_settings_reach_argv_and_env_with_engine_env_last():
         "--disaggregation-bootstrap-port", "8998", "--page-size", "1", "--kv-cache-dtype", "auto",
         "--attention-backend", "triton", "--mem-fraction-static", "0.85", "--max-running-requests", "256",
         "--enable-metrics", "--cuda-graph-max-bs", "256", "--sampling-backend", "pytorch",
-    ]
+    ])
     assert dec.env == {
         **common_env("192.168.1.9", visible="0,1"),
         "SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS": '{"device_list": "mlx5_0"}',
@@ -165,6 +177,20 @@ def test_transfer_and_engine_settings_reach_argv_and_env_with_engine_env_last():
         "UCX_RNDV_SCHEME": "put_zcopy", "UCX_MAX_RMA_RAILS": "4", "UCX_LOG_LEVEL": "info",
         "NCCL_IB_GID_INDEX": "3", "NCCL_DEBUG": "WARN", "NCCL_NVLS_ENABLE": "1",
     }
+
+
+@pytest.mark.parametrize(
+    "overrides, why",
+    [
+        (["engine.sglang.bind_dist_store=false"], "turned off"),
+        (["layout.decode.0.tp=4", "layout.decode.0.dp=2"], "dp=2 without dp_attention runs two torch worlds"),
+        (["layout.decode.0.extra_args=[--nccl-port, '29600']"], "the flags name the rendezvous port themselves"),
+    ],
+)
+def test_servers_that_must_keep_sglangs_own_store_are_not_wrapped(overrides, why):
+    cfg = load_config(CONFIGS / "h200-1p1d-tp8.yaml", overrides)
+    dec = SglangBackend().build_launch(cfg, cfg.layout.decode[0], placement("decode", DECODE_IP, 30001, range(8)))
+    assert dec.argv[1:3] == ["-m", "sglang.launch_server"], why
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -24,6 +25,7 @@ PRESET_MODEL_IDS = {"DeepSeek-R1": "deepseek-ai/DeepSeek-R1", "DeepSeek-V2-Lite"
 # model.quantization -> --quantization; fp8/bf16 come from the checkpoint's own config.json.
 QUANTIZATION_FLAGS = {"w4a8": "w4afp8", "awq": "awq"}
 
+DIST_STORE_WRAPPER = Path(__file__).with_name("dist_store.py")
 BOOTSTRAP_ROUTE_QUERY = "prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
 # Decode declares a prefill dead after interval x failures; 5 s x 2 is SGLang's default, kept explicit
 # because the router's retry logic assumes a dead prefill is noticed within ~10 s.
@@ -119,6 +121,21 @@ def build_argv(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -
         argv += ["--max-running-requests", str(group.max_running_requests)]
     argv.append("--enable-metrics")
     return argv + list(group.extra_args) + list(eng.extra_args)
+
+
+def wraps_dist_store(cfg: RunConfig, group: WorkerGroup, argv: list[str]) -> bool:
+    """Whether the server runs under dist_store.py (torch's rendezvous store on the server's --host only).
+
+    Not for servers spanning nodes (the store must be reached from the other nodes at --dist-init-addr), nor
+    for dp > 1 without dp_attention (SGLang runs dp separate torch worlds, which cannot share one store),
+    nor when the flags already name a rendezvous address.
+    """
+    return (
+        cfg.engine.sglang.bind_dist_store
+        and group.nnodes == 1
+        and (group.dp == 1 or group.dp_attention)
+        and not {"--dist-init-addr", "--nccl-port"} & set(argv)
+    )
 
 
 def _bootstrap_port(cfg: RunConfig, placement: WorkerPlacement) -> int:
@@ -225,6 +242,8 @@ class SglangBackend:
 
     def build_launch(self, cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> EngineLaunch:
         argv = build_argv(cfg, group, placement)
+        if wraps_dist_store(cfg, group, argv):
+            argv = [cfg.engine.sglang.python, str(DIST_STORE_WRAPPER), "--host", placement.host, "--", *argv]
         env = build_env(cfg, group, placement)
         url = f"http://{placement.advertise_host}:{placement.port}"
         extra = {"role": placement.role, "node_rank": str(placement.node_rank)}
