@@ -51,6 +51,10 @@ class NodeExited(ClusterError):
         self.pid = pid
 
 
+class EarlierNodeExited(NodeExited):
+    """A raylet that was already up exited while the next one started: the cluster is started over."""
+
+
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -204,9 +208,8 @@ class LocalCluster:
         for attempt in range(attempts):
             try:
                 return self._start_once(timeout_s)
-            except NodeExited:
-                # a raylet that was up died while the next one started (say, a port it opens late was
-                # taken in between): start over on fresh ports
+            except EarlierNodeExited:
+                # say, a port the head opens late was taken in between: start over on fresh ports
                 if attempt == attempts - 1:
                     raise
         raise AssertionError("unreachable")
@@ -265,7 +268,7 @@ class LocalCluster:
                 return
             except NodeExited as exited:
                 if exited.pid != self.state.nodes[-1].pid:
-                    raise  # an earlier node died: start() starts the whole cluster over
+                    raise EarlierNodeExited(str(exited), exited.pid) from None
                 node = self.state.nodes.pop()
                 _kill_tree(node.pid)
                 self.state.save(self.state_path)

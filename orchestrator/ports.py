@@ -36,8 +36,12 @@ def candidate_ports() -> range:
     return range(LOWEST_PORT, ephemeral_range().start)
 
 
+def _socket(host: str) -> socket.socket:
+    return socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+
+
 def port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
+    with _socket(host) as s:
         try:
             s.bind((host, port))
         except OSError:
@@ -54,6 +58,6 @@ def free_port(host: str = "127.0.0.1") -> int:
             if (host, port) not in _handed_out and port_free(host, port):
                 _handed_out.add((host, port))
                 return port
-    with socket.socket() as s:
+    with _socket(host) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -2,7 +2,18 @@
 
 import socket
 
+import pytest
+
 from orchestrator import ports
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
 
 
 def test_free_ports_avoid_the_ephemeral_range_and_ray_worker_ports():
@@ -13,6 +24,12 @@ def test_free_ports_avoid_the_ephemeral_range_and_ray_worker_ports():
         assert port not in ephemeral, f"{port} is in the ephemeral range {ephemeral}"
         assert port not in ports.RAY_WORKER_PORTS
         assert ports.port_free("127.0.0.1", port)
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no IPv6 loopback")
+def test_ipv6_loopback_gets_a_port_too():
+    port = ports.free_port("::1")
+    assert port in ports.candidate_ports() and ports.port_free("::1", port)
 
 
 def test_a_port_someone_listens_on_is_not_free():
