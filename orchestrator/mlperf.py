@@ -24,7 +24,7 @@ import aiohttp
 import numpy as np
 
 from orchestrator.protocol import BenchRequest
-from orchestrator.serving_client import auth_headers, generate_body
+from orchestrator.serving_client import abort_message, auth_headers, generate_body, merge_output_ids
 from orchestrator.sse import json_events
 
 ID_COLUMNS = ("tok_input", "input_ids", "input_tokens")
@@ -213,12 +213,11 @@ class RouterSUT:
                 raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
             async for chunk in json_events(resp.content.iter_any()):
                 meta = chunk.get("meta_info", {})
-                reason = meta.get("finish_reason")
-                if isinstance(reason, dict) and reason.get("type") == "abort":
-                    raise RuntimeError(f"aborted by server: {reason.get('message')}")
+                aborted = abort_message(meta)
+                if aborted:
+                    raise RuntimeError(aborted)
                 new_total = int(meta.get("completion_tokens", tokens))
-                chunk_ids = chunk.get("output_ids") or []
-                ids = list(chunk_ids) if len(chunk_ids) == new_total else ids + list(chunk_ids)
+                ids = merge_output_ids(ids, chunk.get("output_ids") or [], new_total)
                 if new_total > tokens and not first_sent:
                     first = np.asarray(ids[:1] or [0], dtype=np.int32)
                     self.lg.FirstTokenComplete(

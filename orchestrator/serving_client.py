@@ -106,7 +106,7 @@ def auth_headers(api_key_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _merge_output_ids(collected: list[int], chunk_ids: list[int], completion_tokens: int) -> list[int]:
+def merge_output_ids(collected: list[int], chunk_ids: list[int], completion_tokens: int) -> list[int]:
     # SGLang streams cumulative output_ids by default and deltas with --incremental-streaming-output;
     # the server's completion_tokens tells which one this chunk is.
     if len(chunk_ids) == completion_tokens:
@@ -114,7 +114,7 @@ def _merge_output_ids(collected: list[int], chunk_ids: list[int], completion_tok
     return collected + list(chunk_ids)
 
 
-def _abort_message(meta: dict) -> str | None:
+def abort_message(meta: dict) -> str | None:
     reason = meta.get("finish_reason")
     if isinstance(reason, dict) and reason.get("type") == "abort":
         return f"aborted by server: {reason.get('message') or reason}"
@@ -139,7 +139,7 @@ async def stream_one(
                     return out
                 now = time.perf_counter()
                 meta = chunk.get("meta_info", {})
-                aborted = _abort_message(meta)
+                aborted = abort_message(meta)
                 if aborted:
                     out.error = aborted
                     return out
@@ -153,7 +153,7 @@ async def stream_one(
                 else:
                     out.itl_s.extend([(now - last_chunk_at) / new_tokens] * new_tokens)
                 last_chunk_at = now
-                out.output_ids = _merge_output_ids(out.output_ids, chunk.get("output_ids") or [], tokens)
+                out.output_ids = merge_output_ids(out.output_ids, chunk.get("output_ids") or [], tokens)
                 out.completion_tokens = tokens
     except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
