@@ -1,0 +1,167 @@
+"""Rules profiles: apac-hpcai-2025 against every preset, forbidden flags, and one-line errors for bad profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.config import config_from_dict, load_config
+from orchestrator.rules import RulesError, available_profiles, check_config, load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = "apac-hpcai-2025"
+
+# preset -> the config fields the contest rules reject (empty: compliant). Every file in configs/ is listed,
+# so a new preset must state its verdict here.
+EXPECTED = {
+    "default.yaml": {"model.quantization"},
+    "h100-1p1d-tp8.yaml": {"model.quantization"},
+    "h100-2p1d-tp4.yaml": {"model.quantization"},
+    "h100-agg-tp16.yaml": set(),
+    "h200-1p1d-tp4-tp8.yaml": {"cluster.gpu", "model.quantization"},
+    "h200-1p1d-tp8.yaml": {"cluster.gpu"},
+    "h200-2p1d-tp4.yaml": {"cluster.gpu", "model.quantization"},
+    "h200-agg-2xtp8.yaml": {"cluster.gpu"},
+    "h200-agg-tp16.yaml": {"cluster.gpu"},
+    "device-h200x2-1p1d.yaml": {"cluster.gpu", "model.path", "model.quantization", "benchmark.dataset_path"},
+    "device-h200x2-agg.yaml": {"cluster.gpu", "model.path", "model.quantization", "benchmark.dataset_path"},
+}
+
+
+def _presets() -> list[Path]:
+    return sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def test_every_preset_has_an_expected_verdict():
+    assert {p.name for p in _presets()} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("path", _presets(), ids=lambda p: p.name)
+def test_preset_verdicts(path):
+    verdict = check_config(load_config(path), load_profile(PROFILE))
+    assert {v.field for v in verdict.violations} == EXPECTED[path.name], verdict.summary()
+    assert verdict.compliant == (not EXPECTED[path.name])
+    first_line = verdict.summary().splitlines()[0]
+    assert first_line == (f"rules {PROFILE}: compliant" if verdict.compliant else
+                          f"rules {PROFILE}: NOT COMPLIANT ({len(verdict.violations)} violation"
+                          f"{'s' if len(verdict.violations) > 1 else ''})")
+
+
+def test_default_preset_is_rejected_for_its_w4a8_weights():
+    verdict = check_config(load_config(ROOT / "configs/default.yaml"), load_profile(PROFILE))
+    (v,) = verdict.violations
+    assert v.field == "model.quantization" and v.value == "w4a8"
+    assert "checkpoint's own precision (fp8)" in v.rule and "further quantization" in v.rule
+
+
+def _compliant_data() -> dict:
+    return yaml.safe_load((ROOT / "configs/h100-agg-tp16.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "where, args, flag",
+    [
+        ("engine", ["--enable-torch-compile"], "--enable-torch-compile"),
+        ("engine", ["--torchao-config", "int4wo-128"], "--torchao-config"),
+        ("group", ["--enable-lora", "--lora-paths", "a=/x"], "--enable-lora"),
+        ("group", ["--lora-paths=a=/x"], "--lora-paths"),
+        ("group", ["--enable-custom-logit-processor"], "--enable-custom-logit-processor"),
+        ("group", ["--enable-double-sparsity", "--ds-channel-config-path", "c.json"], "--enable-double-sparsity"),
+        ("engine", ["--quantization", "w4afp8"], "--quantization"),
+        ("group", ["--speculative-draft-model-path", "some/distilled-draft"], "--speculative-draft-model-path"),
+    ],
+)
+def test_forbidden_flags_are_violations_naming_their_field(where, args, flag):
+    data = _compliant_data()
+    if where == "engine":
+        data["engine"]["sglang"]["extra_args"] = args
+        field = "engine.sglang.extra_args"
+    else:
+        data["layout"]["aggregated"][0]["extra_args"] = args
+        field = "layout.aggregated.0.extra_args"
+    verdict = check_config(config_from_dict(data), load_profile(PROFILE))
+    assert not verdict.compliant
+    hits = [v for v in verdict.violations if str(v.value).split()[0] == flag]
+    assert hits and all(v.field == field for v in hits), verdict.summary()
+    assert f"remove {flag} from {field}" in hits[0].line()
+
+
+def test_allowed_flags_stay_compliant():
+    data = _compliant_data()
+    data["layout"]["aggregated"][0]["extra_args"] = [
+        "--speculative-algorithm", "NEXTN", "--cuda-graph-max-bs-decode", "512", "--enable-dp-lm-head",
+    ]
+    assert check_config(config_from_dict(data), load_profile(PROFILE)).compliant
+
+
+def test_benchmark_and_engine_rules():
+    data = _compliant_data()
+    data["benchmark"].update(num_prompts=200, seed=1, deadline_s=600, context_len=1024)
+    data["engine"]["sglang"].update(load_format=None, kv_cache_dtype="fp8_e4m3")
+    data["layout"]["aggregated"][0]["extra_args"] = ["--speculative-algorithm", "EAGLE3"]
+    verdict = check_config(config_from_dict(data), load_profile(PROFILE))
+    assert {v.field for v in verdict.violations} == {
+        "benchmark.num_prompts", "benchmark.seed", "benchmark.deadline_s", "benchmark.context_len",
+        "engine.sglang.load_format", "engine.sglang.kv_cache_dtype", "layout.aggregated.0.extra_args",
+    }, verdict.summary()
+    d = verdict.to_dict()
+    assert d["verdict"] == "not compliant" and len(d["violations"]) == 7
+
+
+def test_profiles_dir_lists_the_contest_profile():
+    assert PROFILE in available_profiles()
+    assert load_profile(PROFILE).benchmark.max_deadline_s == 420
+
+
+def _write(tmp_path: Path, name: str, data: dict | str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def _base_profile(name: str) -> dict:
+    return {"name": name, "title": "test contest"}
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ({**_base_profile("p"), "benchmark": {"num_promts": 1000}},
+         "benchmark.num_promts: unknown key; remove it or check its spelling"),
+        ({**_base_profile("p"), "benchmark": {"num_prompts": 0}}, "benchmark.num_prompts: Input should be greater than or equal to 1"),
+        ({**_base_profile("p"), "benchmark": {"max_deadline_s": "soon"}}, "benchmark.max_deadline_s:"),
+        ({"title": "no name"}, "name: required field is missing; add it"),
+        ({**_base_profile("other"), "hardware": {"gpu": "H100-SXM"}}, "name='other' differs from the file name; set name: p"),
+        ({**_base_profile("p"), "engine": {"forbidden_flags": {"enable-torch-compile": "x"}}},
+         "is not a flag; write it as --enable-torch-compile"),
+        ("name: p\ntitle: [unclosed\n", "not valid YAML"),
+        ("- a list\n", "top level must be a mapping"),
+    ],
+)
+def test_bad_profiles_get_one_line_naming_field_and_fix(tmp_path, content, expected):
+    path = _write(tmp_path, "p", content)
+    with pytest.raises(RulesError) as err:
+        load_profile(str(path))
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(str(path)) and expected in message, message
+
+
+def test_unknown_profile_name_lists_the_known_ones():
+    with pytest.raises(RulesError) as err:
+        load_profile("apac-hpcai-2042")
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("rules='apac-hpcai-2042': no such profile") and PROFILE in message
+
+
+def test_a_profile_file_by_path_checks_a_config(tmp_path):
+    path = _write(tmp_path, "h200-contest", {
+        **_base_profile("h200-contest"), "hardware": {"gpu": "H200"}, "model": {"checkpoint_precision": "fp8"},
+    })
+    profile = load_profile(str(path))
+    assert check_config(load_config(ROOT / "configs/h200-1p1d-tp8.yaml"), profile).compliant
+    verdict = check_config(load_config(ROOT / "configs/h200-2p1d-tp4.yaml"), profile)
+    assert [v.field for v in verdict.violations] == ["model.quantization"]
