@@ -1,0 +1,164 @@
+"""Write the V2-Lite x H200 calibration profile from the 2026-11-21 device runs' own SGLang logs.
+
+Reads benchmarks/results/device-h200x2-2026-11-21/raw.tar.xz (SGLang 0.5.17 server logs of the PD runs
+(a) and (b)) and startup-times.json, and writes
+orchestrator/perfmodel/profiles/h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs.json:
+
+- decode points (steady intervals: the previous line <= 5 s before, same graph flag): SGLang's decode log line every 40 steps ("Decode batch, #running-req: N, #token: T,
+  ... cuda graph: G, gen throughput (token/s): X"); step = N / X, context = T. Only lines with no
+  pre-allocated or in-transfer requests (then #token is the running batch's KV) and N >= 4.
+- prefill points: full 8192-token chunks while requests queued ("Prefill batch ... #new-token: 8192 ...
+  #queue-req: Q > 0 ... input throughput (token/s): X"): one forward = 8192 / X (the throughput is over
+  the time since the previous prefill batch, which is one forward while the queue is not empty).
+- start-up: /server_info startup_time of every server of those runs (cold: the first server on the fresh
+  machine; warm: the later ones).
+
+These are the same runs the back-test checks for V2-Lite, so this profile is not independent of those
+rows; a profile from `pd-orchestrator calibrate` on a fresh machine (D1's) takes precedence when shipped.
+
+Run: .venv/bin/python benchmarks/backtest/profile_from_device_logs.py
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import statistics
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RAW = ROOT / "benchmarks/results/device-h200x2-2026-11-21"
+OUT = ROOT / "orchestrator/perfmodel/profiles/h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs.json"
+
+DECODE = re.compile(
+    r"Decode batch, #running-req: (\d+), #token: (\d+),.*#prealloc-req: (\d+), #transfer-req: (\d+),"
+    r".*cuda graph: (True|False), gen throughput \(token/s\): ([0-9.]+)"
+)
+PREFILL = re.compile(
+    r"Prefill batch, #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+),.*#queue-req: (\d+),"
+    r".*input throughput \(token/s\): ([0-9.]+)"
+)
+DECODE_LOGS = {"c4/c/engines/decode-0-0.log": "run (a)", "c3/b/decode.log": "run (b)"}
+PREFILL_LOGS = {"c4/c/engines/prefill-0-0.log": "run (a)", "c3/b/prefill.log": "run (b)"}
+
+
+def _read(tar: tarfile.TarFile, name: str) -> str:
+    member = tar.extractfile(name)
+    assert member is not None, name
+    return io.TextIOWrapper(member, encoding="utf-8", errors="replace").read()
+
+
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]")
+
+
+def decode_points(text: str) -> list[dict]:
+    """Steady intervals only: the previous decode line <= 5 s earlier with the same graph flag (an interval
+    that starts after idle time, or that mixes graph and eager steps, is not one step kind's cost)."""
+    from datetime import datetime
+
+    out = []
+    previous: tuple[datetime, str] | None = None
+    for line in text.splitlines():
+        m = DECODE.search(line)
+        stamp = STAMP.match(line)
+        if not m or not stamp:
+            continue
+        when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
+        running, tokens, prealloc, transfer, graph, tput = m.groups()
+        steady = previous is not None and (when - previous[0]).total_seconds() <= 5 and previous[1] == graph
+        previous = (when, graph)
+        running, tokens, tput = int(running), int(tokens), float(tput)
+        if not steady or int(prealloc) or int(transfer) or running < 4 or tput <= 0:
+            continue
+        out.append({
+            "batch_size": running, "context_tokens": tokens, "step_s": round(running / tput, 6),
+            "cuda_graph": graph == "True", "steps": 40,
+        })
+    return out
+
+
+def prefill_points(text: str) -> list[dict]:
+    out = []
+    for m in PREFILL.finditer(text):
+        seqs, new, cached, queue, tput = m.groups()
+        if int(new) != 8192 or int(queue) == 0 or float(tput) <= 0:
+            continue
+        out.append({
+            "new_tokens": 8192, "requests": int(seqs), "cached_tokens": int(cached),
+            "time_s": round(8192 / float(tput), 6),
+        })
+    return out
+
+
+def startup_runs() -> list[dict]:
+    times = json.loads((RAW / "startup-times.json").read_text())
+    runs = []
+    for key, item in times.items():
+        st = item["startup_time"]
+        graph = st["cuda_graph"]["decode"]
+        role = "prefill" if "prefill" in key else ("decode" if "decode" in key else "aggregated")
+        ready = item.get("ready_after_s")
+        if ready is None:
+            continue  # the bench runs report only their engine-start phase (a back-test row of its own)
+        runs.append({
+            "caches": "cold" if key.startswith("call1/") else "warm",
+            "role": role,
+            "ready_s": round(ready, 2),
+            "weights_s": round(st["load_weight"], 3),
+            "kv_alloc_s": round(st["kv_cache_allocation"], 3),
+            "graph_capture_s": round(graph, 2) if role != "prefill" else None,
+            "graph_batch_sizes": 36 if role != "prefill" else None,
+            "tokenizer_s": round(st["tokenizer_e2e"], 2),
+        })
+    return runs
+
+
+def main() -> None:
+    cfg = json.loads((ROOT / "models/deepseek-v2-lite/config.json").read_text())
+    decode, prefill = [], []
+    with tarfile.open(RAW / "raw.tar.xz") as tar:
+        for name in DECODE_LOGS:
+            decode += decode_points(_read(tar, name))
+        for name in PREFILL_LOGS:
+            prefill += prefill_points(_read(tar, name))
+    profile = {
+        "schema_version": 1,
+        "name": "h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs",
+        "created": "2026-11-21T20:00:00Z",
+        "command": "benchmarks/device_pd.sh (calls 1-3), then .venv/bin/python benchmarks/backtest/profile_from_device_logs.py",
+        "raw": "benchmarks/results/device-h200x2-2026-11-21/",
+        "gpu": {"name": "H200", "device_name": "NVIDIA H200", "memory_mib": 143771, "count": 1, "machine": "nvidia-h200-x2"},
+        "model": {
+            "name": "deepseek-v2-lite", "hidden_size": cfg["hidden_size"], "num_hidden_layers": cfg["num_hidden_layers"],
+            "first_k_dense_replace": cfg["first_k_dense_replace"], "n_routed_experts": cfg["n_routed_experts"],
+            "num_experts_per_tok": cfg["num_experts_per_tok"], "moe_intermediate_size": cfg["moe_intermediate_size"],
+            "num_attention_heads": cfg["num_attention_heads"], "kv_lora_rank": cfg["kv_lora_rank"],
+            "qk_rope_head_dim": cfg["qk_rope_head_dim"], "quantization": "bf16", "load_format": "dummy",
+        },
+        "engine": {
+            "sglang_version": "0.5.17", "attention_backend": "triton", "sampling_backend": "pytorch",
+            "tp": 1, "page_size": 1, "context_length": 16384, "mem_fraction_static": 0.85,
+            "cuda_graph_max_bs": 256, "disaggregation_mode": "decode",
+            "extra_args": ["--disable-prefill-cuda-graph (prefill server)"],
+            "reported_max_total_num_tokens": 3064755, "reported_max_running_requests": 4096,
+            "reported_chunked_prefill_size": 8192,
+        },
+        "decode": decode,
+        "prefill": prefill,
+        "startup": startup_runs(),
+        "notes": [
+            "Derived from the server logs of the 2026-11-21 PD runs (a) and (b); not independent of the "
+            "back-test rows of those runs.",
+            f"prefill forwards: median {statistics.median(p['time_s'] for p in prefill):.3f} s per 8192-token chunk "
+            f"over {len(prefill)} chunks",
+        ],
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(profile, indent=1) + "\n")
+    print(f"wrote {OUT.relative_to(ROOT)}: {len(decode)} decode, {len(prefill)} prefill, {len(profile['startup'])} start-up points")
+
+
+if __name__ == "__main__":
+    main()

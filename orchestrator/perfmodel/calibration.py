@@ -1,0 +1,197 @@
+"""From a calibration profile's measured points to the coefficients the cost model uses.
+
+profile (perfmodel/profile.py) -> Calibration:
+- decode: one GPU's decode step on the profile GPU = weight/expert bytes at HBM speed (physics, scales
+  with TP and GPU) + per layer (l0 + l_req x requests + l_ctx x context tokens), fitted by least squares
+  on the CUDA-graph points; eager steps (batch above the largest captured graph) add per layer
+  (e0 + e_req x requests), fitted on the eager points against the graph fit. Per-request and
+  per-context terms are one GPU's share: they divide by TP on the target (heads and expert slices
+  split over TP ranks); per-layer terms scale with the target's layer count.
+- prefill: the roofline's prefill efficiency (share of peak FLOPs), the median over the measured
+  forwards of roofline-FLOP time / measured time; prefill is compute-bound, so the share transfers
+  to other layer counts and TP sizes of the same layer shape.
+- start-up: process + init (launch -> ready minus weights, KV and graphs, warm), graph capture per
+  batch size per layer (warm), cold compile per batch size (Triton/DeepGEMM kernels are compiled per
+  shape, not per layer), other cold JIT (first forwards).
+- memory: runtime memory outside SGLang's static pool after start (CUDA context, graph pool, NCCL),
+  from `free_after_init_gb`, to check the activation headroom a setting leaves.
+
+Only coefficients the points determine are fitted; the rest stay None and the cost model keeps its
+roofline defaults for them (the plan says which applies).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.perfmodel.profile import CalibrationProfile, DecodePoint
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class DecodeCoeffs:
+    layer_s: float
+    layer_per_req_s: float
+    layer_per_ctx_s: float
+    eager_layer_s: float | None
+    eager_layer_per_req_s: float | None
+    graph_points: int
+    eager_points: int
+    graph_rms_rel: float  # root-mean-square relative error of the fit on its own points
+    eager_rms_rel: float | None
+
+
+@dataclass(frozen=True)
+class StartupCoeffs:
+    process_s: float | None  # warm: launch -> ready minus weights, KV and graph capture
+    graph_bs_layer_s: float | None  # warm capture per batch size per layer
+    graph_bs_cold_s: float | None  # extra per batch size with empty compile caches
+    jit_cold_s: float | None  # other cold-cache cost (first forwards, DeepGEMM)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Coefficients of one profile, for its GPU, its layer shape and its SGLang version."""
+
+    profile: str
+    gpu: str
+    layers: int
+    sglang_version: str
+    tp: int
+    decode: DecodeCoeffs | None
+    efficiency_prefill: float | None
+    prefill_points: int
+    startup: StartupCoeffs
+    runtime_overhead_gb: float | None
+    source: str  # the profile's raw path
+
+    def describe(self) -> str:
+        parts = [f"profile {self.profile} ({self.gpu}, {self.layers} layers, SGLang {self.sglang_version})"]
+        if self.decode:
+            parts.append(f"decode fit on {self.decode.graph_points}+{self.decode.eager_points} points")
+        if self.efficiency_prefill:
+            parts.append(f"prefill {self.efficiency_prefill:.0%} of peak")
+        return ", ".join(parts)
+
+
+def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with coefficients >= 0: drop the most negative column until none is negative."""
+    active = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            return coef
+        active.pop(int(np.argmin(sol)))
+    return coef
+
+
+def _rel_weights(y: np.ndarray) -> np.ndarray:
+    """Relative-error weighting: each point counts by 1/y so small and large steps weigh alike."""
+    return 1.0 / np.maximum(y, 1e-9)
+
+
+def fit_decode(
+    points: Sequence[DecodePoint],
+    layers: int,
+    weight_read_s: Callable[[int], float],
+) -> DecodeCoeffs | None:
+    """Fit the per-layer decode terms; `weight_read_s(batch)` is the weight/expert read time at that batch."""
+    graph = [p for p in points if p.cuda_graph]
+    if len(graph) < 2:
+        return None
+    y = np.array([p.step_s - weight_read_s(p.batch_size) for p in graph])
+    x = np.array([[layers, layers * p.batch_size, layers * p.context_tokens] for p in graph], dtype=float)
+    w = _rel_weights(np.array([p.step_s for p in graph]))
+    ctx_varies = len({round(p.context_tokens / max(1, p.batch_size)) for p in graph}) > 1
+    if not ctx_varies:  # context grows with batch here: the two terms cannot be told apart
+        x[:, 2] = 0.0
+    coef = _nnls(x * w[:, None], y * w)
+    measured = np.array([p.step_s for p in graph])
+    predicted = np.array([weight_read_s(p.batch_size) for p in graph]) + x @ coef
+    # one refit without points more than 50 % off the first fit (an interval with a stall in it)
+    keep = np.abs(predicted - measured) / measured <= 0.5
+    if keep.sum() >= 2 and not keep.all():
+        coef = _nnls((x * w[:, None])[keep], (y * w)[keep])
+        predicted = np.array([weight_read_s(p.batch_size) for p in graph]) + x @ coef
+        graph = [p for p, k in zip(graph, keep) if k]
+        predicted, measured = predicted[keep], measured[keep]
+    graph_rms = float(np.sqrt(np.mean(((predicted - measured) / measured) ** 2)))
+
+    eager = [p for p in points if not p.cuda_graph]
+    e0 = e_req = eager_rms = None
+    if eager:
+        base = np.array([
+            weight_read_s(p.batch_size) + layers * (coef[0] + coef[1] * p.batch_size + coef[2] * p.context_tokens)
+            for p in eager
+        ])
+        extra = np.array([p.step_s for p in eager]) - base
+        if len(eager) >= 2 and len({p.batch_size for p in eager}) >= 2:
+            xe = np.array([[layers, layers * p.batch_size] for p in eager], dtype=float)
+            ce = _nnls(xe, extra)
+        else:
+            ce = np.array([max(0.0, float(np.mean(extra))) / layers, 0.0])
+        e0, e_req = float(ce[0]), float(ce[1])
+        pe = base + np.array([layers * (e0 + e_req * p.batch_size) for p in eager])
+        me = np.array([p.step_s for p in eager])
+        eager_rms = float(np.sqrt(np.mean(((pe - me) / me) ** 2)))
+    return DecodeCoeffs(
+        layer_s=float(coef[0]), layer_per_req_s=float(coef[1]), layer_per_ctx_s=float(coef[2]),
+        eager_layer_s=e0, eager_layer_per_req_s=e_req, graph_points=len(graph), eager_points=len(eager),
+        graph_rms_rel=graph_rms, eager_rms_rel=eager_rms,
+    )
+
+
+def fit_prefill_efficiency(times: Sequence[tuple[float, float]]) -> float | None:
+    """Median of roofline-compute-time / measured time over (roofline_s, measured_s) pairs."""
+    ratios = [r / m for r, m in times if m > 0 and r > 0]
+    return float(statistics.median(ratios)) if ratios else None
+
+
+def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float, graph_sizes: int) -> StartupCoeffs:
+    """Start-up coefficients from the profile's cold and warm starts (None where no run shows them)."""
+    layers = profile.model.num_hidden_layers
+    warm = [r for r in profile.startup if r.caches == "warm"]
+    cold = [r for r in profile.startup if r.caches == "cold"]
+
+    def sizes(run) -> int:
+        return run.graph_batch_sizes or graph_sizes
+
+    warm_graph = [r.graph_capture_s / (sizes(r) * layers) for r in warm if r.graph_capture_s and r.role != "prefill"]
+    graph_bs_layer = statistics.median(warm_graph) if warm_graph else None
+    process = [
+        r.ready_s - (r.weights_s if r.weights_s is not None else weights_s)
+        - (r.kv_alloc_s if r.kv_alloc_s is not None else kv_alloc_s) - (r.graph_capture_s or 0.0)
+        for r in warm if r.graph_capture_s is not None or r.role == "prefill"
+    ]
+    process_s = statistics.median(process) if process else None
+    if process_s is None and warm and graph_bs_layer is None:
+        # warm ready without a phase split: nothing to separate; keep ready minus weights/KV as process
+        process_s = statistics.median(r.ready_s - weights_s - kv_alloc_s for r in warm)
+    cold_graph = [
+        (r.graph_capture_s - (graph_bs_layer or 0.0) * sizes(r) * layers) / sizes(r)
+        for r in cold if r.graph_capture_s and r.role != "prefill"
+    ]
+    graph_bs_cold = statistics.median(cold_graph) if cold_graph else None
+    jit = []
+    if process_s is not None:
+        for r in cold:
+            graphs = r.graph_capture_s if r.graph_capture_s is not None else 0.0
+            jit.append(r.ready_s - process_s - weights_s - kv_alloc_s - graphs)
+    jit_cold = max(0.0, statistics.median(jit)) if jit else None
+    return StartupCoeffs(process_s=process_s, graph_bs_layer_s=graph_bs_layer, graph_bs_cold_s=graph_bs_cold, jit_cold_s=jit_cold)
+
+
+def runtime_overhead_gb(profile: CalibrationProfile, gpu_memory_gb: float) -> float | None:
+    """Memory outside the static pool after start: (1 - fraction) x GPU memory - free after init (median)."""
+    seen = [
+        (1 - m.mem_fraction_static) * gpu_memory_gb - m.free_after_init_gb
+        for m in profile.memory if m.free_after_init_gb is not None
+    ]
+    return statistics.median(seen) if seen else None
