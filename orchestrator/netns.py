@@ -1,0 +1,403 @@
+"""Separate hosts on one machine: Linux network namespaces node-a, node-b and a client on one switch.
+
+    node-a (eth0 198.18.0.1) --veth-- [switch: bridge br0] --veth-- node-b (eth0 198.18.0.2)
+                                            |
+                                          veth
+                                            |
+                                   client (eth0 198.18.0.3)
+
+Every namespace of one lab is named `pdo-<tag>-<role>` (tag: 6 random hex digits), so parallel runs never
+collide and `cleanup_leftovers()` finds what a killed run left. The addresses exist only inside the
+lab's namespaces; no namespace has a route out. "The link" of a host is its switch port: `link_down`
+pulls the cable (the host keeps its address, packets are lost until `link_up`), `shape` puts a `tbf`
+rate limit on both directions (this kernel has no netem/fq). Processes are started with
+`ip netns exec`; `destroy()` kills every process in the lab's namespaces (only ours can be in them),
+then deletes the namespaces, which deletes their veths and the bridge with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.cluster.local import NODE_START_TIMEOUT_S, LocalCluster
+from orchestrator.cluster.ports import free_port
+from orchestrator.config import ClusterConfig
+
+PREFIX = "pdo-"
+NETNS_DIR = Path("/run/netns")
+OWNER_DIR = Path("/run/pdo-netns")  # <tag>: PID of the process that owns the lab
+SUBNET = "198.18.0"  # RFC 2544 benchmarking range: never routed anywhere
+IFACE = "eth0"
+ROLES = ("node-a", "node-b", "client")
+CLONE_NEWNET = 0x40000000
+
+
+class NetnsError(RuntimeError):
+    """An `ip`/`tc` command failed; the message has the command and its stderr."""
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if check and done.returncode != 0:
+        raise NetnsError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
+    return done
+
+
+def unavailable_reason() -> str | None:
+    """Why namespaces cannot be created here (one line), or None when they can."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (ip netns add); run as root to test across hosts"
+    if shutil.which("ip") is None:
+        return "the `ip` command (iproute2) is not installed; apt-get install iproute2"
+    if shutil.which("tc") is None:
+        return "the `tc` command (iproute2) is not installed; apt-get install iproute2"
+    probe = f"{PREFIX}probe-{os.getpid()}"
+    made = _ip("netns", "add", probe, check=False)
+    if made.returncode != 0:
+        return f"cannot create a network namespace: {made.stderr.strip()}"
+    _ip("netns", "del", probe, check=False)
+    return None
+
+
+@dataclass(frozen=True)
+class Host:
+    """One namespace of a lab: its role, namespace name, address, and its port on the switch."""
+
+    role: str
+    netns: str
+    ip: str
+    switch_port: str
+    iface: str = IFACE
+
+
+def netns_pids(netns: str) -> list[int]:
+    """Every process whose network namespace is `netns` (`ip netns pids`)."""
+    done = _ip("netns", "pids", netns, check=False)
+    return [int(p) for p in done.stdout.split() if p.isdigit()]
+
+
+def _kill_all(netns: str, grace_s: float) -> list[int]:
+    """SIGTERM every process in `netns`, SIGKILL what is left after `grace_s`; returns the PIDs seen."""
+    seen: set[int] = set()
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        pids = netns_pids(netns)
+        seen.update(pids)
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while netns_pids(netns) and time.monotonic() < deadline:
+            time.sleep(0.1)  # an exited process leaves the list at once (a zombie has no namespace)
+        if not netns_pids(netns):
+            break
+    return sorted(seen)
+
+
+def _in_netns(netns: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run fn in a fresh thread that entered `netns` (sockets it opens live in that namespace)."""
+    out: dict[str, Any] = {}
+
+    def body() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(NETNS_DIR / netns, os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                out["error"] = NetnsError(f"setns({netns}) failed: {os.strerror(ctypes.get_errno())}")
+                return
+        finally:
+            os.close(fd)
+        try:
+            out["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # re-raised in the caller's thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=body, name=f"in-{netns}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+_LIVE: dict[str, "NetnsLab"] = {}
+
+
+@atexit.register
+def _destroy_live_labs() -> None:
+    for lab in list(_LIVE.values()):
+        lab.destroy()
+
+
+class NetnsLab:
+    """node-a, node-b and client namespaces on one bridge; a context manager that always cleans up."""
+
+    def __init__(self, roles: tuple[str, ...] = ROLES, tag: str | None = None):
+        self.tag = tag or secrets.token_hex(3)
+        self.switch = f"{PREFIX}{self.tag}-switch"
+        self.hosts = {
+            role: Host(role, f"{PREFIX}{self.tag}-{role}", f"{SUBNET}.{i}", f"port{i}")
+            for i, role in enumerate(roles, start=1)
+        }
+        self.created: list[str] = []
+        self.started: list[subprocess.Popen] = []
+
+    # ---- life cycle ---------------------------------------------------------------------------------
+    def create(self) -> "NetnsLab":
+        OWNER_DIR.mkdir(parents=True, exist_ok=True)
+        (OWNER_DIR / self.tag).write_text(str(os.getpid()))
+        _LIVE[self.tag] = self
+        try:
+            self._add_netns(self.switch)
+            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _ip("-n", self.switch, "link", "set", "dev", "br0", "up")
+            for host in self.hosts.values():
+                self._add_netns(host.netns)
+                _ip("link", "add", host.iface, "netns", host.netns, "type", "veth",
+                    "peer", "name", host.switch_port, "netns", self.switch)
+                _ip("-n", self.switch, "link", "set", "dev", host.switch_port, "master", "br0")
+                _ip("-n", self.switch, "link", "set", "dev", host.switch_port, "up")
+                _ip("-n", host.netns, "addr", "add", f"{host.ip}/24", "dev", host.iface)
+                _ip("-n", host.netns, "link", "set", "dev", host.iface, "up")
+                _ip("-n", host.netns, "link", "set", "dev", "lo", "up")
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def _add_netns(self, name: str) -> None:
+        _ip("netns", "add", name)
+        self.created.append(name)
+
+    def destroy(self, grace_s: float = 5.0) -> dict[str, list[int]]:
+        """Kill every process in the lab's namespaces, delete them; returns the PIDs killed per namespace."""
+        killed: dict[str, list[int]] = {}
+        for name in reversed(self.created):
+            if (NETNS_DIR / name).exists():
+                killed[name] = _kill_all(name, grace_s)
+                _ip("netns", "del", name, check=False)
+        for proc in self.started:
+            if proc.poll() is None:  # `ip netns exec` itself is in the root namespace only for an instant
+                proc.kill()
+            proc.wait()
+        self.created.clear()
+        self.started.clear()
+        _LIVE.pop(self.tag, None)
+        (OWNER_DIR / self.tag).unlink(missing_ok=True)
+        return killed
+
+    def __enter__(self) -> "NetnsLab":
+        return self.create()
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    def namespaces(self) -> list[str]:
+        """The lab's namespaces that exist now."""
+        return [n for n in (self.switch, *(h.netns for h in self.hosts.values())) if (NETNS_DIR / n).exists()]
+
+    # ---- processes ----------------------------------------------------------------------------------
+    def prefix(self, role: str) -> list[str]:
+        """The command prefix that runs a program on host `role`."""
+        return ["ip", "netns", "exec", self.hosts[role].netns]
+
+    def popen(self, role: str, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+        """Start `argv` on host `role` in its own session; `destroy()` stops it with the namespace."""
+        kwargs.setdefault("start_new_session", True)
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        proc = subprocess.Popen([*self.prefix(role), *argv], **kwargs)
+        self.started.append(proc)
+        return proc
+
+    def run(self, role: str, argv: list[str], timeout_s: float = 120, **kwargs: Any) -> subprocess.CompletedProcess:
+        """Run `argv` on host `role` to completion (output captured as text)."""
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        return subprocess.run([*self.prefix(role), *argv], timeout=timeout_s, stdin=subprocess.DEVNULL, **kwargs)
+
+    def call(self, role: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """fn(*args) with its sockets on host `role` (a thread that entered the namespace)."""
+        return _in_netns(self.hosts[role].netns, fn, *args, **kwargs)
+
+    def pids(self, role: str | None = None) -> list[int]:
+        """Processes in host `role`'s namespace, or in all the lab's namespaces."""
+        names = [self.hosts[role].netns] if role else self.namespaces()
+        return sorted(p for n in names for p in netns_pids(n))
+
+    def kill(self, role: str, grace_s: float = 5.0) -> list[int]:
+        """Stop every process on host `role` (the namespace itself stays)."""
+        return _kill_all(self.hosts[role].netns, grace_s)
+
+    # ---- the link -----------------------------------------------------------------------------------
+    def link_down(self, role: str) -> None:
+        """Pull host `role`'s cable: its switch port goes down, the host keeps its address."""
+        _ip("-n", self.switch, "link", "set", "dev", self.hosts[role].switch_port, "down")
+
+    def link_up(self, role: str) -> None:
+        _ip("-n", self.switch, "link", "set", "dev", self.hosts[role].switch_port, "up")
+
+    def shape(self, role: str, rate_mbit: float) -> None:
+        """Limit host `role`'s link to `rate_mbit` Mbit/s each way (tbf on both ends of its veth)."""
+        rate_bytes_s = rate_mbit * 1e6 / 8
+        burst = max(16 * 1024, int(rate_bytes_s / 100))  # >= one 10 ms timer tick of data at the rate
+        host = self.hosts[role]
+        for netns, dev in ((host.netns, host.iface), (self.switch, host.switch_port)):
+            _run_tc("-n", netns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                    f"{rate_mbit * 1000:.0f}kbit", "burst", str(burst), "latency", "400ms")
+
+    def unshape(self, role: str) -> None:
+        host = self.hosts[role]
+        for netns, dev in ((host.netns, host.iface), (self.switch, host.switch_port)):
+            subprocess.run(["tc", "-n", netns, "qdisc", "del", "dev", dev, "root"], capture_output=True, timeout=30)
+
+    def shaped_rate_mbit(self, role: str) -> float | None:
+        """The tbf rate on host `role`'s own end of the link, as `tc` reports it (None: not shaped)."""
+        host = self.hosts[role]
+        out = subprocess.run(["tc", "-n", host.netns, "qdisc", "show", "dev", host.iface],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        if "tbf" not in out or "rate" not in out:
+            return None
+        return _parse_rate_mbit(out[out.index("rate") + 1])
+
+
+def _run_tc(*args: str) -> None:
+    done = subprocess.run(["tc", *args], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise NetnsError(f"`tc {' '.join(args)}` failed: {done.stderr.strip()}")
+
+
+def _parse_rate_mbit(text: str) -> float:
+    """'100Mbit' / '64Kbit' / '1Gbit' / '800bit' (tc's output) -> Mbit/s."""
+    units = {"gbit": 1e3, "mbit": 1.0, "kbit": 1e-3, "bit": 1e-6}
+    low = text.lower()
+    for unit, scale in units.items():
+        if low.endswith(unit):
+            return float(low[: -len(unit)]) * scale
+    raise ValueError(f"unknown tc rate {text!r}")
+
+
+# ---- a Ray cluster across the lab's hosts -----------------------------------------------------------
+
+
+class NamespaceCluster(LocalCluster):
+    """The local 2-node cluster with each raylet on its own lab host, started with that host's address.
+
+    Head (role prefill) on node-a, second raylet (role decode) on node-b: LocalCluster's own start-up,
+    with each raylet's command prefixed by `ip netns exec <host>`, its node IP the host's address, and
+    ports picked inside that host. Readiness is asked from the client host (the only way in).
+    """
+
+    def __init__(self, cluster: ClusterConfig, lab: NetnsLab, state_path: Path, env: dict[str, str] | None = None,
+                 hosts: dict[str, str] | None = None, probe_from: str = "client"):
+        super().__init__(cluster, state_path, env=env)
+        self.lab = lab
+        self.role_hosts = hosts or {cluster.roles.prefill: "node-a", cluster.roles.decode: "node-b"}
+        self.probe_from = probe_from
+
+    def node_host(self, role: str) -> str:
+        return self.lab.hosts[self.role_hosts[role]].ip
+
+    def launch_prefix(self, role: str) -> list[str]:
+        return self.lab.prefix(self.role_hosts[role])
+
+    def pick_port(self, role: str) -> int:
+        return self.lab.call(self.role_hosts[role], free_port, self.node_host(role))
+
+    def _alive_node_count(self) -> int:
+        assert self.state is not None
+        return self.lab.call(self.probe_from, alive_node_count, self.state.dashboard_url, self.env.get("RAY_AUTH_TOKEN"))
+
+    def start_node(self, role: str, attempt: int = 1) -> None:
+        """(Re)start the raylet of `role` on its host (after a fault killed it) and wait until it is alive."""
+        assert self.state is not None
+        alive = self._alive_node_count()
+        args = [] if role == self.cluster.roles.prefill else [f"--address={self.state.gcs_address}"]
+        self._start_with_retries(role, args, Path(self.state.root_dir) / f"{role}-again{attempt}", alive + 1,
+                                 NODE_START_TIMEOUT_S)
+
+
+def alive_node_count(dashboard_url: str, token: str | None = None, timeout_s: float = 10.0) -> int:
+    """ALIVE nodes per the dashboard's state API (with the Ray token as a Bearer header); 0 if no answer."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        r = httpx.get(f"{dashboard_url}/api/v0/nodes", params={"limit": 100, "detail": "false"}, headers=headers,
+                      timeout=timeout_s)
+        rows = r.json()["data"]["result"]["result"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return 0
+    return sum(row.get("state") == "ALIVE" for row in rows)
+
+
+# ---- leftovers of killed runs ----------------------------------------------------------------------
+
+
+def _owner_alive(tag: str) -> bool:
+    if tag in _LIVE:
+        return True
+    try:
+        pid = int((OWNER_DIR / tag).read_text())
+    except (OSError, ValueError):
+        return False
+    return pid != os.getpid() and Path(f"/proc/{pid}").exists()
+
+
+def lab_namespaces() -> dict[str, list[str]]:
+    """Every `pdo-<tag>-*` namespace on this machine, by tag."""
+    by_tag: dict[str, list[str]] = {}
+    done = _ip("netns", "list", check=False)
+    for line in done.stdout.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        parts = name.split("-")
+        if name.startswith(PREFIX) and len(parts) >= 3 and parts[1] != "probe":
+            by_tag.setdefault(parts[1], []).append(name)
+    return by_tag
+
+
+def cleanup_leftovers() -> list[str]:
+    """Delete namespaces of labs whose owner process is gone (and kill what still runs in them)."""
+    removed = []
+    for tag, names in lab_namespaces().items():
+        if _owner_alive(tag):
+            continue
+        for name in names:
+            _kill_all(name, grace_s=2.0)
+            _ip("netns", "del", name, check=False)
+            removed.append(name)
+        (OWNER_DIR / tag).unlink(missing_ok=True)
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.netns", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="namespaces of labs on this machine and whether their owner still runs")
+    sub.add_parser("cleanup", help="delete namespaces (and kill processes) of labs whose owner is gone")
+    args = parser.parse_args(argv)
+    if args.cmd == "list":
+        for tag, names in sorted(lab_namespaces().items()):
+            state = "owner running" if _owner_alive(tag) else "LEFTOVER"
+            print(f"{tag}: {state}: {' '.join(sorted(names))}")
+        return 0
+    removed = cleanup_leftovers()
+    print(f"removed {len(removed)} leftover namespaces" + (f": {' '.join(removed)}" if removed else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
