@@ -1,0 +1,168 @@
+"""Read SGLang 0.5.17 server logs: start-up phases, derived limits, decode step times.
+
+Pure text parsing (stdlib only), so it runs on the GPU machine inside the harness and here on committed
+raw logs. Log lines look like `[2026-11-21 20:00:02] Load weight end. elapsed=0.21 s, ...` (1 s resolution);
+the precise numbers come from SGLang's own `Engine startup timings (s): ...` line and `/server_info`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+_TS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] (.*)$")
+_NIXL_TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) NIXL (.*)$")
+
+# phase marker -> regex on the message part of a timestamped line (first match wins)
+MARKERS = {
+    "server_args": re.compile(r"^server_args=ServerArgs\("),
+    "dist_init_begin": re.compile(r"^Init torch distributed begin"),
+    "load_weight_begin": re.compile(r"^Load weight begin"),
+    "load_weight_end": re.compile(r"^Load weight end"),
+    "kv_cache_allocated": re.compile(r"^KV Cache is allocated"),
+    "memory_pool_end": re.compile(r"^Memory pool end"),
+    "cuda_graph_begin": re.compile(r"^Capture .*CUDA graph begin"),
+    "cuda_graph_end": re.compile(r"^Capture .*CUDA graph end"),
+    "limits": re.compile(r"^max_total_num_tokens="),
+    "nixl_init": re.compile(r"NIXL KVManager initialized"),
+    "engine_timings": re.compile(r"^Engine startup timings"),
+    "uvicorn_running": re.compile(r"Uvicorn running on"),
+    "warmup_begin": re.compile(r"Start of (pd disaggregation )?warmup|Start of prefill warmup"),
+    "ready": re.compile(r"The server is fired up and ready to roll"),
+}
+# compile / JIT activity: first and last timestamp of lines matching these
+JIT_PATTERNS = {
+    "deep_gemm": re.compile(r"deep_?gemm|DeepGEMM", re.I),
+    "triton_moe_config": re.compile(r"Using default MoE kernel config|Using MoE kernel config", re.I),
+    "flashinfer_jit": re.compile(r"flashinfer.*(jit|compil)", re.I),
+    "torch_compile": re.compile(r"torch\.compile|inductor", re.I),
+}
+
+_KV = re.compile(r"KV Cache is allocated\. .*#tokens: (\d+), KV size: ([\d.]+) GB")
+_WEIGHT = re.compile(r"Load weight end\. elapsed=([\d.]+) s.*?mem usage=([\d.]+) GB")
+_GRAPH_BEGIN = re.compile(r"Capture (.*?)CUDA graph begin\..*?bs=\[([0-9, ]*)\]")
+_GRAPH_END = re.compile(r"Capture (.*?)CUDA graph end\. elapsed=([\d.]+) s, mem usage=([\d.]+) GB")
+_LIMITS = re.compile(r"(\w+)=([\d.]+)(?: GB)?")
+_TIMINGS = re.compile(r"(\w+)=([\d.]+)")
+_DECODE = re.compile(
+    r"Decode batch.*?#running-req: (\d+), #token: (\d+),.*?(?:graph): (True|False), "
+    r"gen throughput \(token/s\): ([\d.]+)")
+_PREFILL = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
+
+
+def _epoch(stamp: str) -> float:
+    # The server writes local time on the same machine the harness reads its own clock on.
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+
+
+def timestamped(text: str):
+    """Yield (epoch_s, message) for every timestamped line (SGLang's and NIXL's formats)."""
+    for line in text.splitlines():
+        m = _TS.match(line) or _NIXL_TS.match(line)
+        if m:
+            yield _epoch(m.group(1)), m.group(2)
+
+
+def startup(text: str, launched_at: float | None = None) -> dict:
+    """Start-up phases of one server start from its log.
+
+    `marks_s`: seconds from launch (or from the first log line when `launched_at` is None) at which each
+    marker first appeared (1 s resolution). `phases_s`: differences between consecutive markers that
+    exist. `engine_timings_s`: SGLang's own precise line. Also the KV pool, weights, CUDA-graph batch
+    sizes and the limits line as SGLang printed them.
+    """
+    marks: dict[str, float] = {}
+    jit: dict[str, list[float]] = {}
+    out: dict = {"cuda_graphs": []}
+    first = None
+    for ts, msg in timestamped(text):
+        first = ts if first is None else first
+        for name, rx in MARKERS.items():
+            if name not in marks and rx.search(msg):
+                marks[name] = ts
+        for name, rx in JIT_PATTERNS.items():
+            if not msg.startswith("server_args=") and rx.search(msg):
+                jit.setdefault(name, [ts, ts])[1] = ts
+        if m := _KV.search(msg):
+            out["kv_cache_tokens"] = int(m.group(1))
+            out["kv_cache_gb"] = float(m.group(2))
+        if m := _WEIGHT.search(msg):
+            out["load_weight_s"] = float(m.group(1))
+            out["weights_gb"] = float(m.group(2))
+        if m := _GRAPH_BEGIN.search(msg):
+            bs = [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
+            out["cuda_graphs"].append({"kind": m.group(1).strip() or "decode", "bs": bs})
+        if (m := _GRAPH_END.search(msg)) and out["cuda_graphs"]:
+            out["cuda_graphs"][-1].update(capture_s=float(m.group(2)), mem_gb=float(m.group(3)))
+        if MARKERS["limits"].search(msg):
+            out["limits"] = {k: (float(v) if "." in v else int(v)) for k, v in _LIMITS.findall(msg)}
+        if MARKERS["engine_timings"].search(msg):
+            out["engine_timings_s"] = _engine_timings(msg)
+    base = launched_at if launched_at is not None else first
+    if base is None:
+        return {**out, "marks_s": {}, "phases_s": {}, "jit_windows_s": {}}
+    out["marks_s"] = {k: round(v - base, 1) for k, v in sorted(marks.items(), key=lambda kv: kv[1])}
+    order = [k for k in MARKERS if k in marks]
+    phases = {}
+    prev_name, prev_t = "launch", base
+    for name in order:
+        phases[f"{prev_name}->{name}"] = round(marks[name] - prev_t, 1)
+        prev_name, prev_t = name, marks[name]
+    out["phases_s"] = phases
+    out["jit_windows_s"] = {k: [round(a - base, 1), round(b - base, 1)] for k, (a, b) in jit.items()}
+    if launched_at is not None and first is not None:
+        out["launch_to_first_log_s"] = round(first - launched_at, 1)
+    return out
+
+
+def _engine_timings(msg: str) -> dict:
+    """`Engine startup timings (s): load_weight=0.21, ..., cuda_graph={prefill=0.00, decode=20.12, ...}, tokenizer_e2e=46.4`"""
+    body = msg.split(":", 1)[1]
+    graphs = {}
+    if "{" in body:
+        inner = body[body.index("{") + 1: body.index("}")]
+        graphs = {k: float(v) for k, v in _TIMINGS.findall(inner)}
+        body = body[: body.index("cuda_graph")] + body[body.index("}") + 1:]
+    res: dict = {k: float(v) for k, v in _TIMINGS.findall(body)}
+    if graphs:
+        res["cuda_graph"] = graphs
+    return res
+
+
+def decode_lines(text: str) -> list[dict]:
+    """Every `Decode batch` line: running requests, KV tokens, CUDA graph used, gen throughput (token/s)."""
+    rows = []
+    for ts, msg in timestamped(text):
+        if m := _DECODE.search(msg):
+            rows.append({"t": ts, "running": int(m.group(1)), "tokens": int(m.group(2)),
+                         "cuda_graph": m.group(3) == "True", "gen_tok_s": float(m.group(4))})
+    return rows
+
+
+def prefill_lines(text: str) -> list[dict]:
+    rows = []
+    for ts, msg in timestamped(text):
+        if m := _PREFILL.search(msg):
+            rows.append({"t": ts, "new_seq": int(m.group(1)), "new_tokens": int(m.group(2)),
+                         "cached_tokens": int(m.group(3))})
+    return rows
+
+
+def decode_step_ms(rows: list[dict], batch_size: int) -> dict:
+    """Decode step time at a steady batch of `batch_size` from the `Decode batch` lines of one run.
+
+    SGLang logs every `--decode-log-interval` steps the tokens generated since its last line over the
+    wall time since then, so with a constant running batch B one step takes B / throughput. The first
+    line at B is dropped (its interval can hold the last prefill); the median of the rest is reported.
+    """
+    at_b = [r for r in rows if r["running"] == batch_size and r["gen_tok_s"] > 0]
+    steady = at_b[1:] if len(at_b) > 1 else at_b
+    if not steady:
+        seen = sorted({r["running"] for r in rows})
+        return {"step_ms_median": None, "samples": 0, "running_seen": seen[-8:]}
+    steps = sorted(1000.0 * batch_size / r["gen_tok_s"] for r in steady)
+    mid = len(steps) // 2
+    med = steps[mid] if len(steps) % 2 else (steps[mid - 1] + steps[mid]) / 2
+    return {"step_ms_median": round(med, 3), "step_ms_min": round(steps[0], 3), "samples": len(steps),
+            "cuda_graph": all(r["cuda_graph"] for r in steady),
+            "kv_tokens_median": sorted(r["tokens"] for r in steady)[len(steady) // 2]}

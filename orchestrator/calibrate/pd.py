@@ -1,0 +1,286 @@
+"""PD on one GPU: a prefill and a decode SGLang server sharing the GPU, KV moved by NIXL (UCX).
+
+For each page size: start the pair (prefill first; each with a fixed KV pool, `--max-total-tokens`, so the
+two fit beside each other), then alternate loads with the NIXL sender's prepped path and with coalesced
+descriptors (the toggle file of `nixl_patch`; skipped when the patch is not installed), recording per load:
+wall time, SGLang's `sglang:kv_transfer_*` histograms (delta of the prefill's /metrics) and the patch's
+per-chunk `PDO_NIXL` log lines (descriptors, bytes, post and wait ms). Then top-k logprobs of the first
+decode steps for fixed prompts through PD (both modes) and through one aggregated server, compared.
+The client plays SGLang's PD router: the same body with bootstrap_host/port/room goes to both servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+from . import logparse
+from .client import generate_body, post_json, random_ids, run_many, summarise
+from .server import ServerDied, SglangServer, derived_limits
+from .single import SCHEMA, Budget, gpu_info, gpu_memory_used_mib
+
+_CHUNK = re.compile(r"PDO_NIXL room=(\d+) chunk=(\d+) last=(\d) slots=(\d+) item_bytes=(\d+) descs=(\d+) "
+                    r"bytes=(\d+) mode=(\w+) post_ms=([\d.]+) wait_ms=([\d.]+)")
+KV_HISTOGRAMS = ("kv_transfer_latency_ms", "kv_transfer_speed_gb_s", "kv_transfer_total_mb",
+                 "kv_transfer_bootstrap_ms", "kv_transfer_alloc_ms")
+
+
+def prom_sums(text: str) -> dict[str, float]:
+    """Sum of every sample per metric name (labels dropped) from Prometheus text format."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, value = line.rpartition(" ")
+        name = name_part.split("{", 1)[0].split(":", 1)[-1]
+        try:
+            sums[name] = sums.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return sums
+
+
+def kv_delta(before: dict, after: dict) -> dict:
+    out = {}
+    for h in KV_HISTOGRAMS:
+        n = after.get(h + "_count", 0.0) - before.get(h + "_count", 0.0)
+        s = after.get(h + "_sum", 0.0) - before.get(h + "_sum", 0.0)
+        out[h + "_count"] = n
+        out[h + "_mean"] = round(s / n, 4) if n else None
+    for c in ("num_transfer_failed_reqs_total", "num_bootstrap_failed_reqs_total"):
+        out[c] = after.get(c, 0.0) - before.get(c, 0.0)
+    return out
+
+
+def chunk_stats(text: str) -> dict:
+    rows = [m.groups() for m in _CHUNK.finditer(text)]
+    if not rows:
+        return {"chunks": 0}
+    descs = [int(r[5]) for r in rows]
+    nbytes = [int(r[6]) for r in rows]
+    post = [float(r[8]) for r in rows]
+    wait = [float(r[9]) for r in rows]
+    per_req: dict[str, list[float]] = {}
+    for r in rows:
+        per_req.setdefault(r[0], []).append(float(r[8]) + float(r[9]))
+    req_ms = sorted(sum(v) for v in per_req.values())
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2]
+    return {"chunks": len(rows), "requests": len(per_req), "modes": sorted({r[7] for r in rows}),
+            "slots_mean": sum(int(r[3]) for r in rows) / len(rows), "item_bytes": int(rows[0][4]),
+            "descs_mean": sum(descs) / len(rows), "bytes_mean": sum(nbytes) / len(rows),
+            "post_ms_median": med(post), "wait_ms_median": med(wait),
+            "transfer_ms_per_request_median": req_ms[len(req_ms) // 2],
+            "transfer_ms_per_request_p90": req_ms[int(0.9 * (len(req_ms) - 1))],
+            "bytes_per_request_mean": sum(nbytes) / len(per_req),
+            "gb_s_worker": round(sum(nbytes) / max(1e-9, sum(post) + sum(wait)) / 1e6, 4)}
+
+
+def pd_generate_many(prefill: SglangServer, decode: SglangServer, bootstrap_port: int, prompts, max_new: int,
+                     rng: random.Random, logprobs: int = 0) -> dict:
+    def one(p):
+        room = rng.randrange(0, 2 ** 63)
+        body = generate_body(p, max_new, logprobs, bootstrap_host="127.0.0.1", bootstrap_port=bootstrap_port,
+                             bootstrap_room=room)
+        res, _ = run_many([lambda: post_json(prefill.url + "/generate", body),
+                           lambda: post_json(decode.url + "/generate", body)], workers=2)
+        (ps, pb, _), (ds, db, dt) = res
+        if ps != 200 and ds == 200:
+            return ps, f"prefill: {str(pb)[:200]}", dt
+        return ds, db, dt
+    results, wall = run_many([lambda p=p: one(p) for p in prompts])
+    return summarise(results, wall, [len(p) for p in prompts])
+
+
+def top_logprobs(summary: dict) -> list:
+    """Per prompt: [[(token_id, logprob) x k] per output step] from meta_info.output_top_logprobs."""
+    out = []
+    for r in summary["rows"]:
+        meta = (r["body"] or {}).get("meta_info", {})
+        steps = []
+        for step in meta.get("output_top_logprobs") or []:
+            steps.append([(int(t[1]), float(t[0])) for t in (step or []) if t and t[0] is not None])
+        ids = (r["body"] or {}).get("output_ids") or []
+        # PD answers may lack the first token's entry (sampled on the prefill server): align to the end
+        steps = [[] for _ in range(max(0, len(ids) - len(steps)))] + steps
+        out.append({"output_ids": ids, "top": steps})
+    return out
+
+
+def compare_logprobs(a: list, b: list, steps: int) -> dict:
+    """Max |logprob difference| over shared top-k ids of the first `steps` steps, top-1 agreement, overlap."""
+    max_diff, top1_same, n_steps, overlap = 0.0, 0, 0, []
+    for pa, pb in zip(a, b):
+        for sa, sb in zip(pa["top"][:steps], pb["top"][:steps]):
+            if not sa or not sb:
+                continue
+            n_steps += 1
+            da, db = dict(sa), dict(sb)
+            shared = set(da) & set(db)
+            overlap.append(len(shared) / max(len(da), 1))
+            top1_same += sa[0][0] == sb[0][0]
+            for t in shared:
+                max_diff = max(max_diff, abs(da[t] - db[t]))
+    return {"steps_compared": n_steps, "max_abs_logprob_diff": max_diff, "top1_agree": top1_same,
+            "topk_overlap_mean": round(sum(overlap) / len(overlap), 4) if overlap else None}
+
+
+def cross_prompt_control(a: list, steps: int) -> dict:
+    """The same metric between DIFFERENT prompts of one server: what a wrong KV would look like."""
+    shifted = a[1:] + a[:1]
+    return compare_logprobs(a, shifted, steps)
+
+
+def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), prefill_frac: float = 0.50,
+           decode_frac: float = 0.95, kv_tokens: int = 160000, n_requests: int = 96, len_range=(256, 2048),
+           max_new: int = 32, loads_per_mode: int = 2, logprob_prompts: int = 16, logprob_steps: int = 8,
+           topk: int = 5, context_length: int = 16384, agg_frac: float = 0.80, seed: int = 2025,
+           ports=(30000, 30001, 30002), bootstrap_port: int = 8998, extra_env: dict | None = None) -> dict:
+    budget = Budget(budget_s)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((Path(model_path) / "config.json").read_text())
+    vocab = int(cfg["vocab_size"])
+    flag_file = out_dir / "coalesce.on"
+    flag_file.unlink(missing_ok=True)
+    env = {"SGLANG_HOST_IP": "127.0.0.1", "PDO_NIXL_COALESCE_FILE": str(flag_file), **(extra_env or {})}
+    result = {"schema": SCHEMA, "kind": "pd-one-gpu", "gpu": gpu_info(), "model": {"path": model_path, "config": cfg},
+              "settings": {"prefill_frac": prefill_frac, "decode_frac": decode_frac, "kv_tokens": kv_tokens,
+                           "n_requests": n_requests, "len_range": list(len_range), "max_new": max_new,
+                           "logprob_prompts": logprob_prompts, "logprob_steps": logprob_steps, "topk": topk},
+              "pages": [], "logprobs": {}}
+    path = out_dir / "calibration-pd.json"
+
+    def save():
+        path.write_text(json.dumps(result, indent=1))
+
+    lp_rng = random.Random(seed + 1)
+    lp_prompts = [random_ids(lp_rng, lp_rng.randrange(64, 512), vocab) for _ in range(logprob_prompts)]
+    pd_lp: dict[str, list] = {}
+    common = ["--context-length", str(context_length), "--max-total-tokens", str(kv_tokens),
+              "--disaggregation-transfer-backend", "nixl"]
+    for ps in page_sizes:
+        entry = {"page_size": ps, "loads": []}
+        result["pages"].append(entry)
+        if budget.left() < 150:
+            entry["skipped"] = f"time budget ({budget.left():.0f}s left)"
+            save()
+            continue
+        pf = SglangServer(f"prefill-p{ps}", model_path, ports[0], out_dir / f"pd-prefill-page{ps}.log",
+                          common + ["--page-size", str(ps), "--disaggregation-mode", "prefill",
+                                    "--disaggregation-bootstrap-port", str(bootstrap_port),
+                                    "--mem-fraction-static", str(prefill_frac)],
+                          env={**env, "UCX_PROTO_INFO": "y"} if ps == page_sizes[0] else env)
+        dc = SglangServer(f"decode-p{ps}", model_path, ports[1], out_dir / f"pd-decode-page{ps}.log",
+                          common + ["--page-size", str(ps), "--disaggregation-mode", "decode",
+                                    "--mem-fraction-static", str(decode_frac)], env=env)
+        try:
+            pf.start()
+            entry["prefill_ready_after_s"] = pf.wait_ready(min(360, budget.left() - 60))
+            entry["gpu_memory_used_mib_prefill_ready"] = gpu_memory_used_mib()
+            dc.start()
+            entry["decode_ready_after_s"] = dc.wait_ready(min(360, budget.left() - 30))
+            entry["gpu_memory_used_mib_both_ready"] = gpu_memory_used_mib()
+            entry["prefill_derived"] = derived_limits(pf.get_json("/server_info"))
+            entry["decode_derived"] = derived_limits(dc.get_json("/server_info"))
+            entry["prefill_startup"] = logparse.startup(pf.log_text(), pf.launched_at)
+            entry["decode_startup"] = logparse.startup(dc.log_text(), dc.launched_at)
+            patched = "pd-orchestrator nixl patch" in _conn_source()
+            entry["nixl_patch_installed"] = patched
+            modes = ["prepped", "coalesced"] if patched else ["prepped"]
+            rng = random.Random(seed)
+            warm = [random_ids(rng, 128, vocab) for _ in range(8)]
+            pd_generate_many(pf, dc, bootstrap_port, warm, 4, rng)  # first-shape JIT out of the loads
+            for rep in range(loads_per_mode):
+                for mode in modes:
+                    if budget.left() < 45:
+                        entry["loads"].append({"mode": mode, "rep": rep, "skipped": "time budget"})
+                        continue
+                    _set_mode(flag_file, mode)
+                    lrng = random.Random(seed + 100 + rep)   # same prompts lengths per rep for both modes
+                    prompts = [random_ids(lrng, lrng.randrange(*len_range), vocab) for _ in range(n_requests)]
+                    before, off = prom_sums(pf.get_text("/metrics")), pf.log_size()
+                    s = pd_generate_many(pf, dc, bootstrap_port, prompts, max_new, rng)
+                    after = prom_sums(pf.get_text("/metrics"))
+                    load = {"mode": mode, "rep": rep, "n": s["n"], "ok": s["ok"], "wall_s": s["wall_s"],
+                            "input_tokens": s["input_tokens"], "completion_tokens": s["completion_tokens"],
+                            "latency_s_median": s["latency_s_median"], "latency_s_max": s["latency_s_max"],
+                            "errors": [r["error"] for r in s["rows"] if r["error"]][:3],
+                            "sglang_kv": kv_delta(before, after), "worker": chunk_stats(pf.log_since(off))}
+                    entry["loads"].append(load)
+                    w, k = load["worker"], load["sglang_kv"]
+                    print(f"  page {ps} {mode} rep {rep}: ok {s['ok']}/{s['n']} wall {s['wall_s']}s; sglang latency "
+                          f"{k['kv_transfer_latency_ms_mean']} ms, {k['kv_transfer_speed_gb_s_mean']} GB/s, "
+                          f"{k['kv_transfer_total_mb_mean']} MB; worker per-request "
+                          f"{w.get('transfer_ms_per_request_median')} ms, descs/chunk {w.get('descs_mean')}", flush=True)
+                    save()
+            for mode in modes:
+                if budget.left() < 30:
+                    break
+                _set_mode(flag_file, mode)
+                s = pd_generate_many(pf, dc, bootstrap_port, lp_prompts, logprob_steps, rng, logprobs=topk)
+                pd_lp[f"pd-page{ps}-{mode}"] = top_logprobs(s)
+                result["logprobs"][f"pd-page{ps}-{mode}-ok"] = s["ok"]
+        except (ServerDied, TimeoutError, OSError, ValueError) as exc:
+            entry["error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+            print(f"  page {ps}: {entry['error'][:600]}", flush=True)
+        finally:
+            _set_mode(flag_file, "prepped")
+            for srv in (dc, pf):
+                srv.stop()
+            entry["oom_in_logs"] = any("out of memory" in s.log_text().lower() for s in (pf, dc))
+            save()
+    # aggregated reference on the same GPU, same dummy weights (SGLang seeds them per parameter)
+    agg_lp = None
+    if budget.left() > 90:
+        agg = SglangServer("aggregated", model_path, ports[2], out_dir / "agg.log",
+                           ["--context-length", str(context_length), "--mem-fraction-static", str(agg_frac)], env=env)
+        try:
+            agg.start()
+            result["agg_ready_after_s"] = agg.wait_ready(min(300, budget.left() - 20))
+            s = _agg_many(agg, lp_prompts, logprob_steps, topk)
+            agg_lp = top_logprobs(s)
+            result["logprobs"]["agg-ok"] = s["ok"]
+        except (ServerDied, TimeoutError, OSError, ValueError) as exc:
+            result["agg_error"] = f"{type(exc).__name__}: {str(exc)[-800:]}"
+        finally:
+            agg.stop()
+    result["logprobs"]["raw"] = {**pd_lp, **({"agg": agg_lp} if agg_lp else {})}
+    cmp = {}
+    names = list(pd_lp)
+    if agg_lp:
+        cmp["control_agg_cross_prompt"] = cross_prompt_control(agg_lp, logprob_steps)
+        for n in names:
+            cmp[f"{n}_vs_agg"] = compare_logprobs(pd_lp[n], agg_lp, logprob_steps)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            cmp[f"{a}_vs_{b}"] = compare_logprobs(pd_lp[a], pd_lp[b], logprob_steps)
+        cmp[f"control_{a}_cross_prompt"] = cross_prompt_control(pd_lp[a], logprob_steps)
+    result["logprobs"]["compare"] = cmp
+    save()
+    return result
+
+
+def _agg_many(agg: SglangServer, prompts, steps: int, topk: int) -> dict:
+    calls = [lambda p=p: post_json(agg.url + "/generate", generate_body(p, steps, topk)) for p in prompts]
+    results, wall = run_many(calls)
+    return summarise(results, wall, [len(p) for p in prompts])
+
+
+def _set_mode(flag_file: Path, mode: str) -> None:
+    if mode == "coalesced":
+        flag_file.write_text("on\n")
+    else:
+        flag_file.unlink(missing_ok=True)
+
+
+def _conn_source() -> str:
+    for base in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        p = Path(base) / "sglang/srt/disaggregation/nixl/conn.py"
+        if p.is_file():
+            return p.read_text()
+    return ""

@@ -1,0 +1,62 @@
+#!/bin/bash
+# Calibration calls on a lent single-GPU machine (nvidia-h100-x1 preferred), back to back in one warm lease.
+# Built here first (git-ignored carry folder, never committed):
+#   PY=<python3.12 with pip+wheel> bash scripts/device/build_site_archive.sh .device/site   (sglang 0.5.17 + NIXL)
+# Calls (each writes $OUT/main.log, $OUT/calibration-*.json, $OUT/logs-<phase>.tar.xz, $OUT/env-<phase>.txt):
+#   run(kind="nvidia-h100-x1", carry=[".device/site"], timeout_s=600,
+#       command="set -o pipefail; bash scripts/device/calibrate.sh v2lite 2>&1 | tee $OUT/main.log")
+#   run(carry=[".device/site"], timeout_s=600, command="... calibrate.sh r1 ...")    # same lease: site kept
+#   run(carry=[".device/site"], timeout_s=600, command="... calibrate.sh pd ...")
+# Phases:
+#   v2lite  DeepSeek-V2-Lite shape (models/deepseek-v2-lite): cold start (compile caches wiped), prefill and
+#           decode sweeps, warm start, knobs start (--mem-fraction-static 0.70, caps raised) + decode past the graphs
+#   r1      R1-shaped (benchmarks/calibration/r1-shaped/config.json: R1 dims, FP8 block quant, 6 layers), same plan
+#   pd      one-GPU PD on the V2-Lite shape: page 1 and 64, NIXL prepped vs coalesced (patched sender), top-k
+#           logprobs PD vs aggregated
+# BUDGET (s, default 540) bounds the harness; everything it measured is saved as it goes.
+set -u
+PHASE=${1:?usage: calibrate.sh v2lite|r1|pd}
+REPO=$(pwd)
+OUT=${OUT:-/tmp/calib_out}; mkdir -p "$OUT"
+SITE=${SITE_DIR:-/root/site}; W=${WORK_DIR:-/root/calib}; mkdir -p $W
+START=$(date +%s); BUDGET=${BUDGET:-540}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # never NVLink multicast
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SGLANG_HOST_IP=127.0.0.1
+export PYTHONPATH=$SITE:$REPO PDO_CALIB_ALLOW_CACHE_WIPE=${PDO_CALIB_ALLOW_CACHE_WIPE:-1}
+el() { echo "[$PHASE t+$(( $(date +%s) - START ))s] $*"; }
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+
+if [ ! -f $SITE/.installed_site ]; then
+  el "unpack sglang tree"
+  rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site || { el "unpack failed"; exit 1; }
+fi
+if [ ! -f $SITE/.nixl_patched ]; then
+  python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched
+fi
+{ date -u; nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+  python3 -c "import sglang; print('sglang', sglang.__version__)"
+  echo "compile caches:"; du -sh /root/.triton /root/.cache /tmp/torchinductor_root 2>/dev/null; free -g; nproc; } > $OUT/env-$PHASE.txt 2>&1
+el "env: $(grep -m1 -E 'H100|H200' $OUT/env-$PHASE.txt)"
+
+mkdir -p $W/models/v2lite $W/models/r1s
+cp models/deepseek-v2-lite/config.json $W/models/v2lite/config.json
+cp benchmarks/calibration/r1-shaped/config.json $W/models/r1s/config.json
+D=$W/$PHASE; rm -rf $D; mkdir -p $D
+case $PHASE in
+v2lite)
+  python3 -m orchestrator.calibrate single --model-path $W/models/v2lite --name v2lite --out $D --budget-s $(( $(left) - 25 )) ;;
+r1)
+  python3 -m orchestrator.calibrate single --model-path $W/models/r1s --name r1s6 --out $D --budget-s $(( $(left) - 25 )) \
+    --flag --trust-remote-code ;;
+pd)
+  python3 -m orchestrator.calibrate pd --model-path $W/models/v2lite --out $D --budget-s $(( $(left) - 25 )) \
+    --page-sizes ${PAGE_SIZES:-1,64} ;;
+*) el "unknown phase $PHASE"; exit 2 ;;
+esac
+el "harness exit $?"
+du -sh /root/.triton /root/.cache /tmp/torchinductor_root 2>/dev/null | sed 's/^/caches after: /'
+cp $D/calibration-*.json $OUT/ 2>/dev/null
+tar -C $W -cJf $OUT/logs-$PHASE.tar.xz $PHASE
+ls -la $OUT
+el "done"
