@@ -10,6 +10,7 @@ orchestrator/perfmodel/profiles/h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs.
 - prefill points: full 8192-token chunks while requests queued ("Prefill batch ... #new-token: 8192 ...
   #queue-req: Q > 0 ... input throughput (token/s): X"): one forward = 8192 / X (the throughput is over
   the time since the previous prefill batch, which is one forward while the queue is not empty).
+- transfer: SGLang's kv_transfer latency/bootstrap/size means of runs (a) and 2 (page 1) and 4 (page 64);
 - start-up: /server_info startup_time of every server of those runs (cold: the first server on the fresh
   machine; warm: the later ones).
 
@@ -92,6 +93,57 @@ def prefill_points(text: str) -> list[dict]:
     return out
 
 
+LOCAL = ROOT / "benchmarks/results/device-h200x2-local-cluster-2026-11-21"
+ITL = re.compile(r"^sglang:inter_token_latency_seconds_(sum|count)\{[^}]*\} ([0-9.e+]+)", re.M)
+
+
+def mean_itl(tar_path: Path) -> float:
+    """Mean inter-token latency of the decode server (its /metrics scrape at the end of the run)."""
+    with tarfile.open(tar_path) as tar:
+        name = next(m.name for m in tar.getmembers() if re.search(r"scrape/decode_\d+\.prom$", m.name))
+        values = dict(ITL.findall(_read(tar, name)))
+    return float(values["sum"]) / float(values["count"])
+
+
+def page_size_effects() -> list[dict]:
+    """Page 64 vs page 1: the decode server's mean inter-token latency in the local-cluster runs 2 and 4."""
+    page1, page64 = mean_itl(LOCAL / "raw.tar.xz"), mean_itl(LOCAL / "raw-page64.tar.xz")
+    return [{
+        "page_size": 64, "decode_step_ratio": round(page64 / page1, 4),
+        "evidence": (
+            f"sglang:inter_token_latency_seconds mean {page64 * 1e3:.1f} ms (page 64, run 4, raw-page64.tar.xz) / "
+            f"{page1 * 1e3:.1f} ms (page 1, run 2, raw.tar.xz), benchmarks/results/device-h200x2-local-cluster-2026-11-21/; "
+            "the same batch and layout, one run each; this is the page-64 back-test row's own run"
+        ),
+    }]
+
+
+def transfer_points(kv_bytes_per_token: int) -> list[dict]:
+    """SGLang's prefill-side kv_transfer metrics (means over the 1016 requests of a run) at page 1 and 64."""
+    sources = [
+        (RAW / "a-kv-stats.json", 1),
+        (LOCAL / "kv-stats.json", 1),
+    ]
+    out = []
+    for path, page in sources:
+        stats = next(iter(json.loads(path.read_text()).values()))
+        out.append(_transfer(stats, page, kv_bytes_per_token))
+    with tarfile.open(LOCAL / "raw-page64.tar.xz") as tar:
+        name = next(m.name for m in tar.getmembers() if m.name.endswith("kv_stats.json"))
+        stats = next(iter(json.loads(_read(tar, name)).values()))
+    out.append(_transfer(stats, 64, kv_bytes_per_token))
+    return out
+
+
+def _transfer(stats: dict, page: int, kv_bytes_per_token: int) -> dict:
+    nbytes = stats["kv_transfer_total_mb_mean"] * 1e6
+    return {
+        "tokens": round(nbytes / kv_bytes_per_token), "page_size": page, "bytes": round(nbytes),
+        "time_s": round(stats["kv_transfer_latency_ms_mean"] / 1e3, 4),
+        "bootstrap_s": round(stats["kv_transfer_bootstrap_ms_mean"] / 1e3, 4), "link": "nvlink",
+    }
+
+
 def startup_runs() -> list[dict]:
     times = json.loads((RAW / "startup-times.json").read_text())
     runs = []
@@ -99,13 +151,11 @@ def startup_runs() -> list[dict]:
         st = item["startup_time"]
         graph = st["cuda_graph"]["decode"]
         role = "prefill" if "prefill" in key else ("decode" if "decode" in key else "aggregated")
-        ready = item.get("ready_after_s")
-        if ready is None:
-            continue  # the bench runs report only their engine-start phase (a back-test row of its own)
+        ready = item.get("ready_after_s")  # None: a bench run's server (only its graph time is known)
         runs.append({
             "caches": "cold" if key.startswith("call1/") else "warm",
             "role": role,
-            "ready_s": round(ready, 2),
+            "ready_s": round(ready, 2) if ready is not None else None,
             "weights_s": round(st["load_weight"], 3),
             "kv_alloc_s": round(st["kv_cache_allocation"], 3),
             "graph_capture_s": round(graph, 2) if role != "prefill" else None,
@@ -148,6 +198,8 @@ def main() -> None:
         "decode": decode,
         "prefill": prefill,
         "startup": startup_runs(),
+        "transfer": transfer_points(cfg["num_hidden_layers"] * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 2),
+        "page_size_effects": page_size_effects(),
         "notes": [
             "Derived from the server logs of the 2026-11-21 PD runs (a) and (b); not independent of the "
             "back-test rows of those runs.",

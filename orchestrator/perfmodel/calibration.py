@@ -69,6 +69,41 @@ class Calibration:
     startup: StartupCoeffs
     runtime_overhead_gb: float | None
     source: str  # the profile's raw path
+    page_size: int = 1  # the page size the decode points were measured at
+    page_ratios: tuple[tuple[int, float], ...] = ()  # (page size, decode step ratio to page_size), measured
+    transfer_latency: tuple[tuple[int, float], ...] = ()  # (page size, mean per-request KV transfer s), measured
+    shape_matches: bool = True  # False: only the start-up figures apply (a profile of another shape, same GPU)
+
+    def transfer_latency_s(self, page_size: int) -> float | None:
+        """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""
+        import math
+
+        by_page: dict[int, list[float]] = {}
+        for page, seconds in self.transfer_latency:
+            by_page.setdefault(page, []).append(seconds)
+        known = sorted((p, statistics.mean(v)) for p, v in by_page.items())
+        if not known:
+            return None
+        if page_size <= known[0][0]:
+            return known[0][1]
+        for (p0, t0), (p1, t1) in zip(known, known[1:]):
+            if p0 <= page_size <= p1:
+                f = (math.log(page_size) - math.log(p0)) / (math.log(p1) - math.log(p0))
+                return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))
+        return known[-1][1]
+
+    def page_factor(self, page_size: int) -> float:
+        """Decode step ratio at `page_size`: measured points, log-linear between them, flat outside."""
+        import math
+
+        known = sorted({(self.page_size, 1.0), *self.page_ratios})
+        if len(known) == 1 or page_size <= known[0][0]:
+            return known[0][1] if page_size <= known[0][0] else known[-1][1]
+        for (p0, r0), (p1, r1) in zip(known, known[1:]):
+            if p0 <= page_size <= p1:
+                t = (math.log(page_size) - math.log(p0)) / (math.log(p1) - math.log(p0))
+                return r0 + t * (r1 - r0)
+        return known[-1][1]
 
     def describe(self) -> str:
         parts = [f"profile {self.profile} ({self.gpu}, {self.layers} layers, SGLang {self.sglang_version})"]
@@ -165,15 +200,17 @@ def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float
 
     warm_graph = [r.graph_capture_s / (sizes(r) * layers) for r in warm if r.graph_capture_s and r.role != "prefill"]
     graph_bs_layer = statistics.median(warm_graph) if warm_graph else None
+    def graphs_of(run) -> float:
+        if run.graph_capture_s is not None:
+            return run.graph_capture_s
+        return (graph_bs_layer or 0.0) * sizes(run) * layers if run.role != "prefill" else 0.0
+
     process = [
         r.ready_s - (r.weights_s if r.weights_s is not None else weights_s)
-        - (r.kv_alloc_s if r.kv_alloc_s is not None else kv_alloc_s) - (r.graph_capture_s or 0.0)
-        for r in warm if r.graph_capture_s is not None or r.role == "prefill"
+        - (r.kv_alloc_s if r.kv_alloc_s is not None else kv_alloc_s) - graphs_of(r)
+        for r in warm if r.ready_s is not None
     ]
     process_s = statistics.median(process) if process else None
-    if process_s is None and warm and graph_bs_layer is None:
-        # warm ready without a phase split: nothing to separate; keep ready minus weights/KV as process
-        process_s = statistics.median(r.ready_s - weights_s - kv_alloc_s for r in warm)
     cold_graph = [
         (r.graph_capture_s - (graph_bs_layer or 0.0) * sizes(r) * layers) / sizes(r)
         for r in cold if r.graph_capture_s and r.role != "prefill"
@@ -182,7 +219,11 @@ def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float
     jit = []
     if process_s is not None:
         for r in cold:
-            graphs = r.graph_capture_s if r.graph_capture_s is not None else 0.0
+            if r.ready_s is None or (r.graph_capture_s is None and graph_bs_cold is None):
+                continue
+            graphs = r.graph_capture_s if r.graph_capture_s is not None else (
+                ((graph_bs_layer or 0.0) * layers + (graph_bs_cold or 0.0)) * sizes(r) if r.role != "prefill" else 0.0
+            )
             jit.append(r.ready_s - process_s - weights_s - kv_alloc_s - graphs)
     jit_cold = max(0.0, statistics.median(jit)) if jit else None
     return StartupCoeffs(process_s=process_s, graph_bs_layer_s=graph_bs_layer, graph_bs_cold_s=graph_bs_cold, jit_cold_s=jit_cold)

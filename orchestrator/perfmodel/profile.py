@@ -141,7 +141,7 @@ class StartupRun(_Strict):
 
     caches: Literal["cold", "warm"] = Field(description="cold: fresh machine, empty Triton/DeepGEMM/JIT caches")
     role: Literal["aggregated", "prefill", "decode"] = "aggregated"
-    ready_s: float = Field(gt=0, description="launch to /health answering")
+    ready_s: float | None = Field(None, gt=0, description="launch to /health answering (None: not observed)")
     process_s: float | None = Field(None, description="launch to the scheduler's model load begin (imports, args, NCCL)")
     weights_s: float | None = None
     kv_alloc_s: float | None = None
@@ -162,6 +162,14 @@ class MemoryOutcome(_Strict):
     free_after_init_gb: float | None = Field(None, description="GPU memory left after KV pool + graphs")
     weights_gb: float | None = None
     max_total_num_tokens: int | None = None
+
+
+class PageSizeEffect(_Strict):
+    """How much slower (or faster) a decode step is at another --page-size than at the profile's, measured."""
+
+    page_size: int = Field(ge=1)
+    decode_step_ratio: float = Field(gt=0, description="mean decode step at this page size / at the profile's page size")
+    evidence: str = Field(description="what it was computed from (metric, runs)")
 
 
 class LinkFigure(_Strict):
@@ -190,6 +198,7 @@ class CalibrationProfile(_Strict):
     transfer: list[TransferPoint] = Field(default_factory=list)
     startup: list[StartupRun] = Field(default_factory=list)
     memory: list[MemoryOutcome] = Field(default_factory=list)
+    page_size_effects: list[PageSizeEffect] = Field(default_factory=list)
     links: list[LinkFigure] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
