@@ -30,6 +30,8 @@ def post_json(url: str, body: dict, timeout_s: float = 600.0) -> tuple[int, dict
             return r.status, json.loads(raw), dt
         except ValueError:
             return r.status, raw.decode(errors="replace")[:500], dt
+    except (OSError, http.client.HTTPException) as exc:   # a server that died mid-request is a result too
+        return 0, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0
     finally:
         conn.close()
 

@@ -37,7 +37,7 @@ DECODE_STEPS = 100
 def default_plan(knob_mem_fraction: str = "0.70") -> list[dict]:
     return [
         {"name": "cold-default", "cache_state": "cold", "clear_caches": True, "flags": [],
-         "measure": ["prefill", "decode", "context"]},
+         "measure": ["prefill", "context", "decode"]},   # large batches last: they can end the server
         {"name": "warm-default", "cache_state": "warm", "flags": [], "measure": []},
         {"name": "knobs", "cache_state": "warm",
          "flags": ["--mem-fraction-static", knob_mem_fraction, "--max-running-requests", "1024",

@@ -48,7 +48,7 @@ v2lite)
   python3 -m orchestrator.calibrate single --model-path $W/models/v2lite --name v2lite --out $D --budget-s $(( $(left) - 25 )) ;;
 r1)
   python3 -m orchestrator.calibrate single --model-path $W/models/r1s --name r1s6 --out $D --budget-s $(( $(left) - 25 )) \
-    --flag --trust-remote-code ;;
+    --flag=--trust-remote-code ;;
 pd)
   python3 -m orchestrator.calibrate pd --model-path $W/models/v2lite --out $D --budget-s $(( $(left) - 25 )) \
     --page-sizes ${PAGE_SIZES:-1,64} ;;
