@@ -106,7 +106,7 @@ ray_cluster_down() {
 ray_bench() {  # $1 = config, $2 = output dir: `pd-orchestrator bench` on the two-node cluster
   local cfg=$1 dir=$2; mkdir -p $dir; touch $dir/.started
   start_scraper $dir/scrape
-  timeout $(( $(left) - 20 )) python3 scripts/device/one_command.py orchestrator.bench bench --config $cfg $SETS \
+  timeout $(( $(left) - 20 )) python3 scripts/device/one_command.py orchestrator.cli.bench bench --config $cfg $SETS \
     --set cluster.address=127.0.0.1:$GCS --result-dir $dir/runs ${BENCH_ARGS:-} 2>&1 | tee $dir/bench.txt | grep -v -E "^\(|INFO" | tail -60
   stop_scraper
   mkdir -p $dir/engines; find $P/rp $P/rd -path "*pd-engines*" -name "*.log" -newer $dir/.started -exec cp {} $dir/engines/ \; 2>/dev/null
@@ -124,7 +124,7 @@ call1)
     python3 -c "import sglang, nixl, transformers; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"; free -g; } > $D/env.txt 2>&1
   el "env:"; head -3 $D/env.txt
   el "NIXL fabric preflight GPU0 -> GPU1 (our command)"
-  timeout 240 python3 -m orchestrator.fabric --config $PD_CFG $SETS --mode local --memory gpu --mib 256 \
+  timeout 240 python3 scripts/device/one_command.py orchestrator.cli.preflight preflight --config $PD_CFG $SETS --mode local --memory gpu --mib 256 \
     --iterations 10 --json $D/preflight.json --work-dir $D/preflight 2>&1 | tee $D/preflight.txt | tail -12
   el "aggregated server on GPU 0: greedy reference outputs"
   direct start --config $AGG_CFG $SETS --role aggregated --gpu 0 --port 31000 --name agg0 --state-dir $D
@@ -170,7 +170,7 @@ pages)  # NIXL preflight at several page sizes (descriptor = page_size x 576 x 2
   D=$P/pages; mkdir -p $D
   for ps in ${PAGE_SIZES:-16 64 512}; do
     el "preflight page_size=$ps"
-    timeout 150 python3 -m orchestrator.fabric --config $PD_CFG $SETS --set engine.sglang.page_size=$ps --mode local \
+    timeout 150 python3 scripts/device/one_command.py orchestrator.cli.preflight preflight --config $PD_CFG $SETS --set engine.sglang.page_size=$ps --mode local \
       --memory gpu --mib 256 --iterations 6 --json $D/preflight-page$ps.json --work-dir $D/w$ps 2>&1 | tee $D/page$ps.txt | grep -E "descriptors|bandwidth|verified"
   done
   pack pages
@@ -186,16 +186,16 @@ local1)  # the product's own local cluster on the GPU host, part 1: the sglang t
   nvidia-smi -L
   ;;
 local2)  # part 2 (carry .device/rt): `bench` with cluster.address=local starts its own 2-node cluster
-  # (loopback launcher, one GPU slice per raylet); every 5 s, who listens where (orchestrator.listening)
+  # (loopback launcher, one GPU slice per raylet); every 5 s, who listens where (orchestrator.cluster.listening)
   el "install Ray tree"
   [ -f $SITE/.installed_site ] || { el "sglang tree missing: run local1 first (the lease must stay warm)"; exit 1; }
   if [ ! -f $SITE/.installed_rt ]; then rm -rf $P/rt; mkdir -p $P/rt; tar -C $P/rt -xJf .device/rt/runtime.tar.xz && cp -a $P/rt/site/. $SITE/ && touch $SITE/.installed_rt; fi
   cp $P/rt/sharegpt.json $P/rt/tokenizer.json.zip $P/ 2>/dev/null; tokenizer
   D=$P/local; rm -rf $D; mkdir -p $D/sockets; touch $D/.started
-  ( while true; do python3 -m orchestrator.listening > $D/sockets/$(date +%s).txt 2>/dev/null; sleep 5; done ) & SS=$!
+  ( while true; do python3 -m orchestrator.cluster.listening > $D/sockets/$(date +%s).txt 2>/dev/null; sleep 5; done ) & SS=$!
   start_scraper $D/scrape
   el "bench, cluster.address=local"
-  timeout $(( $(left) - 30 )) python3 scripts/device/one_command.py orchestrator.bench bench --config $PD_CFG $SETS \
+  timeout $(( $(left) - 30 )) python3 scripts/device/one_command.py orchestrator.cli.bench bench --config $PD_CFG $SETS \
     --set cluster.address=local --set cluster.local.num_cpus_per_node=8 --result-dir $D/runs ${BENCH_ARGS:-} 2>&1 \
     | tee $D/bench.txt | grep -v -E "^\(|INFO" | tail -60
   stop_scraper; kill $SS 2>/dev/null

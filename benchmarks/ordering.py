@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.bench import order_requests  # noqa: E402
-from orchestrator.config import RunConfig, load_config  # noqa: E402
+from orchestrator.config import RunConfig, load_config
+from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulate import client_concurrency, percentile, sample_batch, simulate_run  # noqa: E402
-from orchestrator.protocol import BenchRequest  # noqa: E402
-from orchestrator.sim.costmodel import cost_model_for  # noqa: E402
+from orchestrator.records import BenchRequest
+from orchestrator.workload.batch import order_requests
 
 
 def ordered(batch: list[tuple[int, int]], ordering: str) -> list[tuple[int, int]]:

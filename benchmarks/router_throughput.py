@@ -33,9 +33,10 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.config import RunConfig, load_config  # noqa: E402
-from orchestrator.pd_dispatch import DispatchSettings, PDDispatcher  # noqa: E402
-from orchestrator.protocol import BenchRequest  # noqa: E402
+from orchestrator.config import RunConfig, load_config
+from orchestrator.records import BenchRequest
+from orchestrator.router.batch import run_batch
+from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -52,7 +53,7 @@ async def run_direct(endpoints, reqs, concurrency: int) -> tuple[float, list[flo
     d.set_workers(endpoints)
     latencies = []
     start = time.perf_counter()
-    async for r in d.run_batch(reqs, concurrency, time.time() + 600):
+    async for r in run_batch(d, reqs, concurrency, time.time() + 600):
         assert r.status == "ok", r.error
         latencies.append(time.time() - r.sent_at)
     elapsed = time.perf_counter() - start
@@ -119,7 +120,7 @@ def start_sglang_router(python: str, endpoints, port: int, log_path: Path) -> su
 
 
 def bench_config(result_dir: str) -> RunConfig:
-    from orchestrator.ports import free_port
+    from orchestrator.cluster.ports import free_port
 
     root = Path(__file__).resolve().parents[1]
     return load_config(root / "configs" / "default.yaml", [
@@ -149,8 +150,8 @@ def deployed_router(name: str, sglang_router_python: str | None = None) -> Itera
     from ray import serve
 
     from deployments.app import ROUTER_APP, deploy, expected_workers
-    from orchestrator.cluster import connect
-    from orchestrator.ports import free_port
+    from orchestrator.cluster.connect import connect
+    from orchestrator.cluster.ports import free_port
 
     tmp = tempfile.mkdtemp(prefix=name + "-")
     cfg = bench_config(tmp)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import router_throughput as paths  # noqa: E402
 
-from orchestrator.config import RunConfig, load_config  # noqa: E402
+from orchestrator.config import RunConfig, load_config
 
 LABELS = {"direct": "baseline: in-process dispatcher", "rust": "(a) sglang-router 0.3.2 (Rust, PD)",
           "handle": "(b) ours: batch API (Serve handle)", "http": "(c) ours: HTTP /generate (Serve proxy)"}
@@ -37,7 +37,7 @@ MODES = ("direct", "rust", "handle", "http")
 
 def bench_config(result_dir: str) -> RunConfig:
     """Embedded default at ~zero cost; model_path = a local model directory (tokenizer stays local)."""
-    from orchestrator.ports import free_port
+    from orchestrator.cluster.ports import free_port
 
     return load_config(ROOT / "configs" / "default.yaml", [
         "engine.sim.profile=cpu-fast", "engine.sim.time_scale=0.0001", "engine.sim.startup_s=0",

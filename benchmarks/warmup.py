@@ -31,9 +31,9 @@ def phase(result: dict, name: str) -> float:
 
 def modelled_warmup(config: str, overrides: list[str], policy: str) -> tuple[int, int, int, float]:
     """The warm-up batch bench would send, timed by the virtual-time simulation: (n, prompt tok, output tok, s)."""
-    from orchestrator.bench import warmup_batch
     from orchestrator.config import load_config
     from orchestrator.plan.simulate import simulate_run
+    from orchestrator.workload.batch import warmup_batch
 
     cfg = load_config(config, [*overrides, f"benchmark.warmup.policy={policy}"])
     batch = [(r.prompt_len, r.output_len) for r in warmup_batch(cfg, cfg.benchmark.num_prompts)]

@@ -20,11 +20,11 @@ import ray
 from ray import serve
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from orchestrator.cluster.ports import free_port
+from orchestrator.cluster.registry import get_registry
 from orchestrator.config import RunConfig
 from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for, engine_addresses
-from orchestrator.ports import free_port
-from orchestrator.protocol import WorkerEndpoint
-from orchestrator.registry import get_registry
+from orchestrator.records import WorkerEndpoint
 
 logger = logging.getLogger("ray.serve")
 
@@ -159,7 +159,7 @@ class EngineWorker:
             timeout_s = self._startup_timeout_s()
             self.engine.wait_healthy(timeout_s)
             if self.cfg.engine.kind == "sglang":  # prefill: also its bootstrap server knows every rank
-                from orchestrator.engines.sglang import wait_ready
+                from orchestrator.engines.sglang.launch import wait_ready
 
                 wait_ready(self.launch, timeout_s)
         except Exception as exc:  # reported through check_health and endpoint_info

@@ -19,9 +19,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
-from orchestrator.cluster import LocalCluster, LocalClusterState, init_driver  # noqa: E402
-from orchestrator.ports import free_port  # noqa: E402
-from orchestrator.config import RunConfig, config_from_dict  # noqa: E402
+from orchestrator.cluster.connect import init_driver
+from orchestrator.cluster.local import LocalCluster, LocalClusterState
+from orchestrator.cluster.ports import free_port
+from orchestrator.config import RunConfig, config_from_dict
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.25):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from orchestrator import accuracy
-from orchestrator.accuracy import AccuracyGateError, AccuracyGateSpec
 from orchestrator.cli import main
+from orchestrator.run import accuracy
+from orchestrator.run.accuracy import AccuracyGateError, AccuracyGateSpec
 from tests.test_sweep import sim_config, sim_server
 
 SPEC = AccuracyGateSpec(num_prompts=4, max_new_tokens=8)

@@ -7,9 +7,11 @@ import json
 
 import pytest
 
-from orchestrator.bench import complete_results, order_requests, run_bench, warmup_batch
-from orchestrator.protocol import BenchRequest, RequestResult
-from orchestrator.report import PhaseTime, RunVerdict, ThroughputSummary, redacted_env, result_block
+from orchestrator.observe.report import PhaseTime, RunVerdict, ThroughputSummary, redacted_env, result_block
+from orchestrator.records import BenchRequest, RequestResult
+from orchestrator.run.bench import run_bench
+from orchestrator.run.driver import complete_results
+from orchestrator.workload.batch import order_requests, warmup_batch
 
 EXPECTED_BLOCK = (
     "\n"
@@ -72,8 +74,8 @@ def test_secrets_in_env_are_redacted():
 
 
 def test_dataset_warmup_is_batch_shaped_but_short_and_never_collides_with_the_batch(make_sim_config):
-    from orchestrator.dataset import sample_sharegpt
-    from orchestrator.tokenizer import load_tokenizer
+    from orchestrator.workload.dataset import sample_sharegpt
+    from orchestrator.workload.tokenizer import load_tokenizer
 
     cfg = make_sim_config(overrides={"benchmark.num_prompts": 64,
                                      "benchmark.warmup": {"policy": "dataset", "num_prompts": 8, "max_output_len": 12}})
@@ -107,8 +109,6 @@ def test_failed_placement_gives_invalid_result_with_reason_and_json(make_sim_con
 
 @pytest.mark.ray
 def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
-    pytest.importorskip("deployments.router")
-    pytest.importorskip("orchestrator.engines.sim")
     cfg = make_sim_config(prefill=[{"count": 1, "tp": 2}], decode=[{"count": 1, "tp": 2}])
     result = run_bench(cfg, quiet=True, num_prompts=12)
     text = result.text()
@@ -126,7 +126,7 @@ def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
 
 
 def test_failures_are_grouped_by_reason_with_times_blanked():
-    from orchestrator.report import failure_reasons
+    from orchestrator.observe.report import failure_reasons
 
     errors = ["timeout: decode d/0: no answer within 222.5s", "timeout: decode d/0: no answer within 9s",
               "http_400: prefill p/0: bad input_ids"]

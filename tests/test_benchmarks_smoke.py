@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import kv_transfer  # noqa: E402
 import ordering  # noqa: E402
 
-from orchestrator.config import load_config  # noqa: E402
+from orchestrator.config import load_config
 from orchestrator.plan.simulate import synthetic_batch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

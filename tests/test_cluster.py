@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cluster import LocalClusterState, _descendants, _pid_alive
+from orchestrator.cluster.local import LocalClusterState
+from orchestrator.cluster.proc import _descendants, _pid_alive
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +27,7 @@ def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 
 def test_nodes_carry_role_labels_and_logical_gpus(ray_driver):
-    from orchestrator.cluster import node_inventory
+    from orchestrator.cluster.inventory import node_inventory
 
     nodes = node_inventory()
     assert sorted(n.labels.get("role") for n in nodes) == ["decode", "prefill"]
@@ -78,7 +79,7 @@ def test_local_config_attaches_to_ray_address_instead_of_starting(ray_cluster, t
 
 
 def test_each_local_node_gets_its_own_gpus_on_a_gpu_machine(monkeypatch):
-    from orchestrator.cluster import ClusterError, gpu_slices, machine_gpus
+    from orchestrator.cluster.inventory import ClusterError, gpu_slices, machine_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3, 4,5,6,7")
     assert gpu_slices(machine_gpus(), 4, ["prefill", "decode"]) == {"prefill": ["0", "1", "2", "3"],
@@ -95,7 +96,8 @@ def test_each_local_node_gets_its_own_gpus_on_a_gpu_machine(monkeypatch):
 def test_a_node_that_dies_while_the_next_one_starts_makes_the_cluster_start_over(ray_cluster, tmp_path):
     """CI once lost the head raylet while the decode raylet started (a port the head opens late was
     taken in between); start() must start the whole cluster over instead of failing."""
-    from orchestrator.cluster import LocalCluster, _kill_tree
+    from orchestrator.cluster.local import LocalCluster
+    from orchestrator.cluster.proc import _kill_tree
     from tests.conftest import sim_config
 
     killed: list[int] = []

@@ -5,17 +5,16 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.config import config_from_dict
-from orchestrator.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE
-from orchestrator.sim.costmodel import (
+from orchestrator.config.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE
+from orchestrator.perfmodel.costmodel import (
     GB,
-    GPU_SPECS,
     EngineCostModel,
     checkpoint_bytes,
     cost_model_for,
     experts_hit_fraction,
-    gpu_spec,
     param_counts,
 )
+from orchestrator.perfmodel.gpus import GPU_SPECS, gpu_spec
 
 H100 = GPU_SPECS["H100-SXM"]
 H200 = GPU_SPECS["H200"]

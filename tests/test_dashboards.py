@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.monitor import (
+from orchestrator.observe.dashboards import (
     DASHBOARD_DIR,
     DATASOURCE_UID,
     FOLDER_UID,
     dashboard_queries,
     expand_macros,
     load_dashboards,
-    render_prometheus_config,
     write_provisioning,
 )
+from orchestrator.observe.monitor import render_prometheus_config
 
 sys.path.insert(0, str(DASHBOARD_DIR))
 import build as dashboard_build  # noqa: E402  (dashboards/build.py is a script, not a package module)
@@ -259,7 +259,7 @@ def _push(url: str, env_token: str | None, *extra: str) -> subprocess.CompletedP
     if env_token is not None:
         env["GRAFANA_TOKEN"] = env_token
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "dashboards", "push", "--grafana-url", url,
+        [sys.executable, "-m", "orchestrator", "dashboards", "push", "--grafana-url", url,
          "--prometheus-url", "http://prom.example:9090", *extra],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=60,
     )

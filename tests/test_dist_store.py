@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engines import dist_store
-from orchestrator.ports import free_port
+from orchestrator.cluster.ports import free_port
+from orchestrator.engines.sglang import dist_store
 
 pytest.importorskip("torch.distributed")
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ WRAPPER = Path(dist_store.__file__)
 FAKE_RANK0 = r"""
 import json, os, sys
 import torch.distributed as dist
-from orchestrator.listening import listening_sockets
+from orchestrator.cluster.listening import listening_sockets
 init = os.environ.get("SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE") or sys.argv[1]
 dist.init_process_group("gloo", init_method=init, world_size=1, rank=0)
 dist.barrier(group=dist.new_group([0], backend="gloo"))

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.engines.base import WorkerPlacement, backend_for
-from orchestrator.engines.sglang import (
+from orchestrator.engines.sglang.launch import (
     DIST_STORE_WRAPPER,
     SglangBackend,
     SglangLaunchError,
@@ -267,7 +267,7 @@ def test_wait_ready_names_the_url_that_never_answered():
     ids=["local-cluster-keeps-ucx-on-loopback", "configured-devices-win", "real-cluster-lets-ucx-choose"],
 )
 def test_ucx_stays_on_loopback_on_a_one_machine_cluster(address, net_devices, expected):
-    from orchestrator.engines.sglang import transport_env
+    from orchestrator.engines.sglang.launch import transport_env
 
     sets = [f"cluster.address={address}"] + ([f"transfer.ucx.net_devices={net_devices}"] if net_devices else [])
     cfg = load_config(CONFIGS / "device-h200x2-1p1d.yaml", sets)

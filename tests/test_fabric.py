@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import config_from_dict
-from orchestrator.fabric import (
-    KvLayout,
-    PreflightError,
-    gpudirect_verdict,
-    parse_ucx_transports,
-    run_preflight,
-)
+from orchestrator.transfer.layout import KvLayout, PreflightError
+from orchestrator.transfer.preflight import gpudirect_verdict, parse_ucx_transports, run_preflight
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -36,9 +36,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from orchestrator.cluster import LocalClusterState
+from orchestrator.cluster.local import LocalClusterState
 from orchestrator.config import RunConfig, dump_config
-from orchestrator.protocol import BenchRequest, RequestResult, WorkerEndpoint
+from orchestrator.records import BenchRequest, RequestResult, WorkerEndpoint
 from tests.conftest import sim_config, wait_until
 from tests.test_security import cluster_pids, pid_alive, pid_listening_on
 
@@ -130,9 +130,9 @@ def engine_metric(url: str, name: str) -> float | None:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_mid_run_aborts_both_legs_stops_engines_and_writes_partial_result(ray_driver, tmp_path, sig):
-    from orchestrator.registry import get_registry
-
     import ray
+
+    from orchestrator.cluster.registry import get_registry
 
     num_prompts = 200  # ~tens of seconds at time_scale 20: the signal surely lands mid-run
     cfg = sim_config({"name": "shutdown", "engine.sim.time_scale": 20.0, "benchmark.num_prompts": num_prompts,

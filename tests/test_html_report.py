@@ -9,8 +9,9 @@ import re
 
 import pytest
 
-from orchestrator.html_report import PLOTS, RunData, main, summary, worker_load, write_report
-from orchestrator.protocol import RequestResult
+from orchestrator.cli import main
+from orchestrator.observe.html_report import PLOTS, RunData, summary, worker_load, write_report
+from orchestrator.records import RequestResult
 
 T0 = 1_700_000_000.0
 
@@ -102,7 +103,7 @@ def test_result_without_records_is_a_clear_error(tmp_path):
 
 def test_command_line_writes_into_the_out_folder(tmp_path, capsys):
     out = tmp_path / "report"
-    assert main([str(result_file(tmp_path, pd_records(10, 0))), "--out", str(out)]) == 0
+    assert main(["report", str(result_file(tmp_path, pd_records(10, 0))), "--out", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out / "report.html")
     assert sorted(p.name for p in out.iterdir()) == sorted([*(f"{n}.png" for n in PLOTS), "report.html"])
 

@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 
-from orchestrator.live import LiveState, LiveView
-from orchestrator.metrics import BenchMetrics
-from orchestrator.protocol import RequestResult
+from orchestrator.observe.live import LiveState, LiveView
+from orchestrator.observe.metrics import BenchMetrics
+from orchestrator.records import RequestResult
 
 
 def result(index: int, ok: bool = True, prompt: int = 200, completion: int = 50) -> RequestResult:

@@ -11,16 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.metrics import (
-    BENCH_PHASES,
-    REQUEST_STATES,
-    BenchMetrics,
-    RouterMetrics,
-    projected_finish,
-    start_exporter,
-)
-from orchestrator.protocol import RequestResult, WorkerEndpoint
-from orchestrator.scrape import (
+from orchestrator.observe.file_sd import (
     ENGINE_JOB,
     TargetFile,
     engine_group,
@@ -28,6 +19,15 @@ from orchestrator.scrape import (
     scrape_address,
     write_targets,
 )
+from orchestrator.observe.metrics import (
+    BENCH_PHASES,
+    REQUEST_STATES,
+    BenchMetrics,
+    RouterMetrics,
+    projected_finish,
+    start_exporter,
+)
+from orchestrator.records import RequestResult, WorkerEndpoint
 
 RUN = {"run_id": "r1", "layout": "1PxTP8/1DxTP8"}
 
@@ -224,9 +224,9 @@ def _wait_for(predicate, timeout_s: float, what: str):
 def test_scrape_targets_actor_follows_the_worker_registry_and_exporters(ray_driver, tmp_path):
     import ray
 
+    from orchestrator.cluster.registry import get_registry
     from orchestrator.config import MetricsConfig
-    from orchestrator.registry import get_registry
-    from orchestrator.scrape import register_exporter, serve_metrics, start_scrape_targets
+    from orchestrator.observe.file_sd import register_exporter, serve_metrics, start_scrape_targets
 
     path = tmp_path / "targets.json"
     actor = start_scrape_targets(path, "r1", poll_interval_s=0.2)

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from orchestrator import mlperf
 from orchestrator.cli import main
+from orchestrator.run import mlperf
 from tests.test_sweep import pd_cfg, pd_router, pd_workers, sim_server  # noqa: F401  (fixtures)
 
 pytest.importorskip("mlperf_loadgen")
@@ -112,7 +112,7 @@ def test_failed_requests_make_the_command_fail(tmp_path):
 def test_accuracy_mode_logs_exactly_the_tokens_the_router_returned(server, tmp_path):
     import numpy as np
 
-    from orchestrator.accuracy import greedy_outputs
+    from orchestrator.run.accuracy import greedy_outputs
 
     dataset = _prompts(tmp_path, 3)
     out = tmp_path / "accuracy"

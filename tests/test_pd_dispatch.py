@@ -15,9 +15,11 @@ import time
 import pytest
 from aiohttp import web
 
-from orchestrator.pd_dispatch import DispatchError, DispatchSettings, PDDispatcher
-from orchestrator.ports import free_port
-from orchestrator.protocol import BenchRequest, WorkerEndpoint
+from orchestrator.cluster.ports import free_port
+from orchestrator.records import BenchRequest, WorkerEndpoint
+from orchestrator.router.batch import run_batch
+from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
+from orchestrator.router.failures import DispatchError
 
 KV_BOARD: dict[tuple[int, int], asyncio.Event] = {}  # (prefill bootstrap port, room) -> KV "landed"
 
@@ -145,7 +147,7 @@ def bench(n: int, output_len: int = 4) -> list[BenchRequest]:
 async def collect(d: PDDispatcher, reqs: list[BenchRequest], max_in_flight: int = 8,
                   deadline_at: float | None = None) -> list:
     try:
-        return [r async for r in d.run_batch(reqs, max_in_flight, deadline_at)]
+        return [r async for r in run_batch(d, reqs, max_in_flight, deadline_at)]
     finally:
         await d.close()
 
@@ -311,7 +313,7 @@ def sim_pair(tmp_path_factory):
     from orchestrator.engines.base import EngineLaunch, EngineProcess
 
     logs = tmp_path_factory.mktemp("sim-logs")
-    common = [sys.executable, "-m", "orchestrator.sim.server", "--host", "127.0.0.1", "--profile", "cpu-fast",
+    common = [sys.executable, "-m", "orchestrator.engines.sim.server", "--host", "127.0.0.1", "--profile", "cpu-fast",
               "--startup-s", "0", "--model-preset", "DeepSeek-R1", "--quantization", "fp8"]
     env = {"UCX_NET_DEVICES": "lo"}
     p_port, b_port, d_port = free_port(), free_port(), free_port()
@@ -385,7 +387,7 @@ async def test_sim_prefill_that_never_sends_kv_is_timed_out_and_the_decode_leg_a
 async def test_router_metrics_count_each_request_once_and_in_flight_returns_to_zero(servers):
     from prometheus_client import CollectorRegistry
 
-    from orchestrator.metrics import RouterMetrics
+    from orchestrator.observe.metrics import RouterMetrics
 
     metrics = RouterMetrics("run-x", "1P1D", CollectorRegistry())
     servers["prefill-0/0"].fail_status = 500  # first attempts on it fail, their retries succeed elsewhere

@@ -10,8 +10,8 @@ from ray import serve
 from ray.util.state import list_actors, list_nodes
 
 from deployments.app import deploy, expected_workers, worker_groups
-from orchestrator.cluster import ClusterError, NodeInfo, check_nodes_fit, node_inventory
-from orchestrator.registry import get_registry
+from orchestrator.cluster.inventory import ClusterError, NodeInfo, check_nodes_fit, node_inventory
+from orchestrator.cluster.registry import get_registry
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.ray

@@ -17,7 +17,7 @@ from orchestrator.plan.compare import (
     measured_from_records,
 )
 from orchestrator.plan.simulate import simulate_run, synthetic_batch
-from orchestrator.protocol import RequestResult
+from orchestrator.records import RequestResult
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = synthetic_batch(200, seed=9)
@@ -90,9 +90,6 @@ def test_an_existing_real_run_of_the_same_layout_is_shown_with_the_prediction_er
 
 @pytest.mark.ray
 def test_the_real_path_runs_bench_and_shows_predicted_vs_measured(request, make_sim_config) -> None:
-    pytest.importorskip("orchestrator.bench")
-    pytest.importorskip("deployments.router")
-    pytest.importorskip("orchestrator.engines.sim")
     request.getfixturevalue("ray_driver")  # the session cluster, only once the parts exist
     cfg = make_sim_config()
     rows = compare([("sim-1p1d", cfg)], synthetic_batch(12, seed=1), real=True,

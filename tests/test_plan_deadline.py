@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.metrics import BENCH_PHASES
-from orchestrator.model_presets import DEEPSEEK_R1
+from orchestrator.config.model_presets import DEEPSEEK_R1
+from orchestrator.observe.metrics import BENCH_PHASES
+from orchestrator.perfmodel.costmodel import GB, checkpoint_bytes
 from orchestrator.plan.deadline import (
     AT_RISK,
     INVALID,
@@ -17,7 +18,6 @@ from orchestrator.plan.deadline import (
     projected_finish_s,
 )
 from orchestrator.plan.simulate import simulate_run, synthetic_batch
-from orchestrator.sim.costmodel import GB, checkpoint_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = synthetic_batch(200, seed=11)

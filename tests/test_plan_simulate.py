@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.config import RunConfig, config_from_dict
+from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulate import (
     SimulationError,
     percentile,
     simulate_run,
     synthetic_batch,
 )
-from orchestrator.sim.costmodel import cost_model_for
 
 
 def pd_config(**cluster) -> RunConfig:

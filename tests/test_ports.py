@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from orchestrator import ports
+from orchestrator.cluster import ports
 
 
 def _has_ipv6_loopback() -> bool:

@@ -24,25 +24,19 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchestrator.cluster.ports import free_port
 from orchestrator.config import config_from_dict
 from orchestrator.engines.base import EngineProcess, WorkerPlacement
-from orchestrator.engines.sim import SimBackend
-from orchestrator.ports import free_port
-from orchestrator.html_report import PLOTS, write_report
-from orchestrator.live import LiveView
-from orchestrator.metrics import BenchMetrics, RouterMetrics, start_exporter
-from orchestrator.monitor import (
-    MonitorPaths,
-    dashboard_queries,
-    expand_macros,
-    load_dashboards,
-    local_cluster_ray_sd_files,
-    prometheus_down,
-    prometheus_up,
-)
-from orchestrator.pd_dispatch import DispatchSettings, PDDispatcher
-from orchestrator.protocol import BenchRequest, WorkerEndpoint
-from orchestrator.scrape import TargetFile, engine_group, exporter_group
+from orchestrator.engines.sim.backend import SimBackend
+from orchestrator.observe.dashboards import dashboard_queries, expand_macros, load_dashboards
+from orchestrator.observe.file_sd import TargetFile, engine_group, exporter_group
+from orchestrator.observe.html_report import PLOTS, write_report
+from orchestrator.observe.live import LiveView
+from orchestrator.observe.metrics import BenchMetrics, RouterMetrics, start_exporter
+from orchestrator.observe.monitor import MonitorPaths, local_cluster_ray_sd_files, prometheus_down, prometheus_up
+from orchestrator.records import BenchRequest, WorkerEndpoint
+from orchestrator.router.batch import run_batch
+from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -145,7 +139,7 @@ def synthetic_batch(n: int) -> list[BenchRequest]:
 
 async def drive(dispatcher: PDDispatcher, requests, view: LiveView, deadline_at: float) -> list:
     results = []
-    async for result in dispatcher.run_batch(requests, max_in_flight=16, deadline_at=deadline_at):
+    async for result in run_batch(dispatcher, requests, max_in_flight=16, deadline_at=deadline_at):
         view.update(result)
         results.append(result)
     await dispatcher.close()
@@ -304,7 +298,7 @@ def test_monitor_up_and_down_from_the_command_line(tmp_path):
     port = free_port()
     sets = ["--set", f"benchmark.result_dir={tmp_path}", "--set", f"metrics.prometheus_port={port}",
             "--set", f"metrics.file_sd_path={tmp_path / 'targets.json'}"]
-    cli = [sys.executable, "-m", "orchestrator.cli", "monitor"]
+    cli = [sys.executable, "-m", "orchestrator", "monitor"]
     repo = Path(__file__).resolve().parents[1]
     up = subprocess.run([*cli, "up", *sets], capture_output=True, text=True, cwd=repo, timeout=60)
     pid_file = tmp_path / "monitor" / "prometheus.pid"
@@ -368,15 +362,14 @@ def test_cluster_dashboard_shows_ray_node_metrics_from_rays_sd_file(ray_cluster,
 def test_real_bench_run_is_scraped_through_the_file_sd(ray_driver, make_sim_config, tmp_path):
     """`run_bench` on the session cluster: engines reach the file_sd through the worker registry, the
     router replica's and the driver's exporters list themselves; Prometheus's counts match result.json."""
-    pytest.importorskip("deployments.router")
     import threading
 
     import ray
     from ray import serve
 
     from deployments.app import ROUTER_APP
-    from orchestrator.bench import run_bench
-    from orchestrator.scrape import start_scrape_targets
+    from orchestrator.observe.file_sd import start_scrape_targets
+    from orchestrator.run.bench import run_bench
 
     cfg = make_sim_config(overrides={"metrics.exporter_port": 0})
     targets_path = tmp_path / "targets.json"

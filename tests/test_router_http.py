@@ -17,8 +17,9 @@ import openai
 import pytest
 import uvicorn
 
-from deployments.router import RouterCore, build_http_app
-from orchestrator.protocol import BenchRequest
+from orchestrator.records import BenchRequest
+from orchestrator.router.core import RouterCore
+from orchestrator.router.http_app import build_http_app
 from tests.conftest import sim_config, wait_until
 from tests.test_pd_dispatch import sim_pair  # noqa: F401  (module-scoped fixture: 1 prefill + 1 decode)
 
@@ -240,7 +241,7 @@ def test_http_requests_feed_the_router_metrics_like_the_batch_api(sim_pair):  # 
     prompt, tokens per worker, failures by reason, nothing left in flight."""
     from prometheus_client import CollectorRegistry
 
-    from orchestrator.metrics import RouterMetrics
+    from orchestrator.observe.metrics import RouterMetrics
 
     metrics = RouterMetrics("http-run", "1P1D", CollectorRegistry())
     cfg = sim_config({"model": {"preset": "DeepSeek-R1", "quantization": "fp8"},

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from orchestrator.protocol import WorkerEndpoint
-from orchestrator.routing import LeastOutstanding, NoWorkerError, RoundRobin, WorkerState, eligible, make_policy
+from orchestrator.records import WorkerEndpoint
+from orchestrator.router.policies import LeastOutstanding, NoWorkerError, RoundRobin, WorkerState, eligible, make_policy
 
 
 def worker(name: str, role: str = "decode", outstanding: int = 0, healthy: bool = True,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cluster import LocalClusterState, _descendants, _pid_alive
-from orchestrator.listening import ListeningSocket, listening_sockets
+from orchestrator.cluster.listening import ListeningSocket, listening_sockets
+from orchestrator.cluster.local import LocalClusterState
+from orchestrator.cluster.proc import _descendants, _pid_alive
 
 
 def process_tree(pid: int) -> list[int]:

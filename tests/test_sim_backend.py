@@ -6,8 +6,8 @@ import json
 
 from orchestrator.config import config_from_dict
 from orchestrator.engines.base import WorkerPlacement, backend_for
-from orchestrator.engines.sim import supported_extra_args
-from orchestrator.sim.server import add_server_args, settings_from_args
+from orchestrator.engines.sim.backend import supported_extra_args
+from orchestrator.engines.sim.server import add_server_args, settings_from_args
 
 
 def config(**sim):
@@ -36,7 +36,7 @@ def parsed(argv: list[str]):
 def test_prefill_launch_is_a_sim_server_with_sglang_flags():
     cfg = config(time_scale=0.5)
     launch = backend_for(cfg).build_launch(cfg, cfg.layout.prefill[0], placement("prefill", bootstrap_port=8999))
-    assert launch.argv[1:3] == ["-m", "orchestrator.sim.server"]
+    assert launch.argv[1:3] == ["-m", "orchestrator.engines.sim.server"]
     s = parsed(launch.argv)
     assert (s.mode, s.tp, s.bootstrap_port, s.time_scale, s.profile) == ("prefill", 4, 8999, 0.5, "cpu-fast")
     assert s.chunked_prefill_size == 4096 and s.timeouts.waiting_timeout_s == 30

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.sim.faults import FaultInjector, FaultSpecError, parse_fault_spec
+from orchestrator.engines.sim.faults import FaultInjector, FaultSpecError, parse_fault_spec
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ import os
 import numpy as np
 import pytest
 
-from orchestrator.sim.kv_transfer import (
+from orchestrator.engines.sim.kv_decode import ReceivePool
+from orchestrator.engines.sim.kv_transfer import (
     PATTERN_BYTES,
     KvTransferError,
     NixlEndpoint,
-    ReceivePool,
     _verify,
     expected_kv_bytes,
     load_nixl_api,
@@ -72,7 +72,7 @@ def test_explicit_mode_choices():
 @pytest.mark.skipif(load_nixl_api() is None, reason="nixl is not importable")
 async def test_nixl_write_lands_verified_bytes_in_the_receive_buffer():
     api = load_nixl_api()
-    from orchestrator.sim.kv_transfer import _PATTERN_TWICE
+    from orchestrator.engines.sim.kv_transfer import _PATTERN_TWICE
 
     pool = ReceivePool(buffer_bytes=2 * PATTERN_BYTES)
     sender = NixlEndpoint(api, "test-sender", _PATTERN_TWICE)

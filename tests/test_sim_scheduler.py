@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from orchestrator.model_presets import DEEPSEEK_R1
-from orchestrator.sim.costmodel import GPU_SPECS, EngineCostModel
-from orchestrator.sim.scheduler import Scheduler, SchedulerLimits, SimRequest, output_token, prompt_seed
+from orchestrator.config.model_presets import DEEPSEEK_R1
+from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest, output_token, prompt_seed
+from orchestrator.perfmodel.costmodel import EngineCostModel
+from orchestrator.perfmodel.gpus import GPU_SPECS
 
 VOCAB = DEEPSEEK_R1.vocab_size
 

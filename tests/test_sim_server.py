@@ -17,12 +17,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.cluster.ports import free_port
 from orchestrator.config import RunConfig, config_from_dict
+from orchestrator.config.model_presets import DEEPSEEK_R1
 from orchestrator.engines.base import EngineProcess, WorkerPlacement
-from orchestrator.engines.sim import SimBackend
-from orchestrator.model_presets import DEEPSEEK_R1
-from orchestrator.ports import free_port
-from orchestrator.sim.kv_transfer import load_nixl_api
+from orchestrator.engines.sim.backend import SimBackend
+from orchestrator.engines.sim.kv_transfer import load_nixl_api
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 HAVE_NIXL = load_nixl_api() is not None

@@ -10,11 +10,11 @@ from typing import Iterator
 
 import pytest
 
-from orchestrator import sweep
-from orchestrator.accuracy import AccuracyGateSpec
 from orchestrator.cli import main
+from orchestrator.cluster.ports import free_port
 from orchestrator.config import RunConfig, load_config
-from orchestrator.ports import free_port
+from orchestrator.run import sweep
+from orchestrator.run.accuracy import AccuracyGateSpec
 
 # ------------------------------------------------------------------------------------------ helpers
 # Shared with test_accuracy.py and test_mlperf.py: real sim servers on loopback, a small ShareGPT file.
@@ -172,7 +172,7 @@ def test_same_command_runs_when_outputs_are_right(clean, tmp_path):
 def sim_pd_pair(cfg: RunConfig) -> Iterator[list]:
     """One sim prefill + one sim decode launched from `cfg` by the sim backend, as WorkerEndpoints."""
     from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for
-    from orchestrator.protocol import WorkerEndpoint
+    from orchestrator.records import WorkerEndpoint
 
     with tempfile.TemporaryDirectory(prefix="sim-pd-") as tmp:
         procs, endpoints = [], []
@@ -212,7 +212,7 @@ def pd_workers(pd_cfg):
 
 @pytest.fixture(scope="module")
 def pd_router(pd_cfg, pd_workers):
-    from deployments.router import RouterCore
+    from orchestrator.router.core import RouterCore
     from tests.test_router_http import Ingress
 
     core = RouterCore(pd_cfg, run_id="sweep-test")
@@ -261,7 +261,6 @@ def test_gate_stops_sweep_through_pd_router_when_decode_corrupts(pd_cfg, pd_rout
 def test_sweep_brings_up_the_config_deployment_without_url(ray_driver, make_sim_config, tmp_path):
     from orchestrator.config import dump_config
 
-    pytest.importorskip("deployments.router")
     config = tmp_path / "deploy.yaml"
     config.write_text(dump_config(make_sim_config()))
     out = tmp_path / "deployed"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
-from orchestrator.tokenizer import TokenizerError, load_tokenizer
+from orchestrator.workload.tokenizer import TokenizerError, load_tokenizer
 
 
 @pytest.fixture(autouse=True)

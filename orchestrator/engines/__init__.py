@@ -1,1 +1,1 @@
-"""Engine backends: how a worker process is launched (sim or real SGLang)."""
+"""Engines behind one interface: base.py (EngineBackend, registry by engine.kind) -> sglang/ | sim/."""

@@ -70,10 +70,10 @@ class EngineBackend(Protocol):
 
 def backend_for(cfg: RunConfig) -> EngineBackend:
     if cfg.engine.kind == "sim":
-        from orchestrator.engines.sim import SimBackend
+        from orchestrator.engines.sim.backend import SimBackend
 
         return SimBackend()
-    from orchestrator.engines.sglang import SglangBackend
+    from orchestrator.engines.sglang.launch import SglangBackend
 
     return SglangBackend()
 

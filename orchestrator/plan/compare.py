@@ -160,7 +160,7 @@ def compare(
         predicted = simulated_row(name, cfg, batch, disk_gb_s, jit_cached)
         rows.append(predicted)
         if real:
-            from orchestrator.bench import run_bench  # lazy: the bench driver brings up Ray and engines
+            from orchestrator.run.bench import run_bench
 
             result = run_bench(cfg, **(run_bench_kwargs or {}))
             rows.append(measured_row(name, cfg, measured_from_result(result), predicted, "this run"))

@@ -3,7 +3,7 @@
 config + batch -> placement (Ray) -> engine_start (weights from dummy/disk, CUDA graphs, JIT; servers
 start in parallel, the slowest counts) -> warmup (simulated) -> run (simulate.py on the actual batch)
 -> report -> DeadlineBudget with a VALID / at-risk / INVALID verdict. Phase names are the bench driver's
-(orchestrator.metrics.BENCH_PHASES), so `projected_finish_s` can feed its live projected-finish gauge.
+(orchestrator.observe.metrics.BENCH_PHASES), so `projected_finish_s` can feed its live projected-finish gauge.
 
 For the sim engine the prediction is of this machine's wall time: the simulated engine sleeps the cost
 model's durations x engine.sim.time_scale. Every number is labelled simulated.
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig
+from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulate import LABEL, SimulatedRun, simulate_run
-from orchestrator.sim.costmodel import cost_model_for
 
 VALID = "VALID"
 AT_RISK = "at-risk"

@@ -4,7 +4,7 @@ config -> per group: weights/GPU (by weight class), activation + CUDA-graph rese
 KV the batch's concurrency needs -> verdict fits | fits-with-little-KV | does-not-fit -> MemoryReport,
 with the nearest layouts that fit when one does not. `bench` calls `require_fit` before any bring-up.
 
-Assumptions are the cost model's (orchestrator/sim/costmodel.py): SGLang's static pool is
+Assumptions are the cost model's (orchestrator/perfmodel/costmodel.py): SGLang's static pool is
 mem_fraction_static x GPU memory and holds weights + KV; the rest is the activation/CUDA-graph reserve.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig, WorkerGroup, config_from_dict
-from orchestrator.sim.costmodel import GB, EngineCostModel, cost_model_for
+from orchestrator.perfmodel.costmodel import GB, EngineCostModel, cost_model_for
 
 FITS = "fits"
 LITTLE_KV = "fits-with-little-KV"

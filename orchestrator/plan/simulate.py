@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig
-from orchestrator.sim.costmodel import EngineCostModel, cost_model_for
+from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 
 LABEL = "simulated"
 
@@ -381,8 +381,8 @@ def sample_batch(cfg: RunConfig, synthetic: bool = False) -> tuple[list[tuple[in
     bench = cfg.benchmark
     if not synthetic:
         try:
-            from orchestrator.dataset import sample_sharegpt
-            from orchestrator.tokenizer import load_tokenizer
+            from orchestrator.workload.dataset import sample_sharegpt
+            from orchestrator.workload.tokenizer import load_tokenizer
         except ModuleNotFoundError:
             synthetic = True
     if synthetic:

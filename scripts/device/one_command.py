@@ -1,5 +1,5 @@
 """Run one `pd-orchestrator` subcommand importing only its module (the GPU image lacks some CLI deps).
-Usage: python scripts/device/one_command.py orchestrator.bench bench --config X [--set K=V ...]
+Usage: python scripts/device/one_command.py orchestrator.cli.bench bench --config X [--set K=V ...]
 """
 
 from __future__ import annotations

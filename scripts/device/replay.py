@@ -23,8 +23,9 @@ sys.path.insert(0, str(REPO))
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    from orchestrator.bench import max_in_flight, sample_batch, warmup_batch
     from orchestrator.config import load_config
+    from orchestrator.run.bench import max_in_flight
+    from orchestrator.workload.batch import sample_batch, warmup_batch
 
     cfg = load_config(args.config, args.overrides)
     reqs = sample_batch(cfg, cfg.benchmark.num_prompts)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 def cmd_start(args: argparse.Namespace) -> int:
     from orchestrator.config import load_config
     from orchestrator.engines.base import EngineProcess, WorkerPlacement
-    from orchestrator.engines.sglang import SglangBackend
+    from orchestrator.engines.sglang.launch import SglangBackend
 
     cfg = load_config(args.config, args.overrides)
     group = getattr(cfg.layout, args.role)[0]
@@ -46,7 +46,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     from orchestrator.engines.base import EngineLaunch
-    from orchestrator.engines.sglang import startup_time, wait_ready
+    from orchestrator.engines.sglang.launch import startup_time, wait_ready
 
     state = Path(args.state_dir)
     deadline = time.monotonic() + args.timeout_s

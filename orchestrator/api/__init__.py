@@ -1,0 +1,1 @@
+"""SGLang/OpenAI HTTP API shared by router, sim and clients: request bodies, SSE reading, the streaming client."""

@@ -1,0 +1,57 @@
+"""`pd-orchestrator` command line: the one list of commands, each declared and run by one module of this package.
+
+argv -> build_parser() (COMMANDS: command -> module with `register(subparsers)`) -> args.func(args) -> exit code.
+Modules are imported by name so `scripts/device/one_command.py` can load one command without the others'
+dependencies; `--config/--set` are declared once, in `orchestrator.cli.args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from orchestrator.config import ConfigError
+
+# Every command, in --help order, with the module that declares its arguments and runs it.
+COMMANDS: dict[str, str] = {
+    "config": "orchestrator.cli.config",
+    "plan": "orchestrator.cli.plan",
+    "compare": "orchestrator.cli.plan",
+    "cluster": "orchestrator.cli.cluster",
+    "preflight": "orchestrator.cli.preflight",
+    "bench": "orchestrator.cli.bench",
+    "report": "orchestrator.cli.report",
+    "monitor": "orchestrator.cli.monitor",
+    "dashboards": "orchestrator.cli.monitor",
+    "sweep": "orchestrator.cli.sweep",
+    "accuracy": "orchestrator.cli.accuracy",
+    "mlperf": "orchestrator.cli.mlperf",
+    "sim-server": "orchestrator.cli.sim_server",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pd-orchestrator",
+        description="Place SGLang prefill/decode workers on Ray, route requests, benchmark and observe.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in dict.fromkeys(COMMANDS.values()):
+        importlib.import_module(module).register(sub)
+    if set(sub.choices) != set(COMMANDS):  # a module added or lost a command without this list saying so
+        raise RuntimeError(f"commands registered {sorted(sub.choices)} differ from COMMANDS {sorted(COMMANDS)}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,38 @@
+"""`pd-orchestrator bench --config X`: the offline benchmark; prints SGLang's result block and the verdict."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+from orchestrator.cli.args import add_config_args, config_from_args
+from orchestrator.run.bench import run_bench
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    started_at = time.time()
+    cfg = config_from_args(args)
+    if args.quiet:
+        logging.getLogger("ray").setLevel(logging.WARNING)
+    result = run_bench(cfg, force=args.force, quiet=args.quiet, num_prompts=args.num_prompts,
+                       result_dir=args.result_dir, started_at=started_at)
+    print(result.text())
+    print(f"result: {result.result_path}")
+    if not result.valid:
+        first, *detail = (result.verdict.why_invalid() or "").splitlines()
+        if detail:
+            print("\n".join(detail))
+        print(f"INVALID: {first}", flush=True)  # the reason is the last line of the output (and job log)
+        return 1
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="offline benchmark: place workers, run the ShareGPT batch, print the result block")
+    add_config_args(p)
+    p.add_argument("--quiet", action="store_true", help="only the result block and the verdict")
+    p.add_argument("--force", action="store_true", help="run even if the memory preflight says it does not fit")
+    p.add_argument("--num-prompts", type=int, default=None, help="override benchmark.num_prompts")
+    p.add_argument("--result-dir", default=None, help="override benchmark.result_dir (result.json goes below)")
+    p.set_defaults(func=_cmd_bench)

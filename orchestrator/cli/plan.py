@@ -1,0 +1,130 @@
+"""`pd-orchestrator plan` (memory + deadline preflight, layout search) and `pd-orchestrator compare` (A/B)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from orchestrator.cli.args import add_config_args, add_overrides, config_from_args
+from orchestrator.config import RunConfig, load_config
+from orchestrator.perfmodel.gpus import GPU_SPECS
+from orchestrator.plan.compare import compare, compare_table, find_real_run
+from orchestrator.plan.deadline import INVALID, predict_deadline
+from orchestrator.plan.memory import check_layout_fits
+from orchestrator.plan.search import PlanError, ranking_table, search_layouts, write_top_configs
+from orchestrator.plan.simulate import LABEL, SimulationError, sample_batch
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--synthetic", action="store_true",
+        help="use a synthetic ShareGPT-shaped batch instead of sampling ShareGPT (faster; less faithful)",
+    )
+    parser.add_argument("--disk-gb-s", type=float, default=2.0, help="weight read speed per node for real weights (GB/s)")
+    parser.add_argument("--jit-cold", action="store_true", help="assume an empty DeepGEMM JIT cache (~10 min)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="memory + deadline preflight of a config; --search ranks the layouts that fit (simulated)",
+    )
+    add_config_args(p)
+    p.add_argument("--gpu", choices=sorted(GPU_SPECS), help="target GPU (default: cluster.gpu)")
+    p.add_argument("--search", action="store_true", help="enumerate layouts of the cluster and rank them")
+    p.add_argument("--top", type=int, default=3, help="how many ranked layouts to write (with --write-dir)")
+    p.add_argument("--write-dir", help="write the top layouts here as ready run configs")
+    _add_common(p)
+    p.set_defaults(func=_cmd_plan)
+
+    c = sub.add_parser("compare", help="A/B: the same sampled batch on several configs, one table")
+    c.add_argument("--configs", nargs="+", required=True, metavar="CONFIG.yaml", help="configs to compare; ratios are to the first")
+    mode = c.add_mutually_exclusive_group()
+    mode.add_argument("--simulate", action="store_true", default=True, help="virtual-time simulation (default)")
+    mode.add_argument("--real", action="store_true", help="run each config for real with `bench` (slow; needs the cluster)")
+    add_overrides(c, help="override one config key (applied to every config), e.g. --set benchmark.num_prompts=200")
+    _add_common(c)
+    c.set_defaults(func=_cmd_compare)
+
+
+def _batch(cfg: RunConfig, synthetic: bool) -> tuple[list[tuple[int, int]], str]:
+    batch, source = sample_batch(cfg, synthetic)
+    inputs, outputs = sum(p for p, _ in batch), sum(o for _, o in batch)
+    bench = cfg.benchmark
+    return batch, f"{len(batch)} prompts ({source}, seed {bench.seed}): {inputs:,} input + {outputs:,} output tokens"
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    gpu = args.gpu or cfg.cluster.gpu
+    if args.write_dir and not args.search:
+        print("--write-dir needs --search (it writes the ranked layouts)", file=sys.stderr)
+        return 2
+    if args.top < 1:
+        print(f"--top must be >= 1, got {args.top}", file=sys.stderr)
+        return 2
+    try:
+        batch, about = _batch(cfg, args.synthetic)
+        cluster = f"{cfg.cluster.num_nodes}x{cfg.cluster.gpus_per_node} {gpu}"
+        print(f"plan: {cfg.name} ({cfg.layout.describe()}) on {cluster}, {cfg.model.name} {cfg.model.quantization.upper()}")
+        print(f"batch: {about}\n")
+        memory = check_layout_fits(cfg, batch, gpu=gpu)
+        print(memory.table())
+        print(memory.summary() + "\n")
+        ok = memory.fits
+        if memory.fits:
+            budget = predict_deadline(cfg, batch, gpu=gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
+            print(f"deadline budget ({LABEL} on {gpu}, engine={cfg.engine.kind}):")
+            print(budget.table() + "\n")
+            ok = budget.verdict != INVALID
+            _print_measured(cfg, budget.run.output_throughput, budget.run.duration_s)
+        if args.search:
+            started = time.monotonic()
+            ranked = search_layouts(cfg, batch, gpu=gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
+            print(f"layout search on {cluster} ({len(ranked)} layouts, {time.monotonic() - started:.1f} s of CPU):")
+            print(ranking_table(ranked, gpu))
+            ok = any(c.budget is not None and c.budget.verdict != INVALID for c in ranked)
+            if args.write_dir:
+                paths = write_top_configs(cfg, ranked, args.top, args.write_dir, gpu)
+                print("\nwrote: " + (", ".join(str(p) for p in paths) or "nothing (no layout fits)"))
+    except (PlanError, SimulationError, ValueError) as exc:
+        print(f"plan: {exc}", file=sys.stderr)
+        return 2
+    return 0 if ok else 1
+
+
+def _print_measured(cfg: RunConfig, predicted_tok_s: float, predicted_run_s: float) -> None:
+    """Predicted vs measured, when a real run of this layout exists under benchmark.result_dir."""
+    found = find_real_run(cfg)
+    if found is None:
+        return
+    path, measured = found
+    measured_tok_s = measured.output_tokens / measured.duration_s
+    print(
+        f"measured ({path}): {measured_tok_s:,.0f} out tok/s, run {measured.duration_s:.1f} s; "
+        f"predicted {predicted_tok_s:,.0f} out tok/s, run {predicted_run_s:.1f} s "
+        f"(error {predicted_tok_s / measured_tok_s - 1:+.0%})\n"
+    )
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    configs = [(path.rsplit("/", 1)[-1].removesuffix(".yaml"), load_config(path, args.overrides)) for path in args.configs]
+    first = configs[0][1]
+    try:
+        batch, about = _batch(first, args.synthetic)
+        differs = [name for name, cfg in configs[1:] if cfg.benchmark.model_dump() != first.benchmark.model_dump()]
+        print(f"compare: the same batch on {len(configs)} configs: {about}")
+        if differs:
+            print(f"  note: {', '.join(differs)} have other benchmark settings; the first config's batch is used for all")
+        started = time.monotonic()
+        rows = compare(configs, batch, real=args.real, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
+    except (SimulationError, ValueError) as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    print(compare_table(rows))
+    print(
+        f"({LABEL} rows: virtual time on each config's cluster.gpu via the cost model, "
+        f"{time.monotonic() - started:.1f} s of CPU; ratio = output throughput / the first config's)"
+    )
+    return 0

@@ -1,0 +1,75 @@
+"""Attaching a driver: cluster.address (local | auto | host:port) -> ray.init on loopback-safe terms -> ClusterSession."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.cluster.local import DEFAULT_STATE_PATH, LocalCluster, LocalClusterState, ray_env
+from orchestrator.cluster.ray_loopback import SETUP_HOOK, is_loopback, keep_loopback_in_this_process
+from orchestrator.config import RunConfig
+
+
+@dataclass
+class ClusterSession:
+    """A connected driver: the address used, and the local cluster if this session started it."""
+
+    address: str
+    started: LocalCluster | None = None
+    dashboard_url: str | None = None
+    owns_driver: bool = True
+
+    def close(self) -> None:
+        import ray
+
+        if self.owns_driver and ray.is_initialized():
+            ray.shutdown()
+        if self.started is not None:
+            self.started.stop()
+
+
+def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_driver: bool = False) -> None:
+    """`ray.init` this process; on a loopback cluster, keep the address and the Serve replicas on loopback."""
+    import ray
+
+    runtime_env = None
+    host = (address or "").removeprefix("ray://").rsplit(":", 1)[0]
+    if is_loopback(host):
+        keep_loopback_in_this_process()
+        runtime_env = {"worker_process_setup_hook": SETUP_HOOK}
+    ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver, runtime_env=runtime_env)
+
+
+def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool = False) -> ClusterSession:
+    """Attach the driver to the cluster the config names, starting a local one if needed.
+
+    Inside `ray job submit` RAY_ADDRESS is set: a `cluster.address: local` config then attaches to that
+    cluster instead of starting a second one.
+    """
+    import ray
+
+    os.environ.update(ray_env())
+    if ray.is_initialized():  # a test or embedding program already attached this process
+        return ClusterSession(ray.get_runtime_context().gcs_address, None, None, owns_driver=False)
+    state_path = Path(state_path or Path(cfg.benchmark.result_dir) / DEFAULT_STATE_PATH.name)
+    started: LocalCluster | None = None
+    dashboard_url = None
+    if not cfg.cluster.is_local:
+        address = cfg.cluster.address
+    elif os.environ.get("RAY_ADDRESS") and not os.environ["RAY_ADDRESS"].startswith(("http://", "https://")):
+        address = os.environ["RAY_ADDRESS"]  # set by Ray inside `ray job submit` jobs: attach
+    else:
+        # an http:// RAY_ADDRESS is a dashboard (job API) address, not one a driver can attach to
+        state = LocalClusterState.load(state_path)
+        if state is None or not state.alive():
+            started = LocalCluster(cfg.cluster, state_path)
+            state = started.start()
+        address, dashboard_url = state.gcs_address, state.dashboard_url
+    try:
+        init_driver(address, log_to_driver=log_to_driver)
+    except Exception:
+        if started is not None:
+            started.stop()
+        raise
+    return ClusterSession(address, started, dashboard_url)

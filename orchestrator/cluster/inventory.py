@@ -1,0 +1,111 @@
+"""Node inventory (alive nodes, labels, GPUs) and the check that a layout's workers fit the nodes by role."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from orchestrator.config import RunConfig
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot host the layout, or a local cluster failed to start; the message says the fix."""
+
+
+def machine_gpus() -> list[str]:
+    """GPU ids this process may use: CUDA_VISIBLE_DEVICES if set, else every GPU the NVIDIA driver lists."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        return []
+
+
+def gpu_slices(gpus: list[str], per_node: int, roles: list[str]) -> dict[str, list[str]]:
+    """Each local node's own GPUs, in node order; {} when the machine has none (logical GPUs only)."""
+    if not gpus:
+        return {}
+    need = per_node * len(roles)
+    if len(gpus) < need:
+        raise ClusterError(
+            f"cluster.gpus_per_node={per_node}: {len(roles)} local nodes need {need} GPUs, this machine has "
+            f"{len(gpus)} ({','.join(gpus)}); set cluster.gpus_per_node: {len(gpus) // len(roles) or 1}"
+            + ("" if len(gpus) >= len(roles) else " and cluster.local.gpu_split: off (then the nodes share GPUs)")
+        )
+    return {role: gpus[i * per_node:(i + 1) * per_node] for i, role in enumerate(roles)}
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    ip: str
+    labels: dict[str, str]
+    gpus: float
+    cpus: float
+    gpu_type: str | None = None
+
+
+def node_inventory() -> list[NodeInfo]:
+    """Alive nodes of the connected cluster with labels and resources (for checks and the run report)."""
+    import ray
+
+    out = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        res = n.get("Resources", {})
+        gpu_type = next((k.removeprefix("accelerator_type:") for k in res if k.startswith("accelerator_type:")), None)
+        out.append(
+            NodeInfo(
+                node_id=n["NodeID"],
+                ip=n.get("NodeManagerAddress", ""),
+                labels={k: v for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")},
+                gpus=float(res.get("GPU", 0)),
+                cpus=float(res.get("CPU", 0)),
+                gpu_type=gpu_type,
+            )
+        )
+    return out
+
+
+def check_nodes_fit(cfg: RunConfig, nodes: list[NodeInfo]) -> None:
+    """Raise ClusterError before placing anything if a role has no node or too few GPUs."""
+    key = cfg.cluster.roles.label_key
+    need: dict[str, list[tuple[str, int, int]]] = {}  # role value -> [(group, per-node GPUs, servers)]
+    problems = []
+    for role, i, group in cfg.layout.groups():
+        value = cfg.node_role(role, group)
+        per_node = -(-group.gpus_per_server // group.nnodes)
+        name = group.name or f"{role}-{i}"
+        # rank 0 of every server needs a node of its role; further ranks of a multi-node server any node
+        need.setdefault(value, []).append((name, per_node, group.count))
+        if group.nnodes > 1 and sum(n.gpus >= per_node for n in nodes) < group.nnodes:
+            problems.append(
+                f"{name}: one server spans {group.nnodes} nodes with {per_node} GPUs each, but only "
+                f"{sum(n.gpus >= per_node for n in nodes)} node(s) have that many; add nodes or lower nnodes"
+            )
+    for value, groups in need.items():
+        labelled = [n for n in nodes if n.labels.get(key) == value]
+        if not labelled:
+            problems.append(
+                f"no node labelled {key}={value}; start one with "
+                f"`ray start --address=<head> --labels {key}={value} --num-gpus=<n>`"
+            )
+            continue
+        slots = {n.node_id: int(n.gpus) for n in labelled}
+        # first-fit in descending size order: how Ray's STRICT_PACK groups fill nodes, close enough to tell
+        for name, per_node, servers in sorted(groups, key=lambda g: -g[1]):
+            for _ in range(servers):
+                node = next((nid for nid, free in slots.items() if free >= per_node), None)
+                if node is None:
+                    have = ", ".join(f"{n.ip}:{int(n.gpus)} GPU" for n in labelled)
+                    problems.append(
+                        f"{name}: needs {servers} x {per_node} GPUs on nodes labelled {key}={value}, "
+                        f"but those nodes have {have}; add GPUs/nodes or shrink layout"
+                    )
+                    break
+                slots[node] -= per_node
+    if problems:
+        raise ClusterError("cluster cannot host the layout:\n  " + "\n  ".join(problems))

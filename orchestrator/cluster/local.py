@@ -1,0 +1,276 @@
+"""Ray cluster access: start/stop a local labelled 2-node cluster, attach to a real one, check node roles.
+
+Node roles are Ray node labels (`cluster.roles.label_key`, default `role=prefill|decode`). A local
+cluster is the head raylet (= prefill node) plus a second raylet (= decode node) on this machine, each
+advertising `cluster.gpus_per_node` *logical* GPUs so placement groups reserve GPUs exactly as on a real
+cluster. We start each raylet with `ray start --block` in its own process group and remember those PIDs
+in a state file; stopping kills exactly those process trees (never `ray stop`, which kills every Ray
+process on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from orchestrator.cluster.inventory import ClusterError, gpu_slices, machine_gpus
+from orchestrator.cluster.ports import free_port
+from orchestrator.cluster.proc import _exited, _kill_tree, _pid_alive, _tail
+from orchestrator.cluster.ray_loopback import LOOPBACK_ENV, is_loopback
+from orchestrator.config import ClusterConfig
+
+DEFAULT_STATE_PATH = Path("runs/local-cluster.json")
+# defaults for every Ray process and client we start; the caller's environment wins, so a cluster with
+# token auth works with RAY_AUTH_MODE=token (docs/running.md §4)
+RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+NODE_START_TIMEOUT_S = 180.0
+
+
+def ray_env() -> dict[str, str]:
+    """This process's environment with RAY_ENV_DEFAULTS filled in where unset (or empty)."""
+    return {**RAY_ENV_DEFAULTS, **{k: v for k, v in os.environ.items() if v}}
+
+
+class NodeExited(ClusterError):
+    """A local raylet we started exited during start-up."""
+
+    def __init__(self, message: str, pid: int):
+        super().__init__(message)
+        self.pid = pid
+
+
+class EarlierNodeExited(NodeExited):
+    """A raylet that was already up exited while the next one started: the cluster is started over."""
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _ray_executable() -> str:
+    beside = Path(sys.executable).parent / "ray"
+    found = str(beside) if beside.exists() else shutil.which("ray")
+    if not found:
+        raise ClusterError("the `ray` command is not installed next to this Python; run scripts/dev-setup.sh")
+    return found
+
+
+@dataclass
+class LocalNode:
+    """One raylet we started: its role label, the PID of its `ray start --block` process, its temp dir."""
+
+    role: str
+    pid: int
+    temp_dir: str
+    metrics_export_port: int
+    log_path: str
+    gpus: list[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES of this raylet; empty: logical GPUs
+
+
+@dataclass
+class LocalClusterState:
+    """What `cluster up --local` started; persisted so `cluster down` (or a later run) can find it."""
+
+    gcs_address: str
+    dashboard_url: str
+    label_key: str
+    gpus_per_node: int
+    nodes: list[LocalNode] = field(default_factory=list)
+    root_dir: str = ""
+    started_at: float = 0.0
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> "LocalClusterState | None":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            return None
+        data["nodes"] = [LocalNode(**n) for n in data.get("nodes", [])]
+        return cls(**data)
+
+    def alive(self) -> bool:
+        host, port = self.gcs_address.rsplit(":", 1)
+        return all(_pid_alive(n.pid) for n in self.nodes) and _port_open(host, int(port))
+
+
+class LocalCluster:
+    """A 2-node Ray cluster on this machine: head labelled prefill, second raylet labelled decode."""
+
+    def __init__(self, cluster: ClusterConfig, state_path: Path = DEFAULT_STATE_PATH):
+        self.cluster = cluster
+        self.state_path = Path(state_path)
+        self.state: LocalClusterState | None = None
+        self.gpus: dict[str, list[str]] = {}
+
+    def start(self, timeout_s: float = NODE_START_TIMEOUT_S, attempts: int = 3) -> LocalClusterState:
+        for attempt in range(attempts):
+            try:
+                return self._start_once(timeout_s)
+            except EarlierNodeExited:
+                # say, a port the head opens late was taken in between: start over on fresh ports
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> LocalClusterState:
+        local = self.cluster.local
+        roles = self.cluster.roles
+        host = local.bind_host
+        gcs_port = local.head_port or free_port(host)
+        dashboard_port = local.dashboard_port or free_port(host)
+        split = local.gpu_split == "auto"
+        self.gpus = gpu_slices(machine_gpus(), self.cluster.gpus_per_node, [roles.prefill, roles.decode]) if split else {}
+        root = Path(tempfile.mkdtemp(prefix="pdo-ray-", dir="/tmp"))  # short: Ray's socket paths must fit
+        state = LocalClusterState(
+            gcs_address=f"{host}:{gcs_port}",
+            dashboard_url=f"http://{host}:{dashboard_port}",
+            label_key=roles.label_key,
+            gpus_per_node=self.cluster.gpus_per_node,
+            root_dir=str(root),
+            started_at=time.time(),
+        )
+        self.state = state
+        try:
+            head_args = [
+                "--head",
+                f"--port={gcs_port}",
+                "--include-dashboard=true",
+                f"--dashboard-host={host}",
+                f"--dashboard-port={dashboard_port}",
+                f"--ray-client-server-port={free_port(host)}",
+            ]
+            # the second raylet gives up at once if the head is not registered in the GCS yet, so wait
+            # for the head to be listed as an alive node (through the dashboard), not just the GCS port
+            self._start_with_retries(roles.prefill, head_args, root / "head", 1, timeout_s)
+            worker_args = [f"--address={state.gcs_address}"]
+            self._start_with_retries(roles.decode, worker_args, root / "decode", 2, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return state
+
+    def _start_with_retries(self, role: str, args: list[str], temp_dir: Path, alive_after: int,
+                            timeout_s: float, attempts: int = 5) -> None:
+        """Start one raylet and wait until `alive_after` nodes are alive.
+
+        Ray gives a starting raylet a fixed 30 s to register with the GCS; on a box loaded by other jobs
+        that is sometimes not enough and `ray start` exits, so a node that exits is started again.
+        """
+        assert self.state is not None
+        for attempt in range(attempts):
+            node_dir = temp_dir.with_name(temp_dir.name + (f"-{attempt}" if attempt else ""))
+            self.state.nodes.append(self._start_node(role, args, node_dir))
+            self.state.save(self.state_path)
+            try:
+                self._wait(lambda: self._alive_node_count() >= alive_after, timeout_s, f"node {role} alive")
+                return
+            except NodeExited as exited:
+                if exited.pid != self.state.nodes[-1].pid:
+                    raise EarlierNodeExited(str(exited), exited.pid) from None
+                node = self.state.nodes.pop()
+                _kill_tree(node.pid)
+                self.state.save(self.state_path)
+                if attempt == attempts - 1:
+                    raise
+
+    def _start_node(self, role: str, role_args: list[str], temp_dir: Path) -> LocalNode:
+        local = self.cluster.local
+        temp_dir.mkdir(parents=True, exist_ok=True)
+        metrics_port = free_port(local.bind_host)
+        loopback = is_loopback(local.bind_host)
+        # on loopback Ray's own CLI would rewrite 127.0.0.1 to the outward IP and listen beyond loopback
+        ray_cli = [sys.executable, "-m", "orchestrator.cluster.ray_loopback"] if loopback else [_ray_executable()]
+        argv = [
+            *ray_cli,
+            "start",
+            "--block",
+            *role_args,
+            f"--node-ip-address={local.bind_host}",
+            f"--num-cpus={local.num_cpus_per_node}",
+            f"--num-gpus={self.cluster.gpus_per_node}",
+            f"--labels={self.cluster.roles.label_key}={role}",
+            f"--object-store-memory={local.object_store_memory_bytes}",
+            f"--temp-dir={temp_dir}",
+            f"--metrics-export-port={metrics_port}",
+            # every port a raylet would otherwise pick for itself comes from ports.free_port's pool
+            f"--dashboard-agent-listen-port={free_port(local.bind_host)}",
+            f"--dashboard-agent-grpc-port={free_port(local.bind_host)}",
+            f"--runtime-env-agent-port={free_port(local.bind_host)}",
+            "--disable-usage-stats",
+        ]
+        gpus = self.gpus.get(role, [])
+        gpu_env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
+        log_path = temp_dir.parent / f"ray-start-{role}.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                env={**ray_env(), **(LOOPBACK_ENV if loopback else {}), **gpu_env, "RAY_NUM_REDIS_GET_RETRIES": "120"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own group: we kill exactly this tree, never by name
+            )
+        return LocalNode(role, proc.pid, str(temp_dir), metrics_port, str(log_path), gpus)
+
+    def _alive_node_count(self) -> int:
+        from ray.util.state import list_nodes
+
+        assert self.state is not None
+        try:
+            nodes = list_nodes(address=self.state.dashboard_url, filters=[("state", "=", "ALIVE")])
+        except Exception:  # the dashboard answers only once it is up
+            return 0
+        return len(nodes)
+
+    def _wait(self, ready, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.state is not None
+            dead = [n for n in self.state.nodes if not _pid_alive(n.pid) or _exited(n.pid)]
+            if dead:
+                node = dead[0]
+                raise NodeExited(
+                    f"local Ray node role={node.role} exited during start-up; see {node.log_path}:\n"
+                    + _tail(node.log_path),
+                    node.pid,
+                )
+            if ready():
+                return
+            time.sleep(0.5)
+        raise ClusterError(f"local Ray cluster: timed out after {timeout_s:.0f}s waiting for {what}")
+
+    def stop(self) -> None:
+        """Kill exactly the process trees this cluster started and remove its temp dirs."""
+        state = self.state or LocalClusterState.load(self.state_path)
+        if state is None:
+            return
+        for node in reversed(state.nodes):
+            _kill_tree(node.pid)
+        if state.root_dir and Path(state.root_dir).name.startswith("pdo-ray-"):
+            shutil.rmtree(state.root_dir, ignore_errors=True)
+        saved = LocalClusterState.load(self.state_path)
+        if saved is not None and saved.gcs_address == state.gcs_address:
+            self.state_path.unlink(missing_ok=True)
+        self.state = None
+
+
+# ---- attaching and checking -------------------------------------------------------------------
+
+
+# ---- CLI ------------------------------------------------------------------------------------------
+
+

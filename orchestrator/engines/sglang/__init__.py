@@ -1,0 +1,1 @@
+"""Real SGLang engine: launch argv and environment, the dist-store wrapper, readiness."""

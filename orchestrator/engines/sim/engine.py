@@ -1,0 +1,447 @@
+"""The simulated engine: settings, the cost model it is timed by, and one SimEngine per server process.
+
+SimEngine owns the scheduler, metrics, fault injector and PD KV transfer; `server.py` puts SGLang's HTTP
+API in front of it and `requests.py` turns /generate bodies into items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.engines.sim.faults import FaultInjector, RequestFate, parse_fault_spec
+from orchestrator.engines.sim.kv_decode import KvReceiver
+from orchestrator.engines.sim.kv_prefill import KvAux, PrefillKvServer
+from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, resolve_transfer_mode
+from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetrics
+from orchestrator.engines.sim.requests import BadRequest, Item, TextCodec
+from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
+from orchestrator.engines.sim.settings import SimSettings, architecture_of, cost_model_of
+
+log = logging.getLogger("orchestrator.engines.sim.server")
+
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # SGLang's warm-up/health host: no peer, no transfer
+SGLANG_VERSION = "0.5.17"
+MISSING_ROOM = "Invalid request: Disaggregated request received without bootstrap room id."
+
+
+# ----- settings ------------------------------------------------------------------------------------------
+
+
+# ----- the engine -----------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Run:
+    """One item in flight: its scheduler request, the task driving its PD phases, and its end."""
+
+    item: Item
+    req: SimRequest
+    streaming: bool
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    error: tuple[int, str] | None = None  # (HTTP status, message) when it failed
+    final_reason: dict | None = None  # overrides the scheduler's (PD prefill: length 0)
+    cached_tokens: int = 0
+    submitted: bool = False
+    task: asyncio.Task | None = None
+
+    @property
+    def finish_reason(self) -> dict | None:
+        if self.error is not None:
+            return {"type": "abort", "message": self.error[1], "status_code": self.error[0], "err_type": None}
+        return self.final_reason or self.req.finish_reason
+
+
+class SimEngine:
+    """The simulated worker: owns the scheduler, metrics, faults and (in PD) the KV transfer side."""
+
+    def __init__(self, settings: SimSettings):
+        self.settings = settings
+        self.arch = architecture_of(settings)
+        self.cost = cost_model_of(settings, self.arch)
+        capacity = self.cost.kv_capacity_tokens()
+        if capacity < 1:
+            raise ValueError(
+                f"{self.arch.name} ({settings.quantization}) weights need "
+                f"{self.cost.weights_bytes_per_gpu() / 2**30:.1f} GiB per GPU at tp={settings.tp}, more than "
+                f"{self.cost.mem_fraction_static:.2f} x {self.cost.gpu.memory_gb:g} GiB of {settings.profile}: "
+                "no room for KV cache; raise --tp-size or use a smaller weight format (--quantization)"
+            )
+        self.transfer_mode = resolve_transfer_mode(settings.kv_transfer) if settings.mode != "null" else "none"
+        breakdown = self.cost.startup_breakdown_s("dummy")
+        modelled_startup = sum(breakdown.values())
+        self.startup_s = (
+            settings.startup_s if settings.startup_s is not None else modelled_startup * settings.time_scale
+        )
+        scale = self.startup_s / modelled_startup if modelled_startup > 0 else 0.0
+        self.startup_phases = {
+            "load_weight": breakdown["weights"] * scale,
+            "kv_cache_allocation": breakdown["kv_alloc"] * scale,
+            "cuda_graph": breakdown["cuda_graphs"] * scale,
+            "tokenizer_e2e": breakdown["init"] * scale,
+            "scheduler_e2e": self.startup_s,
+        }
+        self.faults = FaultInjector(parse_fault_spec(settings.faults))
+        self.scheduler = Scheduler(
+            self.cost,
+            SchedulerLimits(
+                max_running_requests=self.cost.max_running(),
+                kv_capacity_tokens=capacity,
+                chunked_prefill_tokens=self.cost.chunked_prefill_tokens,
+                time_scale=settings.time_scale,
+            ),
+            vocab_size=self.arch.vocab_size,
+            eos_token_id=self.arch.eos_token_id,
+            slow_factor=lambda: self.faults.step_factor,
+        )
+        self.metrics = SimMetrics(
+            MetricLabels(settings.served_model_name, settings.engine_type),
+            max_total_num_tokens=capacity,
+            startup_phases_s=self.startup_phases,
+        )
+        self.queues = PdQueueSizes()
+        self.runs: set[Run] = set()  # in flight; rids may repeat, so not keyed by rid
+        self.codec: TextCodec | None = None
+        self.ready = False
+        self.started_at = time.time()
+        self.prefill_kv: PrefillKvServer | None = None
+        self.receiver: KvReceiver | None = None
+        self._crash_timer: asyncio.TimerHandle | None = None
+
+    # ----- lifecycle ---------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Start the scheduler and build the PD side (NIXL agents); needs the running loop."""
+        s = self.settings
+        self.scheduler.start()
+        if s.mode == "prefill":
+            self.prefill_kv = PrefillKvServer(
+                server_info=self.prefill_server_info,
+                is_ready=lambda: self.ready,
+                modelled_transfer_s=self.modelled_transfer_s,
+                on_transfer_done=self.metrics.observe_kv_transfer,
+                transfer_mode=self.transfer_mode,
+                endpoint_name=f"sim-prefill-{uuid.uuid4().hex[:12]}",
+            )
+        elif s.mode == "decode":
+            self.receiver = KvReceiver(s.timeouts, self.transfer_mode, s.node, s.kv_buffer_mb * MIB, s.kv_verify)
+        self._arm_crash_timer()
+
+    async def warm_up(self) -> None:
+        """Load the tokenizer and wait out the simulated start-up; /health answers 503 until then."""
+        s = self.settings
+        started = time.monotonic()
+        self.codec = await asyncio.get_running_loop().run_in_executor(None, TextCodec, s.model_path)
+        await asyncio.sleep(max(0.0, self.startup_s - (time.monotonic() - started)))
+        self.ready = True
+        log.info("The server is fired up and ready to roll! (simulated %s, %s)", s.engine_type, s.profile)
+
+    async def stop(self) -> None:
+        await self.scheduler.stop()
+        if self.receiver is not None:
+            await self.receiver.close()
+
+    def apply_faults(self, raw: str | dict) -> None:
+        self.faults = FaultInjector(parse_fault_spec(raw))
+        self._arm_crash_timer()
+
+    def _arm_crash_timer(self) -> None:
+        if self._crash_timer is not None:
+            self._crash_timer.cancel()
+            self._crash_timer = None
+        at = self.faults.spec.crash_at_s
+        if at is not None:
+            self._crash_timer = asyncio.get_running_loop().call_later(at, crash, "crash_at_s")
+
+    # ----- facts ---------------------------------------------------------------------------------------------
+    def modelled_transfer_s(self, prompt_tokens: int, decode_node: str | None) -> float:
+        same_node = decode_node == self.settings.node
+        seconds = self.cost.kv_transfer_s(prompt_tokens, same_node=same_node)
+        return seconds * self.settings.time_scale * self.faults.step_factor
+
+    def kv_bytes(self, prompt_tokens: int) -> int:
+        return prompt_tokens * self.cost.kv_bytes_per_token()
+
+    def prefill_server_info(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "attn_tp_size": s.tp // (s.dp if s.dp_attention else 1),
+            "attn_cp_size": 1,
+            "dp_size": s.dp,
+            "pp_size": 1,
+            "page_size": 1,
+            "kv_cache_dtype": "auto",
+            "follow_bootstrap_room": True,
+            "enable_dsa_cache_layer_split": False,
+            "prefill_http_port": s.port,
+            "target_tp_rank": None,
+            "sim_kv_transfer": self.transfer_mode,
+            "sim_host": s.host,
+            "sim_bootstrap_port": s.bootstrap_port,
+            "simulated": True,
+        }
+
+    def server_info(self) -> dict[str, Any]:
+        s = self.settings
+        stats = self.scheduler.stats()
+        args = {
+            "model_path": s.model_path or s.model_preset,
+            "served_model_name": s.served_model_name,
+            "host": s.host,
+            "port": s.port,
+            "disaggregation_mode": s.mode,
+            "disaggregation_bootstrap_port": s.bootstrap_port,
+            "disaggregation_transfer_backend": "nixl",
+            "tp_size": s.tp,
+            "dp_size": s.dp,
+            "ep_size": s.ep,
+            "enable_dp_attention": s.dp_attention,
+            "nnodes": s.nnodes,
+            "quantization": s.quantization,
+            "max_running_requests": self.scheduler.limits.max_running_requests,
+            "chunked_prefill_size": self.scheduler.limits.chunked_prefill_tokens,
+            "mem_fraction_static": self.cost.mem_fraction_static,
+            "context_length": s.context_length or self.arch.max_position_embeddings,
+            "page_size": 1,
+            "kv_cache_dtype": "auto",
+            "load_format": "dummy",
+            "enable_metrics": True,
+        }
+        startup_time = {**self.startup_phases, "cuda_graph": {"decode": self.startup_phases["cuda_graph"]}}
+        memory = {
+            "weight": self.cost.weights_bytes_per_gpu() / 2**30,
+            "kvcache": self.cost.kv_bytes_per_gpu() / 2**30,
+            "token_capacity": stats.kv_capacity_tokens,
+            "graph": 0.0,
+        }
+        return {
+            **args,
+            "scheduler_info": {
+                "max_total_num_tokens": stats.kv_capacity_tokens,
+                "max_req_input_len": stats.kv_capacity_tokens - 1,
+            },
+            "max_total_num_tokens": stats.kv_capacity_tokens,
+            "startup_time": startup_time,
+            "internal_states": [
+                {
+                    **args,
+                    "last_gen_throughput": stats.gen_throughput,
+                    "memory_usage": memory,
+                    "startup_time": startup_time,
+                    "effective_max_running_requests_per_dp": self.scheduler.limits.max_running_requests,
+                }
+            ],
+            "version": f"{SGLANG_VERSION}-sim",
+            "kv_events": None,
+            "simulated": True,
+            "sim": {
+                "profile": s.profile,
+                "time_scale": s.time_scale,
+                "kv_transfer": self.transfer_mode,
+                "kv_bytes_per_token": self.cost.kv_bytes_per_token(),
+                "tokenizer": self.codec.kind if self.codec else "loading",
+                "node": s.node,
+                "faults": self.faults.describe(),
+            },
+        }
+
+    # ----- requests ------------------------------------------------------------------------------------------
+    def check_item(self, item: Item) -> None:
+        s = self.settings
+        limit = self.scheduler.max_request_tokens()
+        if len(item.input_ids) >= limit:
+            raise BadRequest(
+                f"The input ({len(item.input_ids)} tokens) is longer than the model's context length "
+                f"({limit} tokens)."
+            )
+        if any(t < 0 or t >= self.arch.vocab_size for t in item.input_ids):
+            raise BadRequest(f"input_ids must be token ids in [0, {self.arch.vocab_size})")
+        if s.mode != "null" and item.bootstrap_host != FAKE_BOOTSTRAP_HOST:
+            if item.bootstrap_room is None:
+                raise BadRequest(MISSING_ROOM)
+            if s.mode == "decode" and not item.bootstrap_host:
+                raise BadRequest("bootstrap_host is required on a decode server: the host of the prefill's bootstrap server")
+
+    def start_run(self, item: Item, fate: RequestFate, streaming: bool) -> Run:
+        req = SimRequest(
+            rid=item.rid,
+            input_ids=item.input_ids,
+            max_new_tokens=item.params.max_new_tokens,
+            ignore_eos=item.params.ignore_eos,
+            corrupt=fate.corrupt,
+        )
+        run = Run(item, req, streaming)
+        self.runs.add(run)
+        run.task = asyncio.get_running_loop().create_task(self._drive(run, fate))
+        return run
+
+    async def _drive(self, run: Run, fate: RequestFate) -> None:
+        mode = self.settings.mode
+        local = mode == "null" or run.item.bootstrap_host == FAKE_BOOTSTRAP_HOST
+        if mode == "prefill":
+            run.req.max_new_tokens = 1  # SGLang's prefill samples exactly the first token
+        try:
+            if local:
+                await self._run_in_scheduler(run)
+            elif mode == "prefill":
+                await self._drive_prefill(run, fate)
+            else:
+                await self._drive_decode(run)
+        except asyncio.CancelledError:
+            if run.submitted and not run.req.finished:
+                self.scheduler.abort_request(run.req)
+            if run.error is None and run.final_reason is None:
+                run.final_reason = {"type": "abort", "message": "Abort before prefill" if not run.submitted
+                                    else "Aborted by AbortReq."}
+        except KvTransferError as exc:
+            run.error = (500, str(exc))
+        except Exception as exc:
+            log.exception("request %s failed", run.item.rid)
+            run.error = (500, f"simulated engine error: {exc}")
+        finally:
+            self._finish_run(run)
+
+    async def _run_in_scheduler(self, run: Run) -> None:
+        self.scheduler.submit(run.req)
+        run.submitted = True
+        await run.req.finished_event.wait()
+
+    async def _drive_prefill(self, run: Run, fate: RequestFate) -> None:
+        assert self.prefill_kv is not None
+        room_id = int(run.item.bootstrap_room)  # type: ignore[arg-type]
+        room = self.prefill_kv.room(room_id)
+        run.req.hold_kv = True  # its KV stays allocated until the transfer ends
+        try:
+            self.queues.prefill_bootstrap += 1
+            try:
+                await asyncio.wait_for(room.handshaken.wait(), self.settings.timeouts.bootstrap_timeout_s)
+            except asyncio.TimeoutError:
+                self.metrics.bootstrap_failed()
+                raise KvTransferError(
+                    "bootstrap",
+                    f"Prefill bootstrap failed for request rank=0 (bootstrap_room={room_id}): no decode handshake "
+                    f"within {self.settings.timeouts.bootstrap_timeout_s:g} s",
+                ) from None
+            finally:
+                self.queues.prefill_bootstrap -= 1
+            await self._run_in_scheduler(run)
+            if run.req.aborted:
+                return
+            self.queues.prefill_inflight += 1
+            try:
+                if not fate.hang_transfer:
+                    aux = KvAux(run.req.output_ids[0], run.req.prompt_len, 0, self.kv_bytes(run.req.prompt_len))
+                    room.kv_ready.set_result(aux)
+                try:
+                    await asyncio.shield(room.done)
+                except KvTransferError:
+                    self.metrics.transfer_failed()
+                    raise
+                run.final_reason = {"type": "length", "length": 0}
+                run.req.finished_at = time.monotonic()  # the prefill's request ends with its transfer
+            finally:
+                self.queues.prefill_inflight -= 1
+        finally:
+            room.fail("prefill request ended before the transfer")  # no-op once the transfer completed
+            self.prefill_kv.drop(room_id)
+            await self.scheduler.release(run.req)
+
+    async def _drive_decode(self, run: Run) -> None:
+        assert self.receiver is not None
+        item = run.item
+        addr = f"http://{_url_host(item.bootstrap_host)}:{item.bootstrap_port or self.settings.bootstrap_port}"
+        room = int(item.bootstrap_room)  # type: ignore[arg-type]
+        reserved = 0
+        self.queues.decode_prealloc += 1
+        in_prealloc = True
+        try:
+            try:
+                await self.receiver.connect(addr, room)
+            except KvTransferError:
+                self.metrics.bootstrap_failed()
+                raise
+            reserve = self.scheduler.kv_reserve_tokens(run.req.prompt_len, run.req.max_new_tokens)
+            await self.scheduler.reserve_kv(reserve)
+            reserved = reserve
+            self.queues.decode_prealloc -= 1
+            in_prealloc = False
+            self.queues.decode_transfer += 1
+            try:
+                aux = await self.receiver.fetch(addr, room, item.rid)
+            except KvTransferError:
+                self.metrics.transfer_failed()
+                raise
+            finally:
+                self.queues.decode_transfer -= 1
+            run.cached_tokens = aux.cached_tokens
+            run.req.first_token = aux.first_token
+            run.req.kv_prereserved = True
+            run.req.kv_tokens, reserved = reserved, 0  # ownership moves to the scheduler request
+            await self._run_in_scheduler(run)
+        finally:
+            if in_prealloc:
+                self.queues.decode_prealloc -= 1
+            if reserved:
+                await self.scheduler.release_kv(reserved)
+
+    def _finish_run(self, run: Run) -> None:
+        req = run.req
+        req.finished_at = req.finished_at or time.monotonic()
+        self.runs.discard(run)
+        run.done.set()
+        req.updated.set()
+        if run.item.rid.startswith("HEALTH_CHECK_"):
+            return  # SGLang's health probe sets log_metrics=False
+        ttft = (req.first_token_at - req.created_at) if req.first_token_at else None
+        self.metrics.observe_finished(
+            streaming=run.streaming,
+            prompt_tokens=req.prompt_len,
+            completion_tokens=len(req.output_ids),
+            ttft_s=ttft,
+            e2e_s=req.finished_at - req.created_at,
+            aborted=(run.finish_reason or {}).get("type") == "abort",
+        )
+
+    def abort(self, rid: str, abort_all: bool) -> int:
+        """SGLang's /abort_request: rid prefix match over every queue (bootstrap, transfer, scheduler)."""
+        matched = [r for r in self.runs if abort_all or (rid and r.item.rid.startswith(rid))]
+        for run in matched:
+            if run.task is not None:
+                run.task.cancel()
+        return len(matched)
+
+    def response(self, run: Run, text_ids: list[int] | None = None) -> dict[str, Any]:
+        req = run.req
+        ids = req.output_ids if text_ids is None else text_ids
+        end = req.finished_at or time.monotonic()
+        return {
+            "text": self.codec.decode(ids) if self.codec else "",
+            "output_ids": list(ids),
+            "meta_info": {
+                "id": run.item.rid,
+                "finish_reason": run.finish_reason if run.done.is_set() else None,
+                "prompt_tokens": req.prompt_len,
+                "completion_tokens": len(req.output_ids),
+                "cached_tokens": run.cached_tokens,
+                "reasoning_tokens": 0,
+                "weight_version": "default",
+                "num_retractions": 0,
+                "e2e_latency": end - req.created_at,
+                "simulated": True,
+            },
+        }
+
+
+def _url_host(host: str | None) -> str:
+    return f"[{host}]" if host and ":" in host and not host.startswith("[") else str(host)
+
+
+
+
+def crash(reason: str) -> None:
+    """A fault-injected crash: no cleanup, no goodbye, like a killed process (exit code 137)."""
+    log.error("simulated crash (%s)", reason)
+    logging.shutdown()
+    os._exit(137)

@@ -1,0 +1,169 @@
+"""Prefill -> decode KV transfer of the simulated engine: real bytes, verified, through NIXL or HTTP.
+
+decode KvReceiver -> prefill bootstrap server (GET /route, then per room: handshake, ready, data, finish)
+
+The prefill's bootstrap server (`--disaggregation-bootstrap-port`) answers SGLang's readiness routes
+(`GET /route`, `GET /health`) plus our own `/sim/kv/{room}/...` control routes. The decode drives one
+room through them: handshake (its metadata, like SGLang's decode sending KV indices), `ready` (long poll
+until the prefill's forward produced the first token), data, `finish` (the prefill waits the modelled
+transfer time, then answers its own client). Data is the model's KV size in bytes of a seeded pattern
+that depends on the room; it moves through a bounded receive buffer on the decode (slots of
+`slot_bytes`), by NIXL WRITE into registered CPU memory when `nixl` is importable, else as an HTTP
+stream, and every chunk is compared against the pattern.
+
+Failure handling mirrors SGLang 0.5.17: the decode retries `GET /route` (15 x 1 s) before its handshake
+fails; a heartbeat on the prefill's bootstrap `/health` (every 5 s, 2 failures) fails every room of a
+dead prefill; KV that never comes fails at the waiting timeout (300 s); the decode then aborts the room
+on the prefill, whose own request ends in a 500. All of these are flags of the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib
+import logging
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+MIB = 2**20
+PATTERN_BYTES = 8 * MIB  # one pattern period; also the largest chunk moved in one piece
+POLL_MIN_S, POLL_MAX_S = 0.0002, 0.002  # NIXL completion/notification polling, with backoff
+_PATTERN = np.random.default_rng(2025).integers(0, 256, PATTERN_BYTES, dtype=np.uint8)
+_PATTERN_TWICE = np.concatenate([_PATTERN, _PATTERN])  # any window <= PATTERN_BYTES is one slice
+
+
+def expected_kv_bytes(room: int, offset: int, length: int) -> np.ndarray:
+    """The bytes a room's KV holds at [offset, offset+length): a window of the pattern, shifted per room."""
+    if length > PATTERN_BYTES:
+        raise ValueError(f"chunk of {length} bytes exceeds the pattern period {PATTERN_BYTES}")
+    start = (room * 7919 + offset) % PATTERN_BYTES
+    return _PATTERN_TWICE[start : start + length]
+
+
+class KvTransferError(RuntimeError):
+    """A room failed. kind: 'bootstrap' (handshake never completed) or 'transfer' (KV never arrived)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class PdTimeouts:
+    """SGLang's PD timeouts (defaults = SGLang 0.5.17's), in wall seconds."""
+
+    bootstrap_retries: int = 15  # decode: GET /route attempts before the handshake fails
+    bootstrap_retry_interval_s: float = 1.0
+    heartbeat_interval_s: float = 5.0  # decode -> prefill bootstrap /health
+    heartbeat_max_failures: int = 2
+    waiting_timeout_s: float = 300.0  # decode: handshake sent -> KV complete
+    bootstrap_timeout_s: float = 300.0  # prefill: request arrived -> decode handshake
+
+
+def load_nixl_api() -> ModuleType | None:
+    """nixl._api (the `nixl` meta package) or a CUDA-specific wheel's copy, else None."""
+    for name in ("nixl._api", "nixl_cu12._api", "nixl_cu13._api"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
+def resolve_transfer_mode(requested: str) -> str:
+    """auto -> nixl when importable, else http; an explicit nixl without NIXL is an error."""
+    if requested not in ("auto", "nixl", "http"):
+        raise ValueError(f"--kv-transfer={requested!r}; allowed: auto, nixl, http")
+    if requested == "http":
+        return "http"
+    if load_nixl_api() is not None:
+        return "nixl"
+    if requested == "nixl":
+        raise ValueError(
+            "--kv-transfer=nixl but NIXL is not importable; install the nixl extra "
+            "(pip install -e '.[nixl]') or use --kv-transfer auto|http"
+        )
+    return "http"
+
+
+class NixlEndpoint:
+    """One NIXL agent (UCX backend, progress thread) with one registered CPU region."""
+
+    def __init__(self, api: ModuleType, name: str, region: np.ndarray):
+        self.api = api
+        self.name = name
+        self.region = region  # keep it alive: NIXL holds its address
+        self.base = int(region.ctypes.data)
+        self.agent = api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
+        self.agent.register_memory([(self.base, region.nbytes, 0, "")], "DRAM")
+        self._peers: dict[str, str] = {}
+        self._metadata_b64 = base64.b64encode(self.agent.get_agent_metadata()).decode()
+
+    def metadata_b64(self) -> str:
+        return self._metadata_b64
+
+    def add_peer(self, name: str, metadata_b64: str) -> str:
+        if name not in self._peers:
+            added = self.agent.add_remote_agent(base64.b64decode(metadata_b64))
+            # add_remote_agent returns bytes in NIXL 1.5.1 although documented as str
+            self._peers[name] = added.decode() if isinstance(added, bytes) else str(added)
+        return self._peers[name]
+
+    async def write(self, peer: str, src_offset: int, dst_addr: int, length: int, notif: bytes) -> None:
+        """WRITE region[src_offset:+length] to the peer's dst_addr; returns when NIXL reports DONE."""
+        local = self.agent.get_xfer_descs([(self.base + src_offset, length, 0)], "DRAM")
+        remote = self.agent.get_xfer_descs([(dst_addr, length, 0)], "DRAM")
+        handle = self.agent.initialize_xfer("WRITE", local, remote, peer, notif)
+        try:
+            state = self.agent.transfer(handle)
+            pause = POLL_MIN_S
+            while state == "PROC":  # the progress thread completes it; back off so waiting costs little CPU
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, POLL_MAX_S)
+                state = self.agent.check_xfer_state(handle)
+            if state != "DONE":
+                raise KvTransferError("transfer", f"NIXL WRITE to {peer} ended in state {state}")
+        finally:
+            self.agent.release_xfer_handle(handle)
+
+    def new_notifs(self) -> list[bytes]:
+        return [msg for msgs in self.agent.get_new_notifs().values() for msg in msgs]
+
+
+# ----- prefill side ----------------------------------------------------------------------------------------
+
+
+# ----- decode side -----------------------------------------------------------------------------------------
+
+
+VERIFY_MODES = ("full", "sampled")
+SAMPLE_STRIDE, SAMPLE_BYTES = 4096, 64  # sampled: the first 64 bytes of every 4 KiB
+
+
+def _verify(data: np.ndarray, room: int, offset: int, mode: str = "full") -> None:
+    """Compare received bytes with the room's pattern: every byte, or 64 of every 4 KiB (`sampled`).
+
+    Full comparison is the bulk of a decode's CPU when the batch is large; sampling still catches a wrong
+    room, offset or missing chunk, not a single flipped byte.
+    """
+    expected = expected_kv_bytes(room, offset, len(data))
+    if mode == "sampled" and len(data) >= SAMPLE_STRIDE:
+        rows = len(data) // SAMPLE_STRIDE
+        got = data[: rows * SAMPLE_STRIDE].reshape(rows, SAMPLE_STRIDE)[:, :SAMPLE_BYTES]
+        want = expected[: rows * SAMPLE_STRIDE].reshape(rows, SAMPLE_STRIDE)[:, :SAMPLE_BYTES]
+        same = np.array_equal(got, want) and np.array_equal(data[-SAMPLE_BYTES:], expected[-SAMPLE_BYTES:])
+    else:
+        words = len(data) // 8 * 8
+        same = np.array_equal(data[:words].view(np.uint64), expected[:words].view(np.uint64)) and np.array_equal(
+            data[words:], expected[words:]
+        )
+    if not same:
+        bad = int(np.argmax(data != expected))
+        raise KvTransferError(
+            "transfer", f"KV bytes of room {room} corrupted at byte {offset + bad} (verification against pattern)"
+        )

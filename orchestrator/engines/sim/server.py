@@ -1,0 +1,404 @@
+"""Simulated SGLang engine server: one process is one worker speaking SGLang 0.5.17's HTTP API.
+
+argv -> SimSettings -> SimEngine (scheduler + metrics + faults + PD transfer) -> aiohttp app on --port
+        (+ on a prefill: the bootstrap app on --disaggregation-bootstrap-port, see kv_transfer.py)
+
+Every answer is labelled simulated (`meta_info.simulated`, `/server_info.simulated`, `sglang:simulated`).
+Run one by hand: `pd-orchestrator sim-server --mode prefill --port 30000` or `python -m orchestrator.engines.sim.server`.
+This module is the HTTP face and the command line; the engine is `engine.py`, request bodies `requests.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import uuid
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from orchestrator.config.model_presets import MODEL_PRESETS
+from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine, crash
+from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, parse_fault_spec
+from orchestrator.engines.sim.kv_transfer import MIB, PdTimeouts
+from orchestrator.engines.sim.metrics import CONTENT_TYPE
+from orchestrator.engines.sim.requests import BadRequest, GenerateBody, Item, SamplingParams, normalise
+from orchestrator.engines.sim.settings import SimSettings
+from orchestrator.perfmodel.gpus import GPU_SPECS
+
+log = logging.getLogger("orchestrator.engines.sim.server")
+
+FLUSH_NOTE = "Please check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)"
+
+
+def sglang_error(status: int, message: str) -> web.Response:
+    """SGLang's error bodies: 400 -> {"error": {"message"}}, 5xx -> the OpenAI-style error object."""
+    if status == 400:
+        return web.json_response({"error": {"message": message}}, status=400)
+    return web.json_response(
+        {"object": "error", "message": message, "type": str(status), "param": None, "code": status}, status=status
+    )
+
+
+def _field_path(loc: tuple) -> str:
+    """pydantic's error location without its union-branch tags ('input_ids.list[int].0' -> 'input_ids.0')."""
+    parts = [str(p) for p in loc if isinstance(p, int) or (p[:1].islower() and "[" not in p)]
+    return ".".join(parts) or "(body: expected a JSON object)"
+
+
+async def _wait_event(event: asyncio.Event) -> None:
+    await event.wait()
+    event.clear()
+
+
+async def _hang_forever() -> None:
+    await asyncio.Event().wait()
+
+
+# ----- HTTP -----------------------------------------------------------------------------------------------
+class SimHttpApi:
+    """Thin aiohttp handlers over a SimEngine."""
+
+    def __init__(self, engine: SimEngine):
+        self.engine = engine
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * MIB)
+        r = app.router
+        r.add_post("/generate", self.generate)
+        r.add_get("/health", self.health)
+        r.add_get("/health_generate", self.health_generate)
+        for path in ("/server_info", "/get_server_info"):
+            r.add_get(path, self.server_info)
+        for path in ("/model_info", "/get_model_info"):
+            r.add_get(path, self.model_info)
+        r.add_get("/v1/models", self.models)
+        r.add_get("/ping", self.health)
+        r.add_post("/abort_request", self.abort_request)
+        r.add_route("*", "/flush_cache", self.flush_cache)
+        r.add_get("/metrics", self.metrics)
+        r.add_get("/sim/faults", self.get_faults)
+        r.add_post("/sim/faults", self.post_faults)
+        return app
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        e = self.engine
+        if not e.ready:
+            return sglang_error(503, "The server is starting up (simulated start-up delay).")
+        fate = e.faults.on_request()
+        if fate.crash:
+            crash("crash_after_requests")
+        if fate.hang:
+            await _hang_forever()
+        try:
+            body = GenerateBody.model_validate(await request.json())
+            items, is_batch = normalise(body, e.codec)  # type: ignore[arg-type]
+            for item in items:
+                e.check_item(item)
+        except json.JSONDecodeError as exc:
+            return sglang_error(400, f"Request body is not valid JSON: {exc.msg}")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            return sglang_error(400, f"Invalid request field {_field_path(first['loc'])}: {first['msg']}")
+        except BadRequest as exc:
+            return sglang_error(400, str(exc))
+        if fate.error:
+            return sglang_error(500, "Simulated fault (error_rate): internal server error.")
+        runs = [e.start_run(item, fate, body.stream) for item in items]
+        if body.stream:
+            return await self._stream(request, runs)
+        await asyncio.gather(*(run.done.wait() for run in runs))
+        for run in runs:
+            if run.error is not None:
+                return sglang_error(*run.error)
+        outs = [e.response(run) for run in runs]
+        return web.json_response(outs if is_batch else outs[0])
+
+    async def _stream(self, request: web.Request, runs: list[Run]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        incremental = self.engine.settings.incremental_streaming_output
+
+        async def pump(run: Run) -> None:
+            sent = 0
+            while True:
+                if len(run.req.output_ids) > sent and run.req.finished:
+                    await run.done.wait()  # the last tokens go out with the finish_reason, in one chunk
+                finished = run.done.is_set()
+                new = len(run.req.output_ids) > sent
+                if new or finished:
+                    ids = run.req.output_ids[sent:] if incremental else run.req.output_ids
+                    out = self.engine.response(run, text_ids=list(ids))
+                    if len(runs) > 1:
+                        out["index"] = run.item.index
+                    await resp.write(f"data: {json.dumps(out)}\n\n".encode())
+                    sent = len(run.req.output_ids)
+                if finished:
+                    return
+                await _wait_event(run.req.updated)
+
+        await asyncio.gather(*(pump(run) for run in runs))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def health(self, request: web.Request) -> web.Response:
+        if not self.engine.ready:
+            return web.Response(status=503)
+        if self.engine.faults.hangs_health:
+            await _hang_forever()
+        return web.Response(status=200)
+
+    async def health_generate(self, request: web.Request) -> web.Response:
+        """A one-token generation through the scheduler (PD: the fake bootstrap host, no peer needed)."""
+        e = self.engine
+        if not e.ready:
+            return web.Response(status=503)
+        if e.faults.hangs_health:
+            await _hang_forever()
+        item = Item(0, f"HEALTH_CHECK_{uuid.uuid4().hex}", [0], SamplingParams(max_new_tokens=1),
+                    FAKE_BOOTSTRAP_HOST, None, 0)
+        run = e.start_run(item, RequestFate(), streaming=False)
+        try:
+            await asyncio.wait_for(run.done.wait(), 20.0)
+        except asyncio.TimeoutError:
+            e.abort(item.rid, abort_all=False)
+            return web.Response(status=503)
+        return web.Response(status=200 if run.error is None else 503)
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        return web.json_response(self.engine.server_info())
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        s = self.engine.settings
+        return web.json_response(
+            {
+                "model_path": s.model_path or s.model_preset,
+                "tokenizer_path": s.model_path or s.model_preset,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": "deepseek_v3",
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "simulated": True,
+            }
+        )
+
+    async def models(self, request: web.Request) -> web.Response:
+        s = self.engine.settings
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": s.served_model_name,
+                        "object": "model",
+                        "created": int(self.engine.started_at),
+                        "owned_by": "sglang",
+                        "root": s.model_path or s.model_preset,
+                        "max_model_len": s.context_length or self.engine.arch.max_position_embeddings,
+                    }
+                ],
+            }
+        )
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return sglang_error(400, "abort_request expects a JSON body {\"rid\": ..., \"abort_all\": false}")
+        self.engine.abort(str(body.get("rid") or ""), bool(body.get("abort_all", False)))
+        return web.Response(status=200)
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        if not self.engine.scheduler.idle() or self.engine.runs:
+            return web.Response(status=400, text=f"Cache not flushed. {FLUSH_NOTE}")
+        return web.Response(status=200, text=f"Cache flushed.\n{FLUSH_NOTE}")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        e = self.engine
+        e.metrics.refresh(e.scheduler.stats(), e.queues)
+        return web.Response(body=e.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def get_faults(self, request: web.Request) -> web.Response:
+        return web.json_response(self.engine.faults.describe())
+
+    async def post_faults(self, request: web.Request) -> web.Response:
+        try:
+            self.engine.apply_faults(await request.text())
+        except FaultSpecError as exc:
+            return sglang_error(400, str(exc))
+        return web.json_response(self.engine.faults.describe())
+
+
+# ----- process ----------------------------------------------------------------------------------------------
+async def serve(settings: SimSettings) -> None:
+    """Bind the API (and the prefill's bootstrap server), simulate start-up, serve until SIGTERM/SIGINT."""
+    engine = SimEngine(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runners: list[web.AppRunner] = []
+    engine.prepare()
+    starting = loop.create_task(engine.warm_up())
+    try:
+        await _bind(runners, SimHttpApi(engine).app(), settings.host, settings.port)
+        if engine.prefill_kv is not None:
+            await _bind(runners, engine.prefill_kv.app(), settings.host, settings.bootstrap_port)
+        log.info("simulated %s server on http://%s:%d (bootstrap port %s, kv transfer %s)", settings.engine_type,
+                 settings.host, settings.port, settings.bootstrap_port if settings.mode == "prefill" else "-",
+                 engine.transfer_mode)
+        await stop.wait()
+    finally:
+        starting.cancel()
+        for runner in runners:
+            await runner.cleanup()
+        await engine.stop()
+
+
+async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, port: int) -> None:
+    # in-flight requests (a hung one never ends) get 2 s after SIGTERM, like a server that is going away
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    await runner.setup()
+    runners.append(runner)
+    await web.TCPSite(runner, host, port, reuse_address=True, backlog=2048).start()  # uvicorn default, as SGLang
+
+
+def add_server_args(p: argparse.ArgumentParser) -> None:
+    """Flags: SGLang's names where SGLang has the flag, sim-only ones otherwise."""
+    g = p.add_argument_group("SGLang flags")
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=30000)
+    g.add_argument("--disaggregation-mode", "--mode", dest="mode", choices=["null", "prefill", "decode"], default="null")
+    g.add_argument("--disaggregation-bootstrap-port", dest="bootstrap_port", type=int, default=8998)
+    g.add_argument("--disaggregation-transfer-backend", default="nixl", help="accepted; the sim moves KV per --kv-transfer")
+    g.add_argument("--model-path", default=None, help="model directory with config.json (and tokenizer.json)")
+    g.add_argument("--served-model-name", default=None)
+    g.add_argument("--tp-size", "--tp", dest="tp", type=int, default=1)
+    g.add_argument("--dp-size", "--dp", dest="dp", type=int, default=1)
+    g.add_argument("--ep-size", "--ep", dest="ep", type=int, default=1)
+    g.add_argument("--enable-dp-attention", action="store_true")
+    g.add_argument("--nnodes", type=int, default=1)
+    g.add_argument("--max-running-requests", type=int, default=None)
+    g.add_argument("--chunked-prefill-size", type=int, default=None)
+    g.add_argument("--mem-fraction-static", type=float, default=None)
+    g.add_argument("--context-length", type=int, default=None)
+    g.add_argument("--quantization", default="fp8", help="weight format: bf16, fp8, w4a8, awq")
+    g.add_argument("--incremental-streaming-output", action="store_true")
+    for flag in ("--enable-metrics", "--trust-remote-code", "--skip-server-warmup"):
+        g.add_argument(flag, action="store_true", help="accepted for compatibility")
+    for flag in ("--page-size", "--kv-cache-dtype", "--load-format", "--node-rank", "--dist-init-addr", "--base-gpu-id"):
+        g.add_argument(flag, default=None, help="accepted for compatibility")
+    s = p.add_argument_group("simulator flags")
+    s.add_argument("--model-preset", default=None, help=f"architecture preset: {sorted(MODEL_PRESETS)}")
+    s.add_argument("--profile", default="H100-SXM", choices=sorted(GPU_SPECS), help="cost-model GPU profile")
+    s.add_argument("--gpu-memory-gb", type=float, default=None)
+    s.add_argument("--efficiency-prefill", type=float, default=0.45)
+    s.add_argument("--efficiency-decode", type=float, default=0.6)
+    s.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated duration")
+    s.add_argument("--startup-s", type=float, default=None, help="start-up delay; default cost model x time scale")
+    s.add_argument("--faults", default=None, help="fault spec JSON, see docs/simulator.md")
+    s.add_argument("--kv-transfer", choices=["auto", "nixl", "http"], default="auto")
+    s.add_argument("--kv-buffer-mb", type=int, default=64, help="decode receive buffer (MiB), 8 MiB per transfer")
+    s.add_argument("--kv-verify", choices=["full", "sampled"], default="full",
+                   help="decode checks every received KV byte, or 64 bytes of every 4 KiB")
+    s.add_argument("--sim-node", default=None, help="node identity for same-node transfers; default --host")
+    d = PdTimeouts()
+    s.add_argument("--waiting-timeout-s", type=float, default=d.waiting_timeout_s)
+    s.add_argument("--bootstrap-timeout-s", type=float, default=d.bootstrap_timeout_s)
+    s.add_argument("--heartbeat-interval-s", type=float, default=d.heartbeat_interval_s)
+    s.add_argument("--heartbeat-max-failures", type=int, default=d.heartbeat_max_failures)
+    s.add_argument("--bootstrap-retries", type=int, default=d.bootstrap_retries)
+    s.add_argument("--bootstrap-retry-interval-s", type=float, default=d.bootstrap_retry_interval_s)
+    s.add_argument("--log-level", default="info")
+
+
+def settings_from_args(a: argparse.Namespace) -> SimSettings:
+    preset = a.model_preset or (None if a.model_path else "DeepSeek-R1")
+    for name in ("tp", "dp", "ep", "nnodes", "kv_buffer_mb", "bootstrap_retries", "heartbeat_max_failures"):
+        if getattr(a, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(a, name)}: must be >= 1")
+    for name in ("time_scale", "waiting_timeout_s", "bootstrap_timeout_s", "heartbeat_interval_s"):
+        if getattr(a, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(a, name)}: must be > 0")
+    return SimSettings(
+        host=a.host,
+        port=a.port,
+        mode=a.mode,
+        bootstrap_port=a.bootstrap_port,
+        model_preset=preset,
+        model_path=a.model_path,
+        served_model_name=a.served_model_name or preset or os.path.basename(os.path.normpath(a.model_path)),
+        quantization=a.quantization,
+        profile=a.profile,
+        gpu_memory_gb=a.gpu_memory_gb,
+        tp=a.tp,
+        dp=a.dp,
+        ep=a.ep,
+        dp_attention=a.enable_dp_attention,
+        nnodes=a.nnodes,
+        max_running_requests=a.max_running_requests,
+        chunked_prefill_size=a.chunked_prefill_size,
+        mem_fraction_static=a.mem_fraction_static,
+        context_length=a.context_length,
+        efficiency_prefill=a.efficiency_prefill,
+        efficiency_decode=a.efficiency_decode,
+        time_scale=a.time_scale,
+        startup_s=a.startup_s,
+        faults=a.faults,
+        kv_transfer=a.kv_transfer,
+        kv_buffer_mb=a.kv_buffer_mb,
+        kv_verify=a.kv_verify,
+        node=a.sim_node or a.host,
+        incremental_streaming_output=a.incremental_streaming_output,
+        timeouts=PdTimeouts(
+            bootstrap_retries=a.bootstrap_retries,
+            bootstrap_retry_interval_s=a.bootstrap_retry_interval_s,
+            heartbeat_interval_s=a.heartbeat_interval_s,
+            heartbeat_max_failures=a.heartbeat_max_failures,
+            waiting_timeout_s=a.waiting_timeout_s,
+            bootstrap_timeout_s=a.bootstrap_timeout_s,
+        ),
+    )
+
+
+def run_server(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s sim-%(process)d %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = settings_from_args(args)
+        parse_fault_spec(settings.faults)
+        SimEngine(settings)  # fail fast, before binding ports, on a model that does not fit etc.
+    except (ValueError, FaultSpecError) as exc:
+        print(f"sim-server: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(settings))
+    except OSError as exc:
+        print(f"sim-server: cannot listen on {settings.host}:{settings.port} "
+              f"(or bootstrap port {settings.bootstrap_port}): {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.engines.sim.server", description=__doc__)
+    add_server_args(parser)
+    return run_server(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    # Run the importable copy of this module, not __main__: pydantic resolves the body models' annotations
+    # through sys.modules[their __module__], which under runpy/cProfile is not this file.
+    from orchestrator.engines.sim.server import main as _main
+
+    raise SystemExit(_main())

@@ -1,0 +1,91 @@
+"""SimSettings: every knob of one simulated server (mode, profile, model, timeouts), and its cost model."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
+from orchestrator.engines.sim.kv_transfer import PdTimeouts
+from orchestrator.perfmodel.costmodel import EngineCostModel
+from orchestrator.perfmodel.gpus import gpu_spec
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Everything one simulated server needs, from its command line."""
+
+    host: str
+    port: int
+    mode: str  # null | prefill | decode
+    bootstrap_port: int
+    model_preset: str | None
+    model_path: str | None
+    served_model_name: str
+    quantization: str
+    profile: str
+    gpu_memory_gb: float | None
+    tp: int
+    dp: int
+    ep: int
+    dp_attention: bool
+    nnodes: int
+    max_running_requests: int | None
+    chunked_prefill_size: int | None
+    mem_fraction_static: float | None
+    context_length: int | None
+    efficiency_prefill: float
+    efficiency_decode: float
+    time_scale: float
+    startup_s: float | None
+    faults: str | None
+    kv_transfer: str
+    kv_buffer_mb: int
+    kv_verify: str
+    node: str
+    incremental_streaming_output: bool
+    timeouts: PdTimeouts
+
+    @property
+    def engine_type(self) -> str:
+        return {"null": "unified"}.get(self.mode, self.mode)
+
+    @property
+    def role(self) -> str:
+        return {"null": "aggregated"}.get(self.mode, self.mode)
+
+
+def architecture_of(settings: SimSettings) -> ModelArchitecture:
+    if settings.model_preset:
+        if settings.model_preset not in MODEL_PRESETS:
+            raise ValueError(f"--model-preset={settings.model_preset!r}; allowed: {sorted(MODEL_PRESETS)}")
+        return MODEL_PRESETS[settings.model_preset]
+    if not settings.model_path:
+        raise ValueError("set --model-preset NAME or --model-path DIR (a directory with config.json)")
+    path = os.path.join(settings.model_path, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"--model-path={settings.model_path!r} has no config.json; point it at a model directory")
+    return ModelArchitecture.from_hf_config(path)  # type: ignore[arg-type]
+
+
+def cost_model_of(settings: SimSettings, arch: ModelArchitecture) -> EngineCostModel:
+    cost = EngineCostModel(
+        arch=arch,
+        gpu=gpu_spec(settings.profile, settings.gpu_memory_gb),
+        tp=settings.tp,
+        dp=settings.dp,
+        ep=settings.ep,
+        quantization=settings.quantization,
+        efficiency_prefill=settings.efficiency_prefill,
+        efficiency_decode=settings.efficiency_decode,
+        max_running_requests=settings.max_running_requests,
+        dp_attention=settings.dp_attention,
+        nnodes=settings.nnodes,
+        role=settings.role,
+        context_length=settings.context_length,
+    )
+    if settings.mem_fraction_static is not None:
+        cost.mem_fraction_static = settings.mem_fraction_static
+    if settings.chunked_prefill_size:
+        cost.chunked_prefill_tokens = settings.chunked_prefill_size
+    return cost

@@ -1,0 +1,266 @@
+"""After a run: result.json -> PNG plots + one self-contained report.html next to it.
+
+result.json (written by the bench driver) is read leniently; what this module uses:
+  records (or results): list of RequestResult.to_dict() (index, status, prompt_len, completion_tokens,
+      ttft_s, e2e_s, kv_wait_s, sent_at, done_at, prefill_worker, decode_worker, error)
+  phases: [{"name", "start_s", "end_s"}] seconds since the job started (BenchMetrics.timeline_dicts())
+  started_at: wall clock of the job start (default: first sent_at minus the run phase's start)
+  deadline_s, run_id, layout, simulated, time_scale: optional, top level or under "metadata"
+  (run.bench.BenchResult.to_dict() is read as it is: "results", "phases", "metadata")
+Plots: throughput over time per phase, TTFT / e2e distributions, per-worker load, phase timeline vs deadline.
+
+Usage: pd-orchestrator report runs/<id>/result.json [--out DIR]
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on CI machines or Ray workers
+import matplotlib.pyplot as plt  # noqa: E402
+
+from orchestrator.observe.metrics import canonical_phase
+
+PLOTS = ("throughput", "latency", "workers", "timeline")
+PHASE_COLOURS = {"preflight": "#f0f0f0", "dataset": "#d9d9d9", "placement": "#bbbbbb", "engine_start": "#9ecae1", "warmup": "#fdd0a2", "run": "#a1d99b",
+                 "report": "#dadaeb", "done": "#666666"}
+
+
+@dataclass
+class RunData:
+    """The parts of result.json the report needs, with times relative to the job start."""
+
+    run_id: str
+    layout: str
+    deadline_s: float | None
+    simulated: bool | None
+    records: list[dict]
+    phases: list[dict]
+    started_at: float
+
+    time_scale: float = 1.0  # sim runs report phases and latencies in simulated s = wall s / time_scale
+
+    @classmethod
+    def from_result(cls, result: dict) -> "RunData":
+        records = result.get("records", result.get("results"))
+        if not isinstance(records, list):
+            raise ValueError("result.json: needs a 'records' list (one RequestResult dict per prompt)")
+        meta = result.get("metadata") or {}
+        phases = list(result.get("phases") or [])
+        time_scale = float(result.get("time_scale", meta.get("time_scale", 1.0)) or 1.0)
+        sent = [r["sent_at"] for r in records if r.get("sent_at") is not None]
+        started_at = result.get("started_at") or meta.get("started_at")
+        if started_at is None and sent:
+            # no job start recorded: the first prompt was sent when the measured run began
+            run_start_s = next((p["start_s"] for p in phases if _phase_key(p["name"]) == "run"), 0.0)
+            started_at = min(sent) - run_start_s * time_scale
+        config = result.get("config") or meta.get("config") or {}
+        deadline = result.get("deadline_s", config.get("benchmark", {}).get("deadline_s"))
+        return cls(
+            run_id=str(result.get("run_id", meta.get("run_id", "run"))),
+            layout=str(result.get("layout", meta.get("layout", ""))),
+            deadline_s=float(deadline) if deadline is not None else None,
+            simulated=result.get("simulated", meta.get("simulated")),
+            records=records, phases=phases, started_at=float(started_at or 0.0), time_scale=time_scale,
+        )
+
+    def ok(self) -> list[dict]:
+        return [r for r in self.records if r.get("status") == "ok"]
+
+    def rel(self, t: float | None) -> float | None:
+        """Wall-clock time -> seconds since job start, in the unit of the phases."""
+        return None if t is None else (t - self.started_at) / self.time_scale
+
+
+def _phase_key(name: str) -> str:
+    try:
+        return canonical_phase(name)
+    except ValueError:
+        return name
+
+
+def _colour(name: str) -> str:
+    return PHASE_COLOURS.get(_phase_key(name), "#eeeeee")
+
+
+def _shade_phases(ax, phases: list[dict]) -> None:
+    for p in phases:
+        end = p.get("end_s") if p.get("end_s") is not None else p["start_s"]
+        ax.axvspan(p["start_s"], end, color=_colour(p["name"]), alpha=0.35, lw=0,
+                   label=f"phase: {p['name']}")
+
+
+def plot_throughput(data: RunData, path: Path) -> None:
+    """Prefill tok/s (prompt tokens at prefill finish) and decode tok/s (output tokens at done) per second."""
+    ok = data.ok()
+    ends = [data.rel(r.get("done_at")) for r in ok if r.get("done_at") is not None]
+    horizon = max(ends + [p.get("end_s") or p["start_s"] for p in data.phases] + [1.0])
+    bins = max(1, math.ceil(horizon))
+    prefill = [0.0] * bins
+    decode = [0.0] * bins
+    for r in ok:
+        done = data.rel(r.get("done_at"))
+        sent = data.rel(r.get("sent_at"))
+        prefill_done = (sent + (r.get("kv_wait_s") or r.get("ttft_s") or 0.0)) if sent is not None else done
+        if prefill_done is not None:
+            prefill[min(int(prefill_done), bins - 1)] += r.get("prompt_len", 0)
+        if done is not None:
+            decode[min(int(done), bins - 1)] += r.get("completion_tokens", 0)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    _shade_phases(ax, data.phases)
+    xs = list(range(bins))
+    ax.step(xs, prefill, where="post", label="prefill (input) tok/s")
+    ax.step(xs, decode, where="post", label="decode (output) tok/s")
+    ax.set_xlabel("seconds since job start")
+    ax.set_ylabel("tokens / s")
+    ax.set_title("Throughput over time, per phase")
+    ax.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_latency(data: RunData, path: Path) -> None:
+    """Histograms of TTFT and end-to-end latency over the successful requests."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in ((axes[0], "ttft_s", "TTFT"), (axes[1], "e2e_s", "End-to-end latency")):
+        values = [r[key] for r in data.ok() if r.get(key) is not None]
+        if values:
+            ax.hist(values, bins=min(50, max(5, len(values) // 5)), color="#3182bd")
+            for q, style in ((0.5, "--"), (0.99, ":")):
+                v = sorted(values)[min(len(values) - 1, int(q * len(values)))]
+                ax.axvline(v, color="black", ls=style, lw=1, label=f"p{int(q * 100)} = {v:.2f} s")
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+        ax.set_title(f"{title} ({len(values)} requests)")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("requests")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def worker_load(data: RunData) -> dict[str, dict[str, float]]:
+    """worker -> {requests, input_tokens, output_tokens} (prefill work on prefill workers, decode on decode)."""
+    load: dict[str, dict[str, float]] = {}
+    for r in data.ok():
+        for worker, key, tokens in ((r.get("prefill_worker"), "input_tokens", r.get("prompt_len", 0)),
+                                    (r.get("decode_worker"), "output_tokens", r.get("completion_tokens", 0))):
+            if worker:
+                entry = load.setdefault(worker, {"requests": 0, "input_tokens": 0, "output_tokens": 0})
+                entry["requests"] += 1
+                entry[key] += tokens
+        if not r.get("prefill_worker") and r.get("decode_worker"):  # aggregated: prefill done there too
+            load[r["decode_worker"]]["input_tokens"] += r.get("prompt_len", 0)
+    return load
+
+
+def plot_workers(data: RunData, path: Path) -> None:
+    load = worker_load(data)
+    names = sorted(load) or ["(none)"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    axes[0].bar(names, [load.get(n, {}).get("requests", 0) for n in names], color="#6baed6")
+    axes[0].set_title("Requests per worker")
+    width = 0.4
+    xs = range(len(names))
+    axes[1].bar([x - width / 2 for x in xs], [load.get(n, {}).get("input_tokens", 0) for n in names], width,
+                label="input tokens")
+    axes[1].bar([x + width / 2 for x in xs], [load.get(n, {}).get("output_tokens", 0) for n in names], width,
+                label="output tokens")
+    axes[1].set_xticks(list(xs), names)
+    axes[1].set_title("Tokens per worker")
+    axes[1].legend(fontsize=7)
+    for ax in axes:
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_timeline(data: RunData, path: Path) -> None:
+    """Phases as bars on one time axis, with the deadline and the last request's finish."""
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.35 * max(len(data.phases), 1)))
+    for i, p in enumerate(data.phases):  # one row per phase, first phase on top
+        end = p.get("end_s") if p.get("end_s") is not None else p["start_s"]
+        ax.barh(i, max(end - p["start_s"], 0.01), left=p["start_s"], height=0.7,
+                color=_colour(p["name"]), edgecolor="black", lw=0.5)
+    ax.set_yticks(range(len(data.phases)), [p["name"] for p in data.phases], fontsize=8)
+    ax.invert_yaxis()
+    if data.deadline_s is not None:
+        ax.axvline(data.deadline_s, color="red", lw=2, label=f"deadline {data.deadline_s:.0f} s")
+    ends = [data.rel(r.get("done_at")) for r in data.records if r.get("done_at") is not None]
+    if ends:
+        ax.axvline(max(ends), color="black", ls="--", lw=1, label=f"last request {max(ends):.1f} s")
+    ax.set_xlabel("seconds since job start")
+    ax.set_title("Phase timeline vs deadline")
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def summary(data: RunData) -> dict[str, str]:
+    ok = data.ok()
+    ends = [data.rel(r.get("done_at")) for r in data.records if r.get("done_at") is not None]
+    finish = max(ends) if ends else None
+
+    def pct(key: str, q: float) -> str:
+        values = sorted(r[key] for r in ok if r.get(key) is not None)
+        return f"{values[min(len(values) - 1, int(q * len(values)))]:.3f} s" if values else "-"
+
+    rows = {
+        "run id": data.run_id,
+        "layout": data.layout or "-",
+        "engine": {True: "simulated", False: "SGLang", None: "-"}[data.simulated],
+        "prompts ok / failed": f"{len(ok)} / {len(data.records) - len(ok)}",
+        "input tokens": str(sum(r.get("prompt_len", 0) for r in ok)),
+        "output tokens": str(sum(r.get("completion_tokens", 0) for r in ok)),
+        "last request done": "-" if finish is None else f"{finish:.1f} s after job start",
+        "TTFT p50 / p99": f"{pct('ttft_s', 0.5)} / {pct('ttft_s', 0.99)}",
+        "e2e p50 / p99": f"{pct('e2e_s', 0.5)} / {pct('e2e_s', 0.99)}",
+    }
+    if data.deadline_s is not None:
+        rows["deadline"] = f"{data.deadline_s:.0f} s: " + (
+            "-" if finish is None else ("met" if finish <= data.deadline_s else "MISSED"))
+    return rows
+
+
+def write_report(result_path: str | Path, out_dir: str | Path | None = None) -> Path:
+    """Write <plot>.png for every plot and report.html (PNGs embedded) beside result.json; returns the HTML path."""
+    result_path = Path(result_path)
+    out = Path(out_dir) if out_dir is not None else result_path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    data = RunData.from_result(json.loads(result_path.read_text()))
+    makers = {"throughput": plot_throughput, "latency": plot_latency, "workers": plot_workers,
+              "timeline": plot_timeline}
+    sections = []
+    for name in PLOTS:
+        png = out / f"{name}.png"
+        makers[name](data, png)
+        b64 = base64.b64encode(png.read_bytes()).decode()
+        sections.append(f'<h2>{html.escape(name.title())}</h2>\n'
+                        f'<img id="plot-{name}" alt="{name}" src="data:image/png;base64,{b64}">')
+    table = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                      for k, v in summary(data).items())
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>pd-orchestrator run {html.escape(data.run_id)}</title>
+<style>body{{font-family:sans-serif;margin:2em}} th{{text-align:left;padding-right:1em}} img{{max-width:100%}}</style>
+</head><body>
+<h1>pd-orchestrator run {html.escape(data.run_id)}</h1>
+<table>
+{table}
+</table>
+{chr(10).join(sections)}
+</body></html>
+"""
+    report = out / "report.html"
+    report.write_text(page)
+    return report

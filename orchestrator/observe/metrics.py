@@ -1,0 +1,298 @@
+"""Prometheus metrics of the router (per request) and the bench driver (phase, deadline, progress).
+
+Every process that records metrics owns a `CollectorRegistry` and serves it with its own exporter
+(`start_exporter`); the orchestrator lists those exporters, plus every engine's `/metrics`, in a
+Prometheus file_sd JSON (`orchestrator/observe/file_sd.py`). Names share the `pdorch_` prefix and carry their
+unit; every series has the labels `run_id` and `layout`, so one Prometheus can hold many runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from orchestrator.records import RequestResult
+
+log = logging.getLogger(__name__)
+
+PREFIX = "pdorch_"
+REQUEST_STATES = ("queued", "prefill", "transferring", "decoding")
+BENCH_PHASES = ("placement", "engine_start", "warmup", "run", "report", "done")
+# Phases the bench driver has besides those (before placement), and its spellings of the others.
+EXTRA_PHASES = ("preflight", "dataset")
+PHASE_ALIASES = {"engine start": "engine_start", "warm-up": "warmup", "measured run": "run"}
+
+
+def canonical_phase(name: str) -> str:
+    """The phase label for `name` (bench driver spellings accepted); ValueError names the allowed ones."""
+    name = PHASE_ALIASES.get(name, name)
+    if name not in BENCH_PHASES and name not in EXTRA_PHASES:
+        allowed = (*EXTRA_PHASES, *BENCH_PHASES, *PHASE_ALIASES)
+        raise ValueError(f"unknown bench phase {name!r}; allowed: {allowed}")
+    return name
+
+# Buckets span a loopback sim run (milliseconds) up to a request that waits out a 420 s deadline.
+LATENCY_BUCKETS_S = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 240, 420, 600,
+)
+
+
+class RouterMetrics:
+    """Request-level metrics recorded by a router replica: states, outcomes, tokens, latencies."""
+
+    def __init__(self, run_id: str, layout: str, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._base = {"run_id": run_id, "layout": layout}
+        base = list(self._base)
+        reg = self.registry
+        self.requests_in_flight = Gauge(
+            PREFIX + "requests_in_flight", "Requests currently in each state.", base + ["state"], registry=reg
+        )
+        self.requests_completed = Counter(
+            PREFIX + "requests_completed", "Requests answered successfully.", base, registry=reg
+        )
+        self.requests_failed = Counter(
+            PREFIX + "requests_failed", "Requests that ended in an error, by reason.", base + ["reason"],
+            registry=reg,
+        )
+        # Input tokens are counted on the worker that prefilled them, output tokens on the one that
+        # decoded them, so rate() of each is that phase's throughput, per worker or summed.
+        self.input_tokens = Counter(
+            PREFIX + "input_tokens", "Prompt tokens of completed requests.", base + ["role", "worker"],
+            registry=reg,
+        )
+        self.output_tokens = Counter(
+            PREFIX + "output_tokens", "Generated tokens of completed requests.", base + ["role", "worker"],
+            registry=reg,
+        )
+        self.ttft_seconds = Histogram(
+            PREFIX + "ttft_seconds", "Time to first token, router-side.", base, buckets=LATENCY_BUCKETS_S,
+            registry=reg,
+        )
+        self.e2e_seconds = Histogram(
+            PREFIX + "e2e_seconds", "End-to-end request latency, router-side.", base,
+            buckets=LATENCY_BUCKETS_S, registry=reg,
+        )
+        self.kv_wait_seconds = Histogram(
+            PREFIX + "kv_wait_seconds", "Send until the prefill leg answered (prefill + KV transfer).", base,
+            buckets=LATENCY_BUCKETS_S, registry=reg,
+        )
+        self.worker_outstanding_requests = Gauge(
+            PREFIX + "worker_outstanding_requests", "Requests the router has outstanding at each worker.",
+            base + ["role", "worker"], registry=reg,
+        )
+        for state in REQUEST_STATES:  # so every state has a series (0) before its first request
+            self.requests_in_flight.labels(**self._base, state=state).set(0)
+        self.requests_completed.labels(**self._base)
+        self._lock = threading.Lock()
+
+    def add_worker(self, role: str, worker: str) -> None:
+        """Start a worker's series at 0, so rate() and increase() count its first tokens too."""
+        if role in ("prefill", "aggregated"):
+            self.input_tokens.labels(**self._base, role=role, worker=worker)
+        if role in ("decode", "aggregated"):
+            self.output_tokens.labels(**self._base, role=role, worker=worker)
+        self.worker_outstanding_requests.labels(**self._base, role=role, worker=worker).set(0)
+
+    def state_change(self, old: str | None, new: str | None) -> None:
+        """A request moved from state `old` to `new`; None means it arrived / left the router."""
+        for state in (old, new):
+            if state is not None and state not in REQUEST_STATES:
+                raise ValueError(f"unknown request state {state!r}; allowed: {REQUEST_STATES}")
+        with self._lock:
+            if old is not None:
+                self.requests_in_flight.labels(**self._base, state=old).dec()
+            if new is not None:
+                self.requests_in_flight.labels(**self._base, state=new).inc()
+
+    def worker_outstanding(self, role: str, worker: str, n: int) -> None:
+        """The router now has `n` requests outstanding at `worker`."""
+        self.worker_outstanding_requests.labels(**self._base, role=role, worker=worker).set(n)
+
+    def completed(self, result: RequestResult) -> None:
+        """Count a finished request: its tokens, latencies, and success or failure."""
+        if result.status != "ok":
+            self.failed(_reason_of(result.error))
+            return
+        self.requests_completed.labels(**self._base).inc()
+        prefill_role, prefill_worker = (
+            ("prefill", result.prefill_worker) if result.prefill_worker else ("aggregated", result.decode_worker)
+        )
+        decode_role = "decode" if result.prefill_worker else "aggregated"
+        self.input_tokens.labels(**self._base, role=prefill_role, worker=prefill_worker or "unknown").inc(
+            result.prompt_len
+        )
+        self.output_tokens.labels(**self._base, role=decode_role, worker=result.decode_worker or "unknown").inc(
+            result.completion_tokens
+        )
+        for histogram, value in (
+            (self.ttft_seconds, result.ttft_s),
+            (self.e2e_seconds, result.e2e_s),
+            (self.kv_wait_seconds, result.kv_wait_s),
+        ):
+            if value is not None:
+                histogram.labels(**self._base).observe(value)
+
+    def failed(self, reason: str) -> None:
+        """Count a failed request; `reason` is a short, low-cardinality word (timeout, http_502, ...)."""
+        self.requests_failed.labels(**self._base, reason=reason).inc()
+
+
+def _reason_of(error: str | None) -> str:
+    """A bounded label value from a free-text error: its first word, e.g. 'timeout' from 'timeout: ...'."""
+    if not error:
+        return "unknown"
+    head = error.strip().split(":", 1)[0].split()[0] if error.strip() else "unknown"
+    return head[:40].lower()
+
+
+@dataclass
+class PhaseSpan:
+    """One phase of the benchmark job, in seconds since the job started."""
+
+    name: str
+    start_s: float
+    end_s: float | None = None
+
+
+class BenchMetrics:
+    """Job-level metrics of the bench driver: current phase, deadline, elapsed, progress, projection."""
+
+    def __init__(
+        self,
+        run_id: str,
+        layout: str,
+        deadline_s: float,
+        registry: CollectorRegistry | None = None,
+        started_at: float | None = None,
+        time_scale: float = 1.0,
+    ):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.started_at = started_at if started_at is not None else time.time()
+        # sim runs with engine.sim.time_scale != 1 count the deadline in simulated seconds (wall / scale)
+        self.time_scale = time_scale
+        self.deadline_s = deadline_s
+        self._base = {"run_id": run_id, "layout": layout}
+        base = list(self._base)
+        reg = self.registry
+        self.deadline_seconds = Gauge(
+            PREFIX + "deadline_seconds", "Wall budget of the job, all phases included.", base, registry=reg
+        )
+        self.elapsed_seconds = Gauge(
+            PREFIX + "elapsed_seconds", "Seconds since the job started (live at every scrape).", base,
+            registry=reg,
+        )
+        self.phase_gauge = Gauge(
+            PREFIX + "phase", "1 for the phase the job is in, 0 for the others.", base + ["phase"], registry=reg
+        )
+        self.projected_finish_seconds = Gauge(
+            PREFIX + "projected_finish_seconds",
+            "Elapsed + remaining output tokens at the current decode rate; compare with the deadline.",
+            base, registry=reg,
+        )
+        self.done_prompts = Gauge(PREFIX + "bench_done_prompts", "Prompts finished (ok or failed).", base, registry=reg)
+        self.planned_prompts = Gauge(PREFIX + "bench_planned_prompts", "Prompts in the batch.", base, registry=reg)
+        self.done_output_tokens = Gauge(
+            PREFIX + "bench_done_output_tokens", "Output tokens received so far.", base, registry=reg
+        )
+        self.planned_output_tokens = Gauge(
+            PREFIX + "bench_planned_output_tokens", "Output tokens the batch asks for.", base, registry=reg
+        )
+        self.deadline_seconds.labels(**self._base).set(deadline_s)
+        self.elapsed_seconds.labels(**self._base).set_function(self.elapsed_s)
+        for name in (*EXTRA_PHASES, *BENCH_PHASES):
+            self.phase_gauge.labels(**self._base, phase=name).set(0)
+        self.timeline: list[PhaseSpan] = []
+
+    def elapsed_s(self) -> float:
+        """Seconds since the job started, in the run's unit (simulated seconds when time_scale != 1)."""
+        return (time.time() - self.started_at) / self.time_scale
+
+    def phase(self, name: str) -> None:
+        """Enter phase `name` (BENCH_PHASES, EXTRA_PHASES or the driver's spelling); closes the previous one."""
+        name = canonical_phase(name)
+        now = self.elapsed_s()
+        if self.timeline and self.timeline[-1].end_s is None:
+            self.timeline[-1].end_s = now
+        self.timeline.append(PhaseSpan(name, now, now if name == "done" else None))
+        for other in (*EXTRA_PHASES, *BENCH_PHASES):
+            self.phase_gauge.labels(**self._base, phase=other).set(1 if other == name else 0)
+
+    def progress(
+        self,
+        done_prompts: int,
+        total_prompts: int,
+        done_output_tokens: int,
+        total_output_tokens: int,
+        projected_finish_s: float | None = None,
+    ) -> float | None:
+        """Record progress; returns the projected finish (computed from the run phase's rate if not given)."""
+        self.done_prompts.labels(**self._base).set(done_prompts)
+        self.planned_prompts.labels(**self._base).set(total_prompts)
+        self.done_output_tokens.labels(**self._base).set(done_output_tokens)
+        self.planned_output_tokens.labels(**self._base).set(total_output_tokens)
+        if projected_finish_s is None:
+            run_start = next((p.start_s for p in self.timeline if p.name == "run"), None)
+            projected_finish_s = projected_finish(
+                self.elapsed_s(), run_start, done_output_tokens, total_output_tokens
+            )
+        if projected_finish_s is not None:
+            self.projected_finish_seconds.labels(**self._base).set(projected_finish_s)
+        return projected_finish_s
+
+    def timeline_dicts(self) -> list[dict]:
+        """The phase timeline as JSON-ready dicts, for the result file and the HTML report."""
+        return [{"name": p.name, "start_s": p.start_s, "end_s": p.end_s} for p in self.timeline]
+
+
+def projected_finish(
+    elapsed_s: float, run_start_s: float | None, done_tokens: int, total_tokens: int
+) -> float | None:
+    """elapsed + remaining tokens at the average rate since the run phase began; None before any token."""
+    if run_start_s is None or done_tokens <= 0:
+        return None
+    if done_tokens >= total_tokens:
+        return elapsed_s
+    rate = done_tokens / max(elapsed_s - run_start_s, 1e-9)
+    return elapsed_s + (total_tokens - done_tokens) / rate
+
+
+@dataclass
+class Exporter:
+    """A running prometheus_client HTTP exporter; `address` is what Prometheus should scrape."""
+
+    host: str
+    port: int
+    _server: WSGIServer = field(repr=False)
+    _thread: threading.Thread = field(repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def start_exporter(host: str, port: int, registry: CollectorRegistry) -> Exporter:
+    """Serve `registry` on http://host:port/metrics; port 0, or a port already taken, gets a free port.
+
+    Several processes of one run (driver, router replicas) share a node and the configured port, so
+    a taken port is not an error: the file_sd lists the port actually bound.
+    """
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE or port == 0:
+            raise
+        log.info("metrics port %s:%d is taken; exporting on a free port instead", host, port)
+        server, thread = start_http_server(0, addr=host, registry=registry)
+    return Exporter(host=host, port=server.server_port, _server=server, _thread=thread)

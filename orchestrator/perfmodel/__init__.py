@@ -1,0 +1,1 @@
+"""Performance model: GPU specs + model architecture -> per-engine cost model (bytes, step times, start-up)."""

@@ -1,0 +1,66 @@
+"""GPU specs (dense peak FLOPs, HBM, links, fixed costs) the cost model reads; GB/GIB units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+GIB = 2**30
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU's dense peak numbers, plus the fixed costs that the roofline does not capture."""
+
+    name: str
+    memory_gb: float  # datasheet capacity (GiB as the driver reports it)
+    bf16_tflops: float
+    fp8_tflops: float
+    hbm_tb_s: float
+    nvlink_gb_s: float  # per direction, per GPU
+    ib_gb_s: float  # per GPU
+    step_overhead_s: float = 3e-3  # scheduler, sampling, output processing per forward
+    layer_overhead_s: float = 0.25e-3  # launch-bound small kernels per layer per forward
+    collective_latency_s: float = 10e-6  # one small all-reduce inside a node
+    cross_node_latency_s: float = 30e-6  # one small all-reduce / send across nodes
+    transfer_latency_s: float = 2e-3  # KV transfer handshake + per-request bookkeeping
+    engine_init_s: float = 30.0  # python imports, NCCL init, tokenizer, HTTP server
+    kv_alloc_s: float = 2.0
+    graph_capture_per_bs_s: float = 0.7  # one decode CUDA graph of a DeepSeek-R1-sized model
+    cuda_graph_batch_sizes: int = 36  # SGLang's default capture list up to bs 256
+    jit_cold_s: float = 600.0  # DeepGEMM JIT with an empty cache
+    jit_warm_s: float = 5.0
+    dummy_init_gb_s: float = 200.0  # generating random weights on the GPU
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * GIB
+
+
+GPU_SPECS: dict[str, GpuSpec] = {
+    "H100-SXM": GpuSpec(
+        name="H100-SXM", memory_gb=80, bf16_tflops=989, fp8_tflops=1979, hbm_tb_s=3.35,
+        nvlink_gb_s=450, ib_gb_s=50,
+    ),
+    "H200": GpuSpec(
+        name="H200", memory_gb=141, bf16_tflops=989, fp8_tflops=1979, hbm_tb_s=4.8,
+        nvlink_gb_s=450, ib_gb_s=50,
+    ),
+    # Test profile: everything fits and a 50-prompt run finishes in about a second of wall time.
+    "cpu-fast": GpuSpec(
+        name="cpu-fast", memory_gb=4096, bf16_tflops=1e6, fp8_tflops=2e6, hbm_tb_s=1e4,
+        nvlink_gb_s=1e6, ib_gb_s=1e6, step_overhead_s=0.5e-3, layer_overhead_s=0.0,
+        collective_latency_s=0.0, cross_node_latency_s=0.0, transfer_latency_s=0.2e-3,
+        engine_init_s=0.3, kv_alloc_s=0.0, graph_capture_per_bs_s=0.0, jit_cold_s=0.0,
+        jit_warm_s=0.0, dummy_init_gb_s=1e6,
+    ),
+}
+
+
+def gpu_spec(name: str, memory_gb: float | None = None) -> GpuSpec:
+    """The named GPU, optionally with its memory overridden (cluster.gpu_memory_gb)."""
+    try:
+        spec = GPU_SPECS[name]
+    except KeyError:
+        raise ValueError(f"GPU {name!r} has no cost-model profile; allowed: {sorted(GPU_SPECS)}") from None
+    return replace(spec, memory_gb=memory_gb) if memory_gb else spec

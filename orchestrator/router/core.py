@@ -1,0 +1,219 @@
+"""PD router deployment: `ingress (FastAPI) -> PDRouter -> {prefill workers, decode workers}` over HTTP.
+
+`PDRouter` is the Serve deployment; it follows the worker registry (endpoints appear and disappear as
+worker replicas start and stop) and hands every request to a `PDDispatcher`, which talks to the engine
+servers directly over HTTP (a Serve hop per token would cost ~1 ms). Two ways in:
+- the benchmark's handle API: `wait_ready(...)`, then `generate_batch(...)` (stream=True handle), one
+  `RequestResult` per finished request;
+- HTTP: SGLang's `/generate`, OpenAI `/v1/completions` and `/v1/chat/completions` (stream or not),
+  `/health`, `/v1/models`, `/server_info`, `/model_info`, so `sglang.bench_serving` and the openai
+  client work unmodified. Prompts are sent to engines as token ids from the faithful tokenizer.
+
+`RouterCore` holds the state and logic without Serve, so the HTTP app (`build_http_app`) also runs under
+plain uvicorn in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any, Awaitable
+
+from orchestrator.api.generate import GenerateBody
+from orchestrator.api.sse import last_json_event
+from orchestrator.config import RunConfig
+from orchestrator.records import WorkerEndpoint
+from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
+from orchestrator.router.failures import DispatchError
+from orchestrator.router.ingress_metrics import IngressTracker
+
+log = logging.getLogger(__name__)
+
+HEALTH_CHECK_EVERY_S = 5.0
+
+
+# ---- HTTP bodies ---------------------------------------------------------------------------------------
+
+
+class HTTPError(Exception):
+    """An error answered as `{"error": {"message", "type", "code"}}` (OpenAI's shape; SGLang's has .message)."""
+
+    def __init__(self, status: int, message: str, body: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.body = body
+
+
+# ---- the router's state and logic, without Serve ------------------------------------------------------
+
+
+class RouterCore:
+    """Worker set (from the registry), dispatcher, tokenizer, limits: everything the entry points share."""
+
+    def __init__(self, cfg: RunConfig, run_id: str = "run", metrics: Any = None):
+        self.cfg = cfg
+        self.run_id = run_id
+        self.metrics = metrics
+        self.model_name = cfg.model.name
+        self.dispatcher = PDDispatcher(DispatchSettings.from_router_config(cfg.router), cfg.layout.mode, metrics)
+        self.api_key = self._read_api_key(cfg.router.api_key_env)
+        self._tokenizer = None
+        self._tokenizer_lock = asyncio.Lock()
+        self.registry_version: int | None = None
+        self._last_health_check = 0.0
+
+    @staticmethod
+    def _read_api_key(env: str | None) -> str | None:
+        if env is None:
+            return None
+        key = os.environ.get(env)
+        if not key:
+            raise ValueError(
+                f"router.api_key_env={env!r} but ${env} is empty in the router's environment; export it "
+                "where the cluster runs (or pass it through the job's runtime_env), or unset router.api_key_env"
+            )
+        return key
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return ("aggregated",) if self.cfg.layout.mode == "aggregated" else ("prefill", "decode")
+
+    # -- workers --
+
+    def follow(self, version: int, endpoints: list[WorkerEndpoint]) -> None:
+        if version != self.registry_version:
+            self.registry_version = version
+            self.dispatcher.set_workers(endpoints)
+            if self.metrics is not None:
+                for e in endpoints:  # series start at 0 so rate()/increase() count a worker's first tokens
+                    self.metrics.add_worker(e.role, e.name)
+            log.info("router: registry v%d, workers %s", version, sorted(e.name for e in endpoints))
+
+    async def maybe_check_health(self) -> None:
+        if time.monotonic() - self._last_health_check >= HEALTH_CHECK_EVERY_S:
+            self._last_health_check = time.monotonic()
+            await self.dispatcher.check_health()
+
+    def ready_counts(self) -> dict[str, int]:
+        counts = {role: 0 for role in self.roles}
+        for w in self.dispatcher.workers.values():
+            if w.healthy and w.endpoint.role in counts:
+                counts[w.endpoint.role] += 1
+        return counts
+
+    # -- prompts --
+
+    async def tokenizer(self):
+        async with self._tokenizer_lock:
+            if self._tokenizer is None:
+                from orchestrator.workload.tokenizer import load_tokenizer
+
+                self._tokenizer = await asyncio.to_thread(load_tokenizer, self.cfg.model.path)
+        return self._tokenizer
+
+    async def encode(self, text: str) -> list[int]:
+        return (await self.tokenizer()).encode(text, add_special_tokens=True)
+
+    async def decode_text(self, ids: list[int]) -> str:
+        return (await self.tokenizer()).decode(ids)
+
+    def check_prompt_len(self, n_tokens: int, where: str) -> None:
+        limit = self.cfg.router.max_prompt_tokens
+        if n_tokens > limit:
+            raise HTTPError(
+                400, f"{where}: prompt has {n_tokens} tokens, more than router.max_prompt_tokens={limit}; "
+                "shorten the prompt or raise router.max_prompt_tokens"
+            )
+
+    async def to_input_ids(self, body: GenerateBody) -> dict:
+        """The engine body: text replaced by faithful token ids (SGLang 0.5.17's own tokenizer mangles DeepSeek)."""
+        out = body.model_dump(exclude_none=True)
+        if body.text is not None:
+            out.pop("text")
+            if isinstance(body.text, list):
+                out["input_ids"] = [await self.encode(t) for t in body.text]
+            else:
+                out["input_ids"] = await self.encode(body.text)
+        ids = out["input_ids"]
+        batched = bool(ids) and isinstance(ids[0], list)
+        for i, item in enumerate(ids if batched else [ids]):
+            self.check_prompt_len(len(item), f"input_ids[{i}]" if batched else "input_ids")
+        out.pop("rid", None)  # the router owns rids: they must be unique and prefix-free
+        return out
+
+    # -- dispatch --
+
+    @staticmethod
+    async def _dispatched(track: IngressTracker, dispatch: Awaitable[Any]) -> Any:
+        """The dispatcher's answer; a DispatchError becomes its HTTP error, and every failure is counted."""
+        try:
+            return await dispatch
+        except DispatchError as exc:
+            track.failed(str(exc))
+            raise HTTPError(exc.status, str(exc), exc.body) from None
+        except BaseException:
+            track.failed("cancelled: the client went away")
+            raise
+
+    async def generate(self, body: dict) -> dict:
+        track = IngressTracker(self.metrics, body)
+        answer = await self._dispatched(track, self.dispatcher.generate(body, progress=track.progress))
+        track.answered(answer.payload, answer.pair, answer.ttft_s, answer.kv_wait_s)
+        return answer.payload
+
+    async def open_stream(self, body: dict):
+        track = IngressTracker(self.metrics, body)
+        relay = await self._dispatched(track, self.dispatcher.open_stream(body))
+
+        def on_close(relay, completed: bool) -> None:
+            last = last_json_event(relay.tail) if completed else None
+            if last is None or "error" in last:
+                track.failed(f"stream from {relay.pair.decode.name} ended without its final event")
+            else:
+                ttft_s = relay.first_byte_at - track.started if relay.first_byte_at is not None else None
+                track.answered(last, relay.pair, ttft_s=ttft_s)
+
+        relay.on_close = on_close
+        return relay
+
+    async def server_info(self) -> dict:
+        """mini_lb's merged shape: decode internal_states first, then every server's info by role."""
+        session = self.dispatcher.session
+        merged: dict[str, Any] = {"router": "pd-orchestrator", "run_id": self.run_id, "internal_states": []}
+        for w in sorted(self.dispatcher.workers.values(), key=lambda w: w.name):
+            try:
+                async with session.get(w.endpoint.url + "/server_info") as r:
+                    info = await r.json(content_type=None)
+            except Exception as exc:  # one unreachable worker must not hide the others
+                info = {"error": repr(exc)}
+            info["worker"] = w.name
+            merged.setdefault(w.endpoint.role, []).append(info)
+            if w.endpoint.role in ("decode", "aggregated"):
+                merged["internal_states"].extend(info.get("internal_states") or [])
+            if info.get("simulated"):
+                merged["simulated"] = True
+        if not merged["internal_states"]:
+            merged["internal_states"] = [{"last_gen_throughput": 0.0, "avg_spec_accept_length": None}]
+        return merged
+
+    async def model_info(self) -> dict:
+        for w in sorted(self.dispatcher.workers.values(), key=lambda w: w.name):
+            try:
+                async with self.dispatcher.session.get(w.endpoint.url + "/model_info") as r:
+                    if r.status == 200:
+                        return await r.json(content_type=None)
+            except Exception:
+                continue
+        return {"model_path": self.cfg.model.path or self.model_name, "tokenizer_path": self.cfg.model.path,
+                "is_generation": True}
+
+
+# ---- HTTP app ------------------------------------------------------------------------------------------
+
+
+# ---- the Serve deployment -------------------------------------------------------------------------------
+
+

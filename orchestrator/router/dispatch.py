@@ -1,0 +1,448 @@
+"""PD pairing core: send one request to a prefill and a decode server at once, the SGLang PD way.
+
+For each request: pick a prefill and a decode (or one aggregated worker) with the routing policy,
+give both legs the same body with the same explicit `rid` and a fresh `bootstrap_room`, plus the
+chosen prefill's `bootstrap_host`/`bootstrap_port`; return the decode's answer (or relay its SSE
+stream). The dispatcher owns what SGLang 0.5.17 does not: a timeout on every leg sized to the time
+left, `POST /abort_request` on both legs when one fails, bounded retries on another pair, and
+"suspect" marks that keep a failing worker out for a while. No Ray here: the Serve deployment
+(`deployments/router.py`, through `orchestrator.router.core.RouterCore`) wraps this class; tests drive it directly on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Iterable
+
+import aiohttp
+
+from orchestrator.api.sse import data_payloads
+from orchestrator.records import WorkerEndpoint
+from orchestrator.router.failures import (
+    LegFailure,
+    _final_error,
+    _http_failure,
+    _message_of,
+    _raise_if_aborted,
+    _raise_if_stream_aborted,
+    _RetryState,
+)
+from orchestrator.router.pairs import Answer, Pair, Progress, batch_size, fill_from_payload, host_of
+from orchestrator.router.policies import NoWorkerError, RoutingPolicy, WorkerState, eligible, make_policy
+from orchestrator.router.relay import StreamRelay
+
+log = logging.getLogger(__name__)
+
+# Used when neither router.request_timeout_s nor a run deadline bounds a request (HTTP ingress).
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass
+class DispatchSettings:
+    """Knobs of the dispatcher; `from_router_config` maps the run config's `router` section."""
+
+    policy: str = "least_outstanding"
+    request_timeout_s: float | None = None  # per leg; None = time left before the deadline
+    max_attempts: int = 2
+    suspect_s: float = 10.0  # how long a failed worker is avoided
+    backoff_s: float = 0.05  # before retry n: backoff_s * 2**(n-1)
+    abort_timeout_s: float = 2.0
+    prefill_grace_s: float = 5.0  # how long a prefill leg may lag behind its finished decode
+    health_timeout_s: float = 5.0
+    unhealthy_after_failures: int = 3  # consecutive failed /health probes
+    max_connections: int = 2048  # pooled; hundreds of requests in flight, two legs each
+
+    @classmethod
+    def from_router_config(cls, router: Any) -> "DispatchSettings":
+        return cls(
+            policy=router.policy, request_timeout_s=router.request_timeout_s, max_attempts=router.max_attempts
+        )
+
+
+class PDDispatcher:
+    """Pairs and sends requests to the current worker set; one instance per router replica."""
+
+    def __init__(self, settings: DispatchSettings | None = None, mode: str = "pd", metrics: Any = None):
+        if mode not in ("pd", "aggregated"):
+            raise ValueError(f"layout.mode={mode!r}: dispatcher supports 'pd' or 'aggregated'")
+        self.settings = settings or DispatchSettings()
+        self.mode = mode
+        self.metrics = metrics  # orchestrator.observe.metrics.RouterMetrics or None
+        self.workers: dict[str, WorkerState] = {}
+        self._policies: dict[str, RoutingPolicy] = {}
+        self._rooms_in_flight: set[int] = set()
+        self._rng = random.Random()
+        self._session: aiohttp.ClientSession | None = None
+        self._background: set[asyncio.Task] = set()
+        self.aborts_sent = 0  # for tests and the benchmark: aborts actually delivered
+
+    # ---- worker set -------------------------------------------------------------------------------
+
+    def set_workers(self, endpoints: Iterable[WorkerEndpoint]) -> None:
+        """Follow the registry: keep state of known workers, add new ones (healthy), drop gone ones."""
+        fresh: dict[str, WorkerState] = {}
+        for ep in endpoints:
+            old = self.workers.get(ep.name)
+            if old is not None and old.endpoint == ep:
+                fresh[ep.name] = old
+            else:
+                fresh[ep.name] = WorkerState(ep)
+        self.workers = fresh
+
+    def set_healthy(self, name: str, healthy: bool) -> None:
+        if name in self.workers:
+            self.workers[name].healthy = healthy
+
+    def _policy(self, role: str) -> RoutingPolicy:
+        if role not in self._policies:
+            self._policies[role] = make_policy(self.settings.policy)
+        return self._policies[role]
+
+    def pick_pair(self) -> Pair:
+        """A pair for the next attempt; raises NoWorkerError when a role has no usable worker."""
+        now = time.monotonic()
+        ws = list(self.workers.values())
+        if self.mode == "aggregated":
+            return Pair(decode=self._policy("aggregated").pick(eligible(ws, "aggregated", now)))
+        prefill = self._policy("prefill").pick(eligible(ws, "prefill", now))
+        decode = self._policy("decode").pick(eligible(ws, "decode", now))
+        return Pair(decode=decode, prefill=prefill)
+
+    def set_progress(self, progress: Progress | None, state: str | None) -> None:
+        if progress is None or progress.state == state:
+            return
+        if self.metrics is not None:
+            self.metrics.state_change(progress.state, state)
+        progress.state = state
+
+    def mark_suspect(self, w: WorkerState) -> None:
+        w.failures += 1
+        w.suspect_until = time.monotonic() + self.settings.suspect_s
+
+    def leg_start(self, w: WorkerState) -> None:
+        w.outstanding += 1
+        if self.metrics is not None:
+            self.metrics.worker_outstanding(w.endpoint.role, w.name, w.outstanding)
+
+    def leg_done(self, w: WorkerState) -> None:
+        w.outstanding -= 1
+        if self.metrics is not None:
+            self.metrics.worker_outstanding(w.endpoint.role, w.name, w.outstanding)
+
+    # ---- HTTP plumbing ----------------------------------------------------------------------------
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        # Created lazily: an aiohttp session belongs to the event loop it was made in.
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None), raise_for_status=False
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=self.settings.abort_timeout_s + 1)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def check_health(self) -> dict[str, bool]:
+        """GET /health on every worker concurrently; updates and returns each worker's health."""
+
+        async def one(w: WorkerState) -> tuple[str, bool]:
+            try:
+                async with self.session.get(
+                    w.endpoint.url + "/health", timeout=aiohttp.ClientTimeout(total=self.settings.health_timeout_s)
+                ) as r:
+                    return w.name, r.status == 200
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return w.name, False
+
+        results = dict(await asyncio.gather(*(one(w) for w in list(self.workers.values()))))
+        for name, ok in results.items():
+            w = self.workers.get(name)
+            if w is None:
+                continue
+            # One slow probe under load is not death: only consecutive failures take a worker out.
+            w.health_failures = 0 if ok else w.health_failures + 1
+            w.healthy = w.health_failures < self.settings.unhealthy_after_failures
+        return results
+
+    def abort_in_background(self, w: WorkerState, rid: str) -> None:
+        """POST /abort_request for `rid` without making the caller wait (the worker may be hung)."""
+
+        async def abort() -> None:
+            try:
+                async with self.session.post(
+                    w.endpoint.url + "/abort_request", json={"rid": rid},
+                    timeout=aiohttp.ClientTimeout(total=self.settings.abort_timeout_s),
+                ) as r:
+                    await r.read()
+                    if r.status == 200:
+                        self.aborts_sent += 1
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                log.info("abort of %s on %s not delivered: %r", rid, w.name, exc)
+
+        task = asyncio.get_running_loop().create_task(abort())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _new_room(self) -> int:
+        # Random 63-bit, never 0 (0 means "no metadata yet" to the decode); unique while in flight.
+        # With prefill dp>1 SGLang maps room % dp to a DP rank: random rooms spread evenly.
+        while True:
+            room = self._rng.getrandbits(63)
+            if room and room not in self._rooms_in_flight:
+                return room
+
+    def _leg_timeout_s(self, deadline_at: float | None) -> float:
+        """Seconds each leg may take: the configured timeout, capped by the time left to the deadline."""
+        limits = []
+        if self.settings.request_timeout_s is not None:
+            limits.append(self.settings.request_timeout_s)
+        if deadline_at is not None:
+            limits.append(deadline_at - time.time())
+        return min(limits) if limits else DEFAULT_REQUEST_TIMEOUT_S
+
+    def _with_pairing(self, body: dict, pair: Pair, rid: str, rooms: list[int]) -> dict:
+        out = dict(body)
+        out["rid"] = rid
+        if pair.prefill is None:
+            return out
+        ep = pair.prefill.endpoint
+        host = ep.bootstrap_host or ep.node_ip or host_of(ep.url)
+        n = batch_size(body)
+        if n is None:
+            out.update(bootstrap_host=host, bootstrap_port=ep.bootstrap_port, bootstrap_room=rooms[0])
+        else:  # a batched /generate: one room per item, lists as SGLang normalises them
+            out.update(bootstrap_host=[host] * n, bootstrap_port=[ep.bootstrap_port] * n, bootstrap_room=rooms)
+            out["rid"] = [f"{rid}{i:06d}" for i in range(n)]  # fixed width: abort by prefix `rid` hits all
+        return out
+
+    # ---- one attempt --------------------------------------------------------------------------------
+
+    async def _prefill_leg(self, w: WorkerState, body: dict, timeout_s: float) -> float:
+        """Post to the prefill and wait for its answer (sent after the KV transfer); return monotonic time."""
+        self.leg_start(w)
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self.session.post(w.endpoint.url + "/generate", json=body) as r:
+                    raw = await r.read()
+                    if r.status != 200:
+                        raise _http_failure("prefill", w, r.status, raw)
+                    if body.get("stream"):
+                        _raise_if_stream_aborted("prefill", w, raw)
+            return time.monotonic()
+        except TimeoutError:
+            raise LegFailure("timeout", "prefill", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
+        except aiohttp.ClientError as exc:
+            raise LegFailure("connect", "prefill", w.name, repr(exc), True, 502) from None
+        finally:
+            self.leg_done(w)
+
+    async def _decode_leg(self, w: WorkerState, body: dict, timeout_s: float, t0: float, answer: Answer) -> None:
+        """Post to the decode and collect its whole answer (JSON, or an SSE stream read to the end)."""
+        self.leg_start(w)
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self.session.post(w.endpoint.url + "/generate", json=body) as r:
+                    if r.status != 200:
+                        raise _http_failure("decode", w, r.status, await r.read())
+                    if body.get("stream"):
+                        await self._collect_stream(w, r, t0, answer)
+                    else:
+                        answer.payload = await r.json(content_type=None)
+                        fill_from_payload(answer, answer.payload)
+                    answer.status = r.status
+                    answer.e2e_s = time.monotonic() - t0
+        except TimeoutError:
+            raise LegFailure("timeout", "decode", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
+        except aiohttp.ClientError as exc:
+            raise LegFailure("connect", "decode", w.name, repr(exc), True, 502) from None
+        finally:
+            self.leg_done(w)
+
+    async def _collect_stream(self, w: WorkerState, r: aiohttp.ClientResponse, t0: float, answer: Answer) -> None:
+        # Only the first event (TTFT) and the last (totals) are parsed on the hot path; the others are
+        # parsed only if the last one does not carry the whole output_ids.
+        events: list[bytes] = []
+        async for payload in data_payloads(r.content.iter_any()):
+            if not events:
+                answer.ttft_s = time.monotonic() - t0
+                self.set_progress(answer.progress, "decoding")
+            events.append(payload)
+        if not events:
+            raise LegFailure("empty", "decode", w.name, "stream ended without any data event", True, 502)
+        last = json.loads(events[-1])
+        answer.payload = last
+        if "error" in last:
+            raise LegFailure("error", "decode", w.name, _message_of(last), True, 502, body=last)
+        _raise_if_aborted("decode", w, last)
+        fill_from_payload(answer, last)
+        if len(answer.output_ids) != answer.completion_tokens:  # incremental chunks: stitch them
+            ids: list[int] = []
+            for ev in events:
+                chunk_ids = json.loads(ev).get("output_ids") or []
+                ids.extend(chunk_ids)
+            answer.output_ids = ids
+
+    async def _attempt(self, body: dict, pair: Pair, timeout_s: float, answer: Answer) -> None:
+        """Both legs of one attempt, concurrently; on any failure abort both and raise LegFailure."""
+        rid = answer.rid
+        n = batch_size(body) or 1
+        rooms = [self._new_room() for _ in range(n)] if pair.prefill is not None else []
+        self._rooms_in_flight.update(rooms)
+        sent = self._with_pairing(body, pair, rid, rooms)
+        t0 = time.monotonic()
+        # TTFT and e2e count from the request's first send (retries included); kv_wait is this attempt's.
+        decode_task = asyncio.ensure_future(self._decode_leg(pair.decode, sent, timeout_s, answer.origin, answer))
+        tasks = [decode_task]
+        prefill_task = None
+        if pair.prefill is not None:
+            prefill_task = asyncio.ensure_future(self._prefill_leg(pair.prefill, sent, timeout_s))
+            tasks.append(prefill_task)
+        try:
+            pending = set(tasks)
+            while pending:
+                # Once the decode has answered, the prefill leg only adds kv_wait: do not let a
+                # prefill that never answers (0.5.17 NIXL has no timeout there) turn success into failure.
+                grace = self.settings.prefill_grace_s if decode_task.done() else None
+                done, pending = await asyncio.wait(pending, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                for t in done:
+                    if t.exception() is not None:
+                        raise t.exception()  # type: ignore[misc]
+                    if t is prefill_task:
+                        answer.kv_wait_s = t.result() - t0
+            if pending:  # the prefill outlived its decode: free it
+                for t in pending:
+                    t.cancel()
+                if pair.prefill is not None:
+                    self.abort_in_background(pair.prefill, rid)
+        except BaseException as exc:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.set_progress(answer.progress, "prefill")  # a retry starts over
+            for w in (pair.prefill, pair.decode):
+                if w is not None:
+                    self.abort_in_background(w, rid)
+            if isinstance(exc, LegFailure):
+                if exc.kind == "timeout":  # a stalled exchange implicates every leg still waiting
+                    for w in (pair.prefill, pair.decode):
+                        if w is not None:
+                            self.mark_suspect(w)
+                elif exc.retryable:
+                    self.mark_suspect(self.workers.get(exc.worker) or pair.decode)
+            raise
+        finally:
+            self._rooms_in_flight.difference_update(rooms)
+
+    # ---- public: one request ------------------------------------------------------------------------
+
+    async def generate(self, body: dict, deadline_at: float | None = None, progress: Progress | None = None) -> Answer:
+        """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError."""
+        sent_at, origin = time.time(), time.monotonic()
+        state = _RetryState()
+        async with contextlib.aclosing(self._attempts(deadline_at, state)) as attempts:
+            async for attempt, pair, _ in attempts:
+                answer = Answer(status=0, payload=None, pair=pair, rid=uuid.uuid4().hex, attempts=attempt,
+                                sent_at=sent_at, origin=origin, progress=progress)
+                try:
+                    await self._attempt(body, pair, self._leg_timeout_s(deadline_at), answer)
+                    return answer
+                except LegFailure as exc:
+                    state.last = exc
+                    log.info("attempt %d of %s failed: %s", attempt, answer.rid, exc)
+                    if not exc.retryable:
+                        break
+        raise _final_error(state.last, state.attempts, deadline_at)
+
+    async def open_stream(self, body: dict, deadline_at: float | None = None) -> StreamRelay:
+        """Start a streamed request; returns once the decode answered its headers (retrying before that)."""
+        state = _RetryState()
+        async with contextlib.aclosing(self._attempts(deadline_at, state)) as attempts:
+            async for attempt, pair, timeout_s in attempts:
+                try:
+                    return await self._open_stream_once(body, pair, timeout_s, attempt)
+                except LegFailure as exc:
+                    state.last = exc
+                    if not exc.retryable:
+                        break
+        raise _final_error(state.last, state.attempts, deadline_at)
+
+    async def _attempts(
+        self, deadline_at: float | None, state: _RetryState
+    ) -> AsyncIterator[tuple[int, Pair, float]]:
+        """(attempt, pair, leg timeout) for each try: bounded count, backoff, time left before the deadline.
+
+        An attempt with no worker to pick is skipped (its error kept in `state`); the caller records leg
+        failures in `state.last` and stops early on a non-retryable one.
+        """
+        for attempt in range(1, self.settings.max_attempts + 1):
+            timeout_s = self._leg_timeout_s(deadline_at)
+            if timeout_s <= 0:
+                return
+            if attempt > 1:
+                await asyncio.sleep(min(self.settings.backoff_s * 2 ** (attempt - 2), timeout_s))
+            try:
+                pair = self.pick_pair()
+            except NoWorkerError as exc:
+                state.last = exc
+                continue
+            state.attempts = attempt
+            yield attempt, pair, timeout_s
+
+    async def _open_stream_once(self, body: dict, pair: Pair, timeout_s: float, attempt: int) -> StreamRelay:
+        rid = uuid.uuid4().hex
+        rooms = [self._new_room() for _ in range(batch_size(body) or 1)] if pair.prefill else []
+        sent = self._with_pairing(body, pair, rid, rooms)
+        deadline = time.monotonic() + timeout_s
+        prefill_task = None
+        if pair.prefill is not None:
+            prefill_task = asyncio.ensure_future(self._prefill_leg(pair.prefill, sent, timeout_s))
+            # Rooms stay reserved until the prefill leg (the KV sender) is finished.
+            self._rooms_in_flight.update(rooms)
+            prefill_task.add_done_callback(lambda _t: self._rooms_in_flight.difference_update(rooms))
+        w = pair.decode
+        self.leg_start(w)
+        resp = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                resp = await self.session.post(w.endpoint.url + "/generate", json=sent)
+            if resp.status != 200:
+                raise _http_failure("decode", w, resp.status, await resp.read())
+        except BaseException as exc:
+            self.leg_done(w)
+            if resp is not None:
+                resp.release()
+            if prefill_task is not None:
+                prefill_task.cancel()
+            for x in (pair.prefill, pair.decode):
+                if x is not None:
+                    self.abort_in_background(x, rid)
+            if isinstance(exc, TimeoutError):
+                self.mark_suspect(w)
+                raise LegFailure("timeout", "decode", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
+            if isinstance(exc, aiohttp.ClientError):
+                self.mark_suspect(w)
+                raise LegFailure("connect", "decode", w.name, repr(exc), True, 502) from None
+            if isinstance(exc, LegFailure) and exc.retryable:
+                self.mark_suspect(w)
+            raise
+        return StreamRelay(self, resp, pair, rid, prefill_task, deadline, attempt)
+
+
+# ---- helpers of this module only ------------------------------------------------------------------
+
+

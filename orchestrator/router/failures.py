@@ -1,0 +1,97 @@
+"""How a dispatch fails: LegFailure (one leg of one attempt), DispatchError (for good), and HTTP/SSE error parsing."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.router.policies import NoWorkerError, WorkerState
+
+
+class LegFailure(Exception):
+    """One leg (prefill or decode) of one attempt failed; `kind` is a short label (timeout, http_500...)."""
+
+    def __init__(self, kind: str, leg: str, worker: str, message: str, retryable: bool, status: int = 502,
+                 body: Any = None):
+        super().__init__(f"{kind}: {leg} {worker}: {message}")
+        self.kind = kind
+        self.leg = leg
+        self.worker = worker
+        self.retryable = retryable
+        self.status = status  # HTTP status to show a client if this is the final failure
+        self.body = body  # the server's own error body, passed through for client errors (4xx)
+
+
+class DispatchError(Exception):
+    """A request failed for good (after retries); carries the HTTP status a client should see."""
+
+    def __init__(self, message: str, status: int, attempts: int, body: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+        self.body = body
+
+
+def _message_of(payload: Any) -> str:
+    if isinstance(payload, dict):
+        err = payload.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:300]
+        if err is not None:
+            return str(err)[:300]
+        if "message" in payload:
+            return str(payload["message"])[:300]
+        if "detail" in payload:
+            return str(payload["detail"])[:300]
+    return str(payload)[:300]
+
+
+def _http_failure(leg: str, w: WorkerState, status: int, raw: bytes) -> LegFailure:
+    try:
+        body: Any = json.loads(raw)
+    except ValueError:
+        body = raw.decode(errors="replace")
+    # 4xx is about the request (too long, malformed): the same body fails on any pair, so no retry.
+    retryable = status >= 500 or status == 429
+    return LegFailure(f"http_{status}", leg, w.name, _message_of(body), retryable, status, body)
+
+
+def _raise_if_aborted(leg: str, w: WorkerState, chunk: dict) -> None:
+    meta = chunk.get("meta_info") or {}
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        code = int(reason.get("status_code") or 500)
+        raise LegFailure("aborted", leg, w.name, str(reason.get("message")), code >= 500, code)
+
+
+def _raise_if_stream_aborted(leg: str, w: WorkerState, raw: bytes) -> None:
+    lines = [ln[5:].strip() for ln in raw.split(b"\n") if ln.startswith(b"data:")]
+    lines = [ln for ln in lines if ln != b"[DONE]"]
+    if lines:
+        try:
+            _raise_if_aborted(leg, w, json.loads(lines[-1]))
+        except ValueError:
+            pass
+
+
+@dataclass
+class _RetryState:
+    """What a retry loop saw: the last failure and how many attempts reached a worker pair."""
+
+    last: "LegFailure | NoWorkerError | None" = None
+    attempts: int = 0
+
+
+def _final_error(last: LegFailure | NoWorkerError | None, attempts: int, deadline_at: float | None) -> DispatchError:
+    if isinstance(last, LegFailure):
+        return DispatchError(f"{last} (after {attempts} attempt(s))", last.status, attempts,
+                             last.body if 400 <= last.status < 500 else None)
+    if isinstance(last, NoWorkerError):
+        return DispatchError(f"no_worker: {last}", 503, attempts)
+    left = None if deadline_at is None else deadline_at - time.time()
+    return DispatchError(
+        f"deadline: the run deadline passed before the request could be sent (left {left:.1f}s)"
+        if left is not None else "deadline: no time left", 504, attempts,
+    )

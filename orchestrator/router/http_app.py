@@ -1,0 +1,127 @@
+"""The router's HTTP ingress: FastAPI routes (SGLang /generate, OpenAI, /health, /server_info) over a RouterCore."""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from orchestrator.api.generate import GenerateBody
+from orchestrator.api.openai import (
+    ChatBody,
+    CompletionBody,
+)
+from orchestrator.router import openai
+from orchestrator.router.core import HTTPError, RouterCore
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        where = ".".join(loc) or "body"
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}")
+    return "invalid request: " + "; ".join(parts[:5])
+
+
+def core_in_app_state(request: Request) -> RouterCore:
+    """The RouterCore a plain (uvicorn) app carries in `app.state.core`."""
+    core = getattr(request.app.state, "core", None)
+    if core is None:
+        raise HTTPError(503, "router not initialised: no RouterCore in app.state.core")
+    return core
+
+
+def build_http_app(find_core: Callable[[Request], RouterCore] = core_in_app_state) -> FastAPI:
+    """The ingress routes; each handler gets its RouterCore from `find_core` (app.state, or the Serve replica)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        core = getattr(app.state, "core", None)
+        if core is not None:  # close pooled engine connections with the server
+            await core.dispatcher.close()
+
+    app = FastAPI(title="pd-orchestrator router", docs_url=None, redoc_url=None, lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(400, _validation_message(exc))
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(_request: Request, exc: HTTPError) -> JSONResponse:
+        if exc.body is not None and 400 <= exc.status < 500:
+            return JSONResponse(exc.body, exc.status)  # the engine's own client error, as SGLang shows it
+        return error_response(exc.status, exc.message)
+
+    async def authorised(request: Request, core: RouterCore = Depends(find_core)) -> RouterCore:
+        if core.api_key is not None:
+            got = request.headers.get("authorization", "")
+            if not secrets.compare_digest(got.encode(), f"Bearer {core.api_key}".encode()):
+                raise HTTPError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' "
+                                     f"(the key is in ${core.cfg.router.api_key_env} where the router runs)")
+        return core
+
+    @app.get("/health")
+    async def health(core: RouterCore = Depends(find_core)) -> Response:
+        counts = core.ready_counts()
+        missing = [role for role, n in counts.items() if n == 0]
+        if missing:
+            return error_response(503, f"no healthy {' or '.join(missing)} worker yet (healthy: {counts})")
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models(core: RouterCore = Depends(authorised)) -> dict:
+        return {"object": "list", "data": [{
+            "id": core.model_name, "object": "model", "created": 0, "owned_by": "pd-orchestrator",
+            "root": core.model_name, "max_model_len": core.cfg.model.context_length,
+        }]}
+
+    @app.get("/server_info")
+    @app.get("/get_server_info")
+    async def server_info(core: RouterCore = Depends(authorised)) -> dict:
+        return await core.server_info()
+
+    @app.get("/model_info")
+    @app.get("/get_model_info")
+    async def model_info(core: RouterCore = Depends(authorised)) -> dict:
+        return await core.model_info()
+
+    @app.post("/generate")
+    async def generate(body: GenerateBody, core: RouterCore = Depends(authorised)) -> Response:
+        engine_body = await core.to_input_ids(body)
+        if body.stream:
+            relay = await core.open_stream(engine_body)
+            return StreamingResponse(relay.chunks(), media_type="text/event-stream")
+        return JSONResponse(await core.generate(engine_body))
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionBody, core: RouterCore = Depends(authorised)) -> Response:
+        return await openai.completions(core, body)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatBody, core: RouterCore = Depends(authorised)) -> Response:
+        return await openai.chat_completions(core, body)
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache(core: RouterCore = Depends(authorised)) -> dict:
+        out = {}
+        for w in core.dispatcher.workers.values():
+            try:
+                async with core.dispatcher.session.post(w.endpoint.url + "/flush_cache") as r:
+                    out[w.name] = r.status
+            except Exception as exc:
+                out[w.name] = repr(exc)
+        return out
+
+    return app

@@ -1,0 +1,159 @@
+"""OpenAI adapter: completions/chat bodies -> engine /generate bodies, engine SSE -> OpenAI chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from orchestrator.api.openai import (
+    DEFAULT_CHAT_TOKENS,
+    DEFAULT_COMPLETION_TOKENS,
+    ChatBody,
+    CompletionBody,
+    deepseek_chat_prompt,
+)
+from orchestrator.api.sse import json_events
+from orchestrator.router.core import HTTPError, RouterCore
+
+
+def sampling_from_openai(body: CompletionBody | ChatBody, default_tokens: int) -> dict:
+    max_tokens = body.max_tokens
+    if isinstance(body, ChatBody) and body.max_completion_tokens is not None:
+        max_tokens = body.max_completion_tokens
+    sp: dict[str, Any] = {"max_new_tokens": default_tokens if max_tokens is None else max_tokens}
+    for key in ("temperature", "top_p", "stop"):
+        value = getattr(body, key)
+        if value is not None:
+            sp[key] = value
+    if body.ignore_eos:
+        sp["ignore_eos"] = True
+    return sp
+
+
+def finish_reason(meta: dict) -> str | None:
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict):
+        return {"length": "length", "stop": "stop"}.get(reason.get("type"), reason.get("type"))
+    return reason
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: str, rid: str,
+                         prompt_tokens: int, include_usage: bool) -> AsyncIterator[bytes]:
+    """Translate the engine's SSE into OpenAI completion/chat chunks (text deltas), ending with [DONE]."""
+    relay = await core.open_stream(engine_body)
+    created = int(time.time())
+    obj = "text_completion" if kind == "completion" else "chat.completion.chunk"
+
+    async def chunks() -> AsyncIterator[bytes]:
+        sent_text = ""
+        completion_tokens = 0
+        if kind == "chat":
+            yield _sse({"id": rid, "object": obj, "created": created, "model": model,
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                     "finish_reason": None}]})
+        async for event in json_events(relay.chunks()):
+            if "error" in event:
+                yield _sse({"error": event["error"]})
+                break
+            meta = event.get("meta_info") or {}
+            completion_tokens = int(meta.get("completion_tokens") or completion_tokens)
+            text = event.get("text") or ""
+            # SGLang streams cumulative text by default, increments with --incremental-streaming-output
+            delta = text[len(sent_text):] if text.startswith(sent_text) else text
+            sent_text = text if text.startswith(sent_text) else sent_text + text
+            finish = finish_reason(meta)
+            if finish == "abort":
+                reason = meta.get("finish_reason") or {}
+                yield _sse({"error": {"message": f"aborted: {reason.get('message')}", "type": "server_error",
+                                      "code": reason.get("status_code", 500)}})
+                break
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if kind == "chat":
+                choice["delta"] = {"content": delta} if delta else {}
+            else:
+                choice["text"] = delta
+                choice["logprobs"] = None
+            if delta or finish:
+                yield _sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
+        if include_usage:
+            yield _sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                  "total_tokens": prompt_tokens + completion_tokens}})
+        yield b"data: [DONE]\n\n"
+
+    return chunks()
+
+
+async def completions(core: RouterCore, body: CompletionBody) -> Response:
+    """OpenAI `/v1/completions` (stream or not) over the PD dispatcher; prompts become token ids."""
+    prompts: list[list[int]]
+    p = body.prompt
+    if isinstance(p, str):
+        prompts = [await core.encode(p)]
+    elif p and isinstance(p[0], str):
+        prompts = [await core.encode(t) for t in p]  # type: ignore[arg-type]
+    elif p and isinstance(p[0], list):
+        prompts = list(p)  # type: ignore[arg-type]
+    else:
+        prompts = [list(p)]  # type: ignore[arg-type]
+    for i, ids in enumerate(prompts):
+        core.check_prompt_len(len(ids), f"prompt[{i}]" if len(prompts) > 1 else "prompt")
+    sampling = sampling_from_openai(body, DEFAULT_COMPLETION_TOKENS)
+    model = body.model or core.model_name
+    rid = "cmpl-" + uuid.uuid4().hex
+    if body.stream:
+        if len(prompts) != 1:
+            raise HTTPError(400, "prompt: streaming takes one prompt; send one request per prompt")
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        stream = await openai_stream(core, {"input_ids": prompts[0], "sampling_params": sampling,
+                                             "stream": True}, "completion", model, rid,
+                                      len(prompts[0]), include_usage)
+        return StreamingResponse(stream, media_type="text/event-stream")
+    answers = await asyncio.gather(*(
+        core.generate({"input_ids": ids, "sampling_params": sampling}) for ids in prompts))
+    choices, completion_tokens = [], 0
+    for i, a in enumerate(answers):
+        meta = a.get("meta_info") or {}
+        completion_tokens += int(meta.get("completion_tokens") or 0)
+        text = a.get("text") or (await core.decode_text(a.get("output_ids") or []))
+        choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish_reason(meta)})
+    prompt_tokens = sum(len(ids) for ids in prompts)
+    return JSONResponse({
+        "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+        "choices": choices, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                      "total_tokens": prompt_tokens + completion_tokens},
+    })
+
+async def chat_completions(core: RouterCore, body: ChatBody) -> Response:
+    """OpenAI `/v1/chat/completions` with DeepSeek's chat template; text content only."""
+    ids = await core.encode(deepseek_chat_prompt(body.messages))
+    core.check_prompt_len(len(ids), "messages")
+    sampling = sampling_from_openai(body, DEFAULT_CHAT_TOKENS)
+    model = body.model or core.model_name
+    rid = "chatcmpl-" + uuid.uuid4().hex
+    engine_body = {"input_ids": ids, "sampling_params": sampling}
+    if body.stream:
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        stream = await openai_stream(core, {**engine_body, "stream": True}, "chat", model, rid, len(ids),
+                                      include_usage)
+        return StreamingResponse(stream, media_type="text/event-stream")
+    answer = await core.generate(engine_body)
+    meta = answer.get("meta_info") or {}
+    completion_tokens = int(meta.get("completion_tokens") or 0)
+    text = answer.get("text") or (await core.decode_text(answer.get("output_ids") or []))
+    return JSONResponse({
+        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": finish_reason(meta)}],
+        "usage": {"prompt_tokens": len(ids), "completion_tokens": completion_tokens,
+                  "total_tokens": len(ids) + completion_tokens},
+    })

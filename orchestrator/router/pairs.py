@@ -1,0 +1,68 @@
+"""One attempt's records: the worker Pair, the decode's Answer, a request's Progress; /generate body helpers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.router.policies import WorkerState
+
+
+@dataclass
+class Pair:
+    """Where one attempt goes: a prefill + decode, or (aggregated) only `decode` set to the worker."""
+
+    decode: WorkerState
+    prefill: WorkerState | None = None
+
+
+@dataclass
+class Answer:
+    """The decode's answer to one attempt, plus router-side timings (seconds from send)."""
+
+    status: int
+    payload: Any  # decode JSON (non-stream) or its last SSE chunk (stream collected)
+    pair: Pair
+    rid: str
+    attempts: int = 1
+    sent_at: float = 0.0  # time.time() of the first attempt
+    origin: float = field(default_factory=time.monotonic)  # time.monotonic() of the first attempt
+    ttft_s: float | None = None
+    kv_wait_s: float | None = None
+    e2e_s: float | None = None
+    output_ids: list[int] = field(default_factory=list)
+    completion_tokens: int = 0
+    progress: "Progress | None" = None  # the request's state for RouterMetrics, shared by its attempts
+
+
+@dataclass
+class Progress:
+    """Where one benchmark request is (RouterMetrics states); moves are mirrored into the gauge."""
+
+    state: str | None = "queued"
+
+
+def host_of(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or "127.0.0.1"
+
+
+def batch_size(body: dict) -> int | None:
+    """Items in a batched /generate (list of texts or of id lists), None for a single prompt."""
+    text, ids = body.get("text"), body.get("input_ids")
+    if isinstance(text, list):
+        return len(text)
+    if isinstance(ids, list) and ids and isinstance(ids[0], list):
+        return len(ids)
+    return None
+
+
+def fill_from_payload(answer: Answer, payload: Any) -> None:
+    item = payload[0] if isinstance(payload, list) and payload else payload
+    if not isinstance(item, dict):
+        return
+    meta = item.get("meta_info") or {}
+    answer.completion_tokens = int(meta.get("completion_tokens") or 0)
+    answer.output_ids = list(item.get("output_ids") or [])

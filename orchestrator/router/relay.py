@@ -1,0 +1,91 @@
+"""StreamRelay: relay an open decode SSE stream to the client, aborting both legs if either fails."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, AsyncIterator, Callable
+
+import aiohttp
+
+if TYPE_CHECKING:
+    from orchestrator.router.dispatch import PDDispatcher
+    from orchestrator.router.pairs import Pair
+
+log = logging.getLogger(__name__)
+
+STREAM_TAIL_BYTES = 1 << 16  # enough for SGLang's last event (totals), output_ids included
+
+
+class StreamRelay:
+    """An open decode SSE stream: `status` is known; iterate `chunks()` to relay bytes, then it closes.
+
+    The prefill leg keeps running beside it; if it fails mid-stream the decode is aborted, so the
+    stream ends with SGLang's own abort chunk rather than hanging.
+    """
+
+    def __init__(self, dispatcher: "PDDispatcher", resp: aiohttp.ClientResponse, pair: Pair, rid: str,
+                 prefill_task: asyncio.Task | None, deadline: float, attempts: int):
+        self.status = resp.status
+        self.attempts = attempts
+        self.pair = pair
+        self.rid = rid
+        self._d = dispatcher
+        self._resp = resp
+        self._prefill_task = prefill_task
+        self._deadline = deadline  # time.monotonic()
+        self._closed = False
+        self.tail = b""  # the stream's last bytes: its final event carries the totals
+        self.first_byte_at: float | None = None  # time.monotonic()
+        self.on_close: Callable[["StreamRelay", bool], None] | None = None  # (relay, completed)
+        if prefill_task is not None:
+            prefill_task.add_done_callback(self._on_prefill_done)
+
+    def _on_prefill_done(self, task: asyncio.Task) -> None:
+        # A failed prefill means the decode will never get its KV: abort it now so its stream ends
+        # with SGLang's abort chunk instead of waiting out the decode's own 300 s timeout.
+        if not self._closed and not task.cancelled() and task.exception() is not None:
+            if self.pair.prefill is not None:
+                self._d.mark_suspect(self.pair.prefill)
+            self._d.abort_in_background(self.pair.decode, self.rid)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        failed = False
+        try:
+            while True:
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                data = await asyncio.wait_for(self._resp.content.readany(), left)
+                if not data:
+                    break
+                if self.first_byte_at is None:
+                    self.first_byte_at = time.monotonic()
+                self.tail = (self.tail + data)[-STREAM_TAIL_BYTES:]
+                yield data
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            failed = True
+            self._d.mark_suspect(self.pair.decode)
+            log.warning("stream %s from %s ended early: %r", self.rid, self.pair.decode.name, exc)
+        except BaseException:  # client went away (GeneratorExit / cancel): free both servers
+            failed = True
+            raise
+        finally:
+            await self.close(abort=failed)
+
+    async def close(self, abort: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._resp.release()
+        self._d.leg_done(self.pair.decode)
+        if self._prefill_task is not None and not self._prefill_task.done():
+            self._prefill_task.cancel()
+            abort = True
+        if abort:
+            for w in (self.pair.prefill, self.pair.decode):
+                if w is not None:
+                    self._d.abort_in_background(w, self.rid)
+        if self.on_close is not None:
+            self.on_close(self, not abort)

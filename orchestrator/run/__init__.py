@@ -1,0 +1,1 @@
+"""Running: Deployment (place -> start -> ready -> teardown) driving bench, sweep, mlperf and the accuracy gate."""

@@ -1,0 +1,133 @@
+"""One deployment's life: place -> start -> ready -> teardown, as a context manager bench, sweep and mlperf share.
+
+`Deployment(cfg, run_id, deadline_at)`: `place()` connects to (or starts) the cluster, checks the nodes fit,
+deploys the worker apps and the router; `wait_ready()` returns the ready worker endpoints; leaving the
+`with` block (or `close()`) shuts Serve down, then the driver, then the local cluster if this run started it.
+`serve_deployment(cfg)` does all of it and yields the router's HTTP URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+from orchestrator.cluster.ports import free_port, port_free
+from orchestrator.config import RunConfig
+from orchestrator.run.driver import arm_sigterm, check_stop
+
+
+def with_free_router_port(cfg: RunConfig) -> RunConfig:
+    """On a local cluster a busy router port (another run on this box) moves to a free one."""
+    if cfg.cluster.is_local and not os.environ.get("RAY_ADDRESS") and not port_free(cfg.router.host, cfg.router.port):
+        port = free_port(cfg.router.host)
+        print(f"router.port {cfg.router.port} is busy on {cfg.router.host}; using {port}", file=sys.stderr)
+        cfg = cfg.model_copy(update={"router": cfg.router.model_copy(update={"port": port})})
+    return cfg
+
+
+class Deployment:
+    """Workers + router of one run on a Ray cluster; a context manager that always tears down."""
+
+    def __init__(self, cfg: RunConfig, run_id: str, deadline_at: float, state_path: Path | None = None):
+        self.cfg = cfg
+        self.run_id = run_id
+        self.deadline_at = deadline_at  # time.time() by which the deployment must be ready
+        self.state_path = state_path
+        self.session = None  # the cluster connection (and the local cluster, if we started it)
+        self.nodes: list = []
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.cfg.router.host}:{self.cfg.router.port}"
+
+    def _time_left_s(self) -> float:
+        return max(1.0, self.deadline_at - time.time())
+
+    def place(self) -> list:
+        """Connect, check the nodes fit, deploy workers and router; returns the cluster's nodes."""
+        import ray
+
+        from deployments.app import deploy
+        from orchestrator.cluster.connect import connect
+        from orchestrator.cluster.inventory import check_nodes_fit, node_inventory
+        from orchestrator.cluster.registry import get_registry
+
+        self.session = connect(self.cfg, self.state_path)
+        arm_sigterm()  # ray.init installed its own SIGTERM handler
+        try:
+            self.nodes = node_inventory()
+            check_nodes_fit(self.cfg, self.nodes)
+            ray.get(get_registry().clear.remote())  # endpoints of an earlier run on this cluster are stale
+            deploy(self.cfg, self.run_id, timeout_s=self._time_left_s())
+        except BaseException:
+            self.close()
+            raise
+        return self.nodes
+
+    def router(self):
+        """The router's Serve handle (the bench driver streams its batch through it)."""
+        from ray import serve
+
+        from deployments.app import ROUTER_APP
+
+        return serve.get_app_handle(ROUTER_APP)
+
+    def wait_ready(self) -> list:
+        """The worker endpoints, once every expected worker is registered and healthy."""
+        from deployments.app import expected_workers
+
+        response = self.router().wait_ready.remote(expected_workers(self.cfg), self._time_left_s())
+        while True:  # short waits, so Ctrl-C / SIGTERM handlers get to run promptly
+            try:
+                return response.result(timeout_s=1.0)
+            except TimeoutError:
+                check_stop()
+
+    def close(self) -> None:
+        """Serve down, then the driver, then the local cluster if this run started it; never raises."""
+        try:
+            import ray
+            from ray import serve
+
+            if ray.is_initialized():
+                serve.shutdown()
+        except Exception as exc:
+            print(f"teardown: serve.shutdown failed: {exc}", file=sys.stderr)
+        if self.session is not None:
+            try:
+                self.session.close()
+            except Exception as exc:
+                print(f"teardown: cluster stop failed: {exc}", file=sys.stderr)
+            self.session = None
+
+    def __enter__(self) -> "Deployment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def serve_deployment(cfg: RunConfig, state_path: Path | None = None, timeout_s: float | None = None) -> Iterator[str]:
+    """Bring the deployment up as `bench` does and yield the router's HTTP URL; tear it down after."""
+    cfg = with_free_router_port(cfg)
+    deadline_at = time.time() + (timeout_s or cfg.benchmark.deadline_s)
+    with Deployment(cfg, f"{cfg.name}-serve-{uuid.uuid4().hex[:6]}", deadline_at, state_path) as deployment:
+        deployment.place()
+        deployment.wait_ready()
+        yield deployment.url
+
+
+@contextlib.contextmanager
+def deployment_url(cfg: RunConfig, url: str | None) -> Iterator[str]:
+    """The router to load: --url as given, else the deployment from the config brought up like `bench` does."""
+    if url:
+        yield url.rstrip("/")
+        return
+    with serve_deployment(cfg) as router_url:
+        yield router_url.rstrip("/")

@@ -1,1 +1,0 @@
-"""Simulated SGLang engine: HTTP server, cost model, metrics with SGLang names."""

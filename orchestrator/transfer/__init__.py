@@ -1,0 +1,1 @@
+"""KV transfer checks: NIXL endpoint, KV layout and the `preflight` prefill -> decode transfer test."""

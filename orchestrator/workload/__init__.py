@@ -1,0 +1,1 @@
+"""Workload: ShareGPT dataset, faithful tokenizer, random prompts and the benchmark batch."""

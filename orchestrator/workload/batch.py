@@ -1,0 +1,58 @@
+"""The benchmark batch: ShareGPT prompts as SGLang samples them, their order, and the warm-up requests."""
+
+from __future__ import annotations
+
+from orchestrator.config import RunConfig
+from orchestrator.records import BenchRequest
+
+
+def sample_batch(cfg: RunConfig, num_prompts: int) -> list[BenchRequest]:
+    """The ShareGPT batch as SGLang samples it (client-side token ids, sampled output lengths)."""
+    from orchestrator.workload.dataset import sample_sharegpt
+    from orchestrator.workload.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(cfg.model.path)
+    prompts = sample_sharegpt(
+        tokenizer, num_prompts, cfg.benchmark.seed, cfg.benchmark.dataset_path,
+        cfg.benchmark.context_len, cfg.benchmark.fixed_output_len,
+    )
+    return order_requests([p.to_request() for p in prompts], cfg.benchmark.ordering)
+
+
+def order_requests(requests: list[BenchRequest], ordering: str) -> list[BenchRequest]:
+    if ordering == "longest-first":
+        return sorted(requests, key=lambda r: -(r.prompt_len + r.output_len))
+    if ordering == "interleave":  # long and short alternate so prefill and decode both stay busy
+        by_len = sorted(requests, key=lambda r: -(r.prompt_len + r.output_len))
+        out = []
+        while by_len:
+            out.append(by_len.pop(0))
+            if by_len:
+                out.append(by_len.pop())
+        return out
+    return requests
+
+
+def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:
+    """Warm-up requests, indexed after the measured batch so records never collide."""
+    from orchestrator.workload.tokenizer import load_tokenizer
+
+    policy = cfg.benchmark.warmup.policy
+    if policy == "none":
+        return []
+    tokenizer = load_tokenizer(cfg.model.path)
+    n = min(cfg.benchmark.warmup.num_prompts, cfg.benchmark.num_prompts)
+    if policy == "sglang":  # bench_offline_throughput: random 256-in / 16-out prompts
+        from orchestrator.workload.random_prompts import sample_random_requests
+
+        reqs = sample_random_requests(tokenizer, 256, 16, n, 1.0, cfg.benchmark.seed, cfg.benchmark.dataset_path,
+                                      after_sharegpt_shuffle=True)
+    else:  # batch-shaped: ShareGPT prompts from another seed, so the measured run gets no prefix-cache hits
+        from orchestrator.workload.dataset import sample_sharegpt
+
+        reqs = [p.to_request() for p in sample_sharegpt(tokenizer, n, cfg.benchmark.seed + 1,
+                                                       cfg.benchmark.dataset_path, cfg.benchmark.context_len)]
+    for i, r in enumerate(reqs):
+        r.index = batch_size + i
+        r.output_len = min(r.output_len, cfg.benchmark.warmup.max_output_len)
+    return reqs
