@@ -139,18 +139,89 @@ class EngineConfig(Strict):
     )
 
 
+# SGLang 0.5.17's --attention-backend choices that run DeepSeek's MLA on NVIDIA GPUs (Hopper: fa3 is
+# SGLang's default; cutlass_mla / trtllm_mla / fa4 need Blackwell).
+MLA_ATTENTION_BACKENDS = ("fa3", "flashinfer", "flashmla", "triton", "cutlass_mla", "trtllm_mla", "fa4")
+
+
+class SpeculativeConfig(Strict):
+    """Speculative decoding with the checkpoint's own MTP layer (SGLang's NEXTN = EAGLE with the model as draft)."""
+
+    algorithm: Literal["NEXTN", "EAGLE"] = Field(
+        "NEXTN", description="--speculative-algorithm; SGLang resolves NEXTN to EAGLE with R1's MTP layer as draft."
+    )
+    num_steps: int = Field(3, ge=1, le=8, description="--speculative-num-steps (SGLang's default for R1: 3).")
+    eagle_topk: int = Field(1, ge=1, le=8, description="--speculative-eagle-topk (default 1).")
+    num_draft_tokens: int = Field(4, ge=2, le=32, description="--speculative-num-draft-tokens (default 4).")
+    accept_length: float | None = Field(
+        None, ge=1, description="Cost-model assumption: mean tokens emitted per verify step; default 1.0 with "
+        "dummy weights (random drafts are rejected), else from an assumed per-token acceptance (docs/planning.md)."
+    )
+
+    @model_validator(mode="after")
+    def _draft_tokens_fit_steps(self) -> "SpeculativeConfig":
+        most = self.num_steps * self.eagle_topk + 1
+        if self.num_draft_tokens > most:
+            raise ValueError(
+                f"num_draft_tokens={self.num_draft_tokens} exceeds num_steps x eagle_topk + 1 = {most}; "
+                f"lower num_draft_tokens or raise num_steps"
+            )
+        return self
+
+
 class WorkerGroup(Strict):
     name: str | None = Field(None, description="Deployment name; default '<role>-<index>'.")
     count: int = Field(1, ge=1, description="Number of engine servers (replicas) in this group.")
-    tp: int = Field(1, ge=1, description="Tensor-parallel size of one server.")
+    tp: int = Field(1, ge=1, description="Tensor-parallel size of one server (per pipeline stage).")
     dp: int = Field(1, ge=1, description="Data-parallel size inside one server.")
-    ep: int = Field(1, ge=1, description="Expert-parallel size inside one server.")
+    ep: int = Field(1, ge=1, description="Expert-parallel size inside one server (--ep-size): 1 or tp.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size of one server (e.g. TP8xPP2 over 2 nodes).")
-    dp_attention: bool = False
+    dp_attention: bool = Field(False, description="--enable-dp-attention: attention runs dp-way data parallel "
+                               "inside the tp group (tp divisible by dp); KV is no longer replicated over TP.")
+    moe_a2a_backend: Literal["none", "deepep"] | None = Field(
+        None, description="--moe-a2a-backend; deepep needs ep = tp (DeepEP installed); null = SGLang's default (none)."
+    )
     nnodes: int = Field(1, ge=1, description="Nodes one server spans (e.g. TP16 over 2 nodes).")
     node_role: str | None = Field(None, description="Node role label; default from the group's role.")
-    max_running_requests: int | None = Field(None, ge=1)
+    max_running_requests: int | None = Field(
+        None, ge=1, description="--max-running-requests; null = SGLang's default (from KV size; 48 with speculative)."
+    )
+    cuda_graph_max_bs: int | None = Field(
+        None, ge=1, description="--cuda-graph-max-bs-decode: largest decode batch replayed as a CUDA graph (larger "
+        "ones run eagerly, slower); null = SGLang's default (80-160 GB GPUs: 512 at tp >= 4, else 256)."
+    )
+    mem_fraction_static: float | None = Field(
+        None, gt=0, lt=1, description="--mem-fraction-static of this group (weights + KV share of GPU memory); "
+        "null = engine.sglang.mem_fraction_static, else SGLang's own estimate."
+    )
+    chunked_prefill_size: int | None = Field(
+        None, ge=512, description="--chunked-prefill-size (prompt tokens per prefill forward); null = SGLang's "
+        "default (8192 on 60-160 GB GPUs)."
+    )
+    attention_backend: str | None = Field(
+        None, description=f"--attention-backend of this group, one of {MLA_ATTENTION_BACKENDS}; "
+        "null = engine.sglang.attention_backend, else SGLang's default (fa3 on Hopper)."
+    )
+    speculative: SpeculativeConfig | None = Field(
+        None, description="Speculative decoding with the model's MTP layer; null = off."
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra SGLang flags.")
+
+    @model_validator(mode="after")
+    def _parallel_shape(self) -> "WorkerGroup":
+        if self.dp_attention and (self.dp < 2 or self.tp % self.dp):
+            raise ValueError(
+                f"dp_attention needs dp >= 2 dividing tp (tp={self.tp}, dp={self.dp}); set dp to a divisor of tp"
+            )
+        if self.ep not in (1, self.tp):
+            raise ValueError(f"ep={self.ep}: SGLang needs ep_size x moe_dp_size = tp_size, so ep is 1 or tp={self.tp}")
+        if self.moe_a2a_backend == "deepep" and (self.ep != self.tp or self.tp < 2):
+            raise ValueError(f"moe_a2a_backend=deepep needs ep = tp > 1 (tp={self.tp}, ep={self.ep}); set ep: {self.tp}")
+        if self.attention_backend is not None and self.attention_backend not in MLA_ATTENTION_BACKENDS:
+            raise ValueError(
+                f"attention_backend={self.attention_backend!r} is not an MLA backend; allowed: {list(MLA_ATTENTION_BACKENDS)}"
+            )
+        return self
 
     @property
     def gpus_per_server(self) -> int:
@@ -285,6 +356,10 @@ class MetricsConfig(Strict):
 
 class RunConfig(Strict):
     name: str = Field("run", description="Run name, used in run ids and metric labels.")
+    rules: str | None = Field(
+        None, description="Competition rules profile the run must comply with (orchestrator/rules/profiles/<name>.yaml "
+        "or a path), e.g. apac-hpcai-2025; plan, bench and the report state the verdict."
+    )
     cluster: ClusterConfig = ClusterConfig()
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
@@ -308,7 +383,27 @@ class RunConfig(Strict):
                 raise ValueError(
                     f"layout.{role}.{i}.nnodes={g.nnodes} exceeds cluster.num_nodes={self.cluster.num_nodes}"
                 )
+            if self.attention_backend(g) == "flashmla" and self.engine.sglang.page_size != 64:
+                raise ValueError(
+                    f"layout.{role}.{i}: attention_backend flashmla runs with page size 64 (SGLang forces it); "
+                    f"set engine.sglang.page_size: 64"
+                )
+        if self.layout.mode == "pd":
+            algorithms = {None if g.speculative is None else g.speculative.algorithm for _, _, g in self.layout.groups()}
+            if len(algorithms) > 1:
+                raise ValueError(
+                    "layout.*.speculative: PD prefill and decode servers must run the same speculative algorithm "
+                    "(prefill hands decode the MTP draft's hidden states); set it on every group or on none"
+                )
         return self
+
+    def attention_backend(self, group: WorkerGroup) -> str | None:
+        """The group's --attention-backend: its own field, else engine.sglang.attention_backend."""
+        return group.attention_backend or self.engine.sglang.attention_backend
+
+    def mem_fraction_static(self, group: WorkerGroup) -> float | None:
+        """The group's --mem-fraction-static: its own field, else engine.sglang.mem_fraction_static."""
+        return group.mem_fraction_static if group.mem_fraction_static is not None else self.engine.sglang.mem_fraction_static
 
     def node_role(self, role: str, group: WorkerGroup) -> str:
         return group.node_role or getattr(self.cluster.roles, role)
