@@ -34,6 +34,18 @@ RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 NODE_START_TIMEOUT_S = 180.0
 
 
+RESULT_ROOT_ENV = "PD_ORCHESTRATOR_RESULT_ROOT"  # where a Ray job's relative benchmark.result_dir lands
+
+
+def job_env() -> dict[str, str]:
+    """What a `ray job submit ... -- python ...` entrypoint needs from the raylets we start (it runs in a shell
+    with the head raylet's environment): this interpreter's directory first on PATH, so `python` is the
+    one with pd-orchestrator installed, and the result root = the directory `cluster up` runs in."""
+    path = os.environ.get("PATH") or os.defpath
+    return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), path]),
+            RESULT_ROOT_ENV: os.environ.get(RESULT_ROOT_ENV) or str(Path.cwd().resolve())}
+
+
 def ray_env() -> dict[str, str]:
     """This process's environment with RAY_ENV_DEFAULTS filled in where unset (or empty)."""
     return {**RAY_ENV_DEFAULTS, **{k: v for k, v in os.environ.items() if v}}
@@ -218,7 +230,8 @@ class LocalCluster:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 argv,
-                env={**ray_env(), **(LOOPBACK_ENV if loopback else {}), **gpu_env, "RAY_NUM_REDIS_GET_RETRIES": "120"},
+                env={**ray_env(), **job_env(), **(LOOPBACK_ENV if loopback else {}), **gpu_env,
+                     "RAY_NUM_REDIS_GET_RETRIES": "120"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
