@@ -18,7 +18,7 @@ import base64
 import html
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +27,7 @@ matplotlib.use("Agg")  # no display on CI machines or Ray workers
 import matplotlib.pyplot as plt  # noqa: E402
 
 from orchestrator.observe.metrics import canonical_phase
+from orchestrator.observe.report import LATENCIES, PERCENTILES, LatencySummary, tpot_s
 
 PLOTS = ("throughput", "latency", "workers", "timeline")
 PHASE_COLOURS = {"preflight": "#f0f0f0", "dataset": "#d9d9d9", "placement": "#bbbbbb", "engine_start": "#9ecae1", "warmup": "#fdd0a2", "run": "#a1d99b",
@@ -46,6 +47,7 @@ class RunData:
     started_at: float
 
     time_scale: float = 1.0  # sim runs report phases and latencies in simulated s = wall s / time_scale
+    throughput: dict[str, str] = field(default_factory=dict)  # from bench's "summary", when present
 
     @classmethod
     def from_result(cls, result: dict) -> "RunData":
@@ -63,12 +65,19 @@ class RunData:
             started_at = min(sent) - run_start_s * time_scale
         config = result.get("config") or meta.get("config") or {}
         deadline = result.get("deadline_s", config.get("benchmark", {}).get("deadline_s"))
+        s = result.get("summary") or {}
+        throughput = {}
+        if s.get("duration_s"):
+            throughput = {"measured run": f"{s['duration_s']:.2f} s",
+                          "total tok/s": f"{s.get('total_throughput', 0):,.0f}",
+                          "output tok/s": f"{s.get('output_throughput', 0):,.0f}"}
         return cls(
             run_id=str(result.get("run_id", meta.get("run_id", "run"))),
             layout=str(result.get("layout", meta.get("layout", ""))),
             deadline_s=float(deadline) if deadline is not None else None,
             simulated=result.get("simulated", meta.get("simulated")),
             records=records, phases=phases, started_at=float(started_at or 0.0), time_scale=time_scale,
+            throughput=throughput,
         )
 
     def ok(self) -> list[dict]:
@@ -128,20 +137,26 @@ def plot_throughput(data: RunData, path: Path) -> None:
 
 
 def plot_latency(data: RunData, path: Path) -> None:
-    """Histograms of TTFT and end-to-end latency over the successful requests."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, title in ((axes[0], "ttft_s", "TTFT"), (axes[1], "e2e_s", "End-to-end latency")):
-        values = [r[key] for r in data.ok() if r.get(key) is not None]
+    """Histograms of TTFT, TPOT, KV wait and end-to-end latency over the successful requests, p50/p90/p99 marked."""
+    ok = data.ok()
+    samples = {"ttft": [r.get("ttft_s") for r in ok], "tpot": [tpot_s(r) for r in ok],
+               "kv_wait": [r.get("kv_wait_s") for r in ok], "e2e": [r.get("e2e_s") for r in ok]}
+    summary_ = LatencySummary.from_results(data.records)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for ax, (key, title, unit) in zip(axes.flat, LATENCIES):
+        scale = 1000.0 if unit == "ms" else 1.0
+        values = [v * scale for v in samples[key] if v is not None]
         if values:
             ax.hist(values, bins=min(50, max(5, len(values) // 5)), color="#3182bd")
-            for q, style in ((0.5, "--"), (0.99, ":")):
-                v = sorted(values)[min(len(values) - 1, int(q * len(values)))]
-                ax.axvline(v, color="black", ls=style, lw=1, label=f"p{int(q * 100)} = {v:.2f} s")
+            for q, style in zip(PERCENTILES, ("--", "-.", ":")):
+                v = summary_.get(key, f"p{q}") * scale
+                ax.axvline(v, color="black", ls=style, lw=1, label=f"p{q} = {v:.2f} {unit}")
             ax.legend(fontsize=7)
         else:
-            ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, "no data" + (" (aggregated: no KV transfer)" if key == "kv_wait" else ""),
+                    ha="center", transform=ax.transAxes)
         ax.set_title(f"{title} ({len(values)} requests)")
-        ax.set_xlabel("seconds")
+        ax.set_xlabel("milliseconds" if unit == "ms" else "seconds")
         ax.set_ylabel("requests")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -212,10 +227,6 @@ def summary(data: RunData) -> dict[str, str]:
     ends = [data.rel(r.get("done_at")) for r in data.records if r.get("done_at") is not None]
     finish = max(ends) if ends else None
 
-    def pct(key: str, q: float) -> str:
-        values = sorted(r[key] for r in ok if r.get(key) is not None)
-        return f"{values[min(len(values) - 1, int(q * len(values)))]:.3f} s" if values else "-"
-
     rows = {
         "run id": data.run_id,
         "layout": data.layout or "-",
@@ -224,21 +235,28 @@ def summary(data: RunData) -> dict[str, str]:
         "input tokens": str(sum(r.get("prompt_len", 0) for r in ok)),
         "output tokens": str(sum(r.get("completion_tokens", 0) for r in ok)),
         "last request done": "-" if finish is None else f"{finish:.1f} s after job start",
-        "TTFT p50 / p99": f"{pct('ttft_s', 0.5)} / {pct('ttft_s', 0.99)}",
-        "e2e p50 / p99": f"{pct('e2e_s', 0.5)} / {pct('e2e_s', 0.99)}",
     }
+    latency = LatencySummary.from_results(data.records)
+    for key, label, unit in LATENCIES:
+        rows[f"{label} p50 / p90 / p99"] = ("-" if latency.text(key) == "-"
+                                            else latency.text(key).replace(" / ", f" {unit} / ") + f" {unit}")
+    if data.throughput:
+        rows.update(data.throughput)
     if data.deadline_s is not None:
         rows["deadline"] = f"{data.deadline_s:.0f} s: " + (
             "-" if finish is None else ("met" if finish <= data.deadline_s else "MISSED"))
     return rows
 
 
-def write_report(result_path: str | Path, out_dir: str | Path | None = None) -> Path:
-    """Write <plot>.png for every plot and report.html (PNGs embedded) beside result.json; returns the HTML path."""
-    result_path = Path(result_path)
-    out = Path(out_dir) if out_dir is not None else result_path.parent
+def write_report(result_path: str | Path | None, out_dir: str | Path | None = None,
+                 document: dict | None = None) -> Path:
+    """Write <plot>.png for every plot and report.html (PNGs embedded) beside result.json (or in out_dir);
+    returns the HTML path. `document`: the result already read (e.g. from an archive; then out_dir is needed)."""
+    if out_dir is None and result_path is None:
+        raise ValueError("write_report: pass out_dir when the result does not come from a file")
+    out = Path(out_dir) if out_dir is not None else Path(result_path).parent
     out.mkdir(parents=True, exist_ok=True)
-    data = RunData.from_result(json.loads(result_path.read_text()))
+    data = RunData.from_result(document if document is not None else json.loads(Path(result_path).read_text()))
     makers = {"throughput": plot_throughput, "latency": plot_latency, "workers": plot_workers,
               "timeline": plot_timeline}
     sections = []

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.observe.metrics import BenchMetrics, canonical_phase, projected_finish
+from orchestrator.observe.report import percentile, tpot_s
 from orchestrator.records import RequestResult
 
 RATE_WINDOW_S = 10.0  # "current" tok/s = tokens of requests finished in the last 10 s
@@ -43,6 +44,11 @@ class LiveState:
     decode_tok_s: float
     failed: int
     projected_finish_s: float | None
+    # p50/p90/p99 of the prompts finished so far (seconds); None before the first
+    ttft_p: tuple[float, float, float] | None = None
+    tpot_p: tuple[float, float, float] | None = None
+    kv_wait_p: tuple[float, float, float] | None = None
+    final: bool = False  # the measured run is over: the rates are its averages, not the last 10 s
 
     @property
     def verdict(self) -> str:
@@ -51,15 +57,34 @@ class LiveState:
         slack = self.deadline_s - self.projected_finish_s
         return f"on track ({slack:.0f} s spare)" if slack >= 0 else f"will miss the deadline by {-slack:.0f} s"
 
+    @property
+    def rates(self) -> str:
+        avg = "run average: " if self.final else ""
+        return f"{avg}prefill {self.prefill_tok_s:,.0f} tok/s  decode {self.decode_tok_s:,.0f} tok/s"
+
+    def latency_rows(self) -> list[tuple[str, str | None]]:
+        """[("TTFT p50/p90/p99", "a/b/c s"), ...] of the prompts finished so far; None before the first."""
+        rows = []
+        for name, values, unit, scale, digits in (("TTFT", self.ttft_p, "s", 1.0, 2), ("TPOT", self.tpot_p, "ms", 1e3, 0),
+                                                  ("KV wait", self.kv_wait_p, "s", 1.0, 2)):
+            text = None if values is None else "/".join(f"{v * scale:.{digits}f}" for v in values) + f" {unit}"
+            rows.append((f"{name} p50/p90/p99", text))
+        return rows
+
+    def latencies(self) -> str:
+        """'TTFT p50/p90/p99 a/b/c s  TPOT ... ms  KV wait ... s' ('' before the first prompt finished)."""
+        return "  ".join(f"{name} {text}" for name, text in self.latency_rows() if text is not None)
+
     def line(self) -> str:
         """One plain log line (quiet mode)."""
         projected = "-" if self.projected_finish_s is None else f"{self.projected_finish_s:.0f}s"
+        latencies = self.latencies()
         return (
             f"[{self.elapsed_s:6.1f}s/{self.deadline_s:.0f}s] {self.phase:<12} "
             f"prompts {self.done_prompts}/{self.total_prompts}  "
-            f"out-tokens {self.done_output_tokens}/{self.total_output_tokens}  "
-            f"prefill {self.prefill_tok_s:.0f} tok/s  decode {self.decode_tok_s:.0f} tok/s  "
-            f"failed {self.failed}  projected {projected} ({self.verdict})"
+            f"out-tokens {self.done_output_tokens}/{self.total_output_tokens}  {self.rates}  "
+            f"failed {self.failed}  " + (f"{latencies}  " if latencies else "")
+            + f"projected {projected} ({self.verdict})"
         )
 
 
@@ -93,9 +118,14 @@ class LiveView:
         self.title = title
         self._phase = "placement"
         self._run_started_s: float | None = None
+        self._run_ended_s: float | None = None
         self._done = 0
         self._failed = 0
         self._output_tokens = 0
+        self._input_tokens = 0
+        self._ttft: list[float] = []  # wall seconds, as results arrive
+        self._tpot: list[float] = []
+        self._kv_wait: list[float] = []
         self._recent: collections.deque[tuple[float, int, int]] = collections.deque()  # (done_at, in, out)
         self._lock = threading.Lock()
         self._last_line_at = float("-inf")
@@ -123,6 +153,8 @@ class LiveView:
         """The job entered phase `name` (metrics.BENCH_PHASES / EXTRA_PHASES, or the driver's spelling)."""
         name = canonical_phase(name)
         with self._lock:
+            if self._phase == "run" and name != "run" and self._run_ended_s is None:
+                self._run_ended_s = self._elapsed()
             self._phase = name
             if name == "run" and self._run_started_s is None:
                 self._run_started_s = self._elapsed()
@@ -137,7 +169,12 @@ class LiveView:
             self._done += 1
             if result.status == "ok":
                 self._output_tokens += result.completion_tokens
+                self._input_tokens += result.prompt_len
                 self._recent.append((result.done_at or now, result.prompt_len, result.completion_tokens))
+                for values, value in ((self._ttft, result.ttft_s), (self._tpot, tpot_s(result)),
+                                      (self._kv_wait, result.kv_wait_s)):
+                    if value is not None:
+                        values.append(value)
             else:
                 self._failed += 1
         state = self.state()
@@ -153,11 +190,22 @@ class LiveView:
         with self._lock:
             while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
                 self._recent.popleft()
-            run_wall_s = (self._elapsed() - (self._run_started_s or 0.0)) * self.time_scale
-            window = min(RATE_WINDOW_S, max(run_wall_s, 1.0)) / self.time_scale
-            prefill = sum(r[1] for r in self._recent) / window
-            decode = sum(r[2] for r in self._recent) / window
+            final = self._run_ended_s is not None and self._run_started_s is not None
+            if final:  # after the run the last 10 s hold no finished prompt: show the run's averages
+                run_s = max(self._run_ended_s - self._run_started_s, 1e-9)  # type: ignore[operator]
+                prefill, decode = self._input_tokens / run_s, self._output_tokens / run_s
+            else:
+                run_wall_s = (self._elapsed() - (self._run_started_s or 0.0)) * self.time_scale
+                window = min(RATE_WINDOW_S, max(run_wall_s, 1.0)) / self.time_scale
+                prefill = sum(r[1] for r in self._recent) / window
+                decode = sum(r[2] for r in self._recent) / window
             elapsed = self._elapsed()
+
+            def pcts(values: list[float]) -> tuple[float, float, float] | None:
+                if not values:
+                    return None
+                return tuple(percentile(values, q) / self.time_scale for q in (50, 90, 99))  # type: ignore[return-value]
+
             return LiveState(
                 phase=self._phase, elapsed_s=elapsed, deadline_s=self.deadline_s, done_prompts=self._done,
                 total_prompts=self.total_prompts, done_output_tokens=self._output_tokens,
@@ -165,6 +213,7 @@ class LiveView:
                 failed=self._failed,
                 projected_finish_s=projected_finish(elapsed, self._run_started_s, self._output_tokens,
                                                     self.total_output_tokens),
+                ttft_p=pcts(self._ttft), tpot_p=pcts(self._tpot), kv_wait_p=pcts(self._kv_wait), final=final,
             )
 
     def __rich__(self) -> Group:
@@ -178,7 +227,9 @@ class LiveView:
                                       style="red" if over else ""))
         table.add_row("prompts", f"{s.done_prompts}/{s.total_prompts}")
         table.add_row("output tokens", f"{s.done_output_tokens}/{s.total_output_tokens}")
-        table.add_row("throughput", f"prefill {s.prefill_tok_s:,.0f} tok/s   decode {s.decode_tok_s:,.0f} tok/s")
+        table.add_row("throughput", s.rates)
+        for name, text in s.latency_rows():
+            table.add_row(name, text or "-")
         table.add_row("failed", Text(str(s.failed), style="red" if s.failed else "green"))
         projected = "-" if s.projected_finish_s is None else f"{s.projected_finish_s:.0f} s"
         table.add_row("projected finish", Text(f"{projected}  {s.verdict}",

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from orchestrator.records import RequestResult
 
@@ -97,6 +98,82 @@ def result_block(s: ThroughputSummary) -> str:
     return "\n".join(rows)
 
 
+LATENCIES = (  # key, label, unit shown; TPOT as bench_serving: (e2e - ttft) / (completion_tokens - 1)
+    ("ttft", "TTFT", "s"),
+    ("tpot", "TPOT", "ms"),
+    ("kv_wait", "KV wait", "s"),
+    ("e2e", "E2E latency", "s"),
+)
+PERCENTILES = (50, 90, 99)
+
+
+def _field(r, name: str):
+    return r.get(name) if isinstance(r, dict) else getattr(r, name, None)
+
+
+def tpot_s(r) -> float | None:
+    """Time per output token after the first, bench_serving's definition; None below 2 tokens."""
+    ttft, e2e, tokens = _field(r, "ttft_s"), _field(r, "e2e_s"), _field(r, "completion_tokens") or 0
+    if ttft is None or e2e is None or tokens < 2:
+        return None
+    return (e2e - ttft) / (tokens - 1)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default, as bench_serving), q in [0, 100]; values non-empty."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass
+class LatencySummary:
+    """Mean and p50/p90/p99 in seconds of TTFT, TPOT, KV wait and e2e over the completed prompts.
+
+    A metric without samples (KV wait of an aggregated run, every metric of a run with no completed
+    prompt) has count 0 and None values.
+    """
+
+    stats: dict[str, dict[str, float | None]]
+
+    @classmethod
+    def from_results(cls, results: Iterable) -> "LatencySummary":
+        ok = [r for r in results if _field(r, "status") == "ok"]
+        samples = {
+            "ttft": [_field(r, "ttft_s") for r in ok],
+            "tpot": [tpot_s(r) for r in ok],
+            "kv_wait": [_field(r, "kv_wait_s") for r in ok],
+            "e2e": [_field(r, "e2e_s") for r in ok],
+        }
+        stats = {}
+        for key, values in samples.items():
+            xs = [float(v) for v in values if v is not None]
+            stats[key] = {"count": len(xs), "mean": sum(xs) / len(xs) if xs else None,
+                          **{f"p{q}": percentile(xs, q) if xs else None for q in PERCENTILES}}
+        return cls(stats)
+
+    def get(self, key: str, stat: str) -> float | None:
+        return self.stats.get(key, {}).get(stat)
+
+    def text(self, key: str) -> str:
+        """'p50 / p90 / p99' in the metric's display unit, '-' without samples."""
+        unit = next(u for k, _, u in LATENCIES if k == key)
+        scale = 1000.0 if unit == "ms" else 1.0
+        values = [self.get(key, f"p{q}") for q in PERCENTILES]
+        if any(v is None for v in values):
+            return "-"
+        return " / ".join(f"{v * scale:.{1 if unit == 'ms' else 3}f}" for v in values)
+
+    def lines(self) -> list[str]:
+        q = "/".join(f"p{q}" for q in PERCENTILES)
+        return ["{:<40} {:<10}".format(f"{label} {q} ({unit}):", self.text(key)) for key, label, unit in LATENCIES]
+
+    def to_dict(self) -> dict:
+        return {key: dict(values, unit="s") for key, values in self.stats.items()}
+
+
 @dataclass
 class PhaseTime:
     """One phase of the run, seconds from job start (simulated seconds for a time-scaled sim)."""
@@ -144,12 +221,14 @@ class RunVerdict:
         return f"{self.failed} of {self.num_prompts} prompts failed"
 
 
-def our_lines(v: RunVerdict) -> str:
+def our_lines(v: RunVerdict, latency: LatencySummary | None = None) -> str:
     rows = [
         "{:<40} {:<10}".format("Engine:", v.engine),
         "{:<40} {:<10}".format("Layout:", v.layout),
         "{:<40} {:<10}".format("Prompts completed / failed / total:", f"{v.completed} / {v.failed} / {v.num_prompts}"),
     ]
+    if latency is not None:
+        rows += latency.lines()
     for phase in v.phases:
         rows.append(
             "{:<40} {:<10}".format(
@@ -196,12 +275,29 @@ def redacted_config(data):
     return data
 
 
+RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # a Ray job's config, with its runtime_env's env_vars
+
+
+def _redacted_job_config(value: str) -> str:
+    """A Ray job's config JSON with every runtime_env env_vars value (any may be a secret) redacted."""
+    try:
+        config = json.loads(value)
+        env_vars = config["runtime_env"].get("env_vars") or {}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "<redacted>"
+    config["runtime_env"]["env_vars"] = {name: "<redacted>" for name in env_vars}
+    return json.dumps(config, sort_keys=True)
+
+
 def redacted_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """Run-relevant environment variables, with any secret-looking value replaced by '<redacted>'."""
     env = os.environ if environ is None else environ
     out = {}
     for name, value in sorted(env.items()):
         if not name.startswith(ENV_PREFIXES):
+            continue
+        if name == RAY_JOB_CONFIG_ENV:
+            out[name] = _redacted_job_config(value)
             continue
         out[name] = "<redacted>" if SECRET_NAME.search(name) else value
     return out
@@ -237,3 +333,84 @@ def write_result_json(path: Path, document: dict) -> Path:
     tmp.write_text(json.dumps(document, indent=2, default=str))
     tmp.replace(path)
     return path
+
+
+# ---- an existing result -------------------------------------------------------------------------
+
+
+def read_result(spec: str | Path, bench: bool = True) -> dict:
+    """A result.json, or one inside a tar archive as `ARCHIVE.tar.xz:member/path/result.json`.
+
+    bench: it must be a bench result (the `summary` and per-prompt `results` that render_result needs)."""
+    import tarfile
+
+    path = Path(spec)
+    if not path.exists() and ":" in str(spec):
+        archive, member = str(spec).rsplit(":", 1)
+        if not Path(archive).is_file():
+            raise ValueError(f"--result {spec}: no file {archive}; pass a result.json or ARCHIVE:member")
+        try:
+            with tarfile.open(archive) as tar:
+                raw = tar.extractfile(member.lstrip("./"))
+                if raw is None:
+                    raise KeyError(member)
+                text = raw.read().decode()
+        except KeyError:
+            raise ValueError(f"--result {spec}: {archive} has no member {member}; list them with `tar tf {archive}`") from None
+    else:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ValueError(f"--result {spec}: cannot read it ({exc.strerror}); pass runs/<run id>/result.json") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--result {spec}: not JSON ({exc}); pass a result.json written by bench") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"--result {spec}: not a JSON object; pass a result.json written by bench")
+    if bench and not (isinstance(document.get("summary"), dict) and isinstance(document.get("results"), list)):
+        raise ValueError(f"--result {spec}: not a bench result (needs 'summary' and 'results'); pass a result.json written by bench")
+    return document
+
+
+def _engine_label(document: dict) -> str:
+    if document.get("engine_label"):
+        return str(document["engine_label"])
+    meta = document.get("metadata") or {}
+    model = ((meta.get("config") or {}).get("model") or {})
+    name = model.get("name") or model.get("preset") or Path(str(model.get("path") or "model")).name
+    if meta.get("simulated"):
+        return f"sim [SIMULATED, {name}]"
+    return f"{meta.get('engine') or 'engine'} ({name})"
+
+
+def render_result(document: dict) -> str:
+    """The printed result of an existing result.json: SGLang's block, then our lines with the latencies."""
+    s = document["summary"]
+    summary = ThroughputSummary(
+        backend=str(s.get("backend", "engine")),
+        successful_requests=int(s["successful_requests"]),
+        duration_s=float(s["duration_s"]),
+        total_input_tokens=int(s["total_input_tokens"]),
+        total_output_tokens=int(s["total_output_tokens"]),
+        last_gen_throughput=float(s.get("last_gen_throughput", 0.0)),
+    )
+    counts = document.get("counts") or {}
+    meta = document.get("metadata") or {}
+    note = None
+    if float(meta.get("time_scale", 1.0) or 1.0) != 1.0:
+        note = f"(times in simulated seconds: wall / time_scale {float(meta['time_scale']):g})"
+    verdict = RunVerdict(
+        engine=_engine_label(document),
+        layout=str(meta.get("layout", "")),
+        deadline_s=float(document.get("deadline_s") or 0.0),
+        total_s=float(document.get("total_s") or 0.0),
+        phases=[PhaseTime(p["name"], float(p["start_s"]), float(p["end_s"])) for p in document.get("phases") or []],
+        num_prompts=int(counts.get("num_prompts", len(document["results"]))),
+        completed=int(counts.get("completed", 0)),
+        failed=int(counts.get("failed", 0)),
+        reason=document.get("reason"),
+        time_note=note,
+        failure_reasons=dict(document.get("failure_reasons") or {}),
+    )
+    return result_block(summary) + "\n" + our_lines(verdict, LatencySummary.from_results(document["results"]))

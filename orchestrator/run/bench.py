@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import sys
 import time
@@ -23,6 +24,7 @@ from orchestrator.config import RunConfig
 from orchestrator.observe.live import LiveView
 from orchestrator.observe.metrics import BenchMetrics
 from orchestrator.observe.report import (
+    LatencySummary,
     PhaseTime,
     RunVerdict,
     ThroughputSummary,
@@ -90,6 +92,11 @@ class BenchResult:
     verdict: RunVerdict
     results: list[RequestResult]
     metadata: dict = field(default_factory=dict)
+    latency: LatencySummary | None = None  # TTFT/TPOT/KV wait/e2e percentiles; computed from results if None
+
+    def __post_init__(self) -> None:
+        if self.latency is None:
+            self.latency = LatencySummary.from_results(self.results)
 
     @property
     def valid(self) -> bool:
@@ -104,7 +111,7 @@ class BenchResult:
         return self.verdict.total_s
 
     def text(self) -> str:
-        return result_block(self.summary) + "\n" + our_lines(self.verdict)
+        return result_block(self.summary) + "\n" + our_lines(self.verdict, self.latency)
 
     def to_dict(self) -> dict:
         return {
@@ -116,6 +123,8 @@ class BenchResult:
             "deadline_s": self.verdict.deadline_s,
             "time_unit": "simulated_s" if self.metadata.get("time_scale", 1.0) != 1.0 else "s",
             "summary": self.summary.to_dict(),
+            "engine_label": self.verdict.engine,
+            "latency": self.latency.to_dict() if self.latency else None,
             "counts": {
                 "num_prompts": self.verdict.num_prompts,
                 "completed": self.verdict.completed,
@@ -331,9 +340,26 @@ def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, dur
         failure_reasons=failure_reasons(results),
     )
     result = BenchResult(run_id, None, summary, verdict, results, run_metadata(cfg, run_id, endpoints, nodes))
-    path = Path(cfg.benchmark.result_dir) / run_id / "result.json"
+    path = result_root(cfg.benchmark.result_dir) / run_id / "result.json"
     result.result_path = write_result_json(path, result.to_dict())
     return result
+
+
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray for the entrypoint of `ray job submit`
+JOB_RESULT_ROOT = "~/pd-orchestrator"
+
+
+def result_root(result_dir: str | Path) -> Path:
+    """Where results go. A relative benchmark.result_dir is relative to the working directory, except inside
+    a Ray job, whose working directory is a temporary copy that disappears with the cluster: there it is
+    relative to $PD_ORCHESTRATOR_RESULT_ROOT (which `cluster up --local` gives its raylets: the directory it
+    ran in), else to ~/pd-orchestrator on the node that runs the job."""
+    from orchestrator.cluster.local import RESULT_ROOT_ENV
+
+    path = Path(result_dir).expanduser()
+    if path.is_absolute() or not os.environ.get(RAY_JOB_ENV):
+        return path
+    return (Path(os.environ.get(RESULT_ROOT_ENV) or JOB_RESULT_ROOT).expanduser() / path).resolve()
 
 
 def _scaled(r: RequestResult, scale: float) -> RequestResult:
