@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "preflight": "orchestrator.cli.preflight",
     "bench": "orchestrator.cli.bench",
     "report": "orchestrator.cli.report",
+    "scaling": "orchestrator.cli.scaling",
     "monitor": "orchestrator.cli.monitor",
     "dashboards": "orchestrator.cli.monitor",
     "sweep": "orchestrator.cli.sweep",
