@@ -1,4 +1,4 @@
-"""Layout search: what it enumerates, how it ranks, and that the configs it writes load and run."""
+"""Layout + knob search: what it enumerates, memory before simulation, the ranking, the reasons, the configs it writes."""
 
 from __future__ import annotations
 
@@ -7,24 +7,21 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import config_from_dict, load_config
-from orchestrator.plan.search import (
-    PP_NOT_WRITABLE,
-    PlanError,
-    enumerate_layouts,
-    search_layouts,
-    write_top_configs,
-)
+from orchestrator.plan.deadline import INVALID
+from orchestrator.plan.search import KNOBS, PlanError, enumerate_layouts, search, write_top_configs
 from orchestrator.plan.simulate import simulate_run, synthetic_batch
+from orchestrator.rules import check_config, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-BATCH = synthetic_batch(200, seed=5)
+BATCH = synthetic_batch(300, seed=5)
+RULES = load_profile("apac-hpcai-2025")
 
 
-def test_two_nodes_of_eight_enumerate_pd_splits_aggregated_spans_dp_attention_and_pp() -> None:
+def test_two_nodes_of_eight_enumerate_pd_splits_aggregated_spans_dp_attention_ep_and_pp() -> None:
     labels = [label for label, _ in enumerate_layouts(load_config(ROOT / "configs/default.yaml"))]
     for expected in (
-        "pd 1PxTP8 / 1DxTP8", "pd 2PxTP4 / 1DxTP8", "pd 1PxTP8 / 1DxTP8DP8-attn",
-        "agg 2AxTP8", "agg 1AxTP16", "agg 1AxTP16DP16-attn", "agg 1AxTP8xPP2",
+        "pd 1PxTP8 / 1DxTP8", "pd 2PxTP4 / 1DxTP8", "pd 1PxTP8 / 1DxTP8DP8-attn", "pd 1PxTP8 / 1DxTP8DP8-attn-EP8",
+        "agg 2AxTP8", "agg 1AxTP16", "agg 1AxTP16DP2-attn", "agg 1AxTP16DP16-attn-EP16", "agg 1AxTP8xPP2",
     ):
         assert expected in labels
     assert len(labels) == len(set(labels))
@@ -33,37 +30,64 @@ def test_two_nodes_of_eight_enumerate_pd_splits_aggregated_spans_dp_attention_an
 def test_every_enumerated_layout_is_a_valid_config() -> None:
     cfg = load_config(ROOT / "configs/default.yaml")
     for label, layout in enumerate_layouts(cfg):
-        data = cfg.model_dump(mode="json")
-        data["layout"] = layout
-        config_from_dict(data, label)
+        config_from_dict({**cfg.model_dump(mode="json"), "layout": layout}, label)
 
 
-def test_search_drops_layouts_that_do_not_fit_and_ranks_the_rest_by_throughput() -> None:
-    ranked = search_layouts(load_config(ROOT / "configs/default.yaml"), BATCH)
-    fitting = [c for c in ranked if c.budget is not None]
-    assert fitting and all(c.memory.fits for c in fitting)
-    assert ranked[: len(fitting)] == fitting  # non-fitting sink to the bottom, unsimulated
-    throughputs = [c.throughput for c in fitting]
-    assert throughputs == sorted(throughputs, reverse=True)
-    by_label = {c.label: c for c in ranked}
-    assert by_label["pd 2PxTP4 / 1DxTP8"].budget is None  # W4A8 R1 at TP4 is ~92 GB/GPU on H100
-    assert by_label["agg 1AxTP8xPP2"].note == PP_NOT_WRITABLE
+@pytest.fixture(scope="module")
+def h100_fp8() -> object:
+    """The contest's case: FP8 R1 on 2x8 H100 under the apac-hpcai-2025 rules."""
+    return search(load_config(ROOT / "configs/h100-agg-tp16.yaml"), BATCH, rules=RULES)
 
 
-def test_written_configs_load_keep_the_users_settings_and_reproduce_the_ranking(tmp_path: Path) -> None:
-    cfg = load_config(ROOT / "configs/h200-1p1d-tp8.yaml")
-    ranked = search_layouts(cfg, BATCH)
-    paths = write_top_configs(cfg, ranked, top=3, write_dir=tmp_path, gpu="H200")
+def test_layouts_that_do_not_fit_are_pruned_before_simulation(h100_fp8) -> None:
+    unsimulated = [c for c in h100_fp8.ranked if c.budget is None]
+    assert unsimulated and all(not c.memory.fits for c in unsimulated)
+    assert {"pd 1PxTP8 / 1DxTP8", "agg 2AxTP8"} <= {c.label for c in unsimulated}  # FP8 R1 needs 84 GB/GPU at TP8
+    assert h100_fp8.pruned_memory >= len(unsimulated)
+
+
+def test_the_ranking_is_by_deadline_then_run_time_and_differs_in_knobs(h100_fp8) -> None:
+    simulated = [c for c in h100_fp8.ranked if c.budget is not None]
+    keys = [c.sort_key() for c in simulated]
+    assert keys == sorted(keys)
+    assert all(c.budget.verdict != INVALID for c in simulated[:5])
+    knobs_seen = {name for c in simulated for name in c.knobs}
+    assert {"batch_caps", "chunked_prefill_size", "warmup"} <= knobs_seen
+    assert len({c.label for c in simulated}) >= 3  # layouts differ too: TP16, DP attention, PP
+    # every row but the last says in one line why it beats the next
+    assert all(c.why and "\n" not in c.why for c in simulated[:-1])
+
+
+def test_written_configs_validate_comply_and_reproduce_the_prediction(h100_fp8, tmp_path) -> None:
+    cfg = load_config(ROOT / "configs/h100-agg-tp16.yaml")
+    paths = write_top_configs(cfg, h100_fp8.ranked, top=3, write_dir=tmp_path, gpu="H100-SXM")
     assert len(paths) == 3
-    writable = [c for c in ranked if c.budget is not None and c.writable][:3]
-    for path, candidate in zip(paths, writable):
-        written = load_config(path)
-        assert path.read_text().startswith("# Written by `pd-orchestrator plan --search`")
-        assert written.engine.kind == "sglang" and written.cluster.gpu == "H200"
-        assert written.transfer.ucx.tls == cfg.transfer.ucx.tls
-        assert written.layout.model_dump(mode="json") == config_from_dict(
-            {**cfg.model_dump(mode="json"), "layout": candidate.layout}).layout.model_dump(mode="json")
+    for path, candidate in zip(paths, h100_fp8.proposals):
+        written = load_config(path)  # what `config validate` runs
+        assert path.read_text().startswith("# Written by `pd-orchestrator plan --search`, rank")
+        assert "rules apac-hpcai-2025: compliant" in path.read_text().splitlines()[0]
+        assert check_config(written, RULES).compliant
+        assert written.transfer.ucx.tls == cfg.transfer.ucx.tls  # the user's other settings stay
         assert simulate_run(written, BATCH).output_throughput == pytest.approx(candidate.throughput)
+
+
+def test_rules_turn_the_w4a8_default_into_an_fp8_search_with_only_compliant_proposals() -> None:
+    found = search(load_config(ROOT / "configs/default.yaml"), BATCH, rules=RULES, tune_top=2)
+    assert any(n.startswith("model.quantization: 'w4a8' -> 'fp8'") for n in found.notes)
+    assert found.proposals
+    assert all(c.config.model.quantization == "fp8" and c.rules.compliant for c in found.proposals)
+    # without rules the W4A8 PD layouts are proposed
+    free = search(load_config(ROOT / "configs/default.yaml"), BATCH, tune_top=1)
+    assert any(c.label.startswith("pd ") for c in free.proposals)
+
+
+def test_knob_axes_name_real_config_fields() -> None:
+    cfg = load_config(ROOT / "configs/h200-1p1d-tp8.yaml")
+    for knob in KNOBS:
+        for value in knob.values:
+            data = cfg.model_dump(mode="json")
+            knob.apply(data, value)
+            config_from_dict(data, f"{knob.name}={value}")
 
 
 def test_more_than_two_nodes_is_a_clear_error() -> None:
@@ -78,6 +102,6 @@ def test_one_node_splits_its_gpus_between_prefill_and_decode() -> None:
         "model": {"preset": "DeepSeek-V2-Lite", "quantization": "bf16"},
         "layout": {"prefill": [{"tp": 1}], "decode": [{"tp": 1}]},
     })
-    ranked = search_layouts(cfg, BATCH)
-    labels = {c.label for c in ranked if c.budget is not None}
+    found = search(cfg, BATCH, tune_top=1)
+    labels = {c.label for c in found.ranked if c.budget is not None}
     assert "pd 1PxTP1 / 1DxTP1" in labels and "agg 2AxTP1" in labels
