@@ -20,6 +20,8 @@ EXPECTED = {
     "h100-1p1d-tp8.yaml": {"model.quantization"},
     "h100-2p1d-tp4.yaml": {"model.quantization"},
     "h100-agg-tp16.yaml": set(),
+    "h100-agg-tp16-dpattn.yaml": set(),
+    "h100-agg-tp8xpp2.yaml": set(),
     "h200-1p1d-tp4-tp8.yaml": {"cluster.gpu", "model.quantization"},
     "h200-1p1d-tp8.yaml": {"cluster.gpu"},
     "h200-2p1d-tp4.yaml": {"cluster.gpu", "model.quantization"},
@@ -47,6 +49,17 @@ def test_preset_verdicts(path):
     assert first_line == (f"rules {PROFILE}: compliant" if verdict.compliant else
                           f"rules {PROFILE}: NOT COMPLIANT ({len(verdict.violations)} violation"
                           f"{'s' if len(verdict.violations) > 1 else ''})")
+
+
+@pytest.mark.parametrize("path", _presets(), ids=lambda p: p.name)
+def test_preset_first_comment_states_its_verdict(path):
+    first = path.read_text().splitlines()[0]
+    compliant = not EXPECTED[path.name]
+    assert first.startswith("#")
+    if compliant:
+        assert f"{PROFILE}: compliant" in first, first
+    else:
+        assert f"{PROFILE}: NOT compliant" in first, first
 
 
 def test_default_preset_is_rejected_for_its_w4a8_weights():

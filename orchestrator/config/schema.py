@@ -260,7 +260,11 @@ class LayoutConfig(Strict):
 
     def describe(self) -> str:
         def part(gs: list[WorkerGroup], tag: str) -> str:
-            return "+".join(f"{g.count}{tag}xTP{g.tp}" + (f"DP{g.dp}" if g.dp > 1 else "") for g in gs)
+            return "+".join(
+                f"{g.count}{tag}xTP{g.tp}" + (f"PP{g.pp}" if g.pp > 1 else "")
+                + (f"DP{g.dp}" + ("-attn" if g.dp_attention else "") if g.dp > 1 else "")
+                for g in gs
+            )
 
         if self.mode == "aggregated":
             return "agg:" + part(self.aggregated, "A")
@@ -335,7 +339,9 @@ class BenchmarkConfig(Strict):
 
 
 class RouterConfig(Strict):
-    policy: Literal["round_robin", "least_outstanding"] = "least_outstanding"
+    policy: Literal["round_robin", "least_outstanding", "least_tokens", "power_of_two", "prefix_aware"] = Field(
+        "least_outstanding", description="Pairing policy (docs/router.md): how the router picks the prefill and "
+        "the decode of each request.")
     host: str = Field("127.0.0.1", description="HTTP ingress bind address (loopback by default).")
     port: int = Field(8000, ge=1, le=65535)
     api_key_env: str | None = Field(None, description="Env var holding the ingress API key, if any.")
