@@ -23,7 +23,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from orchestrator.cluster.ports import free_port
 from orchestrator.cluster.registry import get_registry
 from orchestrator.config import RunConfig
-from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for, engine_addresses
+from orchestrator.engines.base import EngineProcess, WorkerPlacement, engine_addresses
+from orchestrator.engines.registry import backend_for
 from orchestrator.records import WorkerEndpoint
 
 logger = logging.getLogger("ray.serve")
@@ -120,13 +121,14 @@ class EngineWorker:
             nnodes=nnodes,
             dist_init_addr=f"{node_ip}:{free_port(bind_host)}" if nnodes > 1 else None,
         )
-        self.launch = backend_for(cfg).build_launch(cfg, self.group, self.placement)
+        self.backend = backend_for(cfg)
+        self.launch = self.backend.build_launch(cfg, self.group, self.placement)
         safe_name = self.name.replace("/", "-")
         log_dir = _engine_log_dir(run_id)
         self.engine = EngineProcess(self.launch, log_dir / f"{safe_name}.log")
-        # the simulator models a multi-node server in one process; real SGLang needs one per node
+        # node ranks > 0 that need a process on their own node (real SGLang; the sim models them in one)
         self.ranks: list = []
-        if nnodes > 1 and cfg.engine.kind == "sglang":
+        if self.backend.rank_processes(self.group):
             self.ranks = self._start_ranks(log_dir, safe_name, gpus_per_bundle)
         self.node_id = runtime.get_node_id()
         self.endpoint: WorkerEndpoint | None = None
@@ -140,7 +142,7 @@ class EngineWorker:
     def _start_ranks(self, log_dir: Path, safe_name: str, gpus_per_node: int) -> list:
         pg = ray.util.get_current_placement_group()
         ranks = []
-        for rank in range(1, self.group.nnodes):
+        for rank in range(1, 1 + self.backend.rank_processes(self.group)):
             strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)
             ranks.append(
                 EngineRank.options(num_gpus=gpus_per_node, scheduling_strategy=strategy).remote(
@@ -149,19 +151,9 @@ class EngineWorker:
             )
         return ranks
 
-    def _startup_timeout_s(self) -> float:
-        if self.cfg.engine.kind == "sglang":
-            return self.cfg.engine.sglang.startup_timeout_s
-        return self.cfg.benchmark.deadline_s
-
     def _await_healthy(self) -> None:
         try:
-            timeout_s = self._startup_timeout_s()
-            self.engine.wait_healthy(timeout_s)
-            if self.cfg.engine.kind == "sglang":  # prefill: also its bootstrap server knows every rank
-                from orchestrator.engines.sglang.launch import wait_ready
-
-                wait_ready(self.launch, timeout_s)
+            self.backend.wait_ready(self.engine, self.backend.startup_timeout_s(self.cfg))
         except Exception as exc:  # reported through check_health and endpoint_info
             self.start_error = str(exc)
             logger.error("%s: engine failed to start: %s", self.name, exc)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.engines.base import WorkerPlacement, backend_for
+from orchestrator.engines.base import WorkerPlacement
+from orchestrator.engines.registry import backend_for
 from orchestrator.engines.sglang.launch import (
     DIST_STORE_WRAPPER,
     SglangBackend,

@@ -319,7 +319,7 @@ def sim_pair(tmp_path_factory):
     p_port, b_port, d_port = free_port(), free_port(), free_port()
     prefill = EngineProcess(EngineLaunch(
         common + ["--mode", "prefill", "--port", str(p_port), "--disaggregation-bootstrap-port", str(b_port)],
-        env, f"http://127.0.0.1:{p_port}", b_port), logs / "prefill.log")
+        env, f"http://127.0.0.1:{p_port}", role="prefill", bootstrap_port=b_port), logs / "prefill.log")
     decode = EngineProcess(EngineLaunch(common + ["--mode", "decode", "--port", str(d_port)], env,
                                         f"http://127.0.0.1:{d_port}"), logs / "decode.log")
     try:

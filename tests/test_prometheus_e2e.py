@@ -89,7 +89,7 @@ def start_sim(cfg, role: str, log_dir: Path) -> SimServer:
     launch = SimBackend().build_launch(cfg, group, placement)
     process = EngineProcess(launch, log_dir / f"{role}.log")
     process.start()
-    endpoint = WorkerEndpoint(role=role, name=launch.extra["worker_name"], url=launch.url,
+    endpoint = WorkerEndpoint(role=role, name=launch.worker_name, url=launch.url,
                               bootstrap_host="127.0.0.1" if role == "prefill" else None,
                               bootstrap_port=bootstrap_port)
     return SimServer(endpoint, process)

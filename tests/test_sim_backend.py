@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from orchestrator.config import config_from_dict
-from orchestrator.engines.base import WorkerPlacement, backend_for
+from orchestrator.engines.base import WorkerPlacement
+from orchestrator.engines.registry import backend_for
 from orchestrator.engines.sim.backend import supported_extra_args
 from orchestrator.engines.sim.server import add_server_args, settings_from_args
 
@@ -43,7 +44,7 @@ def test_prefill_launch_is_a_sim_server_with_sglang_flags():
     assert "--enable-two-batch-overlap" not in launch.argv  # an SGLang flag the simulator has no use for
     assert launch.url == "http://10.0.0.5:31000" and launch.bootstrap_port == 8999
     assert launch.env["UCX_NET_DEVICES"] == "lo"
-    assert launch.extra["worker_name"] == "prefill-0/1"
+    assert launch.worker_name == "prefill-0/1"
 
 
 def test_decode_launch_carries_parallelism_and_limits():
@@ -65,3 +66,13 @@ def test_faults_are_picked_by_worker_name_then_group_then_role():
 def test_extra_args_filter_keeps_flag_values_together():
     assert supported_extra_args(["--x", "1", "--tp-size", "2", "--flag", "--max-running-requests=9"]) == [
         "--tp-size", "2", "--max-running-requests=9"]
+
+
+def test_sim_decode_waits_for_kv_as_long_as_real_sglang_is_given():
+    """One PdTimeouts for both engines: a quarter of the deadline, within [30 s, 300 s] (105 s for 420 s)."""
+    cfg = config()
+    s = parsed(backend_for(cfg).build_launch(cfg, cfg.layout.decode[0], placement("decode")).argv)
+    assert (s.timeouts.waiting_timeout_s, s.timeouts.bootstrap_timeout_s) == (105, 105)  # SGLang's env gets "105"
+    short = cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"deadline_s": 60})})
+    s = parsed(backend_for(short).build_launch(short, short.layout.decode[0], placement("decode")).argv)
+    assert s.timeouts.waiting_timeout_s == 30

@@ -41,7 +41,8 @@ def sim_config(tmp_path: Path, overrides: list[str] | None = None, path_only: bo
 def sim_server(faults: dict | None = None) -> Iterator[str]:
     """One aggregated (null-mode) sim server, launched exactly as a worker would launch it."""
     from orchestrator.config import WorkerGroup
-    from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for
+    from orchestrator.engines.base import EngineProcess, WorkerPlacement
+    from orchestrator.engines.registry import backend_for
 
     with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
         extra = [f"engine.sim.faults={json.dumps({'aggregated': faults})}"] if faults else []
@@ -171,7 +172,8 @@ def test_same_command_runs_when_outputs_are_right(clean, tmp_path):
 @contextlib.contextmanager
 def sim_pd_pair(cfg: RunConfig) -> Iterator[list]:
     """One sim prefill + one sim decode launched from `cfg` by the sim backend, as WorkerEndpoints."""
-    from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for
+    from orchestrator.engines.base import EngineProcess, WorkerPlacement
+    from orchestrator.engines.registry import backend_for
     from orchestrator.records import WorkerEndpoint
 
     with tempfile.TemporaryDirectory(prefix="sim-pd-") as tmp:

@@ -1,8 +1,10 @@
 """The one engine interface: what a worker needs to launch, watch and stop one engine server process.
 
-A backend (sim | sglang) turns (config, role, group, placement) into an `EngineLaunch`: argv + env +
-the URLs it will serve. `EngineProcess` runs any launch the same way: its own process group, logs to
-a file, readiness by polling `/health`, stop by signalling the whole group.
+(config, group, placement) -> EngineBackend.build_launch -> EngineLaunch (argv, env, URLs) -> EngineProcess.
+A backend (sim | sglang, looked up by engine.kind in `orchestrator.engines.registry`) owns everything that
+differs between engines: launch command, start-up timeout, readiness, node-rank processes, PD timeouts.
+`EngineProcess` runs any launch the same way: its own process group, logs to a file, readiness by polling
+`/health`, stop by signalling the whole group.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 
@@ -51,31 +53,37 @@ def engine_addresses(cfg: RunConfig, node_ip: str) -> tuple[str, str]:
     return cfg.engine.bind_host or advertise, advertise
 
 
+@dataclass(frozen=True)
+class PdTimeouts:
+    """SGLang's PD waits in wall seconds (defaults = SGLang 0.5.17's); one set for the sim and real SGLang."""
+
+    waiting_timeout_s: float = 300.0  # decode: metadata sent -> KV complete
+    bootstrap_timeout_s: float = 300.0  # prefill: request arrived -> decode's KV indices
+    heartbeat_interval_s: float = 5.0  # decode -> prefill bootstrap /health
+    heartbeat_max_failures: int = 2  # a prefill is dead after interval x failures (~10 s: the router assumes it)
+    bootstrap_retries: int = 15  # decode: GET /route attempts before the handshake fails
+    bootstrap_retry_interval_s: float = 1.0
+
+    @classmethod
+    def for_deadline(cls, deadline_s: float) -> "PdTimeouts":
+        """A stuck transfer fails while the run's deadline still allows a retry: a quarter of the run's
+        budget, within [30 s, SGLang's 300 s default] (105 s for the 420 s run)."""
+        wait = float(int(min(300, max(30, deadline_s / 4))))
+        return cls(waiting_timeout_s=wait, bootstrap_timeout_s=wait)
+
+
 @dataclass
 class EngineLaunch:
+    """One server's launch: command line, environment, and where it answers once started."""
+
     argv: list[str]
     env: dict[str, str]
     url: str
-    bootstrap_port: int | None = None
-    extra: dict[str, str] = field(default_factory=dict)
-
-
-class EngineBackend(Protocol):
-    name: str
-
-    def build_launch(self, cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> EngineLaunch:
-        """The exact command line and environment for one server."""
-        ...
-
-
-def backend_for(cfg: RunConfig) -> EngineBackend:
-    if cfg.engine.kind == "sim":
-        from orchestrator.engines.sim.backend import SimBackend
-
-        return SimBackend()
-    from orchestrator.engines.sglang.launch import SglangBackend
-
-    return SglangBackend()
+    role: str = "aggregated"  # prefill | decode | aggregated
+    node_rank: int = 0  # > 0: a node rank of a multi-node server (no HTTP server of its own)
+    bootstrap_port: int | None = None  # prefill: the PD bootstrap server's port
+    bootstrap_url: str | None = None  # prefill: the PD bootstrap server's base URL
+    worker_name: str | None = None  # '<group name>/<replica>' when the backend names its workers
 
 
 class EngineStartError(RuntimeError):
@@ -151,3 +159,29 @@ class EngineProcess:
                 break
             except subprocess.TimeoutExpired:
                 continue
+
+
+class EngineBackend(ABC):
+    """What differs between engines; a worker asks its backend and never branches on engine.kind."""
+
+    name: str
+
+    @abstractmethod
+    def build_launch(self, cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> EngineLaunch:
+        """The exact command line and environment for one server (one node rank of it)."""
+
+    def startup_timeout_s(self, cfg: RunConfig) -> float:
+        """How long a server may take to become ready."""
+        return cfg.benchmark.deadline_s
+
+    def pd_timeouts(self, cfg: RunConfig) -> PdTimeouts:
+        """The PD waits the server is given, sized from the run's deadline."""
+        return PdTimeouts.for_deadline(cfg.benchmark.deadline_s)
+
+    def rank_processes(self, group: WorkerGroup) -> int:
+        """Node ranks > 0 of one server that need a process of their own (on their own node)."""
+        return 0
+
+    def wait_ready(self, process: EngineProcess, timeout_s: float) -> None:
+        """Block until the started server takes traffic; raise with the reason when it does not."""
+        process.wait_healthy(timeout_s)

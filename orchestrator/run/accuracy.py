@@ -251,7 +251,8 @@ def resolve_mode(spec: AccuracyGateSpec, cfg) -> str:
 @contextlib.contextmanager
 def local_sim_reference(cfg) -> Iterator[str]:
     """An aggregated (null-mode) sim server on loopback, as the token-match reference for sim deployments."""
-    from orchestrator.engines.base import EngineProcess, WorkerPlacement, backend_for
+    from orchestrator.engines.base import EngineProcess, WorkerPlacement
+    from orchestrator.engines.registry import backend_for
 
     # Shaped like the deployment's last group (decode or aggregated) so the model fits as it does there;
     # outputs depend only on the prompt, so the shape changes nothing else. No simulated model load.

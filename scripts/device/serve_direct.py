@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     proc = EngineProcess(launch, state / f"{args.name}.log")
     proc.start()
     info = {"name": args.name, "pid": proc.proc.pid, "url": launch.url, "argv": launch.argv, "env": launch.env,
-            "extra": launch.extra, "bootstrap_port": launch.bootstrap_port, "started_at": proc.started_at}
+            "launch": asdict(launch), "bootstrap_port": launch.bootstrap_port, "started_at": proc.started_at}
     (state / f"{args.name}.json").write_text(json.dumps(info, indent=1))
     print(f"{args.name}: pid {proc.proc.pid} {launch.url}\n  {' '.join(launch.argv)}")
     return 0
@@ -53,7 +54,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     rc = 0
     for name in args.names:
         info = json.loads((state / f"{name}.json").read_text())
-        launch = EngineLaunch(argv=info["argv"], env=info["env"], url=info["url"], extra=info["extra"])
+        launch = EngineLaunch(**info["launch"])
         try:
             wait_ready(launch, max(1.0, deadline - time.monotonic()), poll_s=1.0)
         except TimeoutError as exc:

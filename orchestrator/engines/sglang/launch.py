@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from orchestrator.config import RunConfig, WorkerGroup
-from orchestrator.engines.base import EngineLaunch, WorkerPlacement
+from orchestrator.engines.base import EngineBackend, EngineLaunch, EngineProcess, PdTimeouts, WorkerPlacement
 
 # Checkpoint each preset stands for when model.path is not set (only config.json is read with dummy weights).
 PRESET_MODEL_IDS = {"DeepSeek-R1": "deepseek-ai/DeepSeek-R1", "DeepSeek-V2-Lite": "deepseek-ai/DeepSeek-V2-Lite"}
@@ -27,28 +26,10 @@ QUANTIZATION_FLAGS = {"w4a8": "w4afp8", "awq": "awq"}
 
 DIST_STORE_WRAPPER = Path(__file__).with_name("dist_store.py")
 BOOTSTRAP_ROUTE_QUERY = "prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
-# Decode declares a prefill dead after interval x failures; 5 s x 2 is SGLang's default, kept explicit
-# because the router's retry logic assumes a dead prefill is noticed within ~10 s.
-HEARTBEAT_INTERVAL_S = 5
-HEARTBEAT_MAX_FAILURE = 2
 
 
 class SglangLaunchError(ValueError):
     """A config/placement combination no SGLang server can be launched from; the message says the fix."""
-
-
-@dataclass(frozen=True)
-class PdTimeouts:
-    """SGLang PD waits, sized so a stuck transfer fails while the run's deadline still allows a retry."""
-
-    waiting_s: int  # decode waiting for KV after sending its metadata
-    bootstrap_s: int  # prefill waiting for the decode's KV indices (mooncake/mori only in 0.5.17)
-
-    @classmethod
-    def for_deadline(cls, deadline_s: float) -> "PdTimeouts":
-        # A quarter of the run's budget, within [30 s, SGLang's 300 s default]: 105 s for the 420 s run.
-        wait = int(min(300, max(30, deadline_s / 4)))
-        return cls(waiting_s=wait, bootstrap_s=wait)
 
 
 def model_path(cfg: RunConfig) -> str:
@@ -175,20 +156,21 @@ def transport_env(cfg: RunConfig) -> dict[str, str]:
     return env
 
 
-def build_env(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> dict[str, str]:
+def build_env(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement,
+              timeouts: PdTimeouts | None = None) -> dict[str, str]:
     """Environment for one server: routable IP, NIXL/UCX/NCCL transport, PD timeouts, GPU visibility."""
     t = cfg.transfer
     _, visible = _gpu_flags(cfg, group, placement)
-    timeouts = PdTimeouts.for_deadline(cfg.benchmark.deadline_s)
+    timeouts = timeouts or PdTimeouts.for_deadline(cfg.benchmark.deadline_s)
     env: dict[str, str] = {
         "CUDA_VISIBLE_DEVICES": visible,
         "SGLANG_HOST_IP": t.host_ip or placement.node_ip,
         "SGLANG_DISAGGREGATION_NIXL_BACKEND": t.nixl_backend,
         "SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS": json.dumps(t.nixl_backend_params, sort_keys=True),
-        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(timeouts.waiting_s),
-        "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": str(timeouts.bootstrap_s),
-        "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": str(HEARTBEAT_INTERVAL_S),
-        "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": str(HEARTBEAT_MAX_FAILURE),
+        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(int(timeouts.waiting_timeout_s)),
+        "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": str(int(timeouts.bootstrap_timeout_s)),
+        "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": str(int(timeouts.heartbeat_interval_s)),
+        "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": str(timeouts.heartbeat_max_failures),
         "PYTHONUNBUFFERED": "1",
     }
     env.update(transport_env(cfg))
@@ -201,11 +183,11 @@ def readiness_urls(launch: EngineLaunch) -> list[str]:
 
     Prefill adds its bootstrap `/route` query with every rank -1: 200 only once all its ranks registered.
     """
-    if launch.extra.get("node_rank", "0") != "0":
+    if launch.node_rank != 0:
         return []
     urls = [launch.url + "/health"]
-    if launch.extra.get("role") == "prefill":
-        urls.append(launch.extra["bootstrap_url"] + "/route?" + BOOTSTRAP_ROUTE_QUERY)
+    if launch.role == "prefill" and launch.bootstrap_url:
+        urls.append(launch.bootstrap_url + "/route?" + BOOTSTRAP_ROUTE_QUERY)
     return urls
 
 
@@ -235,8 +217,8 @@ def startup_time(url: str, timeout_s: float = 10.0) -> dict:
     return info.get("startup_time") or {}
 
 
-class SglangBackend:
-    """Engine backend that launches real `sglang.launch_server` processes."""
+class SglangBackend(EngineBackend):
+    """Engine backend that launches real `sglang.launch_server` processes (one per node rank)."""
 
     name = "sglang"
 
@@ -244,11 +226,22 @@ class SglangBackend:
         argv = build_argv(cfg, group, placement)
         if wraps_dist_store(cfg, group, argv):
             argv = [cfg.engine.sglang.python, str(DIST_STORE_WRAPPER), "--host", placement.host, "--", *argv]
-        env = build_env(cfg, group, placement)
+        env = build_env(cfg, group, placement, self.pd_timeouts(cfg))
         url = f"http://{placement.advertise_host}:{placement.port}"
-        extra = {"role": placement.role, "node_rank": str(placement.node_rank)}
-        bootstrap = None
-        if placement.role == "prefill":
-            bootstrap = _bootstrap_port(cfg, placement)
-            extra["bootstrap_url"] = f"http://{placement.advertise_host}:{bootstrap}"
-        return EngineLaunch(argv=argv, env=env, url=url, bootstrap_port=bootstrap, extra=extra)
+        bootstrap = _bootstrap_port(cfg, placement) if placement.role == "prefill" else None
+        return EngineLaunch(
+            argv=argv, env=env, url=url, role=placement.role, node_rank=placement.node_rank,
+            bootstrap_port=bootstrap,
+            bootstrap_url=f"http://{placement.advertise_host}:{bootstrap}" if bootstrap else None,
+        )
+
+    def startup_timeout_s(self, cfg: RunConfig) -> float:
+        return cfg.engine.sglang.startup_timeout_s
+
+    def rank_processes(self, group: WorkerGroup) -> int:
+        return group.nnodes - 1  # SGLang runs one process per node of a multi-node server
+
+    def wait_ready(self, process: EngineProcess, timeout_s: float) -> None:
+        """/health, and on a prefill its bootstrap server's /route, which answers 200 once every rank registered."""
+        process.wait_healthy(timeout_s)
+        wait_ready(process.launch, timeout_s)

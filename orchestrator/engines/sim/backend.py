@@ -10,7 +10,7 @@ import json
 import sys
 
 from orchestrator.config import RunConfig, WorkerGroup
-from orchestrator.engines.base import EngineLaunch, WorkerPlacement
+from orchestrator.engines.base import EngineBackend, EngineLaunch, WorkerPlacement
 
 SIM_MODE = {"prefill": "prefill", "decode": "decode", "aggregated": "null"}
 
@@ -51,8 +51,8 @@ def supported_extra_args(extra_args: list[str]) -> list[str]:
     return kept
 
 
-class SimBackend:
-    """EngineBackend for engine.kind=sim."""
+class SimBackend(EngineBackend):
+    """EngineBackend for engine.kind=sim: one simulated server process models a whole (multi-node) server."""
 
     name = "sim"
 
@@ -94,6 +94,11 @@ class SimBackend:
             argv += ["--max-running-requests", str(group.max_running_requests)]
         if sim.startup_s is not None:
             argv += ["--startup-s", repr(sim.startup_s)]
+        timeouts = self.pd_timeouts(cfg)
+        argv += ["--waiting-timeout-s", repr(timeouts.waiting_timeout_s),
+                 "--bootstrap-timeout-s", repr(timeouts.bootstrap_timeout_s),
+                 "--heartbeat-interval-s", repr(timeouts.heartbeat_interval_s),
+                 "--heartbeat-max-failures", str(timeouts.heartbeat_max_failures)]
         faults = faults_for(cfg, role, group, placement)
         if faults:
             argv += ["--faults", json.dumps(faults)]
@@ -110,6 +115,8 @@ class SimBackend:
             argv=argv,
             env=env,
             url=f"http://{placement.advertise_host}:{placement.port}",
+            role=role,
             bootstrap_port=bootstrap_port if role == "prefill" else None,
-            extra={"worker_name": worker_name(role, group, placement), "engine": "sim"},
+            bootstrap_url=f"http://{placement.advertise_host}:{bootstrap_port}" if role == "prefill" else None,
+            worker_name=worker_name(role, group, placement),
         )

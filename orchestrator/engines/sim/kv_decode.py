@@ -12,6 +12,7 @@ import aiohttp
 import numpy as np
 
 from orchestrator.engines.sim.kv_prefill import KvAux
+from orchestrator.engines.base import PdTimeouts
 from orchestrator.engines.sim.kv_transfer import (
     PATTERN_BYTES,
     POLL_MAX_S,
@@ -19,7 +20,6 @@ from orchestrator.engines.sim.kv_transfer import (
     VERIFY_MODES,
     KvTransferError,
     NixlEndpoint,
-    PdTimeouts,
     _verify,
     load_nixl_api,
     log,

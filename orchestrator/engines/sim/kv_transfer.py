@@ -23,7 +23,6 @@ import asyncio
 import base64
 import importlib
 import logging
-from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
@@ -51,18 +50,6 @@ class KvTransferError(RuntimeError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
-
-
-@dataclass(frozen=True)
-class PdTimeouts:
-    """SGLang's PD timeouts (defaults = SGLang 0.5.17's), in wall seconds."""
-
-    bootstrap_retries: int = 15  # decode: GET /route attempts before the handshake fails
-    bootstrap_retry_interval_s: float = 1.0
-    heartbeat_interval_s: float = 5.0  # decode -> prefill bootstrap /health
-    heartbeat_max_failures: int = 2
-    waiting_timeout_s: float = 300.0  # decode: handshake sent -> KV complete
-    bootstrap_timeout_s: float = 300.0  # prefill: request arrived -> decode handshake
 
 
 def load_nixl_api() -> ModuleType | None:

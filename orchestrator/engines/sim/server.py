@@ -25,7 +25,8 @@ from pydantic import ValidationError
 from orchestrator.config.model_presets import MODEL_PRESETS
 from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine, crash
 from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, parse_fault_spec
-from orchestrator.engines.sim.kv_transfer import MIB, PdTimeouts
+from orchestrator.engines.base import PdTimeouts
+from orchestrator.engines.sim.kv_transfer import MIB
 from orchestrator.engines.sim.metrics import CONTENT_TYPE
 from orchestrator.engines.sim.requests import BadRequest, GenerateBody, Item, SamplingParams, normalise
 from orchestrator.engines.sim.settings import SimSettings

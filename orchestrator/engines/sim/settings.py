@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
-from orchestrator.engines.sim.kv_transfer import PdTimeouts
+from orchestrator.engines.base import PdTimeouts
 from orchestrator.perfmodel.costmodel import EngineCostModel
 from orchestrator.perfmodel.gpus import gpu_spec
 
