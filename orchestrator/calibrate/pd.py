@@ -163,7 +163,14 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
     pd_lp: dict[str, list] = {}
     common = ["--context-length", str(context_length), "--max-total-tokens", str(kv_tokens),
               "--disaggregation-transfer-backend", "nixl"]
-    for ps in page_sizes:
+    agg_lp = None
+    for i_ps, ps in enumerate(list(page_sizes) + [None]):
+        if ps is None or i_ps == 1:
+            if agg_lp is None and "agg_ready_after_s" not in result and "agg_error" not in result:
+                agg_lp = _agg_reference(model_path, out_dir, ports[2], context_length, agg_frac, env, budget,
+                                        lp_prompts, logprob_steps, topk, result)
+            if ps is None:
+                break
         entry = {"page_size": ps, "loads": []}
         result["pages"].append(entry)
         if budget.left() < 150:
@@ -177,7 +184,8 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
                           env={**env, "UCX_PROTO_INFO": "y"} if ps == page_sizes[0] else env)
         dc = SglangServer(f"decode-p{ps}", model_path, ports[1], out_dir / f"pd-decode-page{ps}.log",
                           common + ["--page-size", str(ps), "--disaggregation-mode", "decode",
-                                    "--mem-fraction-static", str(decode_frac)], env=env)
+                                    "--mem-fraction-static", str(decode_frac), "--cuda-graph-max-bs-decode", "128"],
+                          env=env)
         try:
             pf.start()
             entry["prefill_ready_after_s"] = pf.wait_ready(min(360, budget.left() - 60))
@@ -234,21 +242,6 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
                 srv.stop()
             entry["oom_in_logs"] = any("out of memory" in s.log_text().lower() for s in (pf, dc))
             save()
-    # aggregated reference on the same GPU, same dummy weights (SGLang seeds them per parameter)
-    agg_lp = None
-    if budget.left() > 90:
-        agg = SglangServer("aggregated", model_path, ports[2], out_dir / "agg.log",
-                           ["--context-length", str(context_length), "--mem-fraction-static", str(agg_frac)], env=env)
-        try:
-            agg.start()
-            result["agg_ready_after_s"] = agg.wait_ready(min(300, budget.left() - 20))
-            s = _agg_many(agg, lp_prompts, logprob_steps, topk)
-            agg_lp = top_logprobs(s)
-            result["logprobs"]["agg-ok"] = s["ok"]
-        except (ServerDied, TimeoutError, OSError, ValueError) as exc:
-            result["agg_error"] = f"{type(exc).__name__}: {str(exc)[-800:]}"
-        finally:
-            agg.stop()
     result["logprobs"]["raw"] = {**pd_lp, **({"agg": agg_lp} if agg_lp else {})}
     cmp = {}
     names = list(pd_lp)
@@ -263,6 +256,28 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
     result["logprobs"]["compare"] = cmp
     save()
     return result
+
+
+def _agg_reference(model_path, out_dir, port, context_length, agg_frac, env, budget, prompts, steps, topk,
+                   result) -> list | None:
+    """Aggregated server on the same GPU, same dummy weights (SGLang seeds them per parameter)."""
+    if budget.left() < 90:
+        result["agg_error"] = f"skipped: time budget ({budget.left():.0f}s left)"
+        return None
+    agg = SglangServer("aggregated", model_path, port, out_dir / "agg.log",
+                       ["--context-length", str(context_length), "--mem-fraction-static", str(agg_frac),
+                        "--cuda-graph-max-bs-decode", "128"], env=env)
+    try:
+        agg.start()
+        result["agg_ready_after_s"] = agg.wait_ready(min(300, budget.left() - 20))
+        s = _agg_many(agg, prompts, steps, topk)
+        result["logprobs"]["agg-ok"] = s["ok"]
+        return top_logprobs(s)
+    except (ServerDied, TimeoutError, OSError, ValueError) as exc:
+        result["agg_error"] = f"{type(exc).__name__}: {str(exc)[-800:]}"
+        return None
+    finally:
+        agg.stop()
 
 
 def _agg_many(agg: SglangServer, prompts, steps: int, topk: int) -> dict:
