@@ -103,7 +103,7 @@ def build_app(cfg: RunConfig, run_id: str) -> serve.Application:
 def start_serve(cfg: RunConfig) -> None:
     serve.start(
         http_options={"host": cfg.router.host, "port": cfg.router.port},
-        proxy_location="HeadOnly",
+        proxy_location="Disabled",  # the router replica serves router.host:router.port itself
     )
 
 
@@ -121,7 +121,7 @@ def deploy(cfg: RunConfig, run_id: str, timeout_s: float, with_router: bool = Tr
     start_serve(cfg)
     targets = build_worker_apps(cfg, run_id)
     if with_router:
-        targets.append(RunTarget(target=build_app(cfg, run_id), name=ROUTER_APP, route_prefix="/"))
+        targets.append(RunTarget(target=build_app(cfg, run_id), name=ROUTER_APP, route_prefix=None))
     serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
     names = [t.name for t in targets]
     deadline = time.monotonic() + timeout_s

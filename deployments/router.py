@@ -1,9 +1,11 @@
-"""PD router deployment: `ingress (FastAPI) -> PDRouter -> RouterCore -> PDDispatcher -> {prefill, decode}`.
+"""PD router deployment: `client -> PDRouter (HTTP on router.port, or handle) -> RouterCore -> {prefill, decode}`.
 
 The thin Serve class: it follows the worker registry (endpoints appear and disappear as worker replicas
-start and stop), owns the replica's RouterCore and metrics exporter, and exposes the bench driver's handle
-API (`wait_ready`, then `generate_batch` with a stream=True handle). The HTTP routes are
-`orchestrator.router.http_app`; the state and logic without Serve are `orchestrator.router.core`.
+start and stop), owns the replica's RouterCore and metrics exporter, serves the HTTP API itself on
+router.host:router.port (`orchestrator.router.http_app.serve_http`: no Serve proxy, no Ray hop per
+request; replicas on one node share the port), and exposes the bench driver's handle API (`wait_ready`,
+then `generate_batch_chunks` or `generate_batch` with a stream=True handle). The state and logic without
+Serve are `orchestrator.router.core`.
 """
 
 from __future__ import annotations
@@ -14,32 +16,18 @@ import os
 import time
 from typing import AsyncIterator
 
-from fastapi import Request
 from ray import serve
 
 from orchestrator.config import RunConfig
 from orchestrator.records import BenchRequest, RequestResult, WorkerEndpoint
-from orchestrator.router.batch import run_batch
+from orchestrator.router.batch import run_batch, run_batch_chunks
 from orchestrator.router.core import RouterCore
-from orchestrator.router.http_app import build_http_app
+from orchestrator.router.http_app import serve_http
 
 log = logging.getLogger(__name__)
 
 REGISTRY_POLL_S = 1.0
-
-
-
-def _replica_core(request: Request) -> RouterCore:
-    """Under Serve the replica's PDRouter instance owns the core (a plain app carries it in app.state)."""
-    core = getattr(request.app.state, "core", None)
-    if core is not None:
-        return core
-    router = serve.get_replica_context().servable_object
-    router._ensure_following()
-    return router.core
-
-
-http_app = build_http_app(_replica_core)
+RESULT_FLUSH_S = 0.05  # batch results finished within this window travel as one Serve item
 
 
 def _make_metrics(cfg: RunConfig, run_id: str):
@@ -61,19 +49,17 @@ def _make_metrics(cfg: RunConfig, run_id: str):
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=100_000)
-@serve.ingress(http_app)
 class PDRouter:
-    """One router replica: follows the registry, answers the handle API and the HTTP ingress."""
+    """One router replica: follows the registry, serves the HTTP API on router.port, answers the handle API."""
 
-    def __init__(self, cfg: RunConfig | dict, run_id: str = "run"):
+    async def __init__(self, cfg: RunConfig | dict, run_id: str = "run"):
+        # async: Serve runs it on the replica's event loop, which the HTTP server and the follower share
         self.cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.model_validate(cfg)
         self.metrics, self.exporter = _make_metrics(self.cfg, run_id)
         self.core = RouterCore(self.cfg, run_id, self.metrics)
         self._follower: asyncio.Task | None = None
-        try:  # Serve builds replicas inside their event loop; if not, the first call starts following
-            self._ensure_following()
-        except RuntimeError:
-            pass
+        self._ensure_following()
+        self.http_server, self.http_task = await serve_http(self.core, self.cfg.router.host, self.cfg.router.port)
 
     def _ensure_following(self) -> None:
         if self._follower is None or self._follower.done():
@@ -93,7 +79,10 @@ class PDRouter:
             await asyncio.sleep(REGISTRY_POLL_S)
 
     async def check_health(self) -> None:
-        self._ensure_following()  # Serve calls this soon after start: begin following right away
+        self._ensure_following()
+        if self.http_task.done():  # Serve restarts a replica whose HTTP server died
+            raise RuntimeError(f"router HTTP server on port {self.cfg.router.port} stopped: "
+                               f"{self.http_task.exception() if not self.http_task.cancelled() else 'cancelled'}")
 
     async def wait_ready(self, expected: dict[str, int], timeout_s: float) -> list[WorkerEndpoint]:
         """Return once `expected` workers per role are registered and answer /health 200."""
@@ -117,6 +106,15 @@ class PDRouter:
                     f"healthy {counts}; see the engine logs (worker endpoint_info / runs/*/logs)"
                 )
             await asyncio.sleep(0.5)
+
+    async def generate_batch_chunks(self, requests: list[BenchRequest], max_in_flight: int,
+                                    deadline_at: float | None) -> AsyncIterator[list[RequestResult]]:
+        """Lists of RequestResults in completion order, those finished within RESULT_FLUSH_S together
+        (call with a stream=True handle); the bench driver's path: one Serve item per list, not per result."""
+        self._ensure_following()
+        async for chunk in run_batch_chunks(self.core.dispatcher, requests, max_in_flight, deadline_at,
+                                            flush_s=RESULT_FLUSH_S):
+            yield chunk
 
     async def generate_batch(self, requests: list[BenchRequest], max_in_flight: int,
                              deadline_at: float | None) -> AsyncIterator[RequestResult]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import orjson
 from typing import AsyncIterator
 
 
@@ -21,7 +21,7 @@ async def data_payloads(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 async def json_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict]:
     """Every event of a byte stream as JSON, `[DONE]` left out."""
     async for payload in data_payloads(chunks):
-        yield json.loads(payload)
+        yield orjson.loads(payload)
 
 
 def last_json_event(tail: bytes) -> dict | None:
@@ -31,7 +31,7 @@ def last_json_event(tail: bytes) -> dict | None:
         if payload is None:
             continue
         try:
-            parsed = json.loads(payload)
+            parsed = orjson.loads(payload)
         except ValueError:
             return None
         return parsed if isinstance(parsed, dict) else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterable
 
 import aiohttp
+import orjson
 
 from orchestrator.api.sse import data_payloads
 from orchestrator.records import WorkerEndpoint
@@ -34,14 +34,30 @@ from orchestrator.router.failures import (
     _raise_if_stream_aborted,
     _RetryState,
 )
-from orchestrator.router.pairs import Answer, Pair, Progress, batch_size, fill_from_payload, host_of
-from orchestrator.router.policies import NoWorkerError, RoutingPolicy, WorkerState, eligible, make_policy
+from orchestrator.router.pairs import (
+    Answer,
+    Pair,
+    Progress,
+    batch_size,
+    fill_from_payload,
+    host_of,
+    request_shape,
+)
+from orchestrator.router.policies import (
+    NoWorkerError,
+    RequestShape,
+    RoutingPolicy,
+    WorkerState,
+    eligible,
+    make_policy,
+)
 from orchestrator.router.relay import StreamRelay
 
 log = logging.getLogger(__name__)
 
 # Used when neither router.request_timeout_s nor a run deadline bounds a request (HTTP ingress).
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -102,18 +118,21 @@ class PDDispatcher:
 
     def _policy(self, role: str) -> RoutingPolicy:
         if role not in self._policies:
-            self._policies[role] = make_policy(self.settings.policy)
+            self._policies[role] = make_policy(self.settings.policy, role)
         return self._policies[role]
 
-    def pick_pair(self) -> Pair:
+    def pick_pair(self, request: RequestShape | None = None) -> Pair:
         """A pair for the next attempt; raises NoWorkerError when a role has no usable worker."""
         now = time.monotonic()
         ws = list(self.workers.values())
+        request = request or RequestShape()
+        total = request.prompt_tokens + request.max_new_tokens
         if self.mode == "aggregated":
-            return Pair(decode=self._policy("aggregated").pick(eligible(ws, "aggregated", now)))
-        prefill = self._policy("prefill").pick(eligible(ws, "prefill", now))
-        decode = self._policy("decode").pick(eligible(ws, "decode", now))
-        return Pair(decode=decode, prefill=prefill)
+            worker = self._policy("aggregated").pick(eligible(ws, "aggregated", now), request)
+            return Pair(decode=worker, decode_tokens=total)
+        prefill = self._policy("prefill").pick(eligible(ws, "prefill", now), request)
+        decode = self._policy("decode").pick(eligible(ws, "decode", now), request)
+        return Pair(decode=decode, prefill=prefill, prefill_tokens=request.prompt_tokens, decode_tokens=total)
 
     def set_progress(self, progress: Progress | None, state: str | None) -> None:
         if progress is None or progress.state == state:
@@ -126,13 +145,15 @@ class PDDispatcher:
         w.failures += 1
         w.suspect_until = time.monotonic() + self.settings.suspect_s
 
-    def leg_start(self, w: WorkerState) -> None:
+    def leg_start(self, w: WorkerState, tokens: int = 0) -> None:
         w.outstanding += 1
+        w.outstanding_tokens += tokens
         if self.metrics is not None:
             self.metrics.worker_outstanding(w.endpoint.role, w.name, w.outstanding)
 
-    def leg_done(self, w: WorkerState) -> None:
+    def leg_done(self, w: WorkerState, tokens: int = 0) -> None:
         w.outstanding -= 1
+        w.outstanding_tokens -= tokens
         if self.metrics is not None:
             self.metrics.worker_outstanding(w.endpoint.role, w.name, w.outstanding)
 
@@ -230,16 +251,16 @@ class PDDispatcher:
 
     # ---- one attempt --------------------------------------------------------------------------------
 
-    async def _prefill_leg(self, w: WorkerState, body: dict, timeout_s: float) -> float:
+    async def _prefill_leg(self, w: WorkerState, body: bytes, stream: bool, tokens: int, timeout_s: float) -> float:
         """Post to the prefill and wait for its answer (sent after the KV transfer); return monotonic time."""
-        self.leg_start(w)
+        self.leg_start(w, tokens)
         try:
             async with asyncio.timeout(timeout_s):
-                async with self.session.post(w.endpoint.url + "/generate", json=body) as r:
+                async with self.session.post(w.endpoint.url + "/generate", data=body, headers=JSON_HEADERS) as r:
                     raw = await r.read()
                     if r.status != 200:
                         raise _http_failure("prefill", w, r.status, raw)
-                    if body.get("stream"):
+                    if stream:
                         _raise_if_stream_aborted("prefill", w, raw)
             return time.monotonic()
         except TimeoutError:
@@ -247,20 +268,21 @@ class PDDispatcher:
         except aiohttp.ClientError as exc:
             raise LegFailure("connect", "prefill", w.name, repr(exc), True, 502) from None
         finally:
-            self.leg_done(w)
+            self.leg_done(w, tokens)
 
-    async def _decode_leg(self, w: WorkerState, body: dict, timeout_s: float, t0: float, answer: Answer) -> None:
+    async def _decode_leg(self, w: WorkerState, body: bytes, stream: bool, tokens: int, timeout_s: float,
+                          t0: float, answer: Answer) -> None:
         """Post to the decode and collect its whole answer (JSON, or an SSE stream read to the end)."""
-        self.leg_start(w)
+        self.leg_start(w, tokens)
         try:
             async with asyncio.timeout(timeout_s):
-                async with self.session.post(w.endpoint.url + "/generate", json=body) as r:
+                async with self.session.post(w.endpoint.url + "/generate", data=body, headers=JSON_HEADERS) as r:
                     if r.status != 200:
                         raise _http_failure("decode", w, r.status, await r.read())
-                    if body.get("stream"):
+                    if stream:
                         await self._collect_stream(w, r, t0, answer)
                     else:
-                        answer.payload = await r.json(content_type=None)
+                        answer.payload = orjson.loads(await r.read())
                         fill_from_payload(answer, answer.payload)
                     answer.status = r.status
                     answer.e2e_s = time.monotonic() - t0
@@ -268,8 +290,10 @@ class PDDispatcher:
             raise LegFailure("timeout", "decode", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
         except aiohttp.ClientError as exc:
             raise LegFailure("connect", "decode", w.name, repr(exc), True, 502) from None
+        except orjson.JSONDecodeError as exc:
+            raise LegFailure("bad_json", "decode", w.name, f"answer is not JSON: {exc}", True, 502) from None
         finally:
-            self.leg_done(w)
+            self.leg_done(w, tokens)
 
     async def _collect_stream(self, w: WorkerState, r: aiohttp.ClientResponse, t0: float, answer: Answer) -> None:
         # Only the first event (TTFT) and the last (totals) are parsed on the hot path; the others are
@@ -282,7 +306,10 @@ class PDDispatcher:
             events.append(payload)
         if not events:
             raise LegFailure("empty", "decode", w.name, "stream ended without any data event", True, 502)
-        last = json.loads(events[-1])
+        try:
+            last = orjson.loads(events[-1])
+        except orjson.JSONDecodeError as exc:
+            raise LegFailure("bad_json", "decode", w.name, f"last stream event is not JSON: {exc}", True, 502) from None
         answer.payload = last
         if "error" in last:
             raise LegFailure("error", "decode", w.name, _message_of(last), True, 502, body=last)
@@ -291,7 +318,7 @@ class PDDispatcher:
         if len(answer.output_ids) != answer.completion_tokens:  # incremental chunks: stitch them
             ids: list[int] = []
             for ev in events:
-                chunk_ids = json.loads(ev).get("output_ids") or []
+                chunk_ids = orjson.loads(ev).get("output_ids") or []
                 ids.extend(chunk_ids)
             answer.output_ids = ids
 
@@ -301,14 +328,17 @@ class PDDispatcher:
         n = batch_size(body) or 1
         rooms = [self._new_room() for _ in range(n)] if pair.prefill is not None else []
         self._rooms_in_flight.update(rooms)
-        sent = self._with_pairing(body, pair, rid, rooms)
+        sent = orjson.dumps(self._with_pairing(body, pair, rid, rooms))  # once: the same bytes go to both legs
+        stream = bool(body.get("stream"))
         t0 = time.monotonic()
         # TTFT and e2e count from the request's first send (retries included); kv_wait is this attempt's.
-        decode_task = asyncio.ensure_future(self._decode_leg(pair.decode, sent, timeout_s, answer.origin, answer))
+        decode_task = asyncio.ensure_future(
+            self._decode_leg(pair.decode, sent, stream, pair.decode_tokens, timeout_s, answer.origin, answer))
         tasks = [decode_task]
         prefill_task = None
         if pair.prefill is not None:
-            prefill_task = asyncio.ensure_future(self._prefill_leg(pair.prefill, sent, timeout_s))
+            prefill_task = asyncio.ensure_future(
+                self._prefill_leg(pair.prefill, sent, stream, pair.prefill_tokens, timeout_s))
             tasks.append(prefill_task)
         try:
             pending = set(tasks)
@@ -354,7 +384,7 @@ class PDDispatcher:
         """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError."""
         sent_at, origin = time.time(), time.monotonic()
         state = _RetryState()
-        async with contextlib.aclosing(self._attempts(deadline_at, state)) as attempts:
+        async with contextlib.aclosing(self._attempts(deadline_at, state, request_shape(body))) as attempts:
             async for attempt, pair, _ in attempts:
                 answer = Answer(status=0, payload=None, pair=pair, rid=uuid.uuid4().hex, attempts=attempt,
                                 sent_at=sent_at, origin=origin, progress=progress)
@@ -371,7 +401,7 @@ class PDDispatcher:
     async def open_stream(self, body: dict, deadline_at: float | None = None) -> StreamRelay:
         """Start a streamed request; returns once the decode answered its headers (retrying before that)."""
         state = _RetryState()
-        async with contextlib.aclosing(self._attempts(deadline_at, state)) as attempts:
+        async with contextlib.aclosing(self._attempts(deadline_at, state, request_shape(body))) as attempts:
             async for attempt, pair, timeout_s in attempts:
                 try:
                     return await self._open_stream_once(body, pair, timeout_s, attempt)
@@ -382,7 +412,7 @@ class PDDispatcher:
         raise _final_error(state.last, state.attempts, deadline_at)
 
     async def _attempts(
-        self, deadline_at: float | None, state: _RetryState
+        self, deadline_at: float | None, state: _RetryState, request: RequestShape | None = None
     ) -> AsyncIterator[tuple[int, Pair, float]]:
         """(attempt, pair, leg timeout) for each try: bounded count, backoff, time left before the deadline.
 
@@ -396,7 +426,7 @@ class PDDispatcher:
             if attempt > 1:
                 await asyncio.sleep(min(self.settings.backoff_s * 2 ** (attempt - 2), timeout_s))
             try:
-                pair = self.pick_pair()
+                pair = self.pick_pair(request)
             except NoWorkerError as exc:
                 state.last = exc
                 continue
@@ -406,24 +436,26 @@ class PDDispatcher:
     async def _open_stream_once(self, body: dict, pair: Pair, timeout_s: float, attempt: int) -> StreamRelay:
         rid = uuid.uuid4().hex
         rooms = [self._new_room() for _ in range(batch_size(body) or 1)] if pair.prefill else []
-        sent = self._with_pairing(body, pair, rid, rooms)
+        sent = orjson.dumps(self._with_pairing(body, pair, rid, rooms))
+        stream = bool(body.get("stream"))
         deadline = time.monotonic() + timeout_s
         prefill_task = None
         if pair.prefill is not None:
-            prefill_task = asyncio.ensure_future(self._prefill_leg(pair.prefill, sent, timeout_s))
+            prefill_task = asyncio.ensure_future(
+                self._prefill_leg(pair.prefill, sent, stream, pair.prefill_tokens, timeout_s))
             # Rooms stay reserved until the prefill leg (the KV sender) is finished.
             self._rooms_in_flight.update(rooms)
             prefill_task.add_done_callback(lambda _t: self._rooms_in_flight.difference_update(rooms))
         w = pair.decode
-        self.leg_start(w)
+        self.leg_start(w, pair.decode_tokens)
         resp = None
         try:
             async with asyncio.timeout(timeout_s):
-                resp = await self.session.post(w.endpoint.url + "/generate", json=sent)
+                resp = await self.session.post(w.endpoint.url + "/generate", data=sent, headers=JSON_HEADERS)
             if resp.status != 200:
                 raise _http_failure("decode", w, resp.status, await resp.read())
         except BaseException as exc:
-            self.leg_done(w)
+            self.leg_done(w, pair.decode_tokens)
             if resp is not None:
                 resp.release()
             if prefill_task is not None:

@@ -1,10 +1,18 @@
-"""The router's HTTP ingress: FastAPI routes (SGLang /generate, OpenAI, /health, /server_info) over a RouterCore."""
+"""The router's HTTP ingress: FastAPI routes (SGLang /generate, OpenAI, /health, /server_info) over a RouterCore.
+
+`serve_http(core, host, port)` serves them from the calling process's event loop (the router replica:
+no Serve proxy and no Ray hop per request); `build_http_app()` is the same app for any ASGI server.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import socket
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable
+
+import uvicorn
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,11 +25,12 @@ from orchestrator.api.openai import (
 )
 from orchestrator.router import openai
 from orchestrator.router.core import HTTPError, RouterCore
+from orchestrator.router.json_response import FastJSONResponse
 
 
 def error_response(status: int, message: str) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
+    return FastJSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -34,16 +43,17 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(parts[:5])
 
 
-def core_in_app_state(request: Request) -> RouterCore:
-    """The RouterCore a plain (uvicorn) app carries in `app.state.core`."""
+async def core_in_app_state(request: Request) -> RouterCore:
+    """The RouterCore the app carries in `app.state.core` (async: FastAPI runs a sync dependency in a
+    thread pool, one thread hop per request)."""
     core = getattr(request.app.state, "core", None)
     if core is None:
         raise HTTPError(503, "router not initialised: no RouterCore in app.state.core")
     return core
 
 
-def build_http_app(find_core: Callable[[Request], RouterCore] = core_in_app_state) -> FastAPI:
-    """The ingress routes; each handler gets its RouterCore from `find_core` (app.state, or the Serve replica)."""
+def build_http_app(find_core: Callable[[Request], Awaitable[RouterCore]] = core_in_app_state) -> FastAPI:
+    """The ingress routes; each handler gets its RouterCore from `find_core` (by default app.state.core)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,7 +71,7 @@ def build_http_app(find_core: Callable[[Request], RouterCore] = core_in_app_stat
     @app.exception_handler(HTTPError)
     async def _http_error(_request: Request, exc: HTTPError) -> JSONResponse:
         if exc.body is not None and 400 <= exc.status < 500:
-            return JSONResponse(exc.body, exc.status)  # the engine's own client error, as SGLang shows it
+            return FastJSONResponse(exc.body, exc.status)  # the engine's own client error, as SGLang shows it
         return error_response(exc.status, exc.message)
 
     async def authorised(request: Request, core: RouterCore = Depends(find_core)) -> RouterCore:
@@ -103,7 +113,7 @@ def build_http_app(find_core: Callable[[Request], RouterCore] = core_in_app_stat
         if body.stream:
             relay = await core.open_stream(engine_body)
             return StreamingResponse(relay.chunks(), media_type="text/event-stream")
-        return JSONResponse(await core.generate(engine_body))
+        return FastJSONResponse(await core.generate(engine_body))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody, core: RouterCore = Depends(authorised)) -> Response:
@@ -125,3 +135,34 @@ def build_http_app(find_core: Callable[[Request], RouterCore] = core_in_app_stat
         return out
 
     return app
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """host:port bound and listening, SO_REUSEPORT so router replicas on one node share the port (the kernel
+    spreads connections over them); a taken port is one line naming router.port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # from here connections wait in the backlog until the server accepts them
+    except OSError as exc:
+        sock.close()
+        raise RuntimeError(f"router.host:router.port = {host}:{port}: cannot listen ({exc.strerror}); "
+                           "free the port or set router.port to another one") from None
+    return sock
+
+
+async def serve_http(core: RouterCore, host: str, port: int) -> tuple[uvicorn.Server, asyncio.Task]:
+    """Serve the ingress for `core` on host:port from the running event loop; returns once it listens.
+
+    Stop with `server.should_exit = True` and await the task (it closes the pooled engine connections).
+    """
+    app = build_http_app()
+    app.state.core = core
+    sock = listening_socket(host, port)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http="httptools",
+                            backlog=2048, timeout_keep_alive=75)
+    server = uvicorn.Server(config)
+    return server, asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))

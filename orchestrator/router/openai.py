@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from typing import Any, AsyncIterator
 
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+import orjson
+from fastapi.responses import Response, StreamingResponse
 
 from orchestrator.api.openai import (
     DEFAULT_CHAT_TOKENS,
@@ -19,6 +19,7 @@ from orchestrator.api.openai import (
 )
 from orchestrator.api.sse import json_events
 from orchestrator.router.core import HTTPError, RouterCore
+from orchestrator.router.json_response import FastJSONResponse
 
 
 def sampling_from_openai(body: CompletionBody | ChatBody, default_tokens: int) -> dict:
@@ -43,7 +44,7 @@ def finish_reason(meta: dict) -> str | None:
 
 
 def _sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
 async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: str, rid: str,
@@ -127,7 +128,7 @@ async def completions(core: RouterCore, body: CompletionBody) -> Response:
         text = a.get("text") or (await core.decode_text(a.get("output_ids") or []))
         choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish_reason(meta)})
     prompt_tokens = sum(len(ids) for ids in prompts)
-    return JSONResponse({
+    return FastJSONResponse({
         "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
         "choices": choices, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                       "total_tokens": prompt_tokens + completion_tokens},
@@ -150,7 +151,7 @@ async def chat_completions(core: RouterCore, body: ChatBody) -> Response:
     meta = answer.get("meta_info") or {}
     completion_tokens = int(meta.get("completion_tokens") or 0)
     text = answer.get("text") or (await core.decode_text(answer.get("output_ids") or []))
-    return JSONResponse({
+    return FastJSONResponse({
         "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                      "finish_reason": finish_reason(meta)}],

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.router.policies import WorkerState
+from orchestrator.router.policies import RequestShape, WorkerState
 
 
 @dataclass
@@ -15,6 +15,8 @@ class Pair:
 
     decode: WorkerState
     prefill: WorkerState | None = None
+    prefill_tokens: int = 0  # this request's token cost on each leg (WorkerState.outstanding_tokens)
+    decode_tokens: int = 0
 
 
 @dataclass
@@ -57,6 +59,19 @@ def batch_size(body: dict) -> int | None:
     if isinstance(ids, list) and ids and isinstance(ids[0], list):
         return len(ids)
     return None
+
+
+SGLANG_DEFAULT_MAX_NEW_TOKENS = 128
+
+
+def request_shape(body: dict) -> RequestShape:
+    """Prompt length, output budget and (first) prompt ids of a /generate engine body, for the policies."""
+    ids = body.get("input_ids") or []
+    prompts = ids if ids and isinstance(ids[0], list) else [ids]
+    n = body.get("sampling_params", {}).get("max_new_tokens")
+    per_prompt = SGLANG_DEFAULT_MAX_NEW_TOKENS if n is None else int(n)
+    return RequestShape(prompt_tokens=sum(len(p) for p in prompts), max_new_tokens=per_prompt * len(prompts),
+                        prompt_ids=prompts[0])
 
 
 def fill_from_payload(answer: Answer, payload: Any) -> None:

@@ -1,15 +1,25 @@
-"""Routing policies: which worker of one role gets the next request (round robin, least outstanding).
+"""Routing policies: which worker of one role gets the next request.
 
 A policy only chooses; the dispatcher owns the per-worker state it chooses from (`WorkerState`:
-outstanding count, health, suspect-until) and keeps it up to date. Policies are registered by the name
-used in `router.policy` of the run config.
+requests and tokens in flight, health, suspect-until) and keeps it up to date. `router.policy` names a
+pairing policy, one choice per role (`POLICIES`):
+
+| name | prefill | decode |
+|---|---|---|
+| round_robin | in turn | in turn |
+| least_outstanding | fewest requests in flight | fewest requests in flight |
+| least_tokens | fewest prompt tokens in flight | fewest tokens in flight (prompt + max_new_tokens: the KV it will hold) |
+| power_of_two | the less loaded (tokens) of two at random | the same |
+| prefix_aware | longest cached prefix unless that worker is overloaded, else fewest tokens | fewest tokens in flight |
 """
 
 from __future__ import annotations
 
+import random
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from orchestrator.records import WorkerEndpoint
 
@@ -20,6 +30,7 @@ class WorkerState:
 
     endpoint: WorkerEndpoint
     outstanding: int = 0  # requests sent to it and not yet answered
+    outstanding_tokens: int = 0  # their token cost here: prompt tokens (prefill), prompt + max_new_tokens (decode)
     healthy: bool = True  # last health check (or first registration) said it serves
     suspect_until: float = 0.0  # time.monotonic() before which a recent failure keeps it out
     failures: int = 0  # request failures seen (each also makes it suspect for a while)
@@ -37,9 +48,18 @@ class NoWorkerError(RuntimeError):
     """No worker of a role can take a request (none registered, or none healthy)."""
 
 
+@dataclass(frozen=True)
+class RequestShape:
+    """What a policy may know about the request it places (a batched /generate: its first prompt)."""
+
+    prompt_tokens: int = 0
+    max_new_tokens: int = 0
+    prompt_ids: Sequence[int] = ()
+
+
 class RoutingPolicy(Protocol):
-    def pick(self, candidates: list[WorkerState]) -> WorkerState:
-        """Choose one of `candidates` (non-empty, all eligible)."""
+    def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
+        """Choose one of `candidates` (non-empty, all eligible) for `request`."""
         ...
 
 
@@ -49,7 +69,7 @@ class RoundRobin:
     def __init__(self) -> None:
         self._last: str | None = None
 
-    def pick(self, candidates: list[WorkerState]) -> WorkerState:
+    def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
         ordered = sorted(candidates, key=lambda w: w.name)
         chosen = next((w for w in ordered if self._last is None or w.name > self._last), ordered[0])
         self._last = chosen.name
@@ -62,23 +82,124 @@ class LeastOutstanding:
     def __init__(self) -> None:
         self._tie_break = RoundRobin()
 
-    def pick(self, candidates: list[WorkerState]) -> WorkerState:
+    def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
         fewest = min(w.outstanding for w in candidates)
         return self._tie_break.pick([w for w in candidates if w.outstanding == fewest])
 
 
-POLICIES: dict[str, Callable[[], RoutingPolicy]] = {
-    "round_robin": RoundRobin,
-    "least_outstanding": LeastOutstanding,
+class LeastTokens:
+    """Takes the worker with the fewest tokens in flight (work, not request count); ties rotate."""
+
+    def __init__(self) -> None:
+        self._tie_break = RoundRobin()
+
+    def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
+        fewest = min(w.outstanding_tokens for w in candidates)
+        return self._tie_break.pick([w for w in candidates if w.outstanding_tokens == fewest])
+
+
+class PowerOfTwo:
+    """Samples two workers at random and takes the one with fewer tokens in flight (no global scan)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = random.Random(seed)
+
+    def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
+        if len(candidates) == 1:
+            return candidates[0]
+        a, b = self._rng.sample(candidates, 2)
+        return a if a.outstanding_tokens <= b.outstanding_tokens else b
+
+
+class PrefixIndex:
+    """Which prompt prefixes one worker has seen recently: chained hashes of `block_tokens`-token blocks,
+    least recently used dropped beyond `capacity_blocks` (a stand-in for the server's radix cache)."""
+
+    def __init__(self, block_tokens: int, capacity_blocks: int) -> None:
+        self.block_tokens = block_tokens
+        self.capacity_blocks = capacity_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def chain(self, ids: Sequence[int]) -> list[int]:
+        out, h = [], 0
+        for start in range(0, len(ids) - len(ids) % self.block_tokens, self.block_tokens):
+            h = hash((h, tuple(ids[start:start + self.block_tokens])))
+            out.append(h)
+        return out
+
+    def matched_blocks(self, chain: list[int]) -> int:
+        n = 0
+        for h in chain:
+            if h not in self._blocks:
+                break
+            n += 1
+        return n
+
+    def insert(self, chain: list[int]) -> None:
+        for h in chain:
+            self._blocks[h] = None
+            self._blocks.move_to_end(h)
+        while len(self._blocks) > self.capacity_blocks:
+            self._blocks.popitem(last=False)
+
+
+class PrefixAware:
+    """Sends a prompt where its longest prefix was sent before (that server's radix cache likely holds
+    it, so prefill computes only the rest), as SGLang's cache-aware router does.
+
+    The best-matching worker is taken when it matches at least `min_match` of the prompt and its tokens
+    in flight exceed the least loaded worker's by at most `max_imbalance_tokens`; otherwise the least
+    loaded worker is taken (and learns the prefix). Without prompt ids it is `LeastTokens`.
+    """
+
+    def __init__(self, block_tokens: int = 16, capacity_tokens: int = 1 << 20, min_match: float = 0.25,
+                 max_imbalance_tokens: int = 32768) -> None:
+        self.block_tokens = block_tokens
+        self.capacity_blocks = max(1, capacity_tokens // block_tokens)
+        self.min_match = min_match
+        self.max_imbalance_tokens = max_imbalance_tokens
+        self._index: dict[str, PrefixIndex] = {}
+        self._least = LeastTokens()
+
+    def _of(self, w: WorkerState) -> PrefixIndex:
+        index = self._index.get(w.name)
+        if index is None:
+            index = self._index[w.name] = PrefixIndex(self.block_tokens, self.capacity_blocks)
+        return index
+
+    def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
+        if request is None or not request.prompt_ids:
+            return self._least.pick(candidates, request)
+        chain = self._of(candidates[0]).chain(request.prompt_ids)
+        least = self._least.pick(candidates, request)
+        chosen = least
+        if chain:
+            best = max(candidates, key=lambda w: (self._of(w).matched_blocks(chain), w is least))
+            matched = self._of(best).matched_blocks(chain) * self.block_tokens
+            if (matched >= self.min_match * len(request.prompt_ids)
+                    and best.outstanding_tokens - least.outstanding_tokens <= self.max_imbalance_tokens):
+                chosen = best
+        self._of(chosen).insert(chain)
+        return chosen
+
+
+# name -> (prefill policy, decode policy); an aggregated worker uses the prefill one (it caches prefixes)
+POLICIES: dict[str, tuple[Callable[[], RoutingPolicy], Callable[[], RoutingPolicy]]] = {
+    "round_robin": (RoundRobin, RoundRobin),
+    "least_outstanding": (LeastOutstanding, LeastOutstanding),
+    "least_tokens": (LeastTokens, LeastTokens),
+    "power_of_two": (PowerOfTwo, PowerOfTwo),
+    "prefix_aware": (PrefixAware, LeastTokens),
 }
 
 
-def make_policy(name: str) -> RoutingPolicy:
-    """A fresh policy instance (one per role: they keep their own rotation state)."""
+def make_policy(name: str, role: str = "decode") -> RoutingPolicy:
+    """A fresh policy instance for one role (each keeps its own rotation or cache state)."""
     try:
-        return POLICIES[name]()
+        prefill, decode = POLICIES[name]
     except KeyError:
         raise ValueError(f"router.policy={name!r} is unknown; allowed: {sorted(POLICIES)}") from None
+    return decode() if role == "decode" else prefill()
 
 
 def eligible(workers: list[WorkerState], role: str, now: float | None = None) -> list[WorkerState]:

@@ -79,7 +79,7 @@ class StreamRelay:
             return
         self._closed = True
         self._resp.release()
-        self._d.leg_done(self.pair.decode)
+        self._d.leg_done(self.pair.decode, self.pair.decode_tokens)
         if self._prefill_task is not None and not self._prefill_task.done():
             self._prefill_task.cancel()
             abort = True
