@@ -578,3 +578,48 @@ def write_top_configs(
         path.write_text(header + yaml.safe_dump(data, sort_keys=False))
         written.append(path)
     return written
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def add_search_args(parser) -> None:
+    """`plan`'s search options besides --search/--top/--write-dir: rules, how many layouts to tune, rows shown."""
+    parser.add_argument(
+        "--rules", help="competition rules profile (name or YAML path; default: the config's `rules`), e.g. "
+        "apac-hpcai-2025: plan states the verdict; --search proposes only compliant layouts",
+    )
+    parser.add_argument("--tune-top", type=int, default=4, help="how many of the best layouts get their knobs tuned")
+    parser.add_argument("--show", type=int, default=25, help="rows of the search ranking to print (0 = all)")
+
+
+def print_search(
+    cfg: RunConfig, batch: Sequence[tuple[int, int]], gpu: str, *, rules: str | None = None, top: int = 3,
+    write_dir: str | None = None, tune_top: int = 4, show: int = 25, disk_gb_s: float = 2.0, jit_cached: bool = True,
+) -> bool:
+    """Run the search and print it as `plan --search` does; True when some layout fits inside the deadline."""
+    import time
+
+    from orchestrator.rules import load_profile
+
+    name = rules or cfg.rules
+    profile = load_profile(name) if name else None
+    started = time.monotonic()
+    found = search(cfg, batch, gpu=gpu, disk_gb_s=disk_gb_s, jit_cached=jit_cached, rules=profile, tune_top=tune_top)
+    cluster = f"{cfg.cluster.num_nodes}x{cfg.cluster.gpus_per_node} {gpu}"
+    scope = f", rules {found.rules}: only compliant configs" if found.rules else ""
+    print(
+        f"search on {cluster}{scope}: {found.layouts} layouts, {found.evaluated} configs evaluated "
+        f"({found.pruned_memory} pruned by memory before simulation, {found.not_compliant} not compliant), knobs "
+        f"tuned on the best {tune_top}; ranked: inside the deadline, then run time (= output tok/s on this batch), "
+        f"then fewest changes, then total time; {time.monotonic() - started:.1f} s of CPU"
+    )
+    for note in found.notes:
+        print(f"  rules {found.rules} sets {note}")
+    print(ranking_table(found.ranked, gpu, limit=show or None))
+    if not found.proposals:
+        print("no layout fits inside the deadline" + (f" under rules {found.rules}" if found.rules else ""))
+    if write_dir:
+        paths = write_top_configs(cfg, found.ranked, top, write_dir, gpu)
+        print("\nwrote: " + (", ".join(str(p) for p in paths) or "nothing (no layout fits)"))
+    return bool(found.proposals)

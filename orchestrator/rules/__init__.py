@@ -1,9 +1,9 @@
 """Competition rules as profiles: profiles/<name>.yaml -> RulesProfile -> check_config(RunConfig) -> verdict."""
 
-from orchestrator.rules.check import COMPLIANT, NOT_COMPLIANT, RulesVerdict, Violation, check_config
+from orchestrator.rules.check import COMPLIANT, NOT_COMPLIANT, RulesVerdict, Violation, check_config, verdict_for
 from orchestrator.rules.profile import PROFILES_DIR, RulesError, RulesProfile, available_profiles, load_profile
 
 __all__ = [
     "COMPLIANT", "NOT_COMPLIANT", "PROFILES_DIR", "RulesError", "RulesProfile", "RulesVerdict", "Violation",
-    "available_profiles", "check_config", "load_profile",
+    "available_profiles", "check_config", "load_profile", "verdict_for",
 ]

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from orchestrator.config import RunConfig
-from orchestrator.rules.profile import RulesProfile
+from orchestrator.rules.profile import RulesProfile, load_profile
 
 COMPLIANT = "compliant"
 NOT_COMPLIANT = "not compliant"
@@ -186,3 +186,12 @@ def check_config(cfg: RunConfig, rules: RulesProfile) -> RulesVerdict:
     for part in (_hardware, _model, _engine, _benchmark):
         verdict.violations.extend(part(cfg, rules))
     return verdict
+
+
+def verdict_for(cfg: RunConfig, rules: str | None = None) -> RulesVerdict | None:
+    """The verdict against `rules` (a profile name or path), else against cfg.rules; None when neither names one.
+
+    A bad profile raises RulesError (one line naming the field and the fix).
+    """
+    name = rules or cfg.rules
+    return check_config(cfg, load_profile(name)) if name else None
