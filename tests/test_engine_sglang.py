@@ -53,7 +53,7 @@ def server_argv(host: str, port: int, tp: int, base_gpu: int, role: str | None, 
     if quantization:  # the TP4-prefill presets use a W4A8 checkpoint (FP8 R1 does not fit 4 H200s)
         argv += ["--quantization", quantization]
     argv += ["--host", host, "--port", str(port),
-            "--tp-size", str(tp), "--dp-size", "1", "--ep-size", "1", "--base-gpu-id", str(base_gpu)]
+            "--tp-size", str(tp), "--pp-size", "1", "--dp-size", "1", "--ep-size", "1", "--base-gpu-id", str(base_gpu)]
     if role:
         argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl",
                  "--disaggregation-bootstrap-port", str(bootstrap)]
@@ -163,7 +163,7 @@ def test_transfer_and_engine_settings_reach_argv_and_env_with_engine_env_last():
     assert dec.argv == under_dist_store([
         "/opt/py/bin/python3", "-m", "sglang.launch_server", "--model-path", "/models/dsv2lite",
         "--load-format", "dummy", "--quantization", "w4afp8", "--context-length", "16384",
-        "--host", "0.0.0.0", "--port", "30001", "--tp-size", "8", "--dp-size", "8", "--ep-size", "8",
+        "--host", "0.0.0.0", "--port", "30001", "--tp-size", "8", "--pp-size", "1", "--dp-size", "8", "--ep-size", "8",
         "--enable-dp-attention", "--base-gpu-id", "0",
         "--disaggregation-mode", "decode", "--disaggregation-transfer-backend", "nixl",
         "--disaggregation-bootstrap-port", "8998", "--page-size", "1", "--kv-cache-dtype", "auto",

@@ -18,6 +18,7 @@ import httpx
 
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.engines.base import EngineBackend, EngineLaunch, EngineProcess, PdTimeouts, WorkerPlacement
+from orchestrator.engines.sglang.knobs import knob_flags
 
 # Checkpoint each preset stands for when model.path is not set (only config.json is read with dummy weights).
 PRESET_MODEL_IDS = {"DeepSeek-R1": "deepseek-ai/DeepSeek-R1", "DeepSeek-V2-Lite": "deepseek-ai/DeepSeek-V2-Lite"}
@@ -76,7 +77,8 @@ def build_argv(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -
     if cfg.model.context_length:
         argv += ["--context-length", str(cfg.model.context_length)]
     argv += ["--host", placement.host, "--port", str(placement.port)]
-    argv += ["--tp-size", str(group.tp), "--dp-size", str(group.dp), "--ep-size", str(group.ep)]
+    argv += ["--tp-size", str(group.tp), "--pp-size", str(group.pp), "--dp-size", str(group.dp),
+             "--ep-size", str(group.ep)]
     if group.dp_attention:
         argv.append("--enable-dp-attention")
     if group.nnodes > 1:
@@ -94,12 +96,7 @@ def build_argv(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -
         argv += ["--disaggregation-transfer-backend", cfg.transfer.backend]
         argv += ["--disaggregation-bootstrap-port", str(_bootstrap_port(cfg, placement))]
     argv += ["--page-size", str(eng.page_size), "--kv-cache-dtype", eng.kv_cache_dtype]
-    if eng.attention_backend:
-        argv += ["--attention-backend", eng.attention_backend]
-    if eng.mem_fraction_static is not None:
-        argv += ["--mem-fraction-static", str(eng.mem_fraction_static)]
-    if group.max_running_requests is not None:
-        argv += ["--max-running-requests", str(group.max_running_requests)]
+    argv += knob_flags(cfg, group)
     argv.append("--enable-metrics")
     return argv + list(group.extra_args) + list(eng.extra_args)
 

@@ -69,6 +69,7 @@ class SimBackend(EngineBackend):
             "--served-model-name", cfg.model.name,
             "--quantization", cfg.model.quantization,
             "--tp-size", str(group.tp),
+            "--pp-size", str(group.pp),
             "--dp-size", str(group.dp),
             "--ep-size", str(group.ep),
             "--nnodes", str(group.nnodes),

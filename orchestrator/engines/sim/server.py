@@ -284,6 +284,7 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model-path", default=None, help="model directory with config.json (and tokenizer.json)")
     g.add_argument("--served-model-name", default=None)
     g.add_argument("--tp-size", "--tp", dest="tp", type=int, default=1)
+    g.add_argument("--pp-size", "--pp", dest="pp", type=int, default=1)
     g.add_argument("--dp-size", "--dp", dest="dp", type=int, default=1)
     g.add_argument("--ep-size", "--ep", dest="ep", type=int, default=1)
     g.add_argument("--enable-dp-attention", action="store_true")
@@ -324,7 +325,7 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(a: argparse.Namespace) -> SimSettings:
     preset = a.model_preset or (None if a.model_path else "DeepSeek-R1")
-    for name in ("tp", "dp", "ep", "nnodes", "kv_buffer_mb", "bootstrap_retries", "heartbeat_max_failures"):
+    for name in ("tp", "pp", "dp", "ep", "nnodes", "kv_buffer_mb", "bootstrap_retries", "heartbeat_max_failures"):
         if getattr(a, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(a, name)}: must be >= 1")
     for name in ("time_scale", "waiting_timeout_s", "bootstrap_timeout_s", "heartbeat_interval_s"):
@@ -342,6 +343,7 @@ def settings_from_args(a: argparse.Namespace) -> SimSettings:
         profile=a.profile,
         gpu_memory_gb=a.gpu_memory_gb,
         tp=a.tp,
+        pp=a.pp,
         dp=a.dp,
         ep=a.ep,
         dp_attention=a.enable_dp_attention,

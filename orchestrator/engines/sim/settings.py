@@ -26,6 +26,7 @@ class SimSettings:
     profile: str
     gpu_memory_gb: float | None
     tp: int
+    pp: int
     dp: int
     ep: int
     dp_attention: bool
@@ -73,6 +74,7 @@ def cost_model_of(settings: SimSettings, arch: ModelArchitecture) -> EngineCostM
         arch=arch,
         gpu=gpu_spec(settings.profile, settings.gpu_memory_gb),
         tp=settings.tp,
+        pp=settings.pp,
         dp=settings.dp,
         ep=settings.ep,
         quantization=settings.quantization,
