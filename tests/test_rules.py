@@ -178,3 +178,19 @@ def test_a_profile_file_by_path_checks_a_config(tmp_path):
     assert check_config(load_config(ROOT / "configs/h200-1p1d-tp8.yaml"), profile).compliant
     verdict = check_config(load_config(ROOT / "configs/h200-2p1d-tp4.yaml"), profile)
     assert [v.field for v in verdict.violations] == ["model.quantization"]
+
+
+def test_bench_metadata_and_report_state_the_verdict_with_each_violation():
+    from orchestrator.observe.report import rules_lines
+    from orchestrator.run.bench import run_metadata
+
+    meta = run_metadata(load_config(ROOT / "configs/default.yaml"), "run-1", [], [])
+    assert meta["rules"]["profile"] == PROFILE and meta["rules"]["verdict"] == "not compliant"
+    lines = rules_lines(meta["rules"])
+    assert lines[0].split() == ["Rules", f"{PROFILE}:", "NOT", "COMPLIANT", "(1", "violation)"]
+    assert lines[1].startswith("  model.quantization='w4a8': weights and activations must stay")
+    compliant = run_metadata(load_config(ROOT / "configs/h100-agg-tp16.yaml"), "run-2", [], [])["rules"]
+    assert rules_lines(compliant) == ["{:<40} {:<10}".format(f"Rules {PROFILE}:", "compliant")]
+    bad = run_metadata(config_from_dict({**_compliant_data(), "rules": "no-such-contest"}), "run-3", [], [])["rules"]
+    assert "not checked: rules='no-such-contest': no such profile" in rules_lines(bad)[0]
+    assert run_metadata(load_config(ROOT / "configs/h200-agg-tp16.yaml"), "run-4", [], [])["rules"] is None

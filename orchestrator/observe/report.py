@@ -221,7 +221,7 @@ class RunVerdict:
         return f"{self.failed} of {self.num_prompts} prompts failed"
 
 
-def our_lines(v: RunVerdict, latency: LatencySummary | None = None) -> str:
+def our_lines(v: RunVerdict, latency: LatencySummary | None = None, rules: dict | None = None) -> str:
     rows = [
         "{:<40} {:<10}".format("Engine:", v.engine),
         "{:<40} {:<10}".format("Layout:", v.layout),
@@ -242,7 +242,20 @@ def our_lines(v: RunVerdict, latency: LatencySummary | None = None) -> str:
         rows.append(v.time_note)
     verdict = v.verdict if v.valid else f"INVALID: {(v.why_invalid() or '').splitlines()[0]}"
     rows.append("{:<40} {:<10}".format("Deadline verdict:", verdict))
+    if rules:
+        rows += rules_lines(rules)
     return "\n".join(rows)
+
+
+def rules_lines(rules: dict) -> list[str]:
+    """The run's verdict against its rules profile (orchestrator.rules.RulesVerdict.to_dict()): one line per violation."""
+    if rules.get("error"):
+        return ["{:<40} {:<10}".format(f"Rules {rules['profile']}:", f"not checked: {rules['error']}")]
+    broken = rules.get("violations") or []
+    state = "compliant" if not broken else f"NOT COMPLIANT ({len(broken)} violation{'s' if len(broken) > 1 else ''})"
+    return ["{:<40} {:<10}".format(f"Rules {rules['profile']}:", state)] + [
+        f"  {b['field']}={b['value']!r}: {b['rule']}; {b['fix']}" for b in broken
+    ]
 
 
 def failure_reasons(results: list[RequestResult]) -> dict[str, int]:
@@ -413,4 +426,5 @@ def render_result(document: dict) -> str:
         time_note=note,
         failure_reasons=dict(document.get("failure_reasons") or {}),
     )
-    return result_block(summary) + "\n" + our_lines(verdict, LatencySummary.from_results(document["results"]))
+    return result_block(summary) + "\n" + our_lines(verdict, LatencySummary.from_results(document["results"]),
+                                                    (document.get("metadata") or {}).get("rules"))

@@ -34,6 +34,7 @@ from orchestrator.observe.report import (
     redacted_config,
     redacted_env,
     result_block,
+    rules_lines,
     versions,
     write_result_json,
 )
@@ -111,7 +112,7 @@ class BenchResult:
         return self.verdict.total_s
 
     def text(self) -> str:
-        return result_block(self.summary) + "\n" + our_lines(self.verdict, self.latency)
+        return result_block(self.summary) + "\n" + our_lines(self.verdict, self.latency, self.metadata.get("rules"))
 
     def to_dict(self) -> dict:
         return {
@@ -196,7 +197,19 @@ def run_metadata(cfg: RunConfig, run_id: str, endpoints: list, nodes: list) -> d
         "engine_logs": {e.name: f"{e.node_ip}:{e.log_path}" for e in endpoints},
         "env": redacted_env(),
         "host": socket.gethostname(),
+        "rules": _rules_verdict(cfg),
     }
+
+
+def _rules_verdict(cfg: RunConfig) -> dict | None:
+    """The config's verdict against its `rules` profile (None without one); a bad profile is stated, not fatal."""
+    from orchestrator.rules import RulesError, verdict_for
+
+    try:
+        verdict = verdict_for(cfg)
+    except RulesError as exc:
+        return {"profile": cfg.rules, "verdict": "unknown", "violations": [], "error": str(exc)}
+    return verdict.to_dict() if verdict else None
 
 
 def _engine_label(cfg: RunConfig) -> str:
@@ -245,6 +258,9 @@ def run_bench(
     view = LiveView(cfg.benchmark.deadline_s, n, 0, quiet=quiet, metrics=metrics, time_scale=time_scale)
     clock.on_phase = view.phase
 
+    rules = _rules_verdict(cfg)
+    if rules is not None and not quiet:  # stated before anything starts (and in the report); never refuses a run
+        print("\n".join(rules_lines(rules)), file=sys.stderr, flush=True)
     with signals_raise(), view:
         try:
             with clock.phase("preflight", quiet):
