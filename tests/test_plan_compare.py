@@ -18,6 +18,7 @@ from orchestrator.plan.compare import (
 )
 from orchestrator.plan.simulate import simulate_run, synthetic_batch
 from orchestrator.records import RequestResult
+from orchestrator.run.bench import run_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = synthetic_batch(200, seed=9)
@@ -92,8 +93,8 @@ def test_an_existing_real_run_of_the_same_layout_is_shown_with_the_prediction_er
 def test_the_real_path_runs_bench_and_shows_predicted_vs_measured(request, make_sim_config) -> None:
     request.getfixturevalue("ray_driver")  # the session cluster, only once the parts exist
     cfg = make_sim_config()
-    rows = compare([("sim-1p1d", cfg)], synthetic_batch(12, seed=1), real=True,
-                   run_bench_kwargs={"quiet": True, "num_prompts": 12})
+    rows = compare([("sim-1p1d", cfg)], synthetic_batch(12, seed=1),
+                   measure=lambda c: run_bench(c, quiet=True, num_prompts=12))
     predicted, measured = rows
     assert (predicted.source, measured.source) == ("simulated", MEASURED)
     assert measured.output_throughput > 0 and measured.error is not None

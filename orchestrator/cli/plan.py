@@ -118,7 +118,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if differs:
             print(f"  note: {', '.join(differs)} have other benchmark settings; the first config's batch is used for all")
         started = time.monotonic()
-        rows = compare(configs, batch, real=args.real, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
+        measure = _bench_measure if args.real else None
+        rows = compare(configs, batch, measure=measure, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
     except (SimulationError, ValueError) as exc:
         print(f"compare: {exc}", file=sys.stderr)
         return 2
@@ -128,3 +129,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"{time.monotonic() - started:.1f} s of CPU; ratio = output throughput / the first config's)"
     )
     return 0
+
+
+def _bench_measure(cfg: RunConfig):
+    """--real: run the config with `bench` (the planner gets this function; plan never imports run)."""
+    from orchestrator.run.bench import run_bench
+
+    return run_bench(cfg)

@@ -1,7 +1,7 @@
 """A/B of layouts: the same sampled batch on each config, simulated (virtual time) or real, in one table.
 
 configs -> one batch (the first config's benchmark section) -> per config: memory preflight + deadline
-budget (simulate.py), or `orchestrator.bench.run_bench` for --real -> CompareRow (throughput, duration,
+budget (simulate.py), or a measuring function (the CLI's --real passes the bench) -> CompareRow (throughput, duration,
 TTFT/e2e p50/p99, start-up, deadline verdict, ratio to the first). Where a real run of the same layout
 exists (result.json under benchmark.result_dir, or --real), predicted and measured rows sit side by side
 with the error of the prediction (predicted / measured - 1).
@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from orchestrator.config import RunConfig
 from orchestrator.plan.deadline import predict_deadline
@@ -149,21 +150,21 @@ def measured_row(name: str, cfg: RunConfig, measured: Measured, predicted: Compa
 def compare(
     configs: Sequence[tuple[str, RunConfig]],
     batch: Sequence[tuple[int, int]],
-    real: bool = False,
+    measure: Callable[[RunConfig], object] | None = None,
     disk_gb_s: float = 2.0,
     jit_cached: bool = True,
-    run_bench_kwargs: dict | None = None,
 ) -> list[CompareRow]:
-    """Rows for every config: simulated, plus measured (--real, or an existing run of that layout)."""
+    """Rows for every config: simulated, plus measured (by `measure`, or an existing run of that layout).
+
+    `measure(cfg)` runs the config for real and returns a BenchResult or its result.json dict (the CLI
+    passes the bench for --real); the planner itself never runs anything.
+    """
     rows: list[CompareRow] = []
     for name, cfg in configs:
         predicted = simulated_row(name, cfg, batch, disk_gb_s, jit_cached)
         rows.append(predicted)
-        if real:
-            from orchestrator.run.bench import run_bench
-
-            result = run_bench(cfg, **(run_bench_kwargs or {}))
-            rows.append(measured_row(name, cfg, measured_from_result(result), predicted, "this run"))
+        if measure is not None:
+            rows.append(measured_row(name, cfg, measured_from_result(measure(cfg)), predicted, "this run"))
             continue
         existing = find_real_run(cfg)
         if existing is not None:
