@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,29 @@ class ClusterSession:
             ray.shutdown()
         if self.started is not None:
             self.started.stop()
+
+
+SERVE_SELF_KILL = re.compile(r"Task ServeController\.\w+ failed\..*killed by `ray\.kill`", re.S)
+
+
+def hide_serve_self_kill_errors() -> None:
+    """From now on, drop Ray's "(raylet) Task ServeController.<method> failed ... killed by `ray.kill`" lines
+    in this driver. `serve.shutdown()` has the controller kill itself while the driver's graceful_shutdown
+    (and the handles' long-poll) calls are pending, so those calls always "fail"; Ray pushes that to the
+    driver, whose error listener prints it. Every other line still goes through."""
+    import ray._private.worker as worker
+
+    original = worker.print_to_stdstream  # the error listener looks it up in the module at each message
+    if getattr(original, "hides_serve_self_kill", False):
+        return
+
+    def print_to_stdstream(data, *args, **kwargs):
+        lines = [line for line in data.get("lines", []) if not SERVE_SELF_KILL.search(str(line))]
+        if lines:
+            original({**data, "lines": lines}, *args, **kwargs)
+
+    print_to_stdstream.hides_serve_self_kill = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = print_to_stdstream
 
 
 def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_driver: bool = False) -> None:

@@ -95,6 +95,9 @@ class Deployment:
             from ray import serve
 
             if ray.is_initialized():
+                from orchestrator.cluster.connect import hide_serve_self_kill_errors
+
+                hide_serve_self_kill_errors()  # Serve's controller kills itself; Ray calls that a failure
                 serve.shutdown()
         except Exception as exc:
             print(f"teardown: serve.shutdown failed: {exc}", file=sys.stderr)

@@ -160,6 +160,9 @@ def file_identity(path: Path) -> str:
     return f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
 
 
+_REPORTED: set[str] = set()  # file identities whose notice this process has printed
+
+
 def load_sharegpt(dataset_path: str | os.PathLike | None = None) -> ShareGPTData:
     """Stream-parse the file and keep the first two turns of each usable conversation, in file order.
 
@@ -184,6 +187,10 @@ def load_sharegpt(dataset_path: str | os.PathLike | None = None) -> ShareGPTData
     unusual = {k: v for k, v in stats.skipped.items() if k not in SGLANG_FILTERED}
     fix = "; pass the complete file as --dataset-path for the full set" if stats.truncated else ""
     level = logging.WARNING if stats.truncated or unusual else logging.INFO
+    identity = file_identity(path)
+    if identity in _REPORTED:  # a run reads the file twice (batch, warm-up): say it once per process
+        level = logging.DEBUG
+    _REPORTED.add(identity)
     log.log(level, "ShareGPT %s: %s%s", path, stats.summary(), fix)
     return ShareGPTData(pairs, stats)
 
