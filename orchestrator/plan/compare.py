@@ -22,6 +22,7 @@ from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.simulate import LABEL, SimulationError, percentile
 
 MEASURED = "measured"
+MEASURED_SIM = "measured-sim"  # a bench run of the simulated engine: measured wall time of the simulator, not of GPUs
 
 
 @dataclass
@@ -31,7 +32,7 @@ class CompareRow:
     name: str
     layout: str
     gpu: str
-    source: str  # "simulated" | "measured"
+    source: str  # "simulated" | "measured" | "measured-sim"
     memory: str
     output_throughput: float = math.nan
     duration_s: float = math.nan
@@ -135,7 +136,8 @@ def simulated_row(
 
 def measured_row(name: str, cfg: RunConfig, measured: Measured, predicted: CompareRow | None, note: str) -> CompareRow:
     row = CompareRow(
-        name, cfg.layout.describe(), cfg.cluster.gpu, MEASURED, predicted.memory if predicted else "-",
+        name, cfg.layout.describe(), cfg.cluster.gpu, MEASURED_SIM if cfg.engine.kind == "sim" else MEASURED,
+        predicted.memory if predicted else "-",
         output_throughput=measured.output_tokens / measured.duration_s if measured.duration_s > 0 else math.nan,
         duration_s=measured.duration_s,
         ttft_p50_s=percentile(measured.ttft_s, 50), ttft_p99_s=percentile(measured.ttft_s, 99),
@@ -190,14 +192,14 @@ def _fmt(value: float, spec: str) -> str:
 def compare_table(rows: Sequence[CompareRow]) -> str:
     """The A/B table; the source column labels every number simulated or measured."""
     head = (
-        f"{'config':<22} {'layout':<18} {'GPU':<9} {'source':<10} {'memory':<20} {'out tok/s':>9} {'run s':>6} "
+        f"{'config':<22} {'layout':<18} {'GPU':<9} {'source':<12} {'memory':<20} {'out tok/s':>9} {'run s':>6} "
         f"{'TTFT p50':>8} {'p99':>6} {'e2e p50':>7} {'p99':>6} {'start s':>7} {'total s':>7} {'deadline':<8} "
         f"{'ratio':>5} {'pred err':>8}"
     )
     lines = [head]
     for r in rows:
         lines.append(
-            f"{r.name[:22]:<22} {r.layout[:18]:<18} {r.gpu:<9} {r.source:<10} {r.memory:<20} "
+            f"{r.name[:22]:<22} {r.layout[:18]:<18} {r.gpu:<9} {r.source:<12} {r.memory:<20} "
             f"{_fmt(r.output_throughput, ',.0f'):>9} {_fmt(r.duration_s, '.1f'):>6} {_fmt(r.ttft_p50_s, '.2f'):>8} "
             f"{_fmt(r.ttft_p99_s, '.2f'):>6} {_fmt(r.e2e_p50_s, '.1f'):>7} {_fmt(r.e2e_p99_s, '.1f'):>6} "
             f"{_fmt(r.startup_s, '.0f'):>7} {_fmt(r.total_s, '.0f'):>7} {r.verdict:<8} {_fmt(r.ratio, '.2f'):>5} "
