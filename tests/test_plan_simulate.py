@@ -18,6 +18,8 @@ def pd_config(**cluster) -> RunConfig:
     return config_from_dict({
         "cluster": {"gpu": "H100-SXM", **cluster},
         "model": {"quantization": "w4a8"},
+        # a fixed fraction: the small-memory cases shrink KV, not SGLang's default reserve (test_backtest.py)
+        "engine": {"kind": "sglang", "sglang": {"mem_fraction_static": 0.88}},
         "layout": {"mode": "pd", "prefill": [{"tp": 8}], "decode": [{"tp": 8}]},
     })
 

@@ -22,7 +22,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="use a synthetic ShareGPT-shaped batch instead of sampling ShareGPT (faster; less faithful)",
     )
     parser.add_argument("--disk-gb-s", type=float, default=2.0, help="weight read speed per node for real weights (GB/s)")
-    parser.add_argument("--jit-cold", action="store_true", help="assume an empty DeepGEMM JIT cache (~10 min)")
+    parser.add_argument(
+        "--jit-cold", action="store_true",
+        help="engine start with empty compile caches (a fresh machine: every CUDA-graph batch size and the first "
+        "forwards compile); the plan prints both the cold and the warm start either way",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,8 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "plan",
         help="memory + deadline preflight of a config; --search ranks the layouts that fit (simulated)",
     )
-    add_config_args(p)
+    add_config_args(p, required=False, help="run config YAML (see configs/); not needed with --backtest")
     p.add_argument("--gpu", choices=sorted(GPU_SPECS), help="target GPU (default: cluster.gpu)")
+    p.add_argument(
+        "--backtest", action="store_true",
+        help="reprint the back-test: every recorded real run predicted from its conditions with the shipped "
+        "calibration profiles (benchmarks/backtest/runs.yaml), measured vs predicted and the error",
+    )
+    p.add_argument("--markdown", action="store_true", help="with --backtest: a Markdown table (docs/fidelity.md)")
     p.add_argument("--search", action="store_true", help="enumerate layouts of the cluster and rank them")
     p.add_argument("--top", type=int, default=3, help="how many ranked layouts to write (with --write-dir)")
     p.add_argument("--write-dir", help="write the top layouts here as ready run configs")
@@ -55,7 +65,25 @@ def _batch(cfg: RunConfig, synthetic: bool) -> tuple[list[tuple[int, int]], str]
     return batch, f"{len(batch)} prompts ({source}, seed {bench.seed}): {inputs:,} input + {outputs:,} output tokens"
 
 
+def _cmd_backtest(markdown: bool) -> int:
+    from orchestrator.plan.backtest import BacktestError, backtest_table, run_backtest, summary
+
+    try:
+        rows = run_backtest()
+    except (BacktestError, SimulationError, ValueError) as exc:
+        print(f"plan --backtest: {exc}", file=sys.stderr)
+        return 2
+    print(backtest_table(rows, markdown=markdown))
+    print("\n" + summary(rows))
+    return 0 if all(r.within is not False for r in rows) else 1
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
+    if args.backtest:
+        return _cmd_backtest(args.markdown)
+    if not args.config:
+        print("plan needs --config FILE (or --backtest)", file=sys.stderr)
+        return 2
     cfg = config_from_args(args)
     gpu = args.gpu or cfg.cluster.gpu
     if args.write_dir and not args.search:

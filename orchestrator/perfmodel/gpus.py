@@ -1,5 +1,3 @@
-"""GPU specs (dense peak FLOPs, HBM, links, fixed costs) the cost model reads; GB/GIB units."""
-
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -28,8 +26,18 @@ class GpuSpec:
     kv_alloc_s: float = 2.0
     graph_capture_per_bs_s: float = 0.7  # one decode CUDA graph of a DeepSeek-R1-sized model
     cuda_graph_batch_sizes: int = 36  # SGLang's default capture list up to bs 256
-    jit_cold_s: float = 600.0  # DeepGEMM JIT with an empty cache
+    # first-forward compiles with empty caches, beyond graph capture: ~6 s fitted on V2-Lite (2026-11-21
+    # logs); the R1-shaped FP8 probe (DeepGEMM path) was ready 149 s after a cold launch with 88 s of
+    # graph capture, leaving ~15 s beyond a warm start's other phases (not the "~10 min" of older docs)
+    jit_cold_s: float = 15.0
     jit_warm_s: float = 5.0
+    # Defaults where no calibration profile measured them (measured on H200 with V2-Lite, SGLang 0.5.17,
+    # 2026-11-21 logs: warm graph capture 10-20 s for 36 sizes x 27 layers; cold +1.5 s per size; an eager
+    # decode step (batch above the largest graph) ~1 ms more per layer than the graph replay).
+    graph_capture_per_bs_layer_s: float = 0.012
+    graph_compile_cold_per_bs_s: float = 1.5
+    eager_layer_s: float = 0.65e-3
+    activation_headroom_check: bool = True  # False on the cpu-fast test profile ("everything fits")
     dummy_init_gb_s: float = 200.0  # generating random weights on the GPU
 
     @property
@@ -52,7 +60,8 @@ GPU_SPECS: dict[str, GpuSpec] = {
         nvlink_gb_s=1e6, ib_gb_s=1e6, step_overhead_s=0.5e-3, layer_overhead_s=0.0,
         collective_latency_s=0.0, cross_node_latency_s=0.0, transfer_latency_s=0.2e-3,
         engine_init_s=0.3, kv_alloc_s=0.0, graph_capture_per_bs_s=0.0, jit_cold_s=0.0,
-        jit_warm_s=0.0, dummy_init_gb_s=1e6,
+        jit_warm_s=0.0, dummy_init_gb_s=1e6, graph_capture_per_bs_layer_s=0.0, graph_compile_cold_per_bs_s=0.0,
+        eager_layer_s=0.0, activation_headroom_check=False,
     ),
 }
 

@@ -3,7 +3,7 @@
 config + batch -> placement (Ray) -> engine_start (weights from dummy/disk, CUDA graphs, JIT; servers
 start in parallel, the slowest counts) -> warmup (simulated) -> run (simulate.py on the actual batch)
 -> report -> DeadlineBudget with a VALID / at-risk / INVALID verdict. Phase names are the bench driver's
-(orchestrator.observe.metrics.BENCH_PHASES), so `projected_finish_s` can feed its live projected-finish gauge.
+(orchestrator.metrics.BENCH_PHASES), so `projected_finish_s` can feed its live projected-finish gauge.
 
 For the sim engine the prediction is of this machine's wall time: the simulated engine sleeps the cost
 model's durations x engine.sim.time_scale. Every number is labelled simulated.
@@ -55,6 +55,9 @@ class DeadlineBudget:
     margin: float = DEFAULT_MARGIN
     startup_by_server: dict[str, float] = field(default_factory=dict)
     label: str = LABEL
+    engine_start_cold_s: float | None = None
+    engine_start_warm_s: float | None = None
+    caches: str = "warm"  # which of the two the engine_start phase uses
 
     @property
     def total_s(self) -> float:
@@ -80,6 +83,18 @@ class DeadlineBudget:
             cumulative += p.predicted_s
             rows.append(f"{p.name:<13} {p.predicted_s:>11.1f} {cumulative:>10.1f}  {p.detail}")
         slack = self.deadline_s - self.total_s
+        if self.engine_start_cold_s is not None and self.engine_start_warm_s is not None:
+            other = "cold" if self.caches == "warm" else "warm"
+            other_s = self.engine_start_cold_s if other == "cold" else self.engine_start_warm_s
+            why = (
+                "--jit-cold: fresh nodes, empty Triton/DeepGEMM/graph caches" if self.caches == "cold"
+                else "compile caches assumed warm, e.g. after an earlier run on the same nodes; --jit-cold for fresh ones"
+            )
+            rows.append(
+                f"{'engine start':<13} cold {self.engine_start_cold_s:.0f} s / warm {self.engine_start_warm_s:.0f} s; "
+                f"applies: {self.caches} ({why}); with {other} caches the total is "
+                f"{self.total_s - self.phase_s('engine_start') + other_s:.0f} s"
+            )
         rows.append(
             f"{'total':<13} {self.total_s:>11.1f} {'':>10}  deadline {self.deadline_s:.0f} s, "
             f"slack {slack:+.1f} s -> {self.verdict}"
@@ -97,21 +112,31 @@ def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tupl
 
 
 def engine_start_s(
-    cfg: RunConfig, gpu: str | None = None, disk_gb_s: float = 2.0, jit_cached: bool = True
+    cfg: RunConfig,
+    gpu: str | None = None,
+    disk_gb_s: float = 2.0,
+    jit_cached: bool = True,
+    sglang_version: str | None = None,
 ) -> tuple[float, dict[str, float], str]:
-    """(slowest server's start-up, start-up per group, detail) -- servers start in parallel."""
+    """(slowest server's start-up, start-up per group, detail) -- servers start in parallel.
+
+    jit_cached: warm compile caches (Triton, DeepGEMM, CUDA-graph kernels) on every node; False = a fresh
+    machine, where every graph batch size and the first forwards compile their kernels."""
     kind = cfg.engine.kind
     load_format = cfg.engine.sglang.load_format
     per_group: dict[str, float] = {}
     slowest_detail = ""
     for role, i, group in cfg.layout.groups():
-        model = cost_model_for(cfg, role, group, gpu=gpu)
+        model = cost_model_for(cfg, role, group, gpu=gpu, sglang_version=sglang_version)
         if kind == "sim" and cfg.engine.sim.startup_s is not None:
             seconds, detail = cfg.engine.sim.startup_s, "engine.sim.startup_s"
         else:
             parts = model.startup_breakdown_s(load_format, disk_gb_s, jit_cached)
             seconds = sum(parts.values())
             source = "dummy weights" if load_format == "dummy" else f"weights from disk at {disk_gb_s:g} GB/s"
+            graphs = len(model.graph_batch_sizes())
+            source += f", {graphs} graph batch sizes" if graphs else ", no decode graphs"
+            source += ", " + (model.calibration.profile if model.calibration else "no calibration profile")
             detail = ", ".join(f"{k} {v:.0f}" for k, v in parts.items() if v >= 0.5) + f" ({source})"
         if kind == "sim":
             seconds *= cfg.engine.sim.time_scale
@@ -130,10 +155,14 @@ def predict_deadline(
     margin: float = DEFAULT_MARGIN,
     run: SimulatedRun | None = None,
 ) -> DeadlineBudget:
-    """Budget of every phase for `batch` on cfg's layout; GPU = `gpu`, else what the engine runs as."""
+    """Budget of every phase for `batch` on cfg's layout; GPU = `gpu`, else what the engine runs as.
+
+    jit_cached picks which engine start the phases use (warm or cold compile caches); both are kept."""
     kind = cfg.engine.kind
     gpu = gpu or (cfg.sim_profile if kind == "sim" else cfg.cluster.gpu)
     scale = cfg.engine.sim.time_scale if kind == "sim" else 1.0
+    cold_s = engine_start_s(cfg, gpu, disk_gb_s, jit_cached=False)[0]
+    warm_start_s = engine_start_s(cfg, gpu, disk_gb_s, jit_cached=True)[0]
     start_s, per_group, start_detail = engine_start_s(cfg, gpu, disk_gb_s, jit_cached)
     warm = _warmup_batch(cfg, batch)
     warm_s = simulate_run(cfg, warm, gpu=gpu).duration_s * scale if warm else 0.0
@@ -149,7 +178,10 @@ def predict_deadline(
         ),
         Phase("report", REPORT_S[kind], "results, logs, stop servers"),
     ]
-    return DeadlineBudget(cfg.benchmark.deadline_s, phases, run, margin, per_group)
+    return DeadlineBudget(
+        cfg.benchmark.deadline_s, phases, run, margin, per_group,
+        engine_start_cold_s=cold_s, engine_start_warm_s=warm_start_s, caches="warm" if jit_cached else "cold",
+    )
 
 
 def projected_finish_s(

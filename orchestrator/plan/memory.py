@@ -4,7 +4,7 @@ config -> per group: weights/GPU (by weight class), activation + CUDA-graph rese
 KV the batch's concurrency needs -> verdict fits | fits-with-little-KV | does-not-fit -> MemoryReport,
 with the nearest layouts that fit when one does not. `bench` calls `require_fit` before any bring-up.
 
-Assumptions are the cost model's (orchestrator/perfmodel/costmodel.py): SGLang's static pool is
+Assumptions are the cost model's (orchestrator/sim/costmodel.py): SGLang's static pool is
 mem_fraction_static x GPU memory and holds weights + KV; the rest is the activation/CUDA-graph reserve.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig, WorkerGroup, config_from_dict
-from orchestrator.perfmodel.costmodel import GB, EngineCostModel, cost_model_for
+from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM, GB, EngineCostModel, cost_model_for
 
 FITS = "fits"
 LITTLE_KV = "fits-with-little-KV"
@@ -154,6 +154,17 @@ def group_memory(
             f"{name} needs {weights / GB:.1f} GB/GPU for weights alone; {model.gpu.name}'s static pool is "
             f"{model.mem_fraction_static:.2f} x {model.gpu.memory_bytes / GB:.1f} GB = {pool / GB:.1f} GB"
             + (f", leaving KV for only {kv_tokens:,} tokens" if weights < pool else "")
+        )
+    elif not model.activation_headroom_ok(concurrency if role != "prefill" else 0):
+        verdict = DOES_NOT_FIT
+        peak = model.activation_peak_bytes(concurrency if role != "prefill" else 0)
+        free = model.free_after_start_bytes()
+        top = 1 - (model.runtime_overhead_bytes() + ACTIVATION_HEADROOM * peak) / model.gpu.memory_bytes
+        reason = (
+            f"activation headroom: mem_fraction_static {model.mem_fraction_static:.2f} leaves "
+            f"{free / GB:.1f} GB/GPU after start (graphs, context) for a forward that needs ~{peak / GB:.1f} GB "
+            f"(x{ACTIVATION_HEADROOM:g} margin): CUDA OOM under load; set engine.sglang.mem_fraction_static <= {top:.2f}"
+            + (" or a smaller --chunked-prefill-size" if role != "decode" else "")
         )
     elif kv_tokens < LITTLE_KV_SHARE * needed:
         verdict = LITTLE_KV

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig
+from orchestrator.perfmodel.admission import NewTokenRatio, admits
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 
 LABEL = "simulated"
@@ -37,6 +38,13 @@ class _Request:
     first_token_s: float | None = None
     finish_s: float | None = None
     decode: _Server | None = None  # PD: the decode server the router paired it with
+    fill: int = 0  # tokens to prefill: the prompt, or prompt + output so far after a retraction
+    generated: int = 0  # output tokens produced before the current stay in the running batch
+    join_step: int = 0  # the server's decode step count when it (re)joined the running batch
+    retractions: int = 0
+
+    def __post_init__(self) -> None:
+        self.fill = self.prompt_len
 
     @property
     def kv_reserve(self) -> int:
@@ -61,6 +69,9 @@ class _Server:
     busy: bool = False
     link_free_s: float = 0.0  # the decode server's receive link (KV transfers queue on it)
     prefill_batch: list = field(default_factory=list)
+    ratio: NewTokenRatio = field(default_factory=NewTokenRatio)  # aggregated: SGLang's optimistic admission
+    remaining_total: int = 0  # aggregated: output tokens the running batch may still generate
+    retracted: int = 0
 
 
 @dataclass
@@ -77,6 +88,7 @@ class SimulatedRun:
     e2e_s: list[float]
     completed: int
     label: str = LABEL
+    retracted: int = 0  # SGLang retractions (aggregated servers whose KV pool ran out mid-decode)
 
     @property
     def output_throughput(self) -> float:
@@ -112,10 +124,10 @@ class SimulationError(ValueError):
     pass
 
 
-def _servers(cfg: RunConfig, role: str, gpu: str | None) -> list[_Server]:
+def _servers(cfg: RunConfig, role: str, gpu: str | None, sglang_version: str | None = None) -> list[_Server]:
     out = []
     for _, index, group in [g for g in cfg.layout.groups() if g[0] == role]:
-        model = cost_model_for(cfg, role, group, gpu=gpu)
+        model = cost_model_for(cfg, role, group, gpu=gpu, sglang_version=sglang_version)
         # servers on the same role label share a node unless they span nodes (KV moves over NVLink there)
         node = cfg.node_role(role, group) if cfg.cluster.num_nodes > 1 and group.nnodes == 1 else "all"
         for replica in range(group.count):
@@ -135,18 +147,18 @@ def _servers(cfg: RunConfig, role: str, gpu: str | None) -> list[_Server]:
 class _Simulation:
     """The event loop: a heap of (time, seq, action) and the servers the actions touch."""
 
-    def __init__(self, cfg: RunConfig, gpu: str | None):
+    def __init__(self, cfg: RunConfig, gpu: str | None, sglang_version: str | None = None):
         self.cfg = cfg
         self.events: list = []
         self.seq = itertools.count()
         self.now = 0.0
         if cfg.layout.mode == "pd":
-            self.prefill = _servers(cfg, "prefill", gpu)
-            self.decode = _servers(cfg, "decode", gpu)
+            self.prefill = _servers(cfg, "prefill", gpu, sglang_version)
+            self.decode = _servers(cfg, "decode", gpu, sglang_version)
             self.aggregated: list[_Server] = []
         else:
             self.prefill, self.decode = [], []
-            self.aggregated = _servers(cfg, "aggregated", gpu)
+            self.aggregated = _servers(cfg, "aggregated", gpu, sglang_version)
         for server in self.prefill + self.decode + self.aggregated:
             if server.capacity_tokens <= 0:
                 raise SimulationError(
@@ -226,15 +238,26 @@ class _Simulation:
         while server.waiting and budget > 0:
             req = server.waiting[0]
             if req.prefilled == 0:
-                reserve = req.prompt_len if is_pd_prefill else req.kv_reserve
                 running = len(server.running) + len(pieces)
-                if server.reserved_tokens + reserve > server.capacity_tokens or running >= server.max_running:
+                if running >= server.max_running:
                     break
+                if is_pd_prefill:
+                    reserve = req.prompt_len
+                    if server.reserved_tokens + reserve > server.capacity_tokens:
+                        break
+                else:  # SGLang: the running batch is charged new_token_ratio x its remaining output
+                    reserve = req.fill
+                    if not admits(
+                        req.fill, req.output_len - req.generated, server.capacity_tokens,
+                        server.context_tokens + server.reserved_tokens, server.remaining_total,
+                        server.ratio.current, server.model.page_size,
+                    ):
+                        break
                 server.reserved_tokens += reserve
-            take = min(budget, req.prompt_len - req.prefilled)
+            take = min(budget, req.fill - req.prefilled)
             pieces.append((req, take, req.prefilled))
             budget -= take
-            if req.prefilled + take < req.prompt_len:
+            if req.prefilled + take < req.fill:
                 break  # chunked: the rest of this prompt goes in the next forward
             server.waiting.popleft()
         if not pieces:
@@ -246,12 +269,14 @@ class _Simulation:
         pieces, server.prefill_batch = server.prefill_batch, []
         for req, take, _ in pieces:
             req.prefilled += take
-            if req.prefilled < req.prompt_len:
+            if req.prefilled < req.fill:
                 continue
             if server.role == "prefill":
                 self.send_kv(server, req)
-            else:  # aggregated: the first token is out; the request joins the decode batch
-                req.first_token_s = self.now
+            else:  # aggregated: the next token is out; the request joins the decode batch
+                if req.first_token_s is None:
+                    req.first_token_s = self.now
+                server.reserved_tokens -= req.fill
                 self.join_running(server, req)
         self.start_forward(server)
 
@@ -259,10 +284,10 @@ class _Simulation:
         decode = req.decode
         assert decode is not None, "PD requests are paired with a decode server on submit"
         same_node = prefill.node == decode.node != "all"
-        transfer = prefill.model.kv_transfer_s(req.prompt_len, same_node=same_node)
+        transfer = prefill.model.kv_transfer_link_s(req.prompt_len, same_node=same_node)
         start = max(self.now, decode.link_free_s)
-        decode.link_free_s = start + transfer
-        self.at(start + transfer, self.kv_landed, prefill, decode, req)
+        decode.link_free_s = start + transfer  # bytes queue on the link; the per-request delay overlaps
+        self.at(start + transfer + prefill.model.kv_transfer_delay_s(), self.kv_landed, prefill, decode, req)
 
     def kv_landed(self, prefill: _Server, decode: _Server, req: _Request) -> None:
         prefill.reserved_tokens -= req.prompt_len
@@ -281,27 +306,75 @@ class _Simulation:
             self.join_running(server, req)
 
     def join_running(self, server: _Server, req: _Request) -> None:
-        """The request holds its first token; it needs output_len - 1 more decode steps."""
-        remaining = req.output_len - 1
-        if remaining <= 0:
-            server.reserved_tokens -= req.kv_reserve
+        """The request holds its first (or, after a retraction, its next) token; the rest are decode steps.
+
+        PD decode servers keep the full reservation (prompt + output); aggregated servers track what the
+        running batch occupies (prompt + output so far) and what it may still generate."""
+        req.generated += 1
+        remaining = req.output_len - req.generated
+        if server.role == "decode":
+            if remaining <= 0:
+                server.reserved_tokens -= req.kv_reserve
+                self.finish(req)
+                return
+        elif remaining <= 0:
             self.finish(req)
             return
-        server.context_tokens += req.prompt_len + 1
+        server.context_tokens += req.prompt_len + req.generated
+        req.join_step = server.step
+        server.remaining_total += remaining if server.role != "decode" else 0
         heapq.heappush(server.running, (server.step + remaining, req.index, req))
 
     def plan_decode(self, server: _Server) -> float | None:
         if not server.running:
             return None
+        if server.role == "aggregated":
+            self.retract_if_full(server)
         return server.model.decode_step_s(len(server.running), server.context_tokens)
+
+    def retract_if_full(self, server: _Server) -> None:
+        """SGLang: a decode step needs one KV slot per running request; when the pool is short, retract the
+        requests with the fewest output tokens (then the longest prompts) until it fits, else decay the ratio."""
+        def generated(req: _Request) -> int:
+            return req.generated + server.step - req.join_step
+
+        need = server.context_tokens + server.reserved_tokens + len(server.running)
+        if need <= server.capacity_tokens:
+            server.ratio.decay_step()
+            return
+        order = sorted(server.running, key=lambda e: (generated(e[2]), -e[2].prompt_len))
+        keep = set(range(len(server.running)))
+        out: list[_Request] = []
+        for entry in order:
+            if need <= server.capacity_tokens or len(out) == len(server.running) - 1:
+                break
+            req = entry[2]
+            done = generated(req)
+            need -= req.prompt_len + done + 1
+            server.context_tokens -= req.prompt_len + done
+            server.remaining_total -= req.output_len - done
+            req.generated, req.fill, req.prefilled = done, req.prompt_len + done, 0
+            req.retractions += 1
+            out.append(req)
+        server.running = [e for e in server.running if e[2] not in out]
+        heapq.heapify(server.running)
+        server.retracted += len(out)
+        for req in reversed(out):
+            server.waiting.appendleft(req)
+        decoded = sum(generated(e[2]) for e in server.running)
+        max_new = sum(e[2].output_len for e in server.running)
+        server.ratio.after_retract(decoded, len(server.running), max_new)
 
     def decode_done(self, server: _Server) -> None:
         server.context_tokens += len(server.running)
+        if server.role == "aggregated":
+            server.remaining_total -= len(server.running)
         server.step += 1
         while server.running and server.running[0][0] <= server.step:
             _, _, req = heapq.heappop(server.running)
             server.context_tokens -= req.prompt_len + req.output_len
-            server.reserved_tokens -= req.kv_reserve
+            if server.role == "decode":
+                server.reserved_tokens -= req.kv_reserve
             self.finish(req)
         self.start_forward(server)
 
@@ -319,13 +392,13 @@ class _Simulation:
         return self.now
 
 
-def client_concurrency(cfg: RunConfig, gpu: str | None = None) -> int:
+def client_concurrency(cfg: RunConfig, gpu: str | None = None, sglang_version: str | None = None) -> int:
     """Requests `bench` keeps in flight: benchmark.max_in_flight, or (auto) every decoding server's max running."""
     if cfg.benchmark.max_in_flight != "auto":
         return int(cfg.benchmark.max_in_flight)
     role = "aggregated" if cfg.layout.mode == "aggregated" else "decode"
     return sum(
-        cost_model_for(cfg, r, g, gpu=gpu).max_running() * g.count for r, _, g in cfg.layout.groups() if r == role
+        cost_model_for(cfg, r, g, gpu=gpu, sglang_version=sglang_version).max_running() * g.count for r, _, g in cfg.layout.groups() if r == role
     )
 
 
@@ -334,6 +407,7 @@ def simulate_run(
     batch: Sequence[tuple[int, int]],
     gpu: str | None = None,
     max_concurrency: int | None | str = "auto",
+    sglang_version: str | None = None,
 ) -> SimulatedRun:
     """Simulate `batch` [(prompt_len, output_len)] on cfg's layout; GPU = `gpu`, else cfg.cluster.gpu.
 
@@ -343,8 +417,8 @@ def simulate_run(
         raise SimulationError("the batch is empty; benchmark.num_prompts must be >= 1")
     gpu = gpu or cfg.cluster.gpu
     if max_concurrency == "auto":
-        max_concurrency = client_concurrency(cfg, gpu)
-    sim = _Simulation(cfg, gpu)
+        max_concurrency = client_concurrency(cfg, gpu, sglang_version)
+    sim = _Simulation(cfg, gpu, sglang_version)
     duration = sim.run(batch, max_concurrency)
     done = [r for r in sim.requests if r.finish_s is not None]
     if len(done) != len(sim.requests):
@@ -359,6 +433,7 @@ def simulate_run(
         ttft_s=[r.first_token_s - r.arrival_s for r in done],  # type: ignore[operator]
         e2e_s=[r.finish_s - r.arrival_s for r in done],  # type: ignore[operator]
         completed=len(done),
+        retracted=sum(server.retracted for server in sim.aggregated),
     )
 
 
