@@ -268,7 +268,7 @@ def test_wait_ready_names_the_url_that_never_answered():
     ids=["local-cluster-keeps-ucx-on-loopback", "configured-devices-win", "real-cluster-lets-ucx-choose"],
 )
 def test_ucx_stays_on_loopback_on_a_one_machine_cluster(address, net_devices, expected):
-    from orchestrator.engines.sglang.launch import transport_env
+    from orchestrator.transfer.env import transport_env
 
     sets = [f"cluster.address={address}"] + ([f"transfer.ucx.net_devices={net_devices}"] if net_devices else [])
     cfg = load_config(CONFIGS / "device-h200x2-1p1d.yaml", sets)

@@ -213,7 +213,7 @@ def run_preflight(cfg: RunConfig, *, target_bytes: int = 64 * 2**20, iterations:
                   mode: str = "auto", seed: int = 2025, timeout_s: float = 120.0,
                   work_dir: str | None = None) -> PreflightReport:
     """Move one MLA-shaped KV batch prefill -> decode `iterations` times; verify and time it."""
-    from orchestrator.engines.sglang.launch import transport_env
+    from orchestrator.transfer.env import transport_env
 
     layout = KvLayout.for_config(cfg, target_bytes)
     env = transport_env(cfg)
