@@ -108,7 +108,8 @@ def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tupl
         return []
     if warmup.policy == "sglang":
         return [SGLANG_WARMUP_SHAPE] * warmup.num_prompts
-    return list(batch[: warmup.num_prompts])
+    cap = getattr(warmup, "max_output_len", None)  # bench caps warm-up outputs (benchmark.warmup.max_output_len)
+    return [(p, min(o, cap) if cap else o) for p, o in batch[: warmup.num_prompts]]
 
 
 def engine_start_s(
