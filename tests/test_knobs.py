@@ -69,7 +69,8 @@ def test_batch_caps_mem_fraction_chunk_and_attention_reach_argv():
     assert _flag(argv, "--chunked-prefill-size") == "16384"
     assert _flag(argv, "--attention-backend") == "flashmla" and _flag(argv, "--page-size") == "64"
     model = cost_model_for(cfg, "aggregated", cfg.layout.aggregated[0])
-    assert model.max_running() == 1024
+    assert (model.max_running(), model.graph_max_bs, model.mem_fraction_static, model.chunked_prefill_tokens) == (
+        1024, 1024, 0.88, 16384)
 
 
 def test_speculative_decoding_reaches_argv_on_both_pd_roles():
@@ -84,6 +85,32 @@ def test_speculative_decoding_reaches_argv_on_both_pd_roles():
                                          "--speculative-eagle-topk", "--speculative-num-draft-tokens")] == [
             "NEXTN", "1", "1", "2"]
     assert "--speculative-algorithm" not in _argv(load_config(ROOT / "configs/h200-1p1d-tp8.yaml"), "decode")
+
+
+def test_speculative_decoding_costs_memory_and_pays_only_with_real_weights():
+    layout = {"mode": "aggregated", "aggregated": [{"tp": 16, "nnodes": 2, "max_running_requests": 512,
+                                                    "cuda_graph_max_bs": 512}]}
+    plain = _config(layout)
+    spec_layout = {"mode": "aggregated", "aggregated": [{**layout["aggregated"][0],
+                                                         "speculative": {"num_steps": 3, "num_draft_tokens": 4}}]}
+    dummy, real = _config(spec_layout), _config(spec_layout, load_format=None)
+    m_plain, m_dummy, m_real = (cost_model_for(c, "aggregated", c.layout.aggregated[0]) for c in (plain, dummy, real))
+    assert m_dummy.weights_bytes_per_gpu() > m_plain.weights_bytes_per_gpu()  # the MTP layer
+    assert m_dummy.kv_capacity_tokens() < m_plain.kv_capacity_tokens()  # its KV layer
+    assert m_dummy.decode_tokens_per_step == 1.0  # random weights: drafts rejected (assumption)
+    assert 2.5 < m_real.decode_tokens_per_step < 3.0
+    base = simulate_run(plain, BATCH).output_throughput
+    assert simulate_run(dummy, BATCH).output_throughput < base < simulate_run(real, BATCH).output_throughput
+
+
+
+
+def test_attention_backend_reaches_the_cost_model():
+    fa3 = _config({"mode": "aggregated", "aggregated": [{"tp": 16, "nnodes": 2}]})
+    triton = _config({"mode": "aggregated", "aggregated": [{"tp": 16, "nnodes": 2, "attention_backend": "triton"}]})
+    m_fa3, m_triton = (cost_model_for(c, "aggregated", c.layout.aggregated[0]) for c in (fa3, triton))
+    assert m_triton.decode_step_s(64, 64 * 500) == pytest.approx(m_fa3.decode_step_s(64, 64 * 500) / 0.94)
+    assert simulate_run(triton, BATCH).output_throughput < simulate_run(fa3, BATCH).output_throughput
 
 
 @pytest.mark.parametrize("group, message", [

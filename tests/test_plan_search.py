@@ -52,10 +52,19 @@ def test_the_ranking_is_by_deadline_then_run_time_and_differs_in_knobs(h100_fp8)
     assert keys == sorted(keys)
     assert all(c.budget.verdict != INVALID for c in simulated[:5])
     knobs_seen = {name for c in simulated for name in c.knobs}
-    assert {"batch_caps", "chunked_prefill_size", "warmup"} <= knobs_seen
+    assert {"batch_caps", "chunked_prefill_size", "attention_backend", "speculative", "warmup"} <= knobs_seen
     assert len({c.label for c in simulated}) >= 3  # layouts differ too: TP16, DP attention, PP
     # every row but the last says in one line why it beats the next
     assert all(c.why and "\n" not in c.why for c in simulated[:-1])
+
+
+def test_mtp_with_dummy_weights_ranks_below_the_same_layout_without_it(h100_fp8) -> None:
+    by_name = {c.name: c for c in h100_fp8.ranked if c.budget is not None}
+    with_mtp = [c for c in by_name.values() if c.knobs.get("speculative")]
+    assert with_mtp
+    for c in with_mtp:
+        plain = [o for o in by_name.values() if o.label == c.label and not o.knobs.get("speculative")]
+        assert plain and max(o.throughput for o in plain) > c.throughput
 
 
 def test_written_configs_validate_comply_and_reproduce_the_prediction(h100_fp8, tmp_path) -> None:

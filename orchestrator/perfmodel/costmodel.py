@@ -64,6 +64,37 @@ WEIGHT_READ_EFFICIENCY = 0.8
 # to them. Measured on one H200 with the R1 layer shape (chunked prefill 8192): 3.7 GB free OOMed, ~27 GB
 # free ran, so the factor lies between ~1x and ~6x of our estimate there; 1.5 is an assumption in that range.
 ACTIVATION_HEADROOM = 1.5
+# Attention backend: whole-step speed relative to fa3 (SGLang's default on Hopper) on the roofline path (a
+# calibrated step already carries its profile's backend). triton -6 %: the published 2x8 H100 team report
+# quoted in issue 18; flashinfer and flashmla are not measured and assumed equal to fa3.
+ATTENTION_BACKEND_SPEED = {"fa3": 1.0, "flashinfer": 1.0, "flashmla": 1.0, "triton": 0.94}
+# MTP (speculative decoding with R1's own draft layer). Acceptance of the first draft token 0.85 (DeepSeek-V3
+# technical report: 85-90 % for the second token), assumed to fall x0.8 per further step as SGLang chains the
+# same layer: 1.85 tokens per verify at (1 step, 2 draft tokens), 2.74 at (3, 4); SGLang's docs report 1.8x
+# decode speed at batch 1 and 1.5x at batch 32 on H200 TP8 (docs/basic_usage/deepseek_v3.md). With dummy
+# weights the draft and the target are random, so no draft is taken as accepted (the draft cost remains).
+MTP_FIRST_ACCEPT = 0.85
+MTP_ACCEPT_DECAY = 0.8
+
+
+def mtp_accept_length(num_steps: int, num_draft_tokens: int, dummy_weights: bool) -> float:
+    """Mean tokens one verify step emits per request: 1 + sum over drafts of P(every draft so far accepted)."""
+    if dummy_weights:
+        return 1.0
+    total, chain = 1.0, 1.0
+    for step in range(min(num_steps, num_draft_tokens - 1)):
+        chain *= MTP_FIRST_ACCEPT * MTP_ACCEPT_DECAY**step
+        total += chain
+    return total
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """Speculative decoding as the cost model sees it: draft forwards, tokens verified, tokens accepted."""
+
+    num_steps: int
+    num_draft_tokens: int
+    accept_length: float
 
 if TYPE_CHECKING:
     from orchestrator.config import RunConfig, WorkerGroup
@@ -193,6 +224,7 @@ class EngineCostModel:
     prefill_graphs: bool = True  # False: --disable-prefill-cuda-graph
     page_size: int = 1
     attention_backend: str | None = None  # None: SGLang's pick (FA3/flashinfer on Hopper)
+    speculative: Speculative | None = None  # MTP: R1's draft layer (memory, KV, draft + verify steps)
     calibration: Calibration | None = None  # from a shipped profile of this GPU and layer shape
     format: WeightFormat = field(init=False, repr=False)
     params: ParamCounts = field(init=False, repr=False)
@@ -256,7 +288,17 @@ class EngineCostModel:
         embeddings = (p.embedding + p.lm_head) * fmt.embedding_bytes / self.tp
         if self.pp > 1:  # first stage holds the embedding, last the lm_head
             embeddings = max(p.embedding, p.lm_head) * fmt.embedding_bytes / self.tp
+        mtp = 0.0
+        if self.speculative is not None:  # R1's MTP module: one MoE decoder layer + eh_proj (embedding, head shared)
+            moe_layers = max(1, self.arch.moe_layers)
+            mtp = (
+                p.attention / self.arch.num_hidden_layers * fmt.dense_bytes / attn_shards
+                + (p.shared_experts + p.router) / moe_layers * fmt.dense_bytes / self.tp
+                + p.routed_experts / moe_layers * fmt.expert_bytes / self.tp
+                + 2 * self.arch.hidden_size**2 * fmt.dense_bytes / self.tp
+            )
         return {
+            "mtp_draft_layer": mtp,
             "attention": p.attention * fmt.dense_bytes / attn_shards * per_layer_share,
             "dense_mlp_shared": (p.dense_mlp + p.shared_experts + p.router) * fmt.dense_bytes / self.tp
             * per_layer_share,
@@ -280,8 +322,10 @@ class EngineCostModel:
         return self.static_pool_bytes() - self.weights_bytes_per_gpu()
 
     def kv_bytes_per_token(self) -> int:
-        """MLA latent bytes of one token over all layers: layers x (kv_lora_rank + rope) x dtype."""
-        return self.arch.kv_bytes_per_token(self.kv_dtype_bytes)
+        """MLA latent bytes of one token over all layers: layers x (kv_lora_rank + rope) x dtype (+ the MTP layer)."""
+        layers = self.arch.num_hidden_layers
+        extra = 1 if self.speculative is not None else 0
+        return self.arch.kv_bytes_per_token(self.kv_dtype_bytes) * (layers + extra) // layers
 
     def kv_capacity_tokens(self) -> int:
         """Tokens of KV one server holds: MLA replicates KV over TP; DP attention and replicas add."""
@@ -301,6 +345,8 @@ class EngineCostModel:
         per_rank_tokens = self.kv_capacity_tokens() // max(1, ranks)
         context = self.context_length or self.arch.max_position_embeddings
         requested = self.max_running_requests
+        if requested is None and self.speculative is not None:
+            requested = 48  # SGLang 0.5.17's speculative_hook, unless --max-running-requests is given
         per_rank = sgd.max_running_requests(
             self.sglang_version, per_rank_tokens, context, requested, attn_dp=self.attn_dp
         )
@@ -496,18 +542,41 @@ class EngineCostModel:
                 return self._forward_s(**a)
             finally:
                 self.efficiency_prefill = saved
-        return self._forward_s(**a)
+        return self._forward_s(**a) / self.attention_speed
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch).
 
-        A batch above the largest captured CUDA graph runs eagerly and pays the eager cost per layer."""
+        A batch above the largest captured CUDA graph runs eagerly and pays the eager cost per layer. With
+        speculative decoding a real step is num_steps draft forwards of the MTP layer plus one verify forward
+        of num_draft_tokens per request and emits `decode_tokens_per_step` tokens per request on average; the
+        time returned is per emitted token (real step / accept length), so simulators keep one token per step."""
         if batch_size <= 0:
             return 0.0
-        share = self.replicas
-        bs = math.ceil(batch_size / share)
-        ctx = context_tokens / share
         eager = self.decode_runs_eager(batch_size)
+        spec = self.speculative
+        if spec is None:
+            return self._decode_forward_s(batch_size, context_tokens, eager, 1)
+        verify = self._decode_forward_s(batch_size, context_tokens, eager, spec.num_draft_tokens)
+        one_token = self._decode_forward_s(batch_size, context_tokens, eager, 1)
+        draft = (one_token - self.gpu.step_overhead_s) / self.arch.num_hidden_layers
+        return (verify + spec.num_steps * draft) / spec.accept_length
+
+    @property
+    def decode_tokens_per_step(self) -> float:
+        """Tokens one decode step emits per request (speculative decoding: the mean accept length)."""
+        return 1.0 if self.speculative is None else self.speculative.accept_length
+
+    @property
+    def attention_speed(self) -> float:
+        """Step speed of the attention backend relative to fa3 (ATTENTION_BACKEND_SPEED; 1.0 if unknown)."""
+        return ATTENTION_BACKEND_SPEED.get(self.attention_backend or "fa3", 1.0)
+
+    def _decode_forward_s(self, batch_size: int, context_tokens: int, eager: bool, tokens_per_request: int) -> float:
+        """One forward over `tokens_per_request` new tokens of each of `batch_size` requests (1: plain decode)."""
+        share = self.replicas
+        bs = math.ceil(batch_size * tokens_per_request / share)
+        ctx = context_tokens / share
         cal = self.calibration
         if cal is not None and cal.decode is not None:
             return self._calibrated_decode_s(bs, ctx, eager)
@@ -516,13 +585,13 @@ class EngineCostModel:
         ctx_flops = 2 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
         step = self._forward_s(
             tokens=bs,
-            attention_flops=ctx_flops * arch.num_hidden_layers * ctx,
+            attention_flops=ctx_flops * arch.num_hidden_layers * ctx * tokens_per_request,
             kv_read_tokens=ctx,
             lm_head_tokens=bs,
         )
         if eager:
             step += arch.num_hidden_layers * self.gpu.eager_layer_s
-        return step
+        return step / self.attention_speed
 
     def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool) -> float:
         """Measured per-layer terms (profile GPU, one GPU's share) + weight reads and collectives (physics).
@@ -726,6 +795,13 @@ def cost_model_for(
     arch = cfg.model.architecture()
     version = sglang_version or getattr(cfg.engine.sglang, "version", None) or "0.5.17"
     calibration = find_calibration(spec.name, arch, cfg.model.quantization) if calibrated and gpu != "cpu-fast" else None
+    draft = getattr(group, "speculative", None)
+    speculative = None
+    if draft is not None:
+        accept = draft.accept_length or mtp_accept_length(
+            draft.num_steps, draft.num_draft_tokens, dummy_weights=cfg.engine.sglang.load_format == "dummy"
+        )
+        speculative = Speculative(draft.num_steps, draft.num_draft_tokens, min(accept, float(draft.num_draft_tokens)))
     return EngineCostModel(
         arch=arch,
         gpu=spec,
@@ -750,4 +826,5 @@ def cost_model_for(
         page_size=cfg.engine.sglang.page_size,
         attention_backend=getattr(group, "attention_backend", None) or cfg.engine.sglang.attention_backend,
         calibration=calibration,
+        speculative=speculative,
     )
