@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
+from orchestrator.engines.sim.prefix_cache import PrefixCache
+
 log = logging.getLogger(__name__)
 
 _MASK64 = (1 << 64) - 1
@@ -66,6 +68,7 @@ class SimRequest:
     corrupt: bool = False
     created_at: float = field(default_factory=time.monotonic)
     prefilled_tokens: int = 0
+    cached_tokens: int = 0  # leading prompt tokens found in the server's prefix cache (not computed)
     output_ids: list[int] = field(default_factory=list)
     first_token_at: float | None = None
     finished_at: float | None = None
@@ -146,6 +149,7 @@ class Scheduler:
         self.running: list[SimRequest] = []  # prefilled, generating
         self.prefilling: list[SimRequest] = []  # in the prefill batch that is running now
         self.kv_used_tokens = 0
+        self.prefix_cache = PrefixCache(limits.kv_capacity_tokens)
         self.decode_steps = 0
         self.prefill_batches = 0
         self._recent_steps: collections.deque[tuple[float, float, int]] = collections.deque(
@@ -286,6 +290,9 @@ class Scheduler:
                 self.kv_used_tokens += req.kv_need
                 req.kv_tokens = req.kv_need
             self.waiting.popleft()
+            if req.prefilled_tokens == 0:  # SGLang computes at least the last prompt token
+                req.cached_tokens = req.prefilled_tokens = min(self.prefix_cache.match(req.input_ids),
+                                                               req.prompt_len - 1)
             take = min(req.prompt_len - req.prefilled_tokens, budget)
             batch.append((req, take))
             budget -= take
@@ -321,6 +328,7 @@ class Scheduler:
             req.prefilled_tokens += take
             if req.prefilled_tokens < req.prompt_len:
                 continue
+            self.prefix_cache.insert(req.input_ids)
             token = output_token(req.seed, 0, self.vocab_size)
             req.output_ids.append(corrupt_token(token, self.vocab_size) if req.corrupt else token)
             req.first_token_at = now
