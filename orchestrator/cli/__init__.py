@@ -22,12 +22,12 @@ COMMANDS: dict[str, str] = {
     "preflight": "orchestrator.cli.preflight",
     "bench": "orchestrator.cli.bench",
     "report": "orchestrator.cli.report",
-    "scaling": "orchestrator.cli.scaling",
+    "scaling": "orchestrator.cli.report",
     "monitor": "orchestrator.cli.monitor",
     "dashboards": "orchestrator.cli.monitor",
-    "sweep": "orchestrator.cli.sweep",
-    "accuracy": "orchestrator.cli.accuracy",
-    "mlperf": "orchestrator.cli.mlperf",
+    "sweep": "orchestrator.cli.serving",
+    "accuracy": "orchestrator.cli.serving",
+    "mlperf": "orchestrator.cli.serving",
     "sim-server": "orchestrator.cli.sim_server",
 }
 

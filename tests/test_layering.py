@@ -1,0 +1,160 @@
+"""The layering stays true: no import from a lower stage to a higher one, no import circle, no oversized module.
+
+Imports are read with `ast` (every import statement, also inside functions; only `if TYPE_CHECKING:` blocks
+are skipped), so a lazy import cannot hide a dependency. The layer order is the data path's, lowest first.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("orchestrator", "deployments")
+
+# Lowest first; a module may import only from its own layer or lower ones.
+LAYERS: list[set[str]] = [
+    {"orchestrator", "records", "phases", "process"},
+    {"config", "rules"},
+    {"perfmodel"},
+    {"api", "workload"},
+    {"cluster", "transfer", "netns"},  # netns: the network-namespace lab, on its way into cluster/
+    {"engines"},
+    {"plan"},
+    {"observe"},
+    {"router", "deployments"},  # deployments: the thin Ray Serve classes around engines and router
+    {"run", "calibrate"},
+    {"cli", "__main__"},
+]
+LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
+MAX_MODULE_LINES = 450
+MAX_MODULES_PER_FOLDER = 12
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported(path: Path, known: dict[str, Path]) -> set[str]:
+    """Our modules `path` imports (a `from pkg import name` of a submodule counts as that submodule)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in PACKAGES:
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    found.add(sub if sub in known else node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def stage(module: str) -> str:
+    """The package a module belongs to: `orchestrator.run.bench` -> run, `deployments.worker` -> deployments."""
+    parts = module.split(".")
+    if parts[0] == "deployments":
+        return "deployments"
+    return parts[1] if len(parts) > 1 else "orchestrator"
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {m: {i for i in imported(p, known) if i != m} for m, p in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+    return out
+
+
+def test_every_package_has_a_layer():
+    unplaced = sorted({stage(m) for m in modules()} - set(LAYER_OF))
+    assert not unplaced, f"packages without a layer in tests/test_layering.py LAYERS: {unplaced}"
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one():
+    upward = []
+    for module, targets in graph().items():
+        for target in targets:
+            src, dst = stage(module), stage(target)
+            if LAYER_OF.get(dst, -1) > LAYER_OF.get(src, len(LAYERS)):
+                upward.append(f"{module} ({src}, layer {LAYER_OF[src]}) imports {target} ({dst}, layer {LAYER_OF[dst]})")
+    assert not upward, "imports against the layer order:\n" + "\n".join(sorted(upward))
+
+
+def test_no_import_circle_between_packages():
+    edges: dict[str, set[str]] = defaultdict(set)
+    for module, targets in graph().items():
+        edges[stage(module)].update(stage(t) for t in targets if stage(t) != stage(module))
+    assert not cycles(edges), f"packages importing each other: {cycles(edges)}"
+
+
+def test_no_import_circle_between_modules():
+    assert not cycles(graph()), f"modules importing each other: {cycles(graph())}"
+
+
+def test_no_module_over_the_size_limit():
+    long = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split along their jobs): {long}"
+
+
+def test_no_folder_over_the_module_limit():
+    per_folder: dict[Path, int] = defaultdict(int)
+    for path in modules().values():
+        if path.name != "__init__.py":
+            per_folder[path.parent.relative_to(REPO)] += 1
+    crowded = {str(f): n for f, n in per_folder.items() if n > MAX_MODULES_PER_FOLDER}
+    assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules (make a sub-package): {crowded}"
