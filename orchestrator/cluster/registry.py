@@ -7,7 +7,6 @@ the router reads `snapshot()` and so follows Serve's view of which replicas are 
 
 from __future__ import annotations
 
-import time
 
 import ray
 
@@ -21,20 +20,17 @@ NAMESPACE = "pd-orchestrator"
 class WorkerRegistry:
     def __init__(self) -> None:
         self._workers: dict[str, WorkerEndpoint] = {}
-        self._seen_at: dict[str, float] = {}
         self._version = 0
 
     def register(self, endpoint: WorkerEndpoint) -> int:
         changed = self._workers.get(endpoint.name) != endpoint
         self._workers[endpoint.name] = endpoint
-        self._seen_at[endpoint.name] = time.time()
         if changed:
             self._version += 1
         return self._version
 
     def unregister(self, name: str) -> int:
         if self._workers.pop(name, None) is not None:
-            self._seen_at.pop(name, None)
             self._version += 1
         return self._version
 
@@ -42,12 +38,8 @@ class WorkerRegistry:
         """(version, endpoints); the version changes whenever the set or an endpoint changes."""
         return self._version, list(self._workers.values())
 
-    def seen_at(self) -> dict[str, float]:
-        return dict(self._seen_at)
-
     def clear(self) -> None:
         self._workers.clear()
-        self._seen_at.clear()
         self._version += 1
 
 

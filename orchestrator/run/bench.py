@@ -47,10 +47,6 @@ log = logging.getLogger("pd_orchestrator.bench")
 DEFAULT_MAX_RUNNING = 256  # per decode server, when the cost model cannot say
 
 
-class BenchAborted(RuntimeError):
-    """A phase failed (placement, engine start, router); the run is INVALID with this reason."""
-
-
 class PhaseClock:
     """Phase timestamps from job start; sim runs with time_scale != 1 are reported in simulated seconds."""
 
