@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--kv-tokens", type=int, default=160000)
     d.add_argument("--requests", type=int, default=96)
     d.add_argument("--loads-per-mode", type=int, default=2)
+    d.add_argument("--no-agg", action="store_true", help="skip the aggregated reference server")
 
     n = sub.add_parser("nixl-patch", help="apply the NIXL sender patch to an installed sglang tree")
     n.add_argument("site_dir")
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
         res = run_pd(a.model_path, Path(a.out), a.budget_s, page_sizes=[int(x) for x in a.page_sizes.split(",")],
                      prefill_frac=a.prefill_frac, decode_frac=a.decode_frac, kv_tokens=a.kv_tokens,
-                     n_requests=a.requests, loads_per_mode=a.loads_per_mode)
+                     n_requests=a.requests, loads_per_mode=a.loads_per_mode, with_agg=not a.no_agg)
         print(json.dumps(res["logprobs"].get("compare"), indent=1))
     elif a.cmd == "nixl-patch":
         from .nixl_patch import apply

@@ -140,7 +140,8 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
            decode_frac: float = 0.95, kv_tokens: int = 160000, n_requests: int = 96, len_range=(256, 2048),
            max_new: int = 32, loads_per_mode: int = 2, logprob_prompts: int = 16, logprob_steps: int = 8,
            topk: int = 5, context_length: int = 16384, agg_frac: float = 0.80, seed: int = 2025,
-           ports=(30000, 30001, 30002), bootstrap_port: int = 8998, extra_env: dict | None = None) -> dict:
+           ports=(30000, 30001, 30002), bootstrap_port: int = 8998, extra_env: dict | None = None,
+           with_agg: bool = True) -> dict:
     budget = Budget(budget_s)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((Path(model_path) / "config.json").read_text())
@@ -166,7 +167,7 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
     agg_lp = None
     for i_ps, ps in enumerate(list(page_sizes) + [None]):
         if ps is None or i_ps == 1:
-            if agg_lp is None and "agg_ready_after_s" not in result and "agg_error" not in result:
+            if with_agg and agg_lp is None and "agg_ready_after_s" not in result and "agg_error" not in result:
                 agg_lp = _agg_reference(model_path, out_dir, ports[2], context_length, agg_frac, env, budget,
                                         lp_prompts, logprob_steps, topk, result)
             if ps is None:

@@ -10,7 +10,8 @@
 # Phases:
 #   v2lite  DeepSeek-V2-Lite shape (models/deepseek-v2-lite): cold start (compile caches wiped), prefill and
 #           decode sweeps, warm start, knobs start (--mem-fraction-static 0.70, caps raised) + decode past the graphs
-#   r1      R1-shaped (benchmarks/calibration/r1-shaped/config.json: R1 dims, FP8 block quant, 6 layers), same plan
+#   r1      R1-shaped (benchmarks/calibration/r1-shaped/config.json: R1 dims, FP8 block quant, 6 layers), same plan,
+#           with --triton-attention-split-tile-size 256 (R1_FLAGS overrides; see the note at the r1 case)
 #   pd      one-GPU PD on the V2-Lite shape: page 1 and 64, NIXL prepped vs coalesced (patched sender), top-k
 #           logprobs PD vs aggregated
 # BUDGET (s, default 540) bounds the harness; everything it measured is saved as it goes.
@@ -48,10 +49,12 @@ v2lite)
   python3 -m orchestrator.calibrate single --model-path $W/models/v2lite --name v2lite --out $D --budget-s $(( $(left) - 25 )) ;;
 r1)
   python3 -m orchestrator.calibrate single --model-path $W/models/r1s --name r1s6 --out $D --budget-s $(( $(left) - 25 )) \
-    --flag=--trust-remote-code ;;
+    --flag=--trust-remote-code ${R1_FLAGS:---flag=--triton-attention-split-tile-size --flag=256} ;;
+  # (2026-11-24, H100: with pure defaults the Triton MLA backend's CUDA-graph buffer, max_bs 256 x 128 heads x
+  #  256 KV splits x 512 x fp32 = 16 GiB, OOMs at start-up; a split tile of 256 caps the splits at 16384/256 = 64)
 pd)
   python3 -m orchestrator.calibrate pd --model-path $W/models/v2lite --out $D --budget-s $(( $(left) - 25 )) \
-    --page-sizes ${PAGE_SIZES:-1,64} ;;
+    --page-sizes ${PAGE_SIZES:-1,64} --loads-per-mode ${PD_LOADS:-2} ${PD_ARGS:-} ;;
 *) el "unknown phase $PHASE"; exit 2 ;;
 esac
 el "harness exit $?"
