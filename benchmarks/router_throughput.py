@@ -5,8 +5,8 @@
 Starts a local 2-node Ray cluster, deploys the embedded-default app with simulated engines whose
 durations are scaled to ~0 (`engine.sim.time_scale`), and drives the same requests three ways:
 - `direct`: an in-process `PDDispatcher` straight to the engines (no Serve): the baseline;
-- `handle`: the benchmark's path, `PDRouter.generate_batch` over a stream=True Serve handle;
-- `http`: SGLang-style `POST /generate` (non-stream) through Serve's HTTP proxy, concurrent clients;
+- `handle`: the benchmark's path, `PDRouter.generate_batch_chunks` over a stream=True Serve handle;
+- `http`: SGLang-style `POST /generate` (non-stream) to the router replica's own HTTP server, concurrent clients;
 - `rust` (with `--sglang-router PYTHON`): the same HTTP load on `sglang-router` 0.3.2's Rust router in
   PD mode (round robin) in front of the same workers; PYTHON is an interpreter that has `sglang_router`,
   e.g. a venv outside the repo: `python3 -m venv /tmp/venv-router && /tmp/venv-router/bin/pip install
@@ -62,15 +62,20 @@ async def run_direct(endpoints, reqs, concurrency: int) -> tuple[float, list[flo
 
 
 def run_handle(router, reqs, concurrency: int) -> tuple[float, list[float]]:
+    """The bench driver's path; latency = the router's own send-to-answer time per request (what bench
+    reports), so the 50 ms result chunking does not count."""
     latencies = []
     start = time.perf_counter()
-    for r in router.options(stream=True).generate_batch.remote(reqs, concurrency, time.time() + 600):
-        assert r.status == "ok", r.error
-        latencies.append(time.time() - r.sent_at)
+    for chunk in router.options(stream=True).generate_batch_chunks.remote(reqs, concurrency, time.time() + 600):
+        for r in chunk:
+            assert r.status == "ok", r.error
+            latencies.append(r.done_at - r.sent_at)
     return time.perf_counter() - start, latencies
 
 
-async def run_http(url: str, reqs, concurrency: int) -> tuple[float, list[float]]:
+async def run_http(url: str, reqs, concurrency: int, api: str = "generate") -> tuple[float, list[float]]:
+    """Closed loop of `concurrency` clients over keep-alive connections: SGLang `/generate` or OpenAI
+    `/v1/completions` (token-id prompt), both non-stream; latency as the client sees it."""
     queue = list(reqs)
     latencies: list[float] = []
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -79,10 +84,14 @@ async def run_http(url: str, reqs, concurrency: int) -> tuple[float, list[float]
         async def client() -> None:
             while queue:
                 req = queue.pop()
-                body = {"input_ids": req.input_ids,
-                        "sampling_params": {"temperature": 0, "max_new_tokens": req.output_len, "ignore_eos": True}}
+                if api == "openai":
+                    path, body = "/v1/completions", {"model": "m", "prompt": req.input_ids, "temperature": 0,
+                                                     "max_tokens": req.output_len, "ignore_eos": True}
+                else:
+                    path, body = "/generate", {"input_ids": req.input_ids, "sampling_params": {
+                        "temperature": 0, "max_new_tokens": req.output_len, "ignore_eos": True}}
                 t0 = time.time()
-                async with session.post(url + "/generate", json=body) as resp:
+                async with session.post(url + path, json=body) as resp:
                     await resp.read()
                     assert resp.status == 200, await resp.text()
                 latencies.append(time.time() - t0)
@@ -92,10 +101,16 @@ async def run_http(url: str, reqs, concurrency: int) -> tuple[float, list[float]
         return time.perf_counter() - start, latencies
 
 
-def start_sglang_router(python: str, endpoints, port: int, log_path: Path) -> subprocess.Popen:
-    """sglang-router's Rust router in PD mode over our workers; returns once it answers /health."""
-    argv = [python, "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "127.0.0.1",
-            "--port", str(port), "--policy", "round_robin"]
+def start_sglang_router(python: str, endpoints, port: int, log_path: Path,
+                        launcher: list[str] | None = None) -> subprocess.Popen:
+    """SGLang's Rust PD router over our workers; returns once it answers /health. `launcher` is the argv
+    that starts it (default: `PYTHON -m sglang_router.launch_router`; the newer gateway: `smg launch`);
+    both take the same PD flags. Its Prometheus port is a free one (two gateways must not share 29000)."""
+    from orchestrator.cluster.ports import free_port
+
+    argv = (launcher or [python, "-m", "sglang_router.launch_router"]) + [
+        "--pd-disaggregation", "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
     for e in endpoints:
         if e.role == "prefill":
             argv += ["--prefill", e.url, str(e.bootstrap_port)]
@@ -107,7 +122,7 @@ def start_sglang_router(python: str, endpoints, port: int, log_path: Path) -> su
 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"sglang-router exited with {proc.returncode}; log {log_path}")
+            raise SystemExit(f"{argv[0]} exited with {proc.returncode}; log {log_path}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                 if r.status == 200:
@@ -116,7 +131,7 @@ def start_sglang_router(python: str, endpoints, port: int, log_path: Path) -> su
             pass
         time.sleep(0.5)
     proc.terminate()
-    raise SystemExit(f"sglang-router not healthy after 120 s; log {log_path}")
+    raise SystemExit(f"{argv[0]} not healthy after 120 s; log {log_path}")
 
 
 def bench_config(result_dir: str) -> RunConfig:
@@ -136,13 +151,16 @@ class RouterSession:
 
     router: Any  # Serve DeploymentHandle of PDRouter
     endpoints: list
-    urls: dict[str, str] = field(default_factory=dict)  # "http": ours, "rust": sglang-router's
+    urls: dict[str, str] = field(default_factory=dict)  # "http": ours, "rust": sglang-router's, other gateways
+    gateways: dict[str, subprocess.Popen] = field(default_factory=dict)  # the gateway processes by name
 
 
 @contextlib.contextmanager
-def deployed_router(name: str, sglang_router_python: str | None = None) -> Iterator[RouterSession]:
+def deployed_router(name: str, sglang_router_python: str | None = None,
+                    gateways: dict[str, list[str]] | None = None) -> Iterator[RouterSession]:
     """A local cluster with 1P1D zero-cost sim workers and our router (plus sglang-router in front of the
-    same workers if an interpreter that has it is given); everything is stopped on exit."""
+    same workers if an interpreter that has it is given, and each of `gateways`: name -> launcher argv);
+    everything is stopped on exit."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ.setdefault("UCX_NET_DEVICES", "lo")
@@ -156,21 +174,24 @@ def deployed_router(name: str, sglang_router_python: str | None = None) -> Itera
     tmp = tempfile.mkdtemp(prefix=name + "-")
     cfg = bench_config(tmp)
     session = connect(cfg, Path(tmp) / "cluster.json")
-    rust: subprocess.Popen | None = None
+    started: dict[str, subprocess.Popen] = {}
     try:
         deploy(cfg, name, timeout_s=300)
         router = serve.get_app_handle(ROUTER_APP)
         endpoints = router.wait_ready.remote(expected_workers(cfg), 300).result(timeout_s=330)
         urls = {"http": f"http://{cfg.router.host}:{cfg.router.port}"}
+        launchers = dict(gateways or {})
         if sglang_router_python:
-            rust_port = free_port()
-            rust = start_sglang_router(sglang_router_python, endpoints, rust_port, Path(tmp) / "sglang-router.log")
-            urls["rust"] = f"http://127.0.0.1:{rust_port}"
-        yield RouterSession(router, endpoints, urls)
+            launchers["rust"] = [sglang_router_python, "-m", "sglang_router.launch_router"]
+        for gateway, launcher in launchers.items():
+            port = free_port()
+            started[gateway] = start_sglang_router("", endpoints, port, Path(tmp) / f"{gateway}.log", launcher)
+            urls[gateway] = f"http://127.0.0.1:{port}"
+        yield RouterSession(router, endpoints, urls, started)
     finally:
-        if rust is not None:
-            rust.terminate()
-            rust.wait(timeout=10)
+        for proc in started.values():
+            proc.terminate()
+            proc.wait(timeout=10)
         serve.shutdown()
         session.close()
 
