@@ -14,18 +14,23 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = str(ROOT / "configs/default.yaml")
 
 
-def test_plan_search_on_the_embedded_default_ranks_layouts_and_writes_loadable_configs(tmp_path, capsys) -> None:
+def test_plan_search_on_the_embedded_default_states_the_rules_and_writes_compliant_configs(tmp_path, capsys) -> None:
     rc = main(["plan", "--config", DEFAULT, "--search", "--top", "2", "--write-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0
     assert "batch: 1000 prompts (sharegpt, seed 2025)" in out
+    assert "rules apac-hpcai-2025: NOT COMPLIANT (1 violation)\n  model.quantization='w4a8'" in out
     assert "memory: fits (DeepSeek-R1 W4A8)" in out
     assert "-> VALID" in out and "(simulated, H100-SXM)" in out
-    assert "pd 1PxTP8 / 1DxTP8" in out and "agg 1AxTP16" in out
+    # the config names rules: apac-hpcai-2025, so the search runs FP8 R1 and proposes only compliant layouts
+    assert "rules apac-hpcai-2025 sets model.quantization: 'w4a8' -> 'fp8'" in out
+    assert "agg 1AxTP16" in out and "beats #2:" in out
     written = sorted(tmp_path.glob("*.yaml"))
     assert len(written) == 2 and all(str(p) in out for p in written)
     for path in written:
-        assert load_config(path).model.quantization == "w4a8"
+        cfg = load_config(path)
+        assert cfg.model.quantization == "fp8" and cfg.rules == "apac-hpcai-2025"
+        assert "rules apac-hpcai-2025: compliant" in path.read_text().splitlines()[0]
 
 
 def test_plan_of_fp8_r1_on_h100_fails_with_the_numbers_and_the_options(capsys) -> None:

@@ -52,7 +52,9 @@ def test_the_ranking_is_by_deadline_then_run_time_and_differs_in_knobs(h100_fp8)
     assert keys == sorted(keys)
     assert all(c.budget.verdict != INVALID for c in simulated[:5])
     knobs_seen = {name for c in simulated for name in c.knobs}
-    assert {"batch_caps", "chunked_prefill_size", "attention_backend", "speculative", "warmup"} <= knobs_seen
+    assert {"batch_caps", "chunked_prefill_size", "attention_backend", "speculative"} <= knobs_seen
+    # warm-up only moves the total inside the deadline here: its variants fold into the row they equal in run time
+    assert any(e.startswith("warmup=") or " warmup=" in e for c in simulated for e in c.equivalents)
     assert len({c.label for c in simulated}) >= 3  # layouts differ too: TP16, DP attention, PP
     # every row but the last says in one line why it beats the next
     assert all(c.why and "\n" not in c.why for c in simulated[:-1])

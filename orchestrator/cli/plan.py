@@ -12,8 +12,9 @@ from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.plan.compare import compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits
-from orchestrator.plan.search import PlanError, ranking_table, search_layouts, write_top_configs
+from orchestrator.plan.search import PlanError, add_search_args, print_search
 from orchestrator.plan.simulate import LABEL, SimulationError, sample_batch
+from orchestrator.rules import verdict_for
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--search", action="store_true", help="enumerate layouts of the cluster and rank them")
     p.add_argument("--top", type=int, default=3, help="how many ranked layouts to write (with --write-dir)")
     p.add_argument("--write-dir", help="write the top layouts here as ready run configs")
+    add_search_args(p)
     _add_common(p)
     p.set_defaults(func=_cmd_plan)
 
@@ -97,6 +99,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         cluster = f"{cfg.cluster.num_nodes}x{cfg.cluster.gpus_per_node} {gpu}"
         print(f"plan: {cfg.name} ({cfg.layout.describe()}) on {cluster}, {cfg.model.name} {cfg.model.quantization.upper()}")
         print(f"batch: {about}\n")
+        verdict = verdict_for(cfg, args.rules)
+        if verdict is not None:
+            print(verdict.summary() + "\n")
         memory = check_layout_fits(cfg, batch, gpu=gpu)
         print(memory.table())
         print(memory.summary() + "\n")
@@ -108,14 +113,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             ok = budget.verdict != INVALID
             _print_measured(cfg, budget.run.output_throughput, budget.run.duration_s)
         if args.search:
-            started = time.monotonic()
-            ranked = search_layouts(cfg, batch, gpu=gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
-            print(f"layout search on {cluster} ({len(ranked)} layouts, {time.monotonic() - started:.1f} s of CPU):")
-            print(ranking_table(ranked, gpu))
-            ok = any(c.budget is not None and c.budget.verdict != INVALID for c in ranked)
-            if args.write_dir:
-                paths = write_top_configs(cfg, ranked, args.top, args.write_dir, gpu)
-                print("\nwrote: " + (", ".join(str(p) for p in paths) or "nothing (no layout fits)"))
+            ok = print_search(cfg, batch, gpu, rules=args.rules, top=args.top, write_dir=args.write_dir,
+                              tune_top=args.tune_top, show=args.show, disk_gb_s=args.disk_gb_s,
+                              jit_cached=not args.jit_cold)
     except (PlanError, SimulationError, ValueError) as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2

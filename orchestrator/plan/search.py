@@ -423,11 +423,12 @@ def search(
 
 
 def _fold_equivalents(ranked: list[Candidate]) -> list[Candidate]:
-    """Variants of one layout predicted identically (run and total time) fold into the one with fewest changes."""
+    """Variants of one layout with the same verdict and run time fold into the one with fewest changes (a knob
+    that only moves start-up or warm-up inside the deadline buys no throughput)."""
     kept: dict[tuple, Candidate] = {}
     out = []
     for c in ranked:
-        key = (c.label, c.verdict_rank, round(c.run_s, 1), round(c.total_s, 1))
+        key = (c.label, c.verdict_rank, round(c.run_s, 1))
         if key in kept:
             kept[key].equivalents.append(knob_text(c.knobs))
             continue
