@@ -17,25 +17,20 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from orchestrator.phases import BEFORE_PLACEMENT, Phase
 from orchestrator.records import RequestResult
 
 log = logging.getLogger(__name__)
 
 PREFIX = "pdorch_"
 REQUEST_STATES = ("queued", "prefill", "transferring", "decoding")
-BENCH_PHASES = ("placement", "engine_start", "warmup", "run", "report", "done")
-# Phases the bench driver has besides those (before placement), and its spellings of the others.
-EXTRA_PHASES = ("preflight", "dataset")
-PHASE_ALIASES = {"engine start": "engine_start", "warm-up": "warmup", "measured run": "run"}
+BENCH_PHASES = tuple(p.value for p in Phase if p not in BEFORE_PLACEMENT)
+EXTRA_PHASES = tuple(p.value for p in BEFORE_PLACEMENT)  # the driver's phases before placement
 
 
 def canonical_phase(name: str) -> str:
-    """The phase label for `name` (bench driver spellings accepted); ValueError names the allowed ones."""
-    name = PHASE_ALIASES.get(name, name)
-    if name not in BENCH_PHASES and name not in EXTRA_PHASES:
-        allowed = (*EXTRA_PHASES, *BENCH_PHASES, *PHASE_ALIASES)
-        raise ValueError(f"unknown bench phase {name!r}; allowed: {allowed}")
-    return name
+    """The phase label for `name` (the driver's spellings accepted); ValueError names the allowed ones."""
+    return Phase.of(name).value
 
 # Buckets span a loopback sim run (milliseconds) up to a request that waits out a 420 s deadline.
 LATENCY_BUCKETS_S = (

@@ -38,6 +38,7 @@ from orchestrator.observe.report import (
     versions,
     write_result_json,
 )
+from orchestrator.phases import Phase
 from orchestrator.records import BenchRequest, RequestResult
 from orchestrator.run.deployment import Deployment, with_free_router_port
 from orchestrator.run.driver import BenchInterrupted, complete_results, signals_raise, stop_reason, stream_batch
@@ -62,7 +63,8 @@ class PhaseClock:
         return (time.time() - self.started_at) / self.time_scale
 
     @contextlib.contextmanager
-    def phase(self, name: str, quiet: bool = False) -> Iterator[None]:
+    def phase(self, phase: Phase, quiet: bool = False) -> Iterator[None]:
+        name = phase.title  # the driver's spelling, in its log and in result.json
         start = self.now_s()
         self.current = name
         if not quiet:
@@ -259,26 +261,26 @@ def run_bench(
         print("\n".join(rules_lines(rules)), file=sys.stderr, flush=True)
     with signals_raise(), view:
         try:
-            with clock.phase("preflight", quiet):
+            with clock.phase(Phase.PREFLIGHT, quiet):
                 require_fit(cfg, force=force)
-            with clock.phase("dataset", quiet):
+            with clock.phase(Phase.DATASET, quiet):
                 requests = sample_batch(cfg, n)
                 warmup = warmup_batch(cfg, len(requests))
                 view.total_prompts = len(requests)
                 view.total_output_tokens = sum(r.output_len for r in requests)
-            with clock.phase("placement", quiet):
+            with clock.phase(Phase.PLACEMENT, quiet):
                 nodes = deployment.place()
                 _export_driver_metrics(cfg, run_id, metrics)
             router = deployment.router()
-            with clock.phase("engine start", quiet):
+            with clock.phase(Phase.ENGINE_START, quiet):
                 endpoints = deployment.wait_ready()
             if warmup:
-                with clock.phase("warm-up", quiet):
+                with clock.phase(Phase.WARMUP, quiet):
                     warm = stream_batch(router, warmup, max_in_flight(cfg, len(warmup)), deadline_at)
                     bad = [r for r in warm if r.status != "ok"]
                     if bad and not quiet:
                         print(f"warm-up: {len(bad)}/{len(warm)} failed, first: {bad[0].error}", file=sys.stderr)
-            with clock.phase("measured run", quiet):
+            with clock.phase(Phase.RUN, quiet):
                 t = time.perf_counter()
                 results = stream_batch(router, requests, max_in_flight(cfg, len(requests)), deadline_at,
                                        on_result=view.update)
@@ -298,7 +300,7 @@ def run_bench(
                 reason = f"{clock.failed_in or 'run'} failed: {type(exc).__name__}: {exc}"
             log.debug("bench failed", exc_info=True)
         finally:
-            with clock.phase("report", True):
+            with clock.phase(Phase.REPORT, True):
                 result = _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt)
                 _write_html_report(result)
             deployment.close()
