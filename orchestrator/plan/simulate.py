@@ -7,16 +7,18 @@ batch [(prompt_len, output_len)] -> router (round robin) -> PD: prefill servers 
 take well under a second of CPU.
 
 Modelling choices (why they are safe): the client keeps `max_concurrency` requests in flight, as
-`bench` admits them (benchmark.max_in_flight, auto = the decode servers' max running requests); decode admits a request only when its prompt + max_new_tokens fit
-in the free KV (full reservation, so no retraction is needed); TTFT is when the first token is available
-to the client (PD: KV landed on decode; aggregated: end of the request's last prefill chunk).
+`bench` admits them (benchmark.max_in_flight, auto = the decode servers' max running requests); a PD
+decode server admits a request only when its prompt + max_new_tokens fit in the free KV (full
+reservation); an aggregated server admits and retracts like SGLang (perfmodel/admission.py: the running
+batch is charged new_token_ratio x its remaining output; a step that does not fit retracts the requests
+with the fewest output tokens, which prefill again); TTFT is when the first token is available to the
+client (PD: KV landed on decode, after the measured transfer time; aggregated: end of its last prefill chunk).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,8 +26,12 @@ from dataclasses import dataclass, field
 from orchestrator.config import RunConfig
 from orchestrator.perfmodel.admission import NewTokenRatio, admits
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
+from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, percentile, sample_batch, synthetic_batch
 
-LABEL = "simulated"
+__all__ = [  # the results and batch helpers live in plan/runs.py; importers may keep using this module
+    "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "percentile", "sample_batch",
+    "simulate_run", "synthetic_batch",
+]
 
 
 @dataclass
@@ -73,55 +79,6 @@ class _Server:
     remaining_total: int = 0  # aggregated: output tokens the running batch may still generate
     retracted: int = 0
 
-
-@dataclass
-class SimulatedRun:
-    """Result of one simulated run; every number here is simulated (virtual time, cost model)."""
-
-    layout: str
-    gpu: str
-    num_requests: int
-    duration_s: float
-    input_tokens: int
-    output_tokens: int
-    ttft_s: list[float]
-    e2e_s: list[float]
-    completed: int
-    label: str = LABEL
-    retracted: int = 0  # SGLang retractions (aggregated servers whose KV pool ran out mid-decode)
-
-    @property
-    def output_throughput(self) -> float:
-        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
-
-    @property
-    def total_throughput(self) -> float:
-        return (self.input_tokens + self.output_tokens) / self.duration_s if self.duration_s > 0 else 0.0
-
-    @property
-    def request_throughput(self) -> float:
-        return self.completed / self.duration_s if self.duration_s > 0 else 0.0
-
-    def ttft_p(self, q: float) -> float:
-        return percentile(self.ttft_s, q)
-
-    def e2e_p(self, q: float) -> float:
-        return percentile(self.e2e_s, q)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), q in [0, 100]; nan for no values."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-class SimulationError(ValueError):
-    pass
 
 
 def _servers(cfg: RunConfig, role: str, gpu: str | None, sglang_version: str | None = None) -> list[_Server]:
@@ -435,39 +392,3 @@ def simulate_run(
         completed=len(done),
         retracted=sum(server.retracted for server in sim.aggregated),
     )
-
-
-def synthetic_batch(num_prompts: int, seed: int) -> list[tuple[int, int]]:
-    """ShareGPT-shaped lengths without the dataset (log-normal, medians ~ ShareGPT's); for tests/fallback."""
-    import random
-
-    rng = random.Random(seed)
-    batch = []
-    while len(batch) < num_prompts:
-        prompt = int(rng.lognormvariate(math.log(120), 1.2))
-        output = int(rng.lognormvariate(math.log(150), 1.0))
-        if 4 <= prompt and 4 <= output and prompt + output <= 4096:
-            batch.append((prompt, output))
-    return batch
-
-
-def sample_batch(cfg: RunConfig, synthetic: bool = False) -> tuple[list[tuple[int, int]], str]:
-    """The benchmark batch as (prompt_len, output_len) and where it came from (sharegpt | synthetic)."""
-    bench = cfg.benchmark
-    if not synthetic:
-        try:
-            from orchestrator.workload.dataset import sample_sharegpt
-            from orchestrator.workload.tokenizer import load_tokenizer
-        except ModuleNotFoundError:
-            synthetic = True
-    if synthetic:
-        return synthetic_batch(bench.num_prompts, bench.seed), "synthetic"
-    prompts = sample_sharegpt(
-        load_tokenizer(cfg.model.path),
-        bench.num_prompts,
-        bench.seed,
-        bench.dataset_path,
-        bench.context_len,
-        bench.fixed_output_len,
-    )
-    return [(p.prompt_len, p.output_len) for p in prompts], "sharegpt"

@@ -1,0 +1,165 @@
+"""Memory terms of one engine server (a mixin of EngineCostModel): weights, static pool, KV, running
+limits as SGLang derives them, CUDA-graph batch sizes, activation headroom."""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.perfmodel import sglang_defaults as sgd
+from orchestrator.perfmodel.gpus import GB
+
+# The activation estimate names only the largest buffers; allocator fragmentation and kernel workspaces add
+# to them. Measured on one H200 with the R1 layer shape (chunked prefill 8192): 3.7 GB free OOMed, ~27 GB
+# free ran, so the factor lies between ~1x and ~6x of our estimate there; 1.5 is an assumption in that range.
+ACTIVATION_HEADROOM = 1.5
+
+
+class MemoryTerms:
+    """Bytes, tokens and limits; `self` is an EngineCostModel (fields and shape properties live there)."""
+
+    def weight_bytes_breakdown(self) -> dict[str, float]:
+        """Bytes per GPU by weight class (the heaviest pipeline stage when pp > 1)."""
+        p, fmt = self.params, self.format
+        attn_shards = self.tp // self.attn_dp  # DP attention replicates attention weights per rank
+        per_layer_share = 1 / self.pp
+        embeddings = (p.embedding + p.lm_head) * fmt.embedding_bytes / self.tp
+        if self.pp > 1:  # first stage holds the embedding, last the lm_head
+            embeddings = max(p.embedding, p.lm_head) * fmt.embedding_bytes / self.tp
+        mtp = 0.0
+        if self.speculative is not None:  # R1's MTP module: one MoE decoder layer + eh_proj (embedding, head shared)
+            moe_layers = max(1, self.arch.moe_layers)
+            mtp = (
+                p.attention / self.arch.num_hidden_layers * fmt.dense_bytes / attn_shards
+                + (p.shared_experts + p.router) / moe_layers * fmt.dense_bytes / self.tp
+                + p.routed_experts / moe_layers * fmt.expert_bytes / self.tp
+                + 2 * self.arch.hidden_size**2 * fmt.dense_bytes / self.tp
+            )
+        return {
+            "mtp_draft_layer": mtp,
+            "attention": p.attention * fmt.dense_bytes / attn_shards * per_layer_share,
+            "dense_mlp_shared": (p.dense_mlp + p.shared_experts + p.router) * fmt.dense_bytes / self.tp
+            * per_layer_share,
+            "routed_experts": p.routed_experts * fmt.expert_bytes / self.tp * per_layer_share,
+            "embeddings": embeddings,
+        }
+
+    def weights_bytes_per_gpu(self) -> float:
+        return sum(self.weight_bytes_breakdown().values())
+
+    def static_pool_bytes(self) -> float:
+        """SGLang's static pool per GPU: weights + KV cache = mem_fraction_static x GPU memory."""
+        return self.mem_fraction_static * self.gpu.memory_bytes
+
+    def reserve_bytes(self) -> float:
+        """Left for activations, CUDA graphs, NCCL buffers: (1 - mem_fraction_static) x GPU memory."""
+        return self.gpu.memory_bytes - self.static_pool_bytes()
+
+    def kv_bytes_per_gpu(self) -> float:
+        """Static pool left for the KV cache after weights (negative: the weights do not fit)."""
+        return self.static_pool_bytes() - self.weights_bytes_per_gpu()
+
+    def kv_bytes_per_token(self) -> int:
+        """MLA latent bytes of one token over all layers: layers x (kv_lora_rank + rope) x dtype (+ the MTP layer)."""
+        layers = self.arch.num_hidden_layers
+        extra = 1 if self.speculative is not None else 0
+        return self.arch.kv_bytes_per_token(self.kv_dtype_bytes) * (layers + extra) // layers
+
+    def kv_capacity_tokens(self) -> int:
+        """Tokens of KV one server holds: MLA replicates KV over TP; DP attention and replicas add."""
+        free = self.kv_bytes_per_gpu()
+        if free <= 0:
+            return 0
+        per_gpu_token = self.kv_bytes_per_token() / self.pp  # each stage holds its layers' KV
+        return int(free // per_gpu_token) * self.attn_dp * self.replicas
+
+    def max_running(self) -> int:
+        """Requests the server runs at once, as SGLang derives it per scheduler (DP-attention rank, replica).
+
+        --max-running-requests (split over DP-attention ranks, capped at half the rank's KV tokens in 0.5.x),
+        else clamp(tokens / context x 512, 2048, 4096) capped at tokens / 2: never unlimited.
+        """
+        ranks = self.attn_dp * self.replicas
+        per_rank_tokens = self.kv_capacity_tokens() // max(1, ranks)
+        context = self.context_length or self.arch.max_position_embeddings
+        requested = self.max_running_requests
+        if requested is None and self.speculative is not None:
+            requested = 48  # SGLang 0.5.17's speculative_hook, unless --max-running-requests is given
+        per_rank = sgd.max_running_requests(
+            self.sglang_version, per_rank_tokens, context, requested, attn_dp=self.attn_dp
+        )
+        return max(1, per_rank * ranks)
+
+    @property
+    def graph_max_bs(self) -> int:
+        """The largest decode batch (per attention rank) that replays a CUDA graph; 0 without graphs."""
+        if not self.cuda_graph or self.role == "prefill":
+            return 0
+        return self.cuda_graph_max_bs or sgd.cuda_graph_max_bs_default(
+            self.sglang_version, self.gpu.memory_gb * 1024, self.tp
+        )
+
+    def graph_batch_sizes(self) -> list[int]:
+        """Decode batch sizes SGLang captures at start (none on a PD prefill server or with graphs off)."""
+        if self.graph_max_bs == 0:
+            return []
+        req_pool = self.max_running_requests if self.max_running_requests is not None else None
+        return sgd.cuda_graph_batch_sizes(
+            self.sglang_version, self.gpu.memory_gb * 1024, self.tp, self.cuda_graph_max_bs, req_pool
+        )
+
+    def decode_runs_eager(self, batch_size: int) -> bool:
+        """True when a decode step of `batch_size` (whole server) exceeds the largest captured graph."""
+        per_rank = math.ceil(batch_size / max(1, self.replicas) / self.attn_dp)
+        return per_rank > self.graph_max_bs
+
+    # --- activation headroom -----------------------------------------------------------------------
+    def _triton_kv_splits(self) -> int:
+        """SGLang's MLA triton decode: max(8, min(next_pow2(SMs = 132), next_pow2(context / 32)))."""
+        context = self.context_length or self.arch.max_position_embeddings
+        return max(8, min(256, 1 << max(0, math.ceil(math.log2(max(1, math.ceil(context / 32)))))))
+
+    def _attn_logits_bytes(self, batch: int) -> float:
+        """The triton backend's fp32 split-KV buffer for `batch` decode requests on one GPU."""
+        if self.attention_backend != "triton":
+            return 0.0
+        heads = self.arch.num_attention_heads / max(1, self.tp // self.attn_dp)
+        return batch * heads * self._triton_kv_splits() * self.arch.kv_lora_rank * 4
+
+    def activation_peak_bytes(self, running: int | None = None) -> float:
+        """Peak transient memory of one forward on one GPU outside the static pool: the larger of a
+        prefill chunk (hidden-state buffers, MLA prefill q/k/v/out, MoE intermediates of every
+        (token, expert) pair, bf16) and an eager decode batch (the triton backend's per-batch split-KV
+        buffer, which an eager step allocates afresh). `running`: the decode batch the workload reaches
+        on this server (default: max_running)."""
+        arch = self.arch
+        chunk = self.chunked_prefill_tokens or 0
+        heads = arch.num_attention_heads / max(1, self.tp // self.attn_dp)
+        topk = arch.num_experts_per_tok if arch.n_routed_experts else 0
+        prefill = (
+            chunk * arch.hidden_size * 2 * 4
+            + chunk * heads * (2 * (arch.qk_nope_head_dim + arch.qk_rope_head_dim) + 2 * arch.v_head_dim) * 2
+            + chunk * topk * (3 * arch.moe_intermediate_size / self.tp + arch.hidden_size) * 2
+        )
+        running = self.max_running() if running is None else min(running, self.max_running())
+        per_rank = running // max(1, self.replicas * self.attn_dp)
+        eager = self._attn_logits_bytes(per_rank) if per_rank > self.graph_max_bs else 0.0
+        return max(prefill, eager)
+
+    def runtime_overhead_bytes(self) -> float:
+        """Memory outside the static pool once started: 1 GiB (CUDA context, NCCL, allocator slack) +
+        the decode graphs' buffers (triton: the fp32 split-KV buffer and KV-index buffer sized for the
+        largest graph batch; SGLang's own 2 MiB per graph batch size otherwise)."""
+        context = self.context_length or self.arch.max_position_embeddings
+        graphs = self.graph_max_bs
+        buffers = self._attn_logits_bytes(graphs) + graphs * context * 8 if graphs else 0.0
+        return 2**30 + max(buffers, 2 * graphs * 2**20)
+
+    def free_after_start_bytes(self) -> float:
+        """What the reserve leaves for activations once the server runs."""
+        return self.reserve_bytes() - self.runtime_overhead_bytes()
+
+    def activation_headroom_ok(self, running: int | None = None) -> bool:
+        """The reserve must hold ACTIVATION_HEADROOM x the estimated peak (see the constant)."""
+        if not self.gpu.activation_headroom_check:
+            return True
+        return self.free_after_start_bytes() >= ACTIVATION_HEADROOM * self.activation_peak_bytes(running)

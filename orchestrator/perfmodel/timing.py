@@ -1,0 +1,253 @@
+"""Time terms of one engine server (a mixin of EngineCostModel): roofline forwards, collectives, calibrated
+decode steps, prefill, KV transfer, start-up."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from orchestrator.perfmodel.gpus import GB, gpu_spec
+from orchestrator.perfmodel.weights import checkpoint_bytes, experts_hit_fraction
+
+# Share of datasheet HBM bandwidth a streaming weight read reaches; the calibration fit subtracts the weight
+# reads at this rate and the model adds them back at the same rate, so only the split depends on it.
+WEIGHT_READ_EFFICIENCY = 0.8
+# Attention backend: whole-step speed relative to fa3 (SGLang's default on Hopper) on the roofline path (a
+# calibrated step already carries its profile's backend). triton -6 %: the published 2x8 H100 team report
+# quoted in issue 18; flashinfer and flashmla are not measured and assumed equal to fa3.
+ATTENTION_BACKEND_SPEED = {"fa3": 1.0, "flashinfer": 1.0, "flashmla": 1.0, "triton": 0.94}
+
+
+class TimingTerms:
+    """Seconds; `self` is an EngineCostModel (fields and shape properties live there)."""
+
+    def _peak_flops(self) -> float:
+        tflops = self.gpu.fp8_tflops if self.format.compute == "fp8" else self.gpu.bf16_tflops
+        return tflops * 1e12
+
+    def _allreduce_s(self, nbytes: float) -> float:
+        """One NCCL all-reduce over the TP group: ring inside a node, hierarchical across nodes."""
+        tp = self.tp
+        if tp <= 1 or nbytes <= 0:
+            return 0.0
+        nvlink = self.gpu.nvlink_gb_s * GB * self.comm_efficiency
+        if not self._tp_spans_nodes:
+            return self.gpu.collective_latency_s + 2 * (tp - 1) / tp * nbytes / nvlink
+        per_node = self.gpus_per_node
+        ib = self.gpu.ib_gb_s * GB * self.comm_efficiency
+        intra = 2 * (per_node - 1) / per_node * nbytes / nvlink
+        inter = 2 * (self.nnodes - 1) / self.nnodes * (nbytes / per_node) / ib
+        return self.gpu.cross_node_latency_s + intra + inter
+
+    def _forward_s(
+        self,
+        tokens: int,
+        attention_flops: float,
+        kv_read_tokens: float,
+        lm_head_tokens: int,
+    ) -> float:
+        """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs."""
+        if tokens <= 0:
+            return 0.0
+        p, fmt, arch = self.params, self.format, self.arch
+        active_dense = p.attention + p.dense_mlp + p.shared_experts + p.router
+        routed_active = tokens * arch.num_experts_per_tok * arch.moe_layers * p.one_expert_per_layer
+        flops = 2 * (tokens * active_dense + routed_active + lm_head_tokens * p.lm_head) + attention_flops
+        compute_s = flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
+
+        bytes_read = self._weight_bytes_read(tokens) + kv_read_tokens * self.kv_bytes_per_token() / self.attn_dp
+        memory_s = bytes_read / (self.gpu.hbm_tb_s * 1e12 * self.efficiency_decode)
+        fixed_s = self.gpu.step_overhead_s + arch.num_hidden_layers * self.gpu.layer_overhead_s
+        return max(compute_s, memory_s) + self._comm_s(tokens) + fixed_s
+
+    def _weight_bytes_read(self, tokens: int) -> float:
+        """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit)."""
+        p, fmt, arch = self.params, self.format, self.arch
+        w = self.weight_bytes_breakdown()
+        pp = self.pp  # timing walks every stage in turn, so count all layers' bytes on one stage's GPUs
+        hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts)
+        return (
+            (w["attention"] + w["dense_mlp_shared"]) * pp
+            + w["routed_experts"] * pp * hit
+            + p.lm_head * fmt.embedding_bytes / self.tp
+        )
+
+    def weight_read_s(self, tokens: int) -> float:
+        """Weight/expert read time of one forward at WEIGHT_READ_EFFICIENCY of datasheet HBM."""
+        return self._weight_bytes_read(tokens) / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
+
+    def _comm_s(self, tokens: int) -> float:
+        """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens."""
+        arch = self.arch
+        activation_bytes = tokens * arch.hidden_size * 2
+        comm_s = 2 * arch.num_hidden_layers * self._allreduce_s(activation_bytes)
+        if self.pp > 1:
+            send = activation_bytes / (self.gpu.ib_gb_s * GB * self.comm_efficiency)
+            comm_s += (self.pp - 1) * (self.gpu.cross_node_latency_s + send)
+        return comm_s
+
+    def _prefill_args(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None) -> dict:
+        cached = list(cached_tokens) if cached_tokens is not None else [0] * len(new_tokens)
+        if len(cached) != len(new_tokens):
+            raise ValueError(f"cached_tokens has {len(cached)} entries, new_tokens {len(new_tokens)}")
+        arch = self.arch
+        # non-absorbed MLA in prefill: per (query, key) pair, QK^T over nope+rope dims and PV over v dims
+        pair_flops = 2 * arch.num_attention_heads * (
+            arch.qk_nope_head_dim + arch.qk_rope_head_dim + arch.v_head_dim
+        )
+        pairs = sum(n * (c + (n + 1) / 2) for n, c in zip(new_tokens, cached))
+        share = self.replicas
+        total = sum(new_tokens)
+        return dict(
+            tokens=math.ceil(total / share),
+            attention_flops=pair_flops * arch.num_hidden_layers * pairs / share,
+            kv_read_tokens=(sum(cached) + total) / share,
+            lm_head_tokens=math.ceil(sum(1 for n in new_tokens if n > 0) / share),
+        )
+
+    def prefill_compute_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float:
+        """FLOP time of one prefill forward at 100 % of peak (what the prefill efficiency divides)."""
+        a = self._prefill_args(new_tokens, cached_tokens)
+        p = self.params
+        active_dense = p.attention + p.dense_mlp + p.shared_experts + p.router
+        routed = a["tokens"] * self.arch.num_experts_per_tok * self.arch.moe_layers * p.one_expert_per_layer
+        flops = 2 * (a["tokens"] * active_dense + routed + a["lm_head_tokens"] * p.lm_head) + a["attention_flops"]
+        return flops / (self.tp * self._peak_flops())
+
+    def prefill_time_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float:
+        """One prefill forward (a batch or a chunk): new_tokens[i] computed on top of cached_tokens[i].
+
+        With a calibration profile the share of peak FLOPs is the one measured for this layer shape."""
+        a = self._prefill_args(new_tokens, cached_tokens)
+        if self.calibration is not None and self.calibration.efficiency_prefill:
+            saved = self.efficiency_prefill
+            self.efficiency_prefill = self.calibration.efficiency_prefill
+            try:
+                return self._forward_s(**a)
+            finally:
+                self.efficiency_prefill = saved
+        return self._forward_s(**a) / self.attention_speed
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch).
+
+        A batch above the largest captured CUDA graph runs eagerly and pays the eager cost per layer. With
+        speculative decoding a real step is num_steps draft forwards of the MTP layer plus one verify forward
+        of num_draft_tokens per request and emits `decode_tokens_per_step` tokens per request on average; the
+        time returned is per emitted token (real step / accept length), so simulators keep one token per step."""
+        if batch_size <= 0:
+            return 0.0
+        eager = self.decode_runs_eager(batch_size)
+        spec = self.speculative
+        if spec is None:
+            return self._decode_forward_s(batch_size, context_tokens, eager, 1)
+        verify = self._decode_forward_s(batch_size, context_tokens, eager, spec.num_draft_tokens)
+        one_token = self._decode_forward_s(batch_size, context_tokens, eager, 1)
+        draft = (one_token - self.gpu.step_overhead_s) / self.arch.num_hidden_layers
+        return (verify + spec.num_steps * draft) / spec.accept_length
+
+    @property
+    def decode_tokens_per_step(self) -> float:
+        """Tokens one decode step emits per request (speculative decoding: the mean accept length)."""
+        return 1.0 if self.speculative is None else self.speculative.accept_length
+
+    @property
+    def attention_speed(self) -> float:
+        """Step speed of the attention backend relative to fa3 (ATTENTION_BACKEND_SPEED; 1.0 if unknown)."""
+        return ATTENTION_BACKEND_SPEED.get(self.attention_backend or "fa3", 1.0)
+
+    def _decode_forward_s(self, batch_size: int, context_tokens: int, eager: bool, tokens_per_request: int) -> float:
+        """One forward over `tokens_per_request` new tokens of each of `batch_size` requests (1: plain decode)."""
+        share = self.replicas
+        bs = math.ceil(batch_size * tokens_per_request / share)
+        ctx = context_tokens / share
+        cal = self.calibration
+        if cal is not None and cal.decode is not None:
+            return self._calibrated_decode_s(bs, ctx, eager)
+        arch = self.arch
+        # absorbed MLA in decode: scores over kv_lora+rope and the weighted sum over kv_lora, per head
+        ctx_flops = 2 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+        step = self._forward_s(
+            tokens=bs,
+            attention_flops=ctx_flops * arch.num_hidden_layers * ctx * tokens_per_request,
+            kv_read_tokens=ctx,
+            lm_head_tokens=bs,
+        )
+        if eager:
+            step += arch.num_hidden_layers * self.gpu.eager_layer_s
+        return step / self.attention_speed
+
+    def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool) -> float:
+        """Measured per-layer terms (profile GPU, one GPU's share) + weight reads and collectives (physics).
+
+        Per-request and per-context terms are divided over the TP ranks (heads and expert slices split);
+        the per-context term is HBM-bound and scales with the profile GPU's / this GPU's bandwidth."""
+        cal = self.calibration
+        assert cal is not None and cal.decode is not None
+        c = cal.decode
+        layers = self.arch.num_hidden_layers
+        split = self.tp / max(1, cal.tp)
+        hbm_ratio = gpu_spec(cal.gpu).hbm_tb_s / self.gpu.hbm_tb_s
+        per_layer = c.layer_s + c.layer_per_req_s * bs / split + c.layer_per_ctx_s * ctx / split * hbm_ratio
+        if eager:
+            per_layer += (c.eager_layer_s if c.eager_layer_s is not None else self.gpu.eager_layer_s)
+            per_layer += (c.eager_layer_per_req_s or 0.0) * bs / split
+        step = self.weight_read_s(bs) + self._comm_s(bs) + layers * per_layer
+        return step * cal.page_factor(self.page_size)
+
+    def kv_transfer_s(self, num_tokens: int, same_node: bool) -> float:
+        """Moving one request's KV latent prefill -> decode: link time + the per-request delay."""
+        return self.kv_transfer_link_s(num_tokens, same_node) + self.kv_transfer_delay_s()
+
+    def kv_transfer_link_s(self, num_tokens: int, same_node: bool) -> float:
+        """Link time of one request's KV latent over NVLink (same node) or one GPU's IB rail."""
+        link_gb_s = self.gpu.nvlink_gb_s if same_node else self.gpu.ib_gb_s
+        nbytes = num_tokens * self.kv_bytes_per_token()
+        return nbytes / (link_gb_s * GB * self.comm_efficiency)
+
+    def kv_transfer_delay_s(self) -> float:
+        """Per-request time of a KV transfer beyond the link time, overlapping other transfers: SGLang's
+        measured mean transfer latency at this page size (per-descriptor cost, handshakes, queueing on the
+        transfer threads), scaled by layers; else the GPU's fixed handshake figure."""
+        cal = self.calibration
+        if cal is not None and cal.shape_matches:
+            measured = cal.transfer_latency_s(self.page_size)
+            if measured is not None:
+                return measured * self.arch.num_hidden_layers / cal.layers
+        return self.gpu.transfer_latency_s
+
+    def startup_breakdown_s(
+        self, load_format: str | None = "dummy", disk_gb_s: float = 2.0, jit_cached: bool = True
+    ) -> dict[str, float]:
+        """Start-up phases in seconds: init, weights, KV allocation, CUDA graphs, JIT (cold or warm caches).
+
+        Graph capture = batch sizes x layers x the warm per-(size, layer) cost; with cold caches every
+        batch size also compiles its kernels (per size, not per layer) and the first forwards JIT-compile.
+        Figures come from the matching calibration profile where it measured them, else the GPU defaults."""
+        if load_format == "dummy":
+            weights_s = self.weights_bytes_per_gpu() / (self.gpu.dummy_init_gb_s * GB)
+        else:  # every TP rank reads the tensors it needs; a node reads its share of the whole checkpoint
+            node_bytes = checkpoint_bytes(self.arch, self.quantization) / (self.nnodes if self.pp > 1 else 1)
+            weights_s = node_bytes / (disk_gb_s * GB)
+        st = self.calibration.startup if self.calibration is not None else None
+        sizes = len(self.graph_batch_sizes())
+        per_bs_layer = (st.graph_bs_layer_s if st and st.graph_bs_layer_s is not None else self.gpu.graph_capture_per_bs_layer_s)
+        graphs = sizes * self.arch.num_hidden_layers * per_bs_layer
+        if not jit_cached:
+            graphs += sizes * (st.graph_bs_cold_s if st and st.graph_bs_cold_s is not None else self.gpu.graph_compile_cold_per_bs_s)
+        init = st.process_s if st and st.process_s is not None else self.gpu.engine_init_s
+        if jit_cached:  # a measured warm start's process time already holds whatever compiles on a warm start
+            jit = 0.0 if st and st.process_s is not None else self.gpu.jit_warm_s
+        else:
+            jit = st.jit_cold_s if st and st.jit_cold_s is not None else self.gpu.jit_cold_s
+        return {
+            "init": init,
+            "weights": weights_s,
+            "kv_alloc": self.gpu.kv_alloc_s,
+            "cuda_graphs": graphs,
+            "jit": jit,
+        }
+
+    def startup_s(self, load_format: str | None = "dummy", disk_gb_s: float = 2.0, jit_cached: bool = True) -> float:
+        """Load + CUDA graphs + JIT + init: seconds until the server could answer (before warm-up)."""
+        return sum(self.startup_breakdown_s(load_format, disk_gb_s, jit_cached).values())

@@ -1,0 +1,106 @@
+"""Weight formats and parameter counts of a DeepSeek-style MLA + MoE model (bytes per GPU come from here).
+
+ModelArchitecture -> ParamCounts (attention, dense MLP, shared / routed experts, embeddings) and, per
+weight format, bytes per parameter class -> checkpoint bytes; expert-hit fraction of a decode batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.config.model_presets import ModelArchitecture
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """Bytes per parameter of each weight class, and the GEMM dtype, for one checkpoint format."""
+
+    expert_bytes: float  # routed experts
+    dense_bytes: float  # attention, dense MLP, shared experts
+    embedding_bytes: float  # embedding and lm_head
+    compute: str  # "fp8" or "bf16": which peak the GEMMs run at
+
+
+_FP8_BLOCK = 1 + 4 / (128 * 128)
+_INT4_GROUP_FP32 = 0.5 + 4 / 128
+_INT4_GROUP_FP16_ZERO = 0.5 + (2 + 0.5) / 128
+
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    "bf16": WeightFormat(2.0, 2.0, 2.0, "bf16"),
+    "fp8": WeightFormat(_FP8_BLOCK, _FP8_BLOCK, 2.0, "fp8"),
+    "w4a8": WeightFormat(_INT4_GROUP_FP32, _FP8_BLOCK, 2.0, "fp8"),
+    "awq": WeightFormat(_INT4_GROUP_FP16_ZERO, _INT4_GROUP_FP16_ZERO, 2.0, "bf16"),
+}
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts by class, from the architecture numbers (whole model, all layers)."""
+
+    attention: float
+    dense_mlp: float
+    shared_experts: float
+    router: float
+    routed_experts: float
+    one_expert_per_layer: float  # one routed expert of one MoE layer
+    embedding: float
+    lm_head: float
+
+    @property
+    def total(self) -> float:
+        return (
+            self.attention + self.dense_mlp + self.shared_experts + self.router + self.routed_experts
+            + self.embedding + self.lm_head
+        )
+
+
+def param_counts(arch: ModelArchitecture) -> ParamCounts:
+    """Count MLA attention, dense MLP, shared/routed experts, embeddings (R1 -> ~671e9 total)."""
+    h = arch.hidden_size
+    qk_head = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+    if arch.q_lora_rank:
+        q_proj = h * arch.q_lora_rank + arch.q_lora_rank * arch.num_attention_heads * qk_head
+    else:
+        q_proj = h * arch.num_attention_heads * qk_head
+    kv_a = h * (arch.kv_lora_rank + arch.qk_rope_head_dim)
+    kv_b = arch.kv_lora_rank * arch.num_attention_heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+    o_proj = arch.num_attention_heads * arch.v_head_dim * h
+    attention_per_layer = q_proj + kv_a + kv_b + o_proj
+    one_expert = 3 * h * arch.moe_intermediate_size  # gate, up, down
+    return ParamCounts(
+        attention=attention_per_layer * arch.num_hidden_layers,
+        dense_mlp=3 * h * arch.intermediate_size * arch.first_k_dense_replace,
+        shared_experts=one_expert * arch.n_shared_experts * arch.moe_layers,
+        router=h * arch.n_routed_experts * arch.moe_layers,
+        routed_experts=one_expert * arch.n_routed_experts * arch.moe_layers,
+        one_expert_per_layer=one_expert,
+        embedding=arch.vocab_size * h,
+        lm_head=arch.vocab_size * h,
+    )
+
+
+def checkpoint_bytes(arch: ModelArchitecture, quantization: str) -> float:
+    """Bytes of the whole checkpoint in one weight format."""
+    p = param_counts(arch)
+    fmt = weight_format(quantization)
+    return (
+        p.routed_experts * fmt.expert_bytes
+        + (p.attention + p.dense_mlp + p.shared_experts + p.router) * fmt.dense_bytes
+        + (p.embedding + p.lm_head) * fmt.embedding_bytes
+    )
+
+
+def weight_format(quantization: str) -> WeightFormat:
+    try:
+        return WEIGHT_FORMATS[quantization]
+    except KeyError:
+        raise ValueError(
+            f"model.quantization={quantization!r} has no weight format; allowed: {sorted(WEIGHT_FORMATS)}"
+        ) from None
+
+
+def experts_hit_fraction(tokens: int, top_k: int, n_experts: int) -> float:
+    """Expected fraction of routed experts that `tokens` tokens touch, each picking top_k uniformly."""
+    if n_experts <= 0 or tokens <= 0:
+        return 0.0
+    return 1.0 - (1.0 - top_k / n_experts) ** tokens
