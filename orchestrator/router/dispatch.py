@@ -23,35 +23,17 @@ from typing import Any, AsyncIterator, Iterable
 import aiohttp
 import orjson
 
-from orchestrator.api.sse import data_payloads
 from orchestrator.records import WorkerEndpoint
 from orchestrator.router.failures import (
     LegFailure,
     _final_error,
     _http_failure,
-    _message_of,
-    _raise_if_aborted,
     _raise_if_stream_aborted,
     _RetryState,
 )
-from orchestrator.router.pairs import (
-    Answer,
-    Pair,
-    Progress,
-    batch_size,
-    fill_from_payload,
-    host_of,
-    request_shape,
-)
-from orchestrator.router.policies import (
-    NoWorkerError,
-    RequestShape,
-    RoutingPolicy,
-    WorkerState,
-    eligible,
-    make_policy,
-)
-from orchestrator.router.relay import StreamRelay
+from orchestrator.router.pairs import Answer, Pair, Progress, batch_size, fill_from_payload, request_shape, with_pairing
+from orchestrator.router.policies import NoWorkerError, RequestShape, RoutingPolicy, WorkerState, eligible, make_policy
+from orchestrator.router.relay import StreamRelay, collect_stream
 
 log = logging.getLogger(__name__)
 
@@ -234,21 +216,6 @@ class PDDispatcher:
             limits.append(deadline_at - time.time())
         return min(limits) if limits else DEFAULT_REQUEST_TIMEOUT_S
 
-    def _with_pairing(self, body: dict, pair: Pair, rid: str, rooms: list[int]) -> dict:
-        out = dict(body)
-        out["rid"] = rid
-        if pair.prefill is None:
-            return out
-        ep = pair.prefill.endpoint
-        host = ep.bootstrap_host or ep.node_ip or host_of(ep.url)
-        n = batch_size(body)
-        if n is None:
-            out.update(bootstrap_host=host, bootstrap_port=ep.bootstrap_port, bootstrap_room=rooms[0])
-        else:  # a batched /generate: one room per item, lists as SGLang normalises them
-            out.update(bootstrap_host=[host] * n, bootstrap_port=[ep.bootstrap_port] * n, bootstrap_room=rooms)
-            out["rid"] = [f"{rid}{i:06d}" for i in range(n)]  # fixed width: abort by prefix `rid` hits all
-        return out
-
     # ---- one attempt --------------------------------------------------------------------------------
 
     async def _prefill_leg(self, w: WorkerState, body: bytes, stream: bool, tokens: int, timeout_s: float) -> float:
@@ -280,7 +247,7 @@ class PDDispatcher:
                     if r.status != 200:
                         raise _http_failure("decode", w, r.status, await r.read())
                     if stream:
-                        await self._collect_stream(w, r, t0, answer)
+                        await collect_stream(self, w, r, t0, answer)
                     else:
                         answer.payload = orjson.loads(await r.read())
                         fill_from_payload(answer, answer.payload)
@@ -295,40 +262,13 @@ class PDDispatcher:
         finally:
             self.leg_done(w, tokens)
 
-    async def _collect_stream(self, w: WorkerState, r: aiohttp.ClientResponse, t0: float, answer: Answer) -> None:
-        # Only the first event (TTFT) and the last (totals) are parsed on the hot path; the others are
-        # parsed only if the last one does not carry the whole output_ids.
-        events: list[bytes] = []
-        async for payload in data_payloads(r.content.iter_any()):
-            if not events:
-                answer.ttft_s = time.monotonic() - t0
-                self.set_progress(answer.progress, "decoding")
-            events.append(payload)
-        if not events:
-            raise LegFailure("empty", "decode", w.name, "stream ended without any data event", True, 502)
-        try:
-            last = orjson.loads(events[-1])
-        except orjson.JSONDecodeError as exc:
-            raise LegFailure("bad_json", "decode", w.name, f"last stream event is not JSON: {exc}", True, 502) from None
-        answer.payload = last
-        if "error" in last:
-            raise LegFailure("error", "decode", w.name, _message_of(last), True, 502, body=last)
-        _raise_if_aborted("decode", w, last)
-        fill_from_payload(answer, last)
-        if len(answer.output_ids) != answer.completion_tokens:  # incremental chunks: stitch them
-            ids: list[int] = []
-            for ev in events:
-                chunk_ids = orjson.loads(ev).get("output_ids") or []
-                ids.extend(chunk_ids)
-            answer.output_ids = ids
-
     async def _attempt(self, body: dict, pair: Pair, timeout_s: float, answer: Answer) -> None:
         """Both legs of one attempt, concurrently; on any failure abort both and raise LegFailure."""
         rid = answer.rid
         n = batch_size(body) or 1
         rooms = [self._new_room() for _ in range(n)] if pair.prefill is not None else []
         self._rooms_in_flight.update(rooms)
-        sent = orjson.dumps(self._with_pairing(body, pair, rid, rooms))  # once: the same bytes go to both legs
+        sent = orjson.dumps(with_pairing(body, pair, rid, rooms))  # once: the same bytes go to both legs
         stream = bool(body.get("stream"))
         t0 = time.monotonic()
         # TTFT and e2e count from the request's first send (retries included); kv_wait is this attempt's.
@@ -436,7 +376,7 @@ class PDDispatcher:
     async def _open_stream_once(self, body: dict, pair: Pair, timeout_s: float, attempt: int) -> StreamRelay:
         rid = uuid.uuid4().hex
         rooms = [self._new_room() for _ in range(batch_size(body) or 1)] if pair.prefill else []
-        sent = orjson.dumps(self._with_pairing(body, pair, rid, rooms))
+        sent = orjson.dumps(with_pairing(body, pair, rid, rooms))
         stream = bool(body.get("stream"))
         deadline = time.monotonic() + timeout_s
         prefill_task = None

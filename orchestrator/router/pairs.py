@@ -81,3 +81,20 @@ def fill_from_payload(answer: Answer, payload: Any) -> None:
     meta = item.get("meta_info") or {}
     answer.completion_tokens = int(meta.get("completion_tokens") or 0)
     answer.output_ids = list(item.get("output_ids") or [])
+
+
+def with_pairing(body: dict, pair: Pair, rid: str, rooms: list[int]) -> dict:
+    """The body both legs get: an explicit rid and, in PD, the prefill's bootstrap address and the rooms."""
+    out = dict(body)
+    out["rid"] = rid
+    if pair.prefill is None:
+        return out
+    ep = pair.prefill.endpoint
+    host = ep.bootstrap_host or ep.node_ip or host_of(ep.url)
+    n = batch_size(body)
+    if n is None:
+        out.update(bootstrap_host=host, bootstrap_port=ep.bootstrap_port, bootstrap_room=rooms[0])
+    else:  # a batched /generate: one room per item, lists as SGLang normalises them
+        out.update(bootstrap_host=[host] * n, bootstrap_port=[ep.bootstrap_port] * n, bootstrap_room=rooms)
+        out["rid"] = [f"{rid}{i:06d}" for i in range(n)]  # fixed width: abort by prefix `rid` hits all
+    return out

@@ -8,10 +8,16 @@ import time
 from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 import aiohttp
+import orjson
+
+from orchestrator.api.sse import data_payloads
+from orchestrator.router.failures import LegFailure, _message_of, _raise_if_aborted
+from orchestrator.router.pairs import fill_from_payload
 
 if TYPE_CHECKING:
     from orchestrator.router.dispatch import PDDispatcher
-    from orchestrator.router.pairs import Pair
+    from orchestrator.router.pairs import Answer, Pair
+    from orchestrator.router.policies import WorkerState
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +95,33 @@ class StreamRelay:
                     self._d.abort_in_background(w, self.rid)
         if self.on_close is not None:
             self.on_close(self, not abort)
+
+
+async def collect_stream(d: "PDDispatcher", w: "WorkerState", r: aiohttp.ClientResponse, t0: float,
+                         answer: "Answer") -> None:
+    """Read a decode's SSE answer to the end into `answer` (TTFT at the first event, totals from the last)."""
+    # Only the first event (TTFT) and the last (totals) are parsed on the hot path; the others are
+    # parsed only if the last one does not carry the whole output_ids.
+    events: list[bytes] = []
+    async for payload in data_payloads(r.content.iter_any()):
+        if not events:
+            answer.ttft_s = time.monotonic() - t0
+            d.set_progress(answer.progress, "decoding")
+        events.append(payload)
+    if not events:
+        raise LegFailure("empty", "decode", w.name, "stream ended without any data event", True, 502)
+    try:
+        last = orjson.loads(events[-1])
+    except orjson.JSONDecodeError as exc:
+        raise LegFailure("bad_json", "decode", w.name, f"last stream event is not JSON: {exc}", True, 502) from None
+    answer.payload = last
+    if "error" in last:
+        raise LegFailure("error", "decode", w.name, _message_of(last), True, 502, body=last)
+    _raise_if_aborted("decode", w, last)
+    fill_from_payload(answer, last)
+    if len(answer.output_ids) != answer.completion_tokens:  # incremental chunks: stitch them
+        ids: list[int] = []
+        for ev in events:
+            chunk_ids = orjson.loads(ev).get("output_ids") or []
+            ids.extend(chunk_ids)
+        answer.output_ids = ids
