@@ -122,11 +122,27 @@ class LocalClusterState:
 class LocalCluster:
     """A 2-node Ray cluster on this machine: head labelled prefill, second raylet labelled decode."""
 
-    def __init__(self, cluster: ClusterConfig, state_path: Path = DEFAULT_STATE_PATH):
+    def __init__(self, cluster: ClusterConfig, state_path: Path = DEFAULT_STATE_PATH,
+                 env: dict[str, str] | None = None):
         self.cluster = cluster
         self.state_path = Path(state_path)
         self.state: LocalClusterState | None = None
         self.gpus: dict[str, list[str]] = {}
+        self.env = dict(env or {})  # more environment for every raylet (e.g. RAY_AUTH_TOKEN)
+
+    # Where each raylet runs. Here: this machine, cluster.local.bind_host. NamespaceCluster
+    # (cluster/netns.py) runs each one on its own network-namespace host instead.
+    def node_host(self, role: str) -> str:
+        """The node IP of the raylet of `role` (what it binds and advertises)."""
+        return self.cluster.local.bind_host
+
+    def launch_prefix(self, role: str) -> list[str]:
+        """Command prefix of the raylet of `role` (e.g. `ip netns exec <host>`)."""
+        return []
+
+    def pick_port(self, role: str) -> int:
+        """A free port on the node of `role`."""
+        return free_port(self.node_host(role))
 
     def start(self, timeout_s: float = NODE_START_TIMEOUT_S, attempts: int = 3) -> LocalClusterState:
         for attempt in range(attempts):
@@ -141,9 +157,9 @@ class LocalCluster:
     def _start_once(self, timeout_s: float) -> LocalClusterState:
         local = self.cluster.local
         roles = self.cluster.roles
-        host = local.bind_host
-        gcs_port = local.head_port or free_port(host)
-        dashboard_port = local.dashboard_port or free_port(host)
+        host = self.node_host(roles.prefill)
+        gcs_port = local.head_port or self.pick_port(roles.prefill)
+        dashboard_port = local.dashboard_port or self.pick_port(roles.prefill)
         split = local.gpu_split == "auto"
         self.gpus = gpu_slices(machine_gpus(), self.cluster.gpus_per_node, [roles.prefill, roles.decode]) if split else {}
         root = Path(tempfile.mkdtemp(prefix="pdo-ray-", dir="/tmp"))  # short: Ray's socket paths must fit
@@ -163,7 +179,7 @@ class LocalCluster:
                 "--include-dashboard=true",
                 f"--dashboard-host={host}",
                 f"--dashboard-port={dashboard_port}",
-                f"--ray-client-server-port={free_port(host)}",
+                f"--ray-client-server-port={self.pick_port(roles.prefill)}",
             ]
             # the second raylet gives up at once if the head is not registered in the GCS yet, so wait
             # for the head to be listed as an alive node (through the dashboard), not just the GCS port
@@ -202,16 +218,18 @@ class LocalCluster:
     def _start_node(self, role: str, role_args: list[str], temp_dir: Path) -> LocalNode:
         local = self.cluster.local
         temp_dir.mkdir(parents=True, exist_ok=True)
-        metrics_port = free_port(local.bind_host)
-        loopback = is_loopback(local.bind_host)
+        host = self.node_host(role)
+        metrics_port = self.pick_port(role)
+        loopback = is_loopback(host)
         # on loopback Ray's own CLI would rewrite 127.0.0.1 to the outward IP and listen beyond loopback
         ray_cli = [sys.executable, "-m", "orchestrator.cluster.ray_loopback"] if loopback else [_ray_executable()]
         argv = [
+            *self.launch_prefix(role),
             *ray_cli,
             "start",
             "--block",
             *role_args,
-            f"--node-ip-address={local.bind_host}",
+            f"--node-ip-address={host}",
             f"--num-cpus={local.num_cpus_per_node}",
             f"--num-gpus={self.cluster.gpus_per_node}",
             f"--labels={self.cluster.roles.label_key}={role}",
@@ -219,9 +237,9 @@ class LocalCluster:
             f"--temp-dir={temp_dir}",
             f"--metrics-export-port={metrics_port}",
             # every port a raylet would otherwise pick for itself comes from ports.free_port's pool
-            f"--dashboard-agent-listen-port={free_port(local.bind_host)}",
-            f"--dashboard-agent-grpc-port={free_port(local.bind_host)}",
-            f"--runtime-env-agent-port={free_port(local.bind_host)}",
+            f"--dashboard-agent-listen-port={self.pick_port(role)}",
+            f"--dashboard-agent-grpc-port={self.pick_port(role)}",
+            f"--runtime-env-agent-port={self.pick_port(role)}",
             "--disable-usage-stats",
         ]
         gpus = self.gpus.get(role, [])
@@ -231,7 +249,7 @@ class LocalCluster:
             proc = subprocess.Popen(
                 argv,
                 env={**ray_env(), **job_env(), **(LOOPBACK_ENV if loopback else {}), **gpu_env,
-                     "RAY_NUM_REDIS_GET_RETRIES": "120"},
+                     "RAY_NUM_REDIS_GET_RETRIES": "120", **self.env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
