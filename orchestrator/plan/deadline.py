@@ -3,7 +3,8 @@
 config + batch -> placement (Ray) -> engine_start (weights from dummy/disk, CUDA graphs, JIT; servers
 start in parallel, the slowest counts) -> warmup (simulated) -> run (simulate.py on the actual batch)
 -> report -> DeadlineBudget with a VALID / at-risk / INVALID verdict. Phase names are the bench driver's
-(orchestrator.metrics.BENCH_PHASES), so `projected_finish_s` can feed its live projected-finish gauge.
+(orchestrator.phases.Phase values; `projected_finish_s` also takes its titles such as 'engine start'), so
+it can feed the driver's live projected-finish gauge.
 
 For the sim engine the prediction is of this machine's wall time: the simulated engine sleeps the cost
 model's durations x engine.sim.time_scale. Every number is labelled simulated.
@@ -15,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig
+from orchestrator.phases import BEFORE_PLACEMENT
+from orchestrator.phases import Phase as BenchPhase
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulate import LABEL, SimulatedRun, simulate_run
 
@@ -30,12 +33,6 @@ REPORT_S = {"sglang": 10.0, "sim": 1.0}
 SGLANG_WARMUP_SHAPE = (256, 16)
 # Below deadline x (1 - margin) the run is VALID; up to the deadline it is at risk.
 DEFAULT_MARGIN = 0.1
-# The bench driver's own phase labels -> ours; preflight and dataset happen before placement and are
-# counted in its fixed estimate.
-PHASE_ALIASES = {
-    "preflight": "placement", "dataset": "placement", "engine start": "engine_start",
-    "warm-up": "warmup", "measured run": "run",
-}
 
 
 @dataclass
@@ -199,13 +196,17 @@ def projected_finish_s(
     the measured token rate takes over from the prediction in proportion to the share of tokens done.
     """
     names = [p.name for p in budget.phases]
-    if phase == "done":
+    try:
+        bench_phase = BenchPhase.of(phase)  # the budget label or the driver's title ('engine start')
+    except ValueError:
+        raise ValueError(f"unknown phase {phase!r}; expected one of {names}, their bench titles, or 'done'") from None
+    if bench_phase is BenchPhase.DONE:
         return elapsed_s
-    if phase in ("preflight", "dataset"):  # nothing predicted has started yet
+    if bench_phase in BEFORE_PLACEMENT:  # nothing predicted has started yet (counted in placement)
         return elapsed_s + budget.total_s
-    phase = PHASE_ALIASES.get(phase, phase)
+    phase = bench_phase.value
     if phase not in names:
-        raise ValueError(f"unknown phase {phase!r}; expected one of {names + sorted(PHASE_ALIASES)} or 'done'")
+        raise ValueError(f"unknown phase {phase!r}; expected one of {names}, their bench titles, or 'done'")
     in_phase_s = max(0.0, elapsed_s - phase_started_s)
     predicted = budget.phase_s(phase)
     remaining = max(0.0, predicted - in_phase_s)
