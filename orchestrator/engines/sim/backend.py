@@ -11,6 +11,7 @@ import sys
 
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.engines.base import EngineBackend, EngineLaunch, WorkerPlacement
+from orchestrator.transfer.env import transport_env
 
 SIM_MODE = {"prefill": "prefill", "decode": "decode", "aggregated": "null"}
 
@@ -105,13 +106,9 @@ class SimBackend(EngineBackend):
             argv += ["--faults", json.dumps(faults)]
         argv += supported_extra_args(group.extra_args)
 
-        env = {"PYTHONUNBUFFERED": "1", **cfg.transfer.env}
-        ucx = cfg.transfer.ucx
-        if ucx.net_devices:
-            env["UCX_NET_DEVICES"] = ucx.net_devices
-        elif cfg.cluster.is_local:
-            env["UCX_NET_DEVICES"] = "lo"  # UCX also sees eth0; keep simulated transfers on loopback
-        env.update(ucx.extra)
+        # the same UCX/NIXL variables as a real server (transfer.ucx.tls, net_devices, ...): KV moves the
+        # way the config says; on one machine UCX would otherwise pick shared memory (cma) over the network
+        env = {"PYTHONUNBUFFERED": "1", **transport_env(cfg)}
         return EngineLaunch(
             argv=argv,
             env=env,
