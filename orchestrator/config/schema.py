@@ -104,6 +104,13 @@ class SimEngineConfig(Strict):
     kv_transfer: Literal["auto", "nixl", "http"] = Field(
         "auto", description="How simulated KV bytes move: NIXL on CPU memory when installed, else HTTP."
     )
+    kv_payload: Literal["sample", "full"] = Field(
+        "sample",
+        description="KV bytes really moved per request: a verified, checksummed sample (the first kv_sample_bytes; "
+        "the modelled transfer time still charges the whole KV) or all of them ('full', for transfer tests: "
+        "1000 ShareGPT prompts of R1 are ~21 GB, more than a 2-core machine copies in the modelled time).",
+    )
+    kv_sample_bytes: int = Field(1 << 20, ge=1, description="Bytes moved per request with kv_payload: sample.")
     faults: dict[str, Any] = Field(
         default_factory=dict, description="Fault injection per role, see orchestrator/engines/sim/faults.py."
     )

@@ -79,6 +79,8 @@ class SimBackend(EngineBackend):
             "--efficiency-prefill", repr(sim.efficiency_prefill),
             "--efficiency-decode", repr(sim.efficiency_decode),
             "--kv-transfer", sim.kv_transfer,
+            "--kv-payload", sim.kv_payload,
+            "--kv-sample-bytes", str(sim.kv_sample_bytes),
             # two local raylets share 127.0.0.1: the node role tells the cost model which link KV crosses
             "--sim-node", f"{placement.node_ip}/{cfg.node_role(role, group)}",
         ]

@@ -17,7 +17,7 @@ from typing import Any
 from orchestrator.engines.sim.faults import FaultInjector, RequestFate, parse_fault_spec
 from orchestrator.engines.sim.kv_decode import KvReceiver
 from orchestrator.engines.sim.kv_prefill import KvAux, PrefillKvServer
-from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, resolve_transfer_mode
+from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
 from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetrics
 from orchestrator.engines.sim.requests import BadRequest, Item, TextCodec
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
@@ -163,7 +163,25 @@ class SimEngine:
         return seconds * self.settings.time_scale * self.faults.step_factor
 
     def kv_bytes(self, prompt_tokens: int) -> int:
+        """The request's KV size in the model (what the modelled transfer time charges)."""
         return prompt_tokens * self.cost.kv_bytes_per_token()
+
+    def kv_payload_bytes(self, prompt_tokens: int) -> int:
+        """The bytes that really move and get verified: all of the KV, or its first kv_sample_bytes."""
+        full = self.kv_bytes(prompt_tokens)
+        return full if self.settings.kv_payload == "full" else min(full, self.settings.kv_sample_bytes)
+
+    def kv_payload_stats(self) -> dict[str, Any]:
+        """What the KV transfers really moved against the model's bytes (prefill: sent; decode: verified)."""
+        s = self.settings
+        stats: dict[str, Any] = {"mode": s.kv_payload, "sample_bytes": s.kv_sample_bytes}
+        if self.prefill_kv is not None:
+            stats.update(transfers=self.prefill_kv.transfers, modelled_bytes=self.prefill_kv.modelled_bytes,
+                         moved_bytes=self.prefill_kv.moved_bytes)
+        if self.receiver is not None:
+            stats.update(verified_transfers=self.receiver.verified_transfers,
+                         received_bytes=self.receiver.received_bytes)
+        return stats
 
     def prefill_server_info(self) -> dict[str, Any]:
         s = self.settings
@@ -242,6 +260,7 @@ class SimEngine:
                 "time_scale": s.time_scale,
                 "kv_transfer": self.transfer_mode,
                 "kv_bytes_per_token": self.cost.kv_bytes_per_token(),
+                "kv_payload": self.kv_payload_stats(),
                 "tokenizer": self.codec.kind if self.codec else "loading",
                 "node": s.node,
                 "faults": self.faults.describe(),
@@ -333,7 +352,9 @@ class SimEngine:
             self.queues.prefill_inflight += 1
             try:
                 if not fate.hang_transfer:
-                    aux = KvAux(run.req.output_ids[0], run.req.prompt_len, 0, self.kv_bytes(run.req.prompt_len))
+                    moved = self.kv_payload_bytes(run.req.prompt_len)
+                    aux = KvAux(run.req.output_ids[0], run.req.prompt_len, 0, self.kv_bytes(run.req.prompt_len),
+                                moved, payload_checksum(room_id, moved))
                     room.kv_ready.set_result(aux)
                 try:
                     await asyncio.shield(room.done)

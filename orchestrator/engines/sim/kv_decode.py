@@ -20,7 +20,7 @@ from orchestrator.engines.sim.kv_transfer import (
     VERIFY_MODES,
     KvTransferError,
     NixlEndpoint,
-    _verify,
+    PayloadCheck,
     load_nixl_api,
     log,
 )
@@ -64,6 +64,8 @@ class KvReceiver:
         if verify not in VERIFY_MODES:
             raise ValueError(f"--kv-verify={verify!r}; allowed: {', '.join(VERIFY_MODES)}")
         self.verify = verify
+        self.verified_transfers = 0  # rooms whose payload passed the pattern check and the checksum
+        self.received_bytes = 0
         self.timeouts = timeouts
         self.transfer_mode = transfer_mode
         self.node = node
@@ -156,14 +158,18 @@ class KvReceiver:
             hello.update(agent_name=self.nixl.name, agent_metadata=self.nixl.metadata_b64())
         agreed = (await self._call("POST", f"{base}/handshake", hello))["transfer"]
         aux = KvAux(**await self._call("GET", f"{base}/ready"))
+        check = PayloadCheck(room, self.verify)
         slot = await self.pool.acquire()
         try:
             if agreed == "nixl" and self.nixl is not None:
-                await self._receive_nixl(base, room, aux.nbytes, slot)
+                await self._receive_nixl(base, room, aux.moved_bytes, slot, check)
             else:
-                await self._receive_http(base, room, aux.nbytes, slot)
+                await self._receive_http(base, room, aux.moved_bytes, slot, check)
         finally:
             self.pool.release(slot)
+        check.finish(aux.moved_bytes, aux.checksum)
+        self.verified_transfers += 1
+        self.received_bytes += aux.moved_bytes
         await self._call("POST", f"{base}/finish", {})
         return aux
 
@@ -183,22 +189,23 @@ class KvReceiver:
             except aiohttp.ClientConnectionError:
                 await asyncio.sleep(min(0.5, self.timeouts.heartbeat_interval_s / 4))
 
-    async def _receive_http(self, base: str, room: int, nbytes: int, slot: int) -> None:
+    async def _receive_http(self, base: str, room: int, nbytes: int, slot: int, check: PayloadCheck) -> None:
         view = self.pool.view(slot)
         while True:
             try:
                 async with self.session.get(f"{base}/data") as resp:
                     if resp.status != 200:
                         raise KvTransferError("transfer", f"KV data request failed: HTTP {resp.status}")
+                    check.reset()
                     for offset in range(0, nbytes, len(view)):
                         length = min(len(view), nbytes - offset)
                         view[:length] = np.frombuffer(await resp.content.readexactly(length), dtype=np.uint8)
-                        _verify(view[:length], room, offset, self.verify)
+                        check.chunk(view[:length], offset)
                     return
             except (aiohttp.ClientConnectionError, asyncio.IncompleteReadError):
                 await asyncio.sleep(min(0.5, self.timeouts.heartbeat_interval_s / 4))
 
-    async def _receive_nixl(self, base: str, room: int, nbytes: int, slot: int) -> None:
+    async def _receive_nixl(self, base: str, room: int, nbytes: int, slot: int, check: PayloadCheck) -> None:
         assert self.nixl is not None
         view = self.pool.view(slot)
         dst = self.nixl.base + slot * self.pool.slot_bytes
@@ -208,7 +215,7 @@ class KvReceiver:
             arrived = self._expect_notif(notif)
             await self._call("POST", f"{base}/chunk", {"offset": offset, "length": length, "dst_addr": dst})
             await arrived
-            _verify(view[:length], room, offset, self.verify)
+            check.chunk(view[:length], offset)
 
     def _expect_notif(self, msg: bytes) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()

@@ -26,7 +26,9 @@ class KvAux:
     first_token: int
     prompt_tokens: int
     cached_tokens: int
-    nbytes: int
+    nbytes: int  # the request's KV size in the model: what the modelled transfer time charges
+    moved_bytes: int  # what really moves and is verified: nbytes, or a sample of it (--kv-payload sample)
+    checksum: str  # blake2b-128 of the moved bytes as sent (kv_transfer.payload_checksum)
 
 
 @dataclass(eq=False)
@@ -65,6 +67,9 @@ class PrefillKvServer:
         self.modelled_transfer_s = modelled_transfer_s
         self.on_transfer_done = on_transfer_done
         self.rooms: dict[int, PrefillRoom] = {}
+        self.transfers = 0  # completed transfers, their modelled and really moved bytes (/server_info sim block)
+        self.modelled_bytes = 0
+        self.moved_bytes = 0
         self.nixl: NixlEndpoint | None = None
         if transfer_mode == "nixl":
             api = load_nixl_api()
@@ -134,11 +139,11 @@ class PrefillKvServer:
     async def _data(self, request: web.Request) -> web.StreamResponse:
         room = self._room_of(request)
         aux: KvAux = await asyncio.shield(room.kv_ready)
-        resp = web.StreamResponse(headers={"X-Kv-Bytes": str(aux.nbytes)})
-        resp.content_length = aux.nbytes
+        resp = web.StreamResponse(headers={"X-Kv-Bytes": str(aux.moved_bytes)})
+        resp.content_length = aux.moved_bytes
         await resp.prepare(request)
-        for offset in range(0, aux.nbytes, PATTERN_BYTES):
-            length = min(PATTERN_BYTES, aux.nbytes - offset)
+        for offset in range(0, aux.moved_bytes, PATTERN_BYTES):
+            length = min(PATTERN_BYTES, aux.moved_bytes - offset)
             await resp.write(expected_kv_bytes(room.room, offset, length).data)
         await resp.write_eof()
         return resp
@@ -161,10 +166,16 @@ class PrefillKvServer:
         room = self._room_of(request)
         aux: KvAux = await asyncio.shield(room.kv_ready)
         node = (room.decode or {}).get("node")
-        await asyncio.sleep(self.modelled_transfer_s(aux.prompt_tokens, node))
-        latency_s = time.monotonic() - (room.data_started_at or room.created_at)
+        # the transfer takes the modelled time of the request's whole KV, from its start: the real copy of the
+        # payload (all of it, or a sample) happened inside that time
+        started = room.data_started_at or room.created_at
+        await asyncio.sleep(max(0.0, started + self.modelled_transfer_s(aux.prompt_tokens, node) - time.monotonic()))
+        latency_s = time.monotonic() - started
         if not room.done.done():
             room.done.set_result(latency_s)
+            self.transfers += 1
+            self.modelled_bytes += aux.nbytes
+            self.moved_bytes += aux.moved_bytes
             self.on_transfer_done(aux.nbytes, latency_s)
         return web.json_response(aux.__dict__)
 

@@ -312,6 +312,10 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--kv-buffer-mb", type=int, default=64, help="decode receive buffer (MiB), 8 MiB per transfer")
     s.add_argument("--kv-verify", choices=["full", "sampled"], default="full",
                    help="decode checks every received KV byte, or 64 bytes of every 4 KiB")
+    s.add_argument("--kv-payload", choices=["sample", "full"], default="sample",
+                   help="per request, move and verify the first --kv-sample-bytes of its KV (sample) or all of it "
+                        "(full); the modelled transfer time is always the whole KV's")
+    s.add_argument("--kv-sample-bytes", type=int, default=1 * MIB, help="bytes moved per request with --kv-payload sample")
     s.add_argument("--sim-node", default=None, help="node identity for same-node transfers; default --host")
     d = PdTimeouts()
     s.add_argument("--waiting-timeout-s", type=float, default=d.waiting_timeout_s)
@@ -325,7 +329,8 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(a: argparse.Namespace) -> SimSettings:
     preset = a.model_preset or (None if a.model_path else "DeepSeek-R1")
-    for name in ("tp", "pp", "dp", "ep", "nnodes", "kv_buffer_mb", "bootstrap_retries", "heartbeat_max_failures"):
+    for name in ("tp", "pp", "dp", "ep", "nnodes", "kv_buffer_mb", "kv_sample_bytes", "bootstrap_retries",
+                 "heartbeat_max_failures"):
         if getattr(a, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(a, name)}: must be >= 1")
     for name in ("time_scale", "waiting_timeout_s", "bootstrap_timeout_s", "heartbeat_interval_s"):
@@ -360,6 +365,8 @@ def settings_from_args(a: argparse.Namespace) -> SimSettings:
         kv_transfer=a.kv_transfer,
         kv_buffer_mb=a.kv_buffer_mb,
         kv_verify=a.kv_verify,
+        kv_payload=a.kv_payload,
+        kv_sample_bytes=a.kv_sample_bytes,
         node=a.sim_node or a.host,
         incremental_streaming_output=a.incremental_streaming_output,
         timeouts=PdTimeouts(

@@ -43,6 +43,8 @@ class SimSettings:
     kv_transfer: str
     kv_buffer_mb: int
     kv_verify: str
+    kv_payload: str  # sample | full: the KV bytes that really move per request (the model charges all of them)
+    kv_sample_bytes: int
     node: str
     incremental_streaming_output: bool
     timeouts: PdTimeouts
