@@ -94,10 +94,6 @@ class PDDispatcher:
                 fresh[ep.name] = WorkerState(ep)
         self.workers = fresh
 
-    def set_healthy(self, name: str, healthy: bool) -> None:
-        if name in self.workers:
-            self.workers[name].healthy = healthy
-
     def _policy(self, role: str) -> RoutingPolicy:
         if role not in self._policies:
             self._policies[role] = make_policy(self.settings.policy, role)
