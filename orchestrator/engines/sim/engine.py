@@ -20,7 +20,7 @@ from orchestrator.engines.sim.kv_prefill import KvAux, PrefillKvServer
 from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
 from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetrics
 from orchestrator.engines.sim.requests import BadRequest, Item, TextCodec
-from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
+from orchestrator.engines.sim.scheduler import MAX_CATCH_UP_S, Scheduler, SchedulerLimits, SimRequest
 from orchestrator.engines.sim.settings import SimSettings, architecture_of, cost_model_of
 
 log = logging.getLogger("orchestrator.engines.sim.server")
@@ -261,6 +261,8 @@ class SimEngine:
                 "kv_transfer": self.transfer_mode,
                 "kv_bytes_per_token": self.cost.kv_bytes_per_token(),
                 "kv_payload": self.kv_payload_stats(),
+                "pacing": {"modelled_busy_s": stats.modelled_busy_s, "host_lost_s": stats.host_lost_s,
+                           "max_late_s": stats.max_late_s, "max_catch_up_s": MAX_CATCH_UP_S},
                 "tokenizer": self.codec.kind if self.codec else "loading",
                 "node": s.node,
                 "faults": self.faults.describe(),

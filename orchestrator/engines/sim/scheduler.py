@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 _MASK64 = (1 << 64) - 1
 GEN_THROUGHPUT_WINDOW_STEPS = 40  # SGLang's default --decode-log-interval
+MAX_CATCH_UP_S = 2.0  # how far behind the model's timeline a busy host may fall and still catch up (wall s)
 
 
 class StepCostModel(Protocol):
@@ -115,6 +116,9 @@ class SchedulerStats:
     gen_throughput: float
     decode_steps: int
     prefill_batches: int
+    modelled_busy_s: float = 0.0  # wall seconds of steps on the model's timeline (x time_scale)
+    host_lost_s: float = 0.0  # wall seconds the host fell behind beyond MAX_CATCH_UP_S: time the model did not take
+    max_late_s: float = 0.0  # the latest any step started behind the model's timeline
 
     @property
     def token_usage(self) -> float:
@@ -158,6 +162,11 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._kv_freed = asyncio.Condition()
         self._task: asyncio.Task | None = None
+        # pacing (see _sleep_modelled): when the running step ends on the model's timeline; None while idle
+        self._timeline_at: float | None = None
+        self.modelled_busy_s = 0.0
+        self.host_lost_s = 0.0
+        self.max_late_s = 0.0
 
     # ----- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -230,6 +239,9 @@ class Scheduler:
             gen_throughput=self.gen_throughput(),
             decode_steps=self.decode_steps,
             prefill_batches=self.prefill_batches,
+            modelled_busy_s=self.modelled_busy_s,
+            host_lost_s=self.host_lost_s,
+            max_late_s=self.max_late_s,
         )
 
     def gen_throughput(self) -> float:
@@ -254,6 +266,7 @@ class Scheduler:
                 elif self.running:
                     await self._run_decode_step()
                 else:
+                    self._timeline_at = None  # idle: the next step starts when work arrives
                     await self._wake.wait()
             except asyncio.CancelledError:
                 raise
@@ -310,7 +323,24 @@ class Scheduler:
             self.running.append(req)
 
     async def _sleep_modelled(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds) * self.limits.time_scale * self.slow_factor())
+        """Let one step take its modelled time, on the model's timeline rather than after our own CPU work.
+
+        A busy server's next step starts when the previous one ended on the model's timeline, so the CPU
+        this process spends between steps (tokens, streams, transfers) is absorbed instead of added to every
+        step; a host that falls behind catches up by at most MAX_CATCH_UP_S, and the rest is counted in
+        `host_lost_s` (the host, not the model, took that time).
+        """
+        duration = max(0.0, seconds) * self.limits.time_scale * self.slow_factor()
+        now = time.monotonic()
+        start = now if self._timeline_at is None else self._timeline_at
+        late = now - start
+        self.max_late_s = max(self.max_late_s, late)
+        if late > MAX_CATCH_UP_S:
+            self.host_lost_s += late - MAX_CATCH_UP_S
+            start = now - MAX_CATCH_UP_S
+        self._timeline_at = start + duration
+        self.modelled_busy_s += duration
+        await asyncio.sleep(max(0.0, self._timeline_at - now))
 
     async def _run_prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
         new = [take for _, take in batch]
