@@ -63,7 +63,7 @@ class PreflightReport:
         ]
         if self.expected_link_gb_s:
             pct = 100 * self.best_gb_s / self.expected_link_gb_s
-            out.append(f"  expected link ({self.link_kind}): {self.expected_link_gb_s:.0f} GB/s -> best is {pct:.0f}%")
+            out.append(f"  expected link ({self.link_kind}): {self.expected_link_gb_s:.3g} GB/s -> best is {pct:.0f}%")
         else:
             out.append(f"  expected link ({self.link_kind}): none configured (transfer.expected_link_gb_s)")
         out.append(f"  backend: {self.backend}; UCX transports: {', '.join(self.transports) or 'not reported'}")
