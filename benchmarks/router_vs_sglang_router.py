@@ -67,10 +67,7 @@ def process_cpu_s(pid: int) -> float:
 
 def router_pids(bench) -> dict[str, list[int]]:
     """Whose CPU each path spends: our router replica, each gateway, the two simulated engines, this driver."""
-    from ray.util.state import list_actors
-
-    replicas = [a.pid for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True)
-                if a.class_name.startswith("ServeReplica:pd-router")]
+    replicas = [bench.router.process_id.remote().result(timeout_s=60)]  # one replica
     engines = [int(p) for e in bench.endpoints for p in subprocess.run(
         ["pgrep", "-f", f"--port {e.url.rsplit(':', 1)[1]} "], capture_output=True, text=True).stdout.split()]
     gateways = {name: [proc.pid] for name, proc in bench.gateways.items()}

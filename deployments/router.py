@@ -127,6 +127,10 @@ class PDRouter:
         self._ensure_following()
         return [w.endpoint for w in self.core.dispatcher.workers.values()]
 
+    def process_id(self) -> int:
+        """This replica's pid (the router benchmarks read its CPU time from /proc)."""
+        return os.getpid()
+
     def metrics_address(self) -> str | None:
         """host:port of this replica's Prometheus exporter (for the scrape file), None if not running."""
         return self.exporter.address if self.exporter is not None else None
