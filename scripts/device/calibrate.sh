@@ -46,7 +46,8 @@ cp benchmarks/calibration/r1-shaped/config.json $W/models/r1s/config.json
 D=$W/$PHASE; rm -rf $D; mkdir -p $D
 case $PHASE in
 v2lite)
-  python3 -m orchestrator.calibrate single --model-path $W/models/v2lite --name v2lite --out $D --budget-s $(( $(left) - 25 )) ;;
+  python3 -m orchestrator.calibrate single --model-path $W/models/v2lite --name v2lite --out $D --budget-s $(( $(left) - 25 )) \
+    ${SINGLE_ARGS:-} ;;   # e.g. SINGLE_ARGS="--plan-json benchmarks/calibration/plans/v2lite-context.json --name v2lite-ctx" 
 r1)
   python3 -m orchestrator.calibrate single --model-path $W/models/r1s --name r1s6 --out $D --budget-s $(( $(left) - 25 )) \
     --flag=--trust-remote-code ${R1_FLAGS:---flag=--triton-attention-split-tile-size --flag=256} ;;
