@@ -69,7 +69,7 @@ def router_pids(bench) -> dict[str, list[int]]:
     """Whose CPU each path spends: our router replica, each gateway, the two simulated engines, this driver."""
     replicas = [bench.router.process_id.remote().result(timeout_s=60)]  # one replica
     engines = [int(p) for e in bench.endpoints for p in subprocess.run(
-        ["pgrep", "-f", f"--port {e.url.rsplit(':', 1)[1]} "], capture_output=True, text=True).stdout.split()]
+        ["pgrep", "-f", "--", f"--port {e.url.rsplit(':', 1)[1]} "], capture_output=True, text=True).stdout.split()]
     gateways = {name: [proc.pid] for name, proc in bench.gateways.items()}
     return {"ours": replicas, **gateways, "engines": engines, "driver": [os.getpid()]}
 
