@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cluster.local import LocalClusterState
-from orchestrator.cluster.proc import _descendants, _pid_alive
+from orchestrator.process import descendants as _descendants
+from orchestrator.process import pid_alive as _pid_alive
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parent.parent
@@ -66,7 +67,7 @@ def test_local_config_attaches_to_ray_address_instead_of_starting(ray_cluster, t
         "import json, sys\n"
         "from pathlib import Path\n"
         "from tests.conftest import sim_config\n"
-        "from orchestrator.cluster import connect, node_inventory\n"
+        "from orchestrator.cluster.connect import connect\nfrom orchestrator.cluster.inventory import node_inventory\n"
         f"s = connect(sim_config(tmp_dir=Path({str(tmp_path)!r})))\n"
         "print(json.dumps({'started': s.started is not None, 'nodes': len(node_inventory())}))\n"
         "s.close()\n"
@@ -97,7 +98,7 @@ def test_a_node_that_dies_while_the_next_one_starts_makes_the_cluster_start_over
     """CI once lost the head raylet while the decode raylet started (a port the head opens late was
     taken in between); start() must start the whole cluster over instead of failing."""
     from orchestrator.cluster.local import LocalCluster
-    from orchestrator.cluster.proc import _kill_tree
+    from orchestrator.process import ManagedProcess
     from tests.conftest import sim_config
 
     killed: list[int] = []
@@ -106,7 +107,7 @@ def test_a_node_that_dies_while_the_next_one_starts_makes_the_cluster_start_over
         def _start_node(self, role, role_args, temp_dir):
             if role == "decode" and not killed:
                 killed.append(self.state.nodes[0].pid)
-                _kill_tree(killed[0])
+                ManagedProcess.attach(killed[0]).stop()
             return super()._start_node(role, role_args, temp_dir)
 
     cluster = HeadDiesOnce(sim_config().cluster, tmp_path / "restarted.json")

@@ -16,7 +16,8 @@ import pytest
 
 from orchestrator.cluster.listening import ListeningSocket, listening_sockets
 from orchestrator.cluster.local import LocalClusterState
-from orchestrator.cluster.proc import _descendants, _pid_alive
+from orchestrator.process import descendants as _descendants
+from orchestrator.process import pid_alive as _pid_alive
 
 
 def process_tree(pid: int) -> list[int]:
@@ -239,7 +240,7 @@ def test_token_auth_cluster_admits_only_drivers_and_job_clients_with_the_token(t
     try:
         state = LocalClusterState.load(state_path)
         assert state is not None
-        attach = ("import ray, sys; from orchestrator.cluster import init_driver; init_driver(sys.argv[1]); "
+        attach = ("import ray, sys; from orchestrator.cluster.connect import init_driver; init_driver(sys.argv[1]); "
                   "print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))")
         driver = [sys.executable, "-c", attach, state.gcs_address]
         job_list = [str(Path(sys.executable).parent / "ray"), "job", "list", "--address", state.dashboard_url]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from orchestrator.cli.args import add_config_args, config_from_args
 from orchestrator.cluster.local import DEFAULT_STATE_PATH, LocalCluster, LocalClusterState, ray_env
-from orchestrator.cluster.proc import _pid_alive
 from orchestrator.config import ClusterConfig, RunConfig
+from orchestrator.process import pid_alive
 
 
 def _cluster_cfg(args: argparse.Namespace) -> RunConfig:
@@ -61,7 +61,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     alive = state.alive()
     print(f"{state.gcs_address}: {'up' if alive else 'DOWN'} (dashboard {state.dashboard_url})")
     for n in state.nodes:
-        print(f"  {state.label_key}={n.role}: pid {n.pid} {'alive' if _pid_alive(n.pid) else 'gone'}")
+        print(f"  {state.label_key}={n.role}: pid {n.pid} {'alive' if pid_alive(n.pid) else 'gone'}")
     return 0 if alive else 1
 
 

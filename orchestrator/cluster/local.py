@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,9 +22,9 @@ from pathlib import Path
 
 from orchestrator.cluster.inventory import ClusterError, gpu_slices, machine_gpus
 from orchestrator.cluster.ports import free_port
-from orchestrator.cluster.proc import _exited, _kill_tree, _pid_alive, _tail
 from orchestrator.cluster.ray_loopback import LOOPBACK_ENV, is_loopback
 from orchestrator.config import ClusterConfig
+from orchestrator.process import ManagedProcess, pid_alive, reap, tail
 
 DEFAULT_STATE_PATH = Path("runs/local-cluster.json")
 # defaults for every Ray process and client we start; the caller's environment wins, so a cluster with
@@ -116,7 +115,7 @@ class LocalClusterState:
 
     def alive(self) -> bool:
         host, port = self.gcs_address.rsplit(":", 1)
-        return all(_pid_alive(n.pid) for n in self.nodes) and _port_open(host, int(port))
+        return all(pid_alive(n.pid) for n in self.nodes) and _port_open(host, int(port))
 
 
 class LocalCluster:
@@ -210,7 +209,7 @@ class LocalCluster:
                 if exited.pid != self.state.nodes[-1].pid:
                     raise EarlierNodeExited(str(exited), exited.pid) from None
                 node = self.state.nodes.pop()
-                _kill_tree(node.pid)
+                ManagedProcess.attach(node.pid).stop()
                 self.state.save(self.state_path)
                 if attempt == attempts - 1:
                     raise
@@ -245,17 +244,11 @@ class LocalCluster:
         gpus = self.gpus.get(role, [])
         gpu_env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
         log_path = temp_dir.parent / f"ray-start-{role}.log"
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                argv,
-                env={**ray_env(), **job_env(), **(LOOPBACK_ENV if loopback else {}), **gpu_env,
-                     "RAY_NUM_REDIS_GET_RETRIES": "120", **self.env},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own group: we kill exactly this tree, never by name
-            )
-        return LocalNode(role, proc.pid, str(temp_dir), metrics_port, str(log_path), gpus)
+        env = {**ray_env(), **job_env(), **(LOOPBACK_ENV if loopback else {}), **gpu_env,
+               "RAY_NUM_REDIS_GET_RETRIES": "120", **self.env}
+        # its own session: stop() kills exactly this tree, never by name
+        pid = ManagedProcess(argv, log_path, env, what=f"{role} raylet").start()
+        return LocalNode(role, pid, str(temp_dir), metrics_port, str(log_path), gpus)
 
     def _alive_node_count(self) -> int:
         from ray.util.state import list_nodes
@@ -271,12 +264,12 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.state is not None
-            dead = [n for n in self.state.nodes if not _pid_alive(n.pid) or _exited(n.pid)]
+            dead = [n for n in self.state.nodes if not pid_alive(n.pid) or reap(n.pid)]
             if dead:
                 node = dead[0]
                 raise NodeExited(
                     f"local Ray node role={node.role} exited during start-up; see {node.log_path}:\n"
-                    + _tail(node.log_path),
+                    + tail(node.log_path, 15),
                     node.pid,
                 )
             if ready():
@@ -290,7 +283,7 @@ class LocalCluster:
         if state is None:
             return
         for node in reversed(state.nodes):
-            _kill_tree(node.pid)
+            ManagedProcess.attach(node.pid).stop()
         if state.root_dir and Path(state.root_dir).name.startswith("pdo-ray-"):
             shutil.rmtree(state.root_dir, ignore_errors=True)
         saved = LocalClusterState.load(self.state_path)

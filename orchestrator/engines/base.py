@@ -10,8 +10,6 @@ differs between engines: launch command, start-up timeout, readiness, node-rank 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from orchestrator.config import RunConfig, WorkerGroup
+from orchestrator.process import ManagedProcess, ProcessError
 
 
 @dataclass(frozen=True)
@@ -91,74 +90,53 @@ class EngineStartError(RuntimeError):
 
 
 class EngineProcess:
-    """One engine server process in its own session; logs go to `log_path`."""
+    """One engine server process (a ManagedProcess) plus its launch: ready when GET /health answers 200."""
 
     def __init__(self, launch: EngineLaunch, log_path: Path):
         self.launch = launch
         self.log_path = Path(log_path)
-        self.proc: subprocess.Popen | None = None
-        self.started_at: float | None = None
+        self.process = ManagedProcess(launch.argv, self.log_path, what="engine")
         self.ready_at: float | None = None
 
+    @property
+    def proc(self):
+        """The subprocess.Popen, once started."""
+        return self.process.popen
+
+    @property
+    def started_at(self) -> float | None:
+        return self.process.started_at
+
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        env = {**os.environ, **self.launch.env}
-        self.started_at = time.time()
-        self.proc = subprocess.Popen(
-            self.launch.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
+        self.process.env = {**os.environ, **self.launch.env}
+        self.process.start()
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.process.alive()
 
     def wait_healthy(self, timeout_s: float, poll_s: float = 0.2) -> float:
-        """Block until GET /health is 200; return seconds from start. Raise with the log tail on failure."""
-        deadline = time.monotonic() + timeout_s
+        """Block until GET /health is 200; return seconds from start. EngineStartError with the log tail."""
         with httpx.Client(timeout=5.0) as client:
-            while time.monotonic() < deadline:
-                if not self.alive():
-                    raise EngineStartError(
-                        f"engine exited with code {self.proc.returncode if self.proc else '?'} before it was "
-                        f"healthy; log {self.log_path}:\n{self.log_tail()}"
-                    )
+
+            def healthy() -> bool:
                 try:
-                    if client.get(self.launch.url + "/health").status_code == 200:
-                        self.ready_at = time.time()
-                        return self.ready_at - (self.started_at or self.ready_at)
+                    return client.get(self.launch.url + "/health").status_code == 200
                 except httpx.HTTPError:
-                    pass
-                time.sleep(poll_s)
-        raise EngineStartError(
-            f"engine at {self.launch.url} not healthy after {timeout_s:.0f}s; log {self.log_path}:\n"
-            f"{self.log_tail()}"
-        )
+                    return False
+
+            try:
+                took = self.process.wait_ready(healthy, timeout_s, poll_s, where=self.launch.url)
+            except ProcessError as exc:
+                raise EngineStartError(str(exc)) from None
+        self.ready_at = time.time()
+        return took
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return self.process.log_tail(lines)
 
     def stop(self, grace_s: float = 5.0) -> None:
         """SIGTERM the process group, then SIGKILL whatever is left: no orphan engine processes."""
-        if self.proc is None:
-            return
-        pgid = self.proc.pid
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-                # children of the group may outlive the leader; make sure they are gone too
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        self.process.stop(grace_s)
 
 
 class EngineBackend(ABC):

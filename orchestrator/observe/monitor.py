@@ -8,11 +8,7 @@ dashboards files: the same as a Grafana file-provisioning tree, for users who mo
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -21,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.observe.dashboards import DASHBOARD_DIR
+from orchestrator.process import ManagedProcess, ProcessError
 
 RAY_SD_FILE = "/tmp/ray/prom_metrics_service_discovery.json"
 
@@ -79,19 +76,12 @@ def _is_our_prometheus(pid: int, config_path: Path) -> bool:
     )
 
 
-def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited with code {proc.returncode} during start-up")
-        try:
-            with urllib.request.urlopen(url + "/-/ready", timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.1)  # poll interval of a readiness check, not a synchronisation sleep
-    raise RuntimeError(f"prometheus not ready at {url} after {timeout_s:.0f} s")
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/-/ready", timeout=1) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
 
 
 def prometheus_up(
@@ -116,19 +106,19 @@ def prometheus_up(
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.config.write_text(render_prometheus_config(file_sd_path, scrape_interval_s, ray_sd_files))
     url = f"http://{host}:{port}"
-    with open(paths.log, "ab") as log_file:
-        proc = subprocess.Popen(
-            [exe, f"--config.file={paths.config}", f"--storage.tsdb.path={paths.data}",
-             f"--web.listen-address={host}:{port}", "--web.enable-lifecycle"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-    paths.pid_file.write_text(f"{proc.pid} {url}\n")
+    proc = ManagedProcess(
+        [exe, f"--config.file={paths.config}", f"--storage.tsdb.path={paths.data}",
+         f"--web.listen-address={host}:{port}", "--web.enable-lifecycle"],
+        paths.log, what="prometheus",
+    )
+    pid = proc.start()
+    paths.pid_file.write_text(f"{pid} {url}\n")
     try:
-        _wait_ready(url, proc, ready_timeout_s)
-    except RuntimeError as exc:
+        proc.wait_ready(lambda: _ready(url), ready_timeout_s, poll_s=0.1, where=url)
+    except ProcessError:
         prometheus_down(paths)
-        raise RuntimeError(f"{exc}; see {paths.log}") from None
-    return proc.pid, url
+        raise
+    return pid, url
 
 
 def prometheus_down(paths: MonitorPaths, timeout_s: float = 15) -> int | None:
@@ -136,25 +126,10 @@ def prometheus_down(paths: MonitorPaths, timeout_s: float = 15) -> int | None:
     if not paths.pid_file.exists():
         return None
     pid = int(paths.pid_file.read_text().split()[0])
-    if _is_our_prometheus(pid, paths.config):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _is_our_prometheus(pid, paths.config) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.05)
-        if _is_our_prometheus(pid, paths.config):
-            os.kill(pid, signal.SIGKILL)
-        _reap(pid)
+    if _is_our_prometheus(pid, paths.config):  # a reused pid is someone else's process: leave it
+        ManagedProcess.attach(pid, paths.log, what="prometheus").stop(grace_s=timeout_s)
     paths.pid_file.unlink(missing_ok=True)
     return pid
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status if we are the parent (same process as `up`), so no zombie lingers."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def local_cluster_ray_sd_files(cfg) -> list[str]:
