@@ -42,6 +42,7 @@ from orchestrator.phases import Phase
 from orchestrator.records import BenchRequest, RequestResult
 from orchestrator.run.deployment import Deployment, with_free_router_port
 from orchestrator.run.driver import BenchInterrupted, complete_results, signals_raise, stop_reason, stream_batch
+from orchestrator.run.fidelity import SimFidelity, engine_pacing, fidelity, modelled_run
 from orchestrator.workload.batch import sample_batch, warmup_batch
 
 log = logging.getLogger("pd_orchestrator.bench")
@@ -92,6 +93,7 @@ class BenchResult:
     results: list[RequestResult]
     metadata: dict = field(default_factory=dict)
     latency: LatencySummary | None = None  # TTFT/TPOT/KV wait/e2e percentiles; computed from results if None
+    simulation: SimFidelity | None = None  # sim engine: the measured run against the cost model's run
 
     def __post_init__(self) -> None:
         if self.latency is None:
@@ -110,7 +112,8 @@ class BenchResult:
         return self.verdict.total_s
 
     def text(self) -> str:
-        return result_block(self.summary) + "\n" + our_lines(self.verdict, self.latency, self.metadata.get("rules"))
+        text = result_block(self.summary) + "\n" + our_lines(self.verdict, self.latency, self.metadata.get("rules"))
+        return text + ("\n" + self.simulation.line() if self.simulation else "")
 
     def to_dict(self) -> dict:
         return {
@@ -124,6 +127,7 @@ class BenchResult:
             "summary": self.summary.to_dict(),
             "engine_label": self.verdict.engine,
             "latency": self.latency.to_dict() if self.latency else None,
+            "simulation": self.simulation.to_dict() if self.simulation else None,
             "counts": {
                 "num_prompts": self.verdict.num_prompts,
                 "completed": self.verdict.completed,
@@ -249,6 +253,8 @@ def run_bench(
     reason: str | None = None
     duration_s = 0.0
     lgt = 0.0
+    model = None  # sim engine: the cost model's run of this batch
+    pacing: dict = {}
     cfg = with_free_router_port(cfg)
     deployment = Deployment(cfg, run_id, deadline_at, state_path)
     metrics = BenchMetrics(run_id, cfg.layout.describe(), cfg.benchmark.deadline_s,
@@ -268,6 +274,8 @@ def run_bench(
                 warmup = warmup_batch(cfg, len(requests))
                 view.total_prompts = len(requests)
                 view.total_output_tokens = sum(r.output_len for r in requests)
+                model = modelled_run(cfg, [(r.prompt_len, r.output_len) for r in requests],
+                                     max_in_flight(cfg, len(requests)))
             with clock.phase(Phase.PLACEMENT, quiet):
                 nodes = deployment.place()
                 _export_driver_metrics(cfg, run_id, metrics)
@@ -286,6 +294,8 @@ def run_bench(
                                        on_result=view.update)
                 duration_s = (time.perf_counter() - t) / time_scale
             lgt = last_gen_throughput(endpoints)
+            if model is not None:
+                pacing = engine_pacing(endpoints)
         except (KeyboardInterrupt, BenchInterrupted) as exc:
             reason = f"interrupted during {clock.failed_in or 'start-up'}: {exc or 'Ctrl-C'}"
         except Exception as exc:
@@ -301,7 +311,8 @@ def run_bench(
             log.debug("bench failed", exc_info=True)
         finally:
             with clock.phase(Phase.REPORT, True):
-                result = _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt)
+                result = _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt,
+                                 model if reason is None else None, pacing)
                 _write_html_report(result)
             deployment.close()
     return result
@@ -329,7 +340,8 @@ def _write_html_report(result: "BenchResult") -> None:
         log.warning("HTML report not written: %r", exc)
 
 
-def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt) -> BenchResult:
+def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt,
+            model=None, pacing=None) -> BenchResult:
     if requests and len(results) != len(requests):
         got = {r.index: r for r in results}
         results = complete_results(requests, got, f"not run: {reason or 'run ended early'}")
@@ -354,6 +366,8 @@ def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, dur
         failure_reasons=failure_reasons(results),
     )
     result = BenchResult(run_id, None, summary, verdict, results, run_metadata(cfg, run_id, endpoints, nodes))
+    result.simulation = fidelity(model, duration_s, summary.total_output_tokens,
+                                 summary.total_input_tokens + summary.total_output_tokens, pacing or {})
     path = result_root(cfg.benchmark.result_dir) / run_id / "result.json"
     result.result_path = write_result_json(path, result.to_dict())
     return result

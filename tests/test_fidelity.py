@@ -1,0 +1,58 @@
+"""A simulated bench run against the cost model's run of the same batch: stated in the result, never hidden."""
+
+from __future__ import annotations
+
+import json
+
+from orchestrator.plan.simulate import simulate_run
+from orchestrator.run.bench import max_in_flight, run_bench
+from orchestrator.run.fidelity import SimFidelity, fidelity, modelled_run
+from orchestrator.workload.batch import sample_batch
+
+
+def fid(measured_s: float, modelled_s: float = 60.0) -> SimFidelity:
+    return SimFidelity(modelled_s, measured_s, 3300.0, 8300.0, 3300.0 * modelled_s / measured_s,
+                       8300.0 * modelled_s / measured_s, "H100-SXM")
+
+
+def test_within_five_percent_the_throughput_is_the_models():
+    f = fid(62.0)
+    assert f.within_tolerance and not f.host_bound
+    assert f.line().startswith("SIMULATED H100-SXM: measured run 62.0 s vs modelled 60.0 s (+3.3%), within ±5%")
+    assert f.to_dict()["within_tolerance"] is True
+
+
+def test_a_slow_host_is_named_with_by_how_much_and_the_modelled_throughput():
+    f = fid(153.6)
+    assert f.host_bound and not f.within_tolerance
+    line = f.line()
+    assert line.startswith("HOST-BOUND: this machine ran the simulation 2.56x slower than the modelled H100-SXM GPUs")
+    assert "(+156.0%)" in line and "not the GPUs'" in line and "Modelled: 3,300 output tok/s, 8,300 total tok/s" in line
+    assert f.to_dict()["slowdown"] == f.slowdown > 1.5
+
+
+def test_modelled_run_is_the_plan_simulation_of_the_exact_batch(make_sim_config):
+    cfg = make_sim_config()
+    batch = [(r.prompt_len, r.output_len) for r in sample_batch(cfg, 40)]
+    limit = max_in_flight(cfg, len(batch))
+    model = modelled_run(cfg, batch, limit)
+    again = simulate_run(cfg, batch, gpu=cfg.sim_profile, max_concurrency=limit)
+    assert model.duration_s == again.duration_s and model.output_tokens == sum(o for _, o in batch)
+    assert fidelity(model, 0.0, 1, 1, {}) is None  # no measured run: nothing to compare
+    real = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kind": "sglang"})})
+    assert modelled_run(real, batch, limit) is None
+
+
+def test_small_sim_bench_records_its_fidelity(ray_driver, make_sim_config):
+    cfg = make_sim_config()
+    result = run_bench(cfg, quiet=True, num_prompts=12)
+    assert result.valid, result.verdict.why_invalid()
+    sim = result.simulation
+    assert sim is not None and sim.modelled_run_s > 0 and sim.measured_run_s == result.duration_s
+    assert set(sim.engines) == {"prefill-0/0", "decode-0/0"}
+    for account in sim.engines.values():
+        assert account["pacing"]["modelled_busy_s"] > 0 and account["kv_payload"]["mode"] == "sample"
+    assert sim.engines["decode-0/0"]["kv_payload"]["verified_transfers"] == 12
+    saved = json.loads(result.result_path.read_text())["simulation"]
+    assert saved["modelled_run_s"] == sim.modelled_run_s and saved["host_bound"] == sim.host_bound
+    assert sim.line() in result.text().splitlines()[-1]
