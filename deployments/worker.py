@@ -135,8 +135,10 @@ class EngineWorker:
         self.start_error: str | None = None
         self._health_failures = 0
         self._stopped = False
+        self.cache_state = self.backend.compile_cache_state(cfg, self.launch)  # before it compiles anything
         self.engine.start()
-        logger.info("%s: engine started, log %s", self.name, self.engine.log_path)
+        logger.info("%s: engine started (compile caches %s), log %s", self.name, self.cache_state,
+                    self.engine.log_path)
         threading.Thread(target=self._await_healthy, name="engine-ready", daemon=True).start()
 
     def _start_ranks(self, log_dir: Path, safe_name: str, gpus_per_node: int) -> list:
@@ -158,6 +160,11 @@ class EngineWorker:
             self.start_error = str(exc)
             logger.error("%s: engine failed to start: %s", self.name, exc)
             return
+        ready_s = (self.engine.ready_at or 0) - (self.engine.started_at or 0) or None
+        try:
+            self.backend.record_ready(self.cfg, self.launch, ready_s, self.cache_state)
+        except OSError as exc:  # an unwritable cache dir costs the next start its warm caches, not this run
+            logger.warning("%s: compile caches not recorded: %s", self.name, exc)
         self.endpoint = WorkerEndpoint(
             role=self.role,
             name=self.name,
@@ -168,6 +175,7 @@ class EngineWorker:
             node_ip=self.placement.node_ip,
             gpu_ids=self.placement.gpu_ids,
             log_path=str(self.engine.log_path),
+            cache_state=self.cache_state,
         )
         if not self._stopped:
             ray.get(get_registry().register.remote(self.endpoint))

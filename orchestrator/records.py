@@ -24,6 +24,7 @@ class WorkerEndpoint:
     node_ip: str | None = None
     gpu_ids: tuple[int, ...] = ()
     log_path: str | None = None
+    cache_state: str = "n/a"  # compile caches at engine start: warm | cold | n/a (an engine without any)
 
 
 @dataclass

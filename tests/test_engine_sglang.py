@@ -11,6 +11,7 @@ import pytest
 from orchestrator.config import load_config
 from orchestrator.engines.base import WorkerPlacement
 from orchestrator.engines.registry import backend_for
+from orchestrator.engines.sglang.caches import CACHE_DIRS
 from orchestrator.engines.sglang.launch import (
     DIST_STORE_WRAPPER,
     SglangBackend,
@@ -44,6 +45,8 @@ def common_env(ip: str, visible: str = "0,1,2,3,4,5,6,7") -> dict[str, str]:
         "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "2",
         "PYTHONUNBUFFERED": "1",
         **IB_ENV,
+        # compile caches in engine.sglang.compile_cache_dir's default, one subdirectory per cache
+        **{var: str(Path.home() / ".cache/pd-orchestrator/compile" / sub) for var, sub in CACHE_DIRS.items()},
     }
 
 

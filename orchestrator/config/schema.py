@@ -127,6 +127,11 @@ class SglangEngineConfig(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     disk_read_gb_s: float = Field(2.0, gt=0, description="Weight read speed of the nodes (real weights).")
     startup_timeout_s: float = Field(600, gt=0)
+    compile_cache_dir: str = Field(
+        "~/.cache/pd-orchestrator/compile",
+        description="Persistent directory on every node for SGLang's JIT/compile caches (Triton, DeepGEMM, "
+        "FlashInfer, CUDA); `pd-orchestrator prepare` fills it for the run's shapes, bench records cold/warm.",
+    )
     bind_dist_store: bool = Field(
         True,
         description="Host torch.distributed's rendezvous store in a wrapper that listens on the server's --host "

@@ -163,3 +163,10 @@ class EngineBackend(ABC):
     def wait_ready(self, process: EngineProcess, timeout_s: float) -> None:
         """Block until the started server takes traffic; raise with the reason when it does not."""
         process.wait_healthy(timeout_s)
+
+    def compile_cache_state(self, cfg: RunConfig, launch: EngineLaunch) -> str:
+        """Whether this server starts with its compile caches warm for its shape: 'warm' | 'cold' ('n/a': none)."""
+        return "n/a"
+
+    def record_ready(self, cfg: RunConfig, launch: EngineLaunch, ready_s: float | None, cache_state: str) -> None:
+        """After the server became ready: remember that its caches now hold its shape (no caches: nothing)."""

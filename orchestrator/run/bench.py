@@ -113,6 +113,10 @@ class BenchResult:
 
     def text(self) -> str:
         text = result_block(self.summary) + "\n" + our_lines(self.verdict, self.latency, self.metadata.get("rules"))
+        caches = [f"{w['name']} {w['cache_state']}" for w in self.metadata.get("workers", [])
+                  if w.get("cache_state", "n/a") != "n/a"]
+        if caches:  # engines with compile caches (SGLang): did each start warm? (`pd-orchestrator prepare`)
+            text += "\nengine start, compile caches: " + ", ".join(caches)
         return text + ("\n" + self.simulation.line() if self.simulation else "")
 
     def to_dict(self) -> dict:

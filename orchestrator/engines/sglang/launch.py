@@ -18,6 +18,7 @@ import httpx
 
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.engines.base import EngineBackend, EngineLaunch, EngineProcess, PdTimeouts, WorkerPlacement
+from orchestrator.engines.sglang.caches import cache_env, cache_state, record_warm, sglang_version
 from orchestrator.engines.sglang.knobs import knob_flags
 from orchestrator.transfer.env import transport_env
 
@@ -141,6 +142,7 @@ def build_env(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement,
         "PYTHONUNBUFFERED": "1",
     }
     env.update(transport_env(cfg))
+    env.update(cache_env(cfg.engine.sglang.compile_cache_dir))  # compile caches persist per node (caches.py)
     env.update(cfg.engine.sglang.env)
     return env
 
@@ -212,3 +214,12 @@ class SglangBackend(EngineBackend):
         """/health, and on a prefill its bootstrap server's /route, which answers 200 once every rank registered."""
         process.wait_healthy(timeout_s)
         wait_ready(process.launch, timeout_s)
+
+    def compile_cache_state(self, cfg: RunConfig, launch: EngineLaunch) -> str:
+        eng = cfg.engine.sglang
+        return cache_state(eng.compile_cache_dir, launch.argv, cfg.cluster.gpu, sglang_version(eng.python))
+
+    def record_ready(self, cfg: RunConfig, launch: EngineLaunch, ready_s: float | None, cache_state: str) -> None:
+        eng = cfg.engine.sglang
+        record_warm(eng.compile_cache_dir, launch.argv, cfg.cluster.gpu, ready_s, sglang_version(eng.python),
+                    cache_state)
