@@ -12,7 +12,8 @@ from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.plan.compare import compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits
-from orchestrator.plan.search import PlanError, add_search_args, print_search
+from orchestrator.plan.proposals import add_search_args, print_search
+from orchestrator.plan.search import PlanError
 from orchestrator.plan.simulate import LABEL, SimulationError, sample_batch
 from orchestrator.rules import verdict_for
 
