@@ -119,3 +119,13 @@ def test_the_sglang_backend_reports_cold_then_warm_after_a_ready_server(tmp_path
     from orchestrator.engines.registry import backend_for
 
     assert backend_for(sim).compile_cache_state(sim, launch) == "n/a"  # the sim compiles nothing
+
+
+def test_plan_sees_each_groups_cache_state_on_this_node(tmp_path):
+    from orchestrator.engines.sglang.caches import group_cache_states
+
+    cfg = sglang_config(str(tmp_path / "cc"))
+    assert group_cache_states(cfg) == {"prefill.0": "cold", "decode.0": "cold"}
+    SglangBackend().record_ready(cfg, launch_of(cfg, "decode", 31000, 4), 50.0, "cold")
+    assert group_cache_states(cfg) == {"prefill.0": "cold", "decode.0": "warm"}
+    assert set(group_cache_states(sim_config()).values()) == {"n/a"}
