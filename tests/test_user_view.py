@@ -21,7 +21,8 @@ import pytest
 
 from orchestrator.observe.live import LiveView
 from orchestrator.records import RequestResult
-from orchestrator.observe.report import LatencySummary, ThroughputSummary, our_lines, read_result, render_result, result_block
+from orchestrator.observe.report import LatencySummary, ThroughputSummary, our_lines, result_block
+from orchestrator.observe.stored import read_result, render_result
 
 REPO = Path(__file__).resolve().parent.parent
 H200X2 = REPO / "benchmarks/results/device-h200x2-2026-11-21/raw.tar.xz"

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.observe.html_report import write_report
-from orchestrator.observe.report import read_result, render_result
+from orchestrator.observe.stored import read_result, render_result
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
