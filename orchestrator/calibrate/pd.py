@@ -210,8 +210,10 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
                         entry["loads"].append({"mode": mode, "rep": rep, "skipped": "time budget"})
                         continue
                     _set_mode(flag_file, mode)
-                    lrng = random.Random(seed + 100 + rep)   # same prompts lengths per rep for both modes
-                    prompts = [random_ids(lrng, lrng.randrange(*len_range), vocab) for _ in range(n_requests)]
+                    lrng = random.Random(seed + 100 + rep)   # same prompt lengths for both modes of a rep,
+                    lengths = [lrng.randrange(*len_range) for _ in range(n_requests)]
+                    irng = random.Random(f"ids-{seed}-{rep}-{mode}")   # other ids: no prefix-cache hits
+                    prompts = [random_ids(irng, n, vocab) for n in lengths]
                     before, off = prom_sums(pf.get_text("/metrics")), pf.log_size()
                     s = pd_generate_many(pf, dc, bootstrap_port, prompts, max_new, rng)
                     after = prom_sums(pf.get_text("/metrics"))
@@ -219,13 +221,18 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
                             "input_tokens": s["input_tokens"], "completion_tokens": s["completion_tokens"],
                             "latency_s_median": s["latency_s_median"], "latency_s_max": s["latency_s_max"],
                             "errors": [r["error"] for r in s["rows"] if r["error"]][:3],
-                            "sglang_kv": kv_delta(before, after), "worker": chunk_stats(pf.log_since(off))}
+                            "sglang_kv": kv_delta(before, after)}
+                    text = pf.log_since(off)
+                    pre = logparse.prefill_lines(text)
+                    load.update(worker=chunk_stats(text), prefill_new_tokens=sum(r["new_tokens"] for r in pre),
+                                prefill_cached_tokens=sum(r["cached_tokens"] for r in pre))
                     entry["loads"].append(load)
                     w, k = load["worker"], load["sglang_kv"]
                     print(f"  page {ps} {mode} rep {rep}: ok {s['ok']}/{s['n']} wall {s['wall_s']}s; sglang latency "
                           f"{k['kv_transfer_latency_ms_mean']} ms, {k['kv_transfer_speed_gb_s_mean']} GB/s, "
                           f"{k['kv_transfer_total_mb_mean']} MB; worker per-request "
-                          f"{w.get('transfer_ms_per_request_median')} ms, descs/chunk {w.get('descs_mean')}", flush=True)
+                          f"{w.get('transfer_ms_per_request_median')} ms, descs/chunk {w.get('descs_mean')}; prefill new/cached "
+                          f"tokens {load['prefill_new_tokens']}/{load['prefill_cached_tokens']}", flush=True)
                     save()
             for mode in modes:
                 if budget.left() < 30:
