@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
 from orchestrator.engines.base import PdTimeouts
-from orchestrator.perfmodel.costmodel import EngineCostModel
+from orchestrator.perfmodel.costmodel import EngineCostModel, find_calibration
 from orchestrator.perfmodel.gpus import gpu_spec
 
 
@@ -87,9 +87,8 @@ def cost_model_of(settings: SimSettings, arch: ModelArchitecture) -> EngineCostM
         nnodes=settings.nnodes,
         role=settings.role,
         context_length=settings.context_length,
+        mem_fraction_static=settings.mem_fraction_static,  # None: SGLang's default, as the planner derives it
+        chunked_prefill_tokens=settings.chunked_prefill_size or None,
+        calibration=None if settings.profile == "cpu-fast" else find_calibration(settings.profile, arch, settings.quantization),
     )
-    if settings.mem_fraction_static is not None:
-        cost.mem_fraction_static = settings.mem_fraction_static
-    if settings.chunked_prefill_size:
-        cost.chunked_prefill_tokens = settings.chunked_prefill_size
     return cost
