@@ -45,25 +45,30 @@ class SimFidelity:
         return abs(self.slowdown) <= self.tolerance
 
     @property
-    def host_bound(self) -> bool:
+    def behind_model(self) -> bool:
         return self.slowdown > self.tolerance
 
+    @property
+    def host_lost_s(self) -> float:
+        """Seconds the engines' schedulers fell behind the model's timeline beyond their catch-up (CPU-starved)."""
+        return sum(e.get("pacing", {}).get("host_lost_s", 0.0) for e in self.engines.values())
+
     def line(self) -> str:
-        run = (f"measured run {self.measured_run_s:.1f} s vs modelled {self.modelled_run_s:.1f} s "
+        run = (f"measured run {self.measured_run_s:.1f} s vs the cost model's {self.modelled_run_s:.1f} s "
                f"({self.slowdown:+.1%})")
         if self.within_tolerance:
             return (f"SIMULATED {self.gpu}: {run}, within ±{self.tolerance:.0%} of the cost model: the throughput "
                     "above is the model's for the simulated GPUs")
-        if self.host_bound:
-            return (f"HOST-BOUND: this machine ran the simulation {self.measured_run_s / self.modelled_run_s:.2f}x "
-                    f"slower than the modelled {self.gpu} GPUs ({run}); the throughput above is this host's, not the "
-                    f"GPUs'. Modelled: {self.modelled_output_throughput:,.0f} output tok/s, "
-                    f"{self.modelled_total_throughput:,.0f} total tok/s")
+        if self.behind_model:
+            return (f"BEHIND THE MODEL: {run}, {self.measured_run_s / self.modelled_run_s:.2f}x; the throughput above "
+                    f"is this run on this host, not the modelled {self.gpu} GPUs' "
+                    f"({self.modelled_output_throughput:,.0f} output tok/s, {self.modelled_total_throughput:,.0f} "
+                    f"total tok/s); engine steps lost to a busy host: {self.host_lost_s:.1f} s")
         return f"SIMULATED {self.gpu}: {run}, faster than the cost model's run (check the simulator's pacing)"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "slowdown": self.slowdown, "within_tolerance": self.within_tolerance,
-                "host_bound": self.host_bound}
+                "behind_model": self.behind_model, "host_lost_s": self.host_lost_s}
 
 
 def modelled_run(cfg: RunConfig, batch: Sequence[tuple[int, int]], max_in_flight: int) -> SimulatedRun | None:
