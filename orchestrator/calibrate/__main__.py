@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--requests", type=int, default=96)
     d.add_argument("--loads-per-mode", type=int, default=2)
     d.add_argument("--no-agg", action="store_true", help="skip the aggregated reference server")
+    d.add_argument("--prefill-gpu", type=int, default=None, help="--base-gpu-id of the prefill server (default: 0)")
+    d.add_argument("--decode-gpu", type=int, default=None, help="--base-gpu-id of the decode server (default: 0)")
+    d.add_argument("--flag", action="append", default=[], help="extra SGLang flag for every server (repeat; --flag=--x)")
 
     n = sub.add_parser("nixl-patch", help="apply the NIXL sender patch to an installed sglang tree")
     n.add_argument("site_dir")
@@ -54,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 
         res = run_pd(a.model_path, Path(a.out), a.budget_s, page_sizes=[int(x) for x in a.page_sizes.split(",")],
                      prefill_frac=a.prefill_frac, decode_frac=a.decode_frac, kv_tokens=a.kv_tokens,
-                     n_requests=a.requests, loads_per_mode=a.loads_per_mode, with_agg=not a.no_agg)
+                     n_requests=a.requests, loads_per_mode=a.loads_per_mode, with_agg=not a.no_agg,
+                     prefill_gpu=a.prefill_gpu, decode_gpu=a.decode_gpu, extra_flags=a.flag)
         print(json.dumps(res["logprobs"].get("compare"), indent=1))
     elif a.cmd == "nixl-patch":
         from .nixl_patch import apply

@@ -141,7 +141,8 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
            max_new: int = 32, loads_per_mode: int = 2, logprob_prompts: int = 16, logprob_steps: int = 8,
            topk: int = 5, context_length: int = 16384, agg_frac: float = 0.80, seed: int = 2025,
            ports=(30000, 30001, 30002), bootstrap_port: int = 8998, extra_env: dict | None = None,
-           with_agg: bool = True) -> dict:
+           with_agg: bool = True, prefill_gpu: int | None = None, decode_gpu: int | None = None,
+           extra_flags: list[str] | None = None) -> dict:
     budget = Budget(budget_s)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((Path(model_path) / "config.json").read_text())
@@ -152,7 +153,8 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
     result = {"schema": SCHEMA, "kind": "pd-one-gpu", "gpu": gpu_info(), "model": {"path": model_path, "config": cfg},
               "settings": {"prefill_frac": prefill_frac, "decode_frac": decode_frac, "kv_tokens": kv_tokens,
                            "n_requests": n_requests, "len_range": list(len_range), "max_new": max_new,
-                           "logprob_prompts": logprob_prompts, "logprob_steps": logprob_steps, "topk": topk},
+                           "logprob_prompts": logprob_prompts, "logprob_steps": logprob_steps, "topk": topk,
+                           "prefill_gpu": prefill_gpu, "decode_gpu": decode_gpu, "extra_flags": extra_flags},
               "pages": [], "logprobs": {}}
     path = out_dir / "calibration-pd.json"
 
@@ -163,13 +165,13 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
     lp_prompts = [random_ids(lp_rng, lp_rng.randrange(64, 512), vocab) for _ in range(logprob_prompts)]
     pd_lp: dict[str, list] = {}
     common = ["--context-length", str(context_length), "--max-total-tokens", str(kv_tokens),
-              "--disaggregation-transfer-backend", "nixl"]
+              "--disaggregation-transfer-backend", "nixl", *(extra_flags or [])]
     agg_lp = None
     for i_ps, ps in enumerate(list(page_sizes) + [None]):
         if ps is None or i_ps == 1:
             if with_agg and agg_lp is None and "agg_ready_after_s" not in result and "agg_error" not in result:
                 agg_lp = _agg_reference(model_path, out_dir, ports[2], context_length, agg_frac, env, budget,
-                                        lp_prompts, logprob_steps, topk, result)
+                                        lp_prompts, logprob_steps, topk, result, extra_flags or [])
             if ps is None:
                 break
         entry = {"page_size": ps, "loads": []}
@@ -181,11 +183,12 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
         pf = SglangServer(f"prefill-p{ps}", model_path, ports[0], out_dir / f"pd-prefill-page{ps}.log",
                           common + ["--page-size", str(ps), "--disaggregation-mode", "prefill",
                                     "--disaggregation-bootstrap-port", str(bootstrap_port),
-                                    "--mem-fraction-static", str(prefill_frac)],
+                                    "--mem-fraction-static", str(prefill_frac), *_gpu_flag(prefill_gpu)],
                           env={**env, "UCX_PROTO_INFO": "y"} if ps == page_sizes[0] else env)
         dc = SglangServer(f"decode-p{ps}", model_path, ports[1], out_dir / f"pd-decode-page{ps}.log",
                           common + ["--page-size", str(ps), "--disaggregation-mode", "decode",
-                                    "--mem-fraction-static", str(decode_frac), "--cuda-graph-max-bs-decode", "128"],
+                                    "--mem-fraction-static", str(decode_frac), "--cuda-graph-max-bs-decode", "128",
+                                    *_gpu_flag(decode_gpu)],
                           env=env)
         try:
             pf.start()
@@ -267,14 +270,14 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
 
 
 def _agg_reference(model_path, out_dir, port, context_length, agg_frac, env, budget, prompts, steps, topk,
-                   result) -> list | None:
+                   result, extra_flags: list[str]) -> list | None:
     """Aggregated server on the same GPU, same dummy weights (SGLang seeds them per parameter)."""
     if budget.left() < 90:
         result["agg_error"] = f"skipped: time budget ({budget.left():.0f}s left)"
         return None
     agg = SglangServer("aggregated", model_path, port, out_dir / "agg.log",
                        ["--context-length", str(context_length), "--mem-fraction-static", str(agg_frac),
-                        "--cuda-graph-max-bs-decode", "128"], env=env)
+                        "--cuda-graph-max-bs-decode", "128", *extra_flags], env=env)
     try:
         agg.start()
         result["agg_ready_after_s"] = agg.wait_ready(min(300, budget.left() - 20))
@@ -292,6 +295,11 @@ def _agg_many(agg: SglangServer, prompts, steps: int, topk: int) -> dict:
     calls = [lambda p=p: post_json(agg.url + "/generate", generate_body(p, steps, topk)) for p in prompts]
     results, wall = run_many(calls)
     return summarise(results, wall, [len(p) for p in prompts])
+
+
+def _gpu_flag(gpu: int | None) -> list[str]:
+    # every GPU stays visible to both servers (cuda_ipc needs it); --base-gpu-id picks the one each uses
+    return [] if gpu is None else ["--base-gpu-id", str(gpu)]
 
 
 def _set_mode(flag_file: Path, mode: str) -> None:
