@@ -1,7 +1,7 @@
 """Pairing policies on the simulator: each `router.policy` drives the same batch through 2 prefill + 2 decode
 simulated SGLang servers (fresh servers per run, so every policy starts with cold prefix caches).
 
-    .venv/bin/python benchmarks/router_pairing.py [--policies all] [--workloads sharegpt,prefix] [--time-scale 0.1] \\
+    .venv/bin/python benchmarks/router_pairing.py [--policies all] [--workloads sharegpt,prefix] [--time-scale 0.5] \\
         [--out benchmarks/results/2026-11-24-router-pairing]
 
 Workloads:
@@ -9,9 +9,9 @@ Workloads:
   prompts, `--sharegpt-in-flight` at a time;
 - `prefix`: multi-turn chat, prefix-heavy: `--conversations` conversations of `--turns` turns; every
   conversation has its own `--context-tokens`-token context (system prompt + documents), turn t's prompt is
-  that context + the earlier turns (150 tokens each) + a new 50-token question, 100 output tokens; turns
-  arrive turn by turn across conversations, one conversation's turn in flight at a time on average
-  (`--conversations` in flight).
+  that context + the earlier turns (question + answer each) + a new 50-token question, `--answer-tokens`
+  output tokens; turns arrive turn by turn, the conversations in a random order within each turn, about one
+  turn per conversation in flight (`--conversations` in flight).
 The router is the in-process dispatcher and batch driver (`orchestrator.router.batch`, exactly what the
 router replica runs; no Serve, so the router costs the same for every policy). The servers are
 `python -m orchestrator.engines.sim.server` (DeepSeek-R1 W4A8 TP8 on simulated H100, KV over HTTP so no
@@ -103,16 +103,18 @@ def sharegpt_batch(n: int) -> list[BenchRequest]:
     return sample_batch(cfg, n)
 
 
-def prefix_batch(conversations: int, turns: int, context_tokens: int, seed: int = 2025) -> list[BenchRequest]:
+def prefix_batch(conversations: int, turns: int, context_tokens: int, answer_tokens: int,
+                 seed: int = 2025) -> list[BenchRequest]:
     rng = random.Random(seed)
     contexts = [[rng.randrange(1000, 100000) for _ in range(context_tokens)] for _ in range(conversations)]
     history: list[list[int]] = [[] for _ in range(conversations)]
     out = []
-    for t in range(turns):
-        for c in range(conversations):
+    for _turn in range(turns):
+        for c in rng.sample(range(conversations), conversations):  # users answer at different times
             question = [rng.randrange(1000, 100000) for _ in range(50)]
-            out.append(BenchRequest(index=len(out), input_ids=contexts[c] + history[c] + question, output_len=100))
-            history[c] = history[c] + question + [rng.randrange(1000, 100000) for _ in range(100)]
+            out.append(BenchRequest(index=len(out), input_ids=contexts[c] + history[c] + question,
+                                    output_len=answer_tokens))
+            history[c] = history[c] + question + [rng.randrange(1000, 100000) for _ in range(answer_tokens)]
     return out
 
 
@@ -148,12 +150,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="all", help=f"comma-separated, or all: {','.join(POLICIES)}")
     parser.add_argument("--workloads", default="sharegpt,prefix")
-    parser.add_argument("--time-scale", type=float, default=0.1)
+    parser.add_argument("--time-scale", type=float, default=0.5)
     parser.add_argument("--sharegpt-prompts", type=int, default=200)
     parser.add_argument("--sharegpt-in-flight", type=int, default=64)
-    parser.add_argument("--conversations", type=int, default=24)
-    parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--context-tokens", type=int, default=3000)
+    parser.add_argument("--conversations", type=int, default=64)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--context-tokens", type=int, default=8000,
+                        help="per conversation; 64 x 8000 is more than one prefill server's KV (its prefix cache)")
+    parser.add_argument("--answer-tokens", type=int, default=32)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     policies = list(POLICIES) if args.policies == "all" else args.policies.split(",")
@@ -165,7 +169,8 @@ def main() -> int:
         if w == "sharegpt":
             batches[w] = (sharegpt_batch(args.sharegpt_prompts), args.sharegpt_in_flight)
         elif w == "prefix":
-            batches[w] = (prefix_batch(args.conversations, args.turns, args.context_tokens), args.conversations)
+            batches[w] = (prefix_batch(args.conversations, args.turns, args.context_tokens, args.answer_tokens),
+                          args.conversations)
         else:
             raise SystemExit(f"--workloads: unknown {w!r}; choose from sharegpt,prefix")
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()  # noqa: E731

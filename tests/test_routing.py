@@ -119,13 +119,16 @@ def test_prefix_aware_sends_a_shared_prefix_back_to_the_worker_that_saw_it():
     assert other is not first
 
 
-def test_prefix_aware_leaves_an_overloaded_worker_for_the_least_loaded():
+def test_prefix_aware_leaves_the_cached_worker_when_its_queue_costs_more_than_the_prefill():
     system = list(range(512))
     ws = [worker("p-0", role="prefill"), worker("p-1", role="prefill")]
-    policy = PrefixAware(block_tokens=16, max_imbalance_tokens=1000)
+    policy = PrefixAware(block_tokens=16)
     first = policy.pick(ws, RequestShape(515, 8, system + [1, 2, 3]))
-    first.outstanding_tokens += 5000
-    assert policy.pick(ws, RequestShape(515, 8, system + [4, 5, 6])) is not first
+    first.outstanding_tokens += 400  # less than the 512 cached tokens would cost elsewhere: stay
+    assert policy.pick(ws, RequestShape(515, 8, system + [4, 5, 6])) is first
+    assert policy.new_tokens(first, RequestShape(515, 8, system + [4, 5, 6])) == 3  # only the uncached tail
+    first.outstanding_tokens += 5000  # now its queue costs more than prefilling everything on the other
+    assert policy.pick(ws, RequestShape(515, 8, system + [7, 8, 9])) is not first
 
 
 def test_prefix_aware_forgets_the_least_recently_used_prefixes_beyond_its_capacity():

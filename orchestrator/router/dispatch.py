@@ -108,9 +108,12 @@ class PDDispatcher:
         if self.mode == "aggregated":
             worker = self._policy("aggregated").pick(eligible(ws, "aggregated", now), request)
             return Pair(decode=worker, decode_tokens=total)
-        prefill = self._policy("prefill").pick(eligible(ws, "prefill", now), request)
+        prefill_policy = self._policy("prefill")
+        prefill = prefill_policy.pick(eligible(ws, "prefill", now), request)
+        new_tokens = getattr(prefill_policy, "new_tokens", None)  # a prefix-aware policy knows what is cached
+        prefill_tokens = new_tokens(prefill, request) if new_tokens is not None else request.prompt_tokens
         decode = self._policy("decode").pick(eligible(ws, "decode", now), request)
-        return Pair(decode=decode, prefill=prefill, prefill_tokens=request.prompt_tokens, decode_tokens=total)
+        return Pair(decode=decode, prefill=prefill, prefill_tokens=prefill_tokens, decode_tokens=total)
 
     def set_progress(self, progress: Progress | None, state: str | None) -> None:
         if progress is None or progress.state == state:

@@ -10,7 +10,7 @@ pairing policy, one choice per role (`POLICIES`):
 | least_outstanding | fewest requests in flight | fewest requests in flight |
 | least_tokens | fewest prompt tokens in flight | fewest tokens in flight (prompt + max_new_tokens: the KV it will hold) |
 | power_of_two | the less loaded (tokens) of two at random | the same |
-| prefix_aware | longest cached prefix unless that worker is overloaded, else fewest tokens | fewest tokens in flight |
+| prefix_aware | fewest tokens in flight + prompt tokens not cached there (prefix seen recently) | fewest tokens in flight |
 """
 
 from __future__ import annotations
@@ -144,22 +144,19 @@ class PrefixIndex:
 
 
 class PrefixAware:
-    """Sends a prompt where its longest prefix was sent before (that server's radix cache likely holds
-    it, so prefill computes only the rest), as SGLang's cache-aware router does.
-
-    The best-matching worker is taken when it matches at least `min_match` of the prompt and its tokens
-    in flight exceed the least loaded worker's by at most `max_imbalance_tokens`; otherwise the least
-    loaded worker is taken (and learns the prefix). Without prompt ids it is `LeastTokens`.
+    """Sends a prompt where it costs least to prefill: the worker minimising its tokens in flight plus the
+    tokens this prompt would add there, i.e. the prompt less the prefix that worker saw recently (its
+    radix cache likely holds it, as SGLang's cache-aware router assumes). A worker that holds a
+    conversation's long context so wins its next turns unless it is that much busier; without prompt ids
+    it is `LeastTokens`. `new_tokens` tells the dispatcher what the chosen worker will compute.
     """
 
-    def __init__(self, block_tokens: int = 16, capacity_tokens: int = 1 << 20, min_match: float = 0.25,
-                 max_imbalance_tokens: int = 32768) -> None:
+    def __init__(self, block_tokens: int = 16, capacity_tokens: int = 1 << 20) -> None:
         self.block_tokens = block_tokens
         self.capacity_blocks = max(1, capacity_tokens // block_tokens)
-        self.min_match = min_match
-        self.max_imbalance_tokens = max_imbalance_tokens
         self._index: dict[str, PrefixIndex] = {}
         self._least = LeastTokens()
+        self._last: tuple[str, int] | None = None  # (worker, new tokens) of the last pick
 
     def _of(self, w: WorkerState) -> PrefixIndex:
         index = self._index.get(w.name)
@@ -169,18 +166,22 @@ class PrefixAware:
 
     def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
         if request is None or not request.prompt_ids:
+            self._last = None
             return self._least.pick(candidates, request)
+        n = len(request.prompt_ids)
         chain = self._of(candidates[0]).chain(request.prompt_ids)
-        least = self._least.pick(candidates, request)
-        chosen = least
-        if chain:
-            best = max(candidates, key=lambda w: (self._of(w).matched_blocks(chain), w is least))
-            matched = self._of(best).matched_blocks(chain) * self.block_tokens
-            if (matched >= self.min_match * len(request.prompt_ids)
-                    and best.outstanding_tokens - least.outstanding_tokens <= self.max_imbalance_tokens):
-                chosen = best
+        new = {w.name: n - self._of(w).matched_blocks(chain) * self.block_tokens for w in candidates}
+        cheapest = min(w.outstanding_tokens + new[w.name] for w in candidates)
+        chosen = self._least.pick([w for w in candidates if w.outstanding_tokens + new[w.name] == cheapest])
         self._of(chosen).insert(chain)
+        self._last = (chosen.name, new[chosen.name])
         return chosen
+
+    def new_tokens(self, worker: WorkerState, request: RequestShape) -> int:
+        """Prompt tokens `worker` computes for the request just picked (the rest it likely has cached)."""
+        if self._last is not None and self._last[0] == worker.name:
+            return self._last[1]
+        return request.prompt_tokens
 
 
 # name -> (prefill policy, decode policy); an aggregated worker uses the prefill one (it caches prefixes)
