@@ -128,3 +128,26 @@ def test_logprob_comparison_sees_a_wrong_prompt():
     # missing steps (PD without the first token's entry) are skipped, not counted as agreement
     gap = [{"top": [[]] + p["top"][1:]} for p in tops(0)]
     assert compare_logprobs(gap, tops(0), 8)["steps_compared"] == 9
+
+
+H100 = Path(__file__).resolve().parents[1] / "benchmarks/results/2026-11-24-calibration-h100-v2lite"
+
+
+def test_cold_and_warm_start_of_the_committed_h100_run():
+    with tarfile.open(H100 / "logs-v2lite.tar.xz") as tf:
+        cold = logparse.startup(tf.extractfile("v2lite/server-v2lite-cold-default.log").read().decode())
+        warm = logparse.startup(tf.extractfile("v2lite/server-v2lite-warm-default.log").read().decode())
+    assert cold["engine_timings_s"]["cuda_graph"]["decode"] == 78.25
+    assert warm["engine_timings_s"]["cuda_graph"]["decode"] == 14.79
+    assert cold["limits"]["max_total_num_tokens"] == warm["limits"]["max_total_num_tokens"] == 1245248
+    assert len(cold["cuda_graphs"][0]["bs"]) == 36 and cold["cuda_graphs"][0]["bs"][-1] == 256
+
+
+def test_pd_orchestrator_calibrate_is_registered():
+    from orchestrator.calibrate import command
+    from orchestrator.cli import build_parser
+
+    args = build_parser().parse_args(["calibrate", "pd", "--model-path", "m", "--out", "o", "--budget-s", "60",
+                                      "--prefill-gpu", "0", "--decode-gpu", "1", "--flag=--trust-remote-code"])
+    assert args.func is command.run and args.cmd == "pd"
+    assert (args.prefill_gpu, args.decode_gpu, args.flag) == (0, 1, ["--trust-remote-code"])

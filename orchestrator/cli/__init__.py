@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "compare": "orchestrator.cli.plan",
     "cluster": "orchestrator.cli.cluster",
     "preflight": "orchestrator.cli.preflight",
+    "calibrate": "orchestrator.cli.preflight",
     "prepare": "orchestrator.cli.prepare",
     "bench": "orchestrator.cli.bench",
     "report": "orchestrator.cli.report",

@@ -1,4 +1,8 @@
-"""`pd-orchestrator preflight --config X`: NIXL KV-shaped transfer prefill -> decode before any engine starts."""
+"""`pd-orchestrator preflight --config X`: NIXL KV-shaped transfer prefill -> decode before any engine starts.
+
+Also `pd-orchestrator calibrate ...`: the other measurement on the GPU machine itself (real SGLang start-up,
+prefill, decode, PD KV transfer; arguments and runs in orchestrator/calibrate/command.py).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from orchestrator.calibrate import command as calibrate_command
 from orchestrator.cli.args import add_config_args, config_from_args
 from orchestrator.transfer.layout import PreflightError
 from orchestrator.transfer.preflight import run_preflight
@@ -50,3 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", default=None, help="also write the report as JSON here")
     p.add_argument("--strict", action="store_true", help="exit 3 when GPUDirect RDMA is not active")
     p.set_defaults(func=_cmd_preflight)
+    c = sub.add_parser("calibrate", help="measure real SGLang on this GPU machine: start-up cold/warm, prefill, "
+                                         "decode vs batch/context, knobs, one-GPU PD KV transfer (writes raw JSON)")
+    calibrate_command.add_arguments(c)
+    c.set_defaults(func=calibrate_command.run)
