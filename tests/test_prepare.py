@@ -122,7 +122,7 @@ def test_the_sglang_backend_reports_cold_then_warm_after_a_ready_server(tmp_path
 
 
 def test_plan_sees_each_groups_cache_state_on_this_node(tmp_path):
-    from orchestrator.engines.sglang.caches import group_cache_states
+    from orchestrator.engines.sglang.launch import group_cache_states
 
     cfg = sglang_config(str(tmp_path / "cc"))
     assert group_cache_states(cfg) == {"prefill.0": "cold", "decode.0": "cold"}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import random
 
-from orchestrator.engines.sim.engine import IncrementalText
-from orchestrator.engines.sim.requests import TextCodec
+from orchestrator.engines.sim.requests import IncrementalText, TextCodec
 
 
 class CountingCodec(TextCodec):

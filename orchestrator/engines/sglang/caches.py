@@ -142,25 +142,3 @@ def sglang_version(python: str, timeout_s: float = 30.0) -> str | None:
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
 
-
-def group_cache_states(cfg) -> dict[str, str]:
-    """'<role>.<index>' -> warm | cold for each worker group of a real SGLang config, judged by this node's cache
-    directory (where `plan` runs; on a cluster `prepare` reports every node); 'n/a' for engines without caches."""
-    from orchestrator.engines.base import WorkerPlacement
-    from orchestrator.engines.sglang.launch import SglangBackend
-
-    if cfg.engine.kind != "sglang":
-        return {f"{role}.{i}": "n/a" for role, i, _ in cfg.layout.groups()}
-    eng = cfg.engine.sglang
-    version = sglang_version(eng.python)
-    states = {}
-    for role, i, group in cfg.layout.groups():
-        per_node = -(-group.gpus_per_server // group.nnodes)
-        placement = WorkerPlacement(  # ports, hosts and GPU ids are not part of the shape
-            role=role, group_index=i, replica_index=0, host="127.0.0.1", advertise_host="127.0.0.1", port=1,
-            bootstrap_port=2 if role == "prefill" else None, gpu_ids=tuple(range(per_node)), nnodes=group.nnodes,
-            dist_init_addr="127.0.0.1:3" if group.nnodes > 1 else None,
-        )
-        launch = SglangBackend().build_launch(cfg, group, placement)
-        states[f"{role}.{i}"] = cache_state(eng.compile_cache_dir, launch.argv, cfg.cluster.gpu, version)
-    return states

@@ -18,15 +18,15 @@ from orchestrator.engines.sim.faults import FaultInjector, RequestFate, parse_fa
 from orchestrator.engines.sim.kv_decode import KvReceiver
 from orchestrator.engines.sim.kv_prefill import KvAux, PrefillKvServer
 from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
+from orchestrator.engines.sim import metrics as sim_metrics
 from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetrics
-from orchestrator.engines.sim.requests import BadRequest, Item, TextCodec
-from orchestrator.engines.sim.scheduler import MAX_CATCH_UP_S, Scheduler, SchedulerLimits, SimRequest
+from orchestrator.engines.sim.requests import BadRequest, IncrementalText, Item, TextCodec
+from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
 from orchestrator.engines.sim.settings import SimSettings, architecture_of, cost_model_of
 
 log = logging.getLogger("orchestrator.engines.sim.server")
 
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # SGLang's warm-up/health host: no peer, no transfer
-SGLANG_VERSION = "0.5.17"
 MISSING_ROOM = "Invalid request: Disaggregated request received without bootstrap room id."
 
 
@@ -47,7 +47,7 @@ class Run:
     cached_tokens: int = 0
     submitted: bool = False
     task: asyncio.Task | None = None
-    detok: "IncrementalText" = field(default_factory=lambda: IncrementalText())
+    detok: IncrementalText = field(default_factory=IncrementalText)
 
     @property
     def finish_reason(self) -> dict | None:
@@ -172,102 +172,13 @@ class SimEngine:
         return full if self.settings.kv_payload == "full" else min(full, self.settings.kv_sample_bytes)
 
     def kv_payload_stats(self) -> dict[str, Any]:
-        """What the KV transfers really moved against the model's bytes (prefill: sent; decode: verified)."""
-        s = self.settings
-        stats: dict[str, Any] = {"mode": s.kv_payload, "sample_bytes": s.kv_sample_bytes}
-        if self.prefill_kv is not None:
-            stats.update(transfers=self.prefill_kv.transfers, modelled_bytes=self.prefill_kv.modelled_bytes,
-                         moved_bytes=self.prefill_kv.moved_bytes)
-        if self.receiver is not None:
-            stats.update(verified_transfers=self.receiver.verified_transfers,
-                         received_bytes=self.receiver.received_bytes)
-        return stats
+        return sim_metrics.kv_payload_stats(self)
 
     def prefill_server_info(self) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "attn_tp_size": s.tp // (s.dp if s.dp_attention else 1),
-            "attn_cp_size": 1,
-            "dp_size": s.dp,
-            "pp_size": 1,
-            "page_size": 1,
-            "kv_cache_dtype": "auto",
-            "follow_bootstrap_room": True,
-            "enable_dsa_cache_layer_split": False,
-            "prefill_http_port": s.port,
-            "target_tp_rank": None,
-            "sim_kv_transfer": self.transfer_mode,
-            "sim_host": s.host,
-            "sim_bootstrap_port": s.bootstrap_port,
-            "simulated": True,
-        }
+        return sim_metrics.prefill_server_info(self)
 
     def server_info(self) -> dict[str, Any]:
-        s = self.settings
-        stats = self.scheduler.stats()
-        args = {
-            "model_path": s.model_path or s.model_preset,
-            "served_model_name": s.served_model_name,
-            "host": s.host,
-            "port": s.port,
-            "disaggregation_mode": s.mode,
-            "disaggregation_bootstrap_port": s.bootstrap_port,
-            "disaggregation_transfer_backend": "nixl",
-            "tp_size": s.tp,
-            "dp_size": s.dp,
-            "ep_size": s.ep,
-            "enable_dp_attention": s.dp_attention,
-            "nnodes": s.nnodes,
-            "quantization": s.quantization,
-            "max_running_requests": self.scheduler.limits.max_running_requests,
-            "chunked_prefill_size": self.scheduler.limits.chunked_prefill_tokens,
-            "mem_fraction_static": self.cost.mem_fraction_static,
-            "context_length": s.context_length or self.arch.max_position_embeddings,
-            "page_size": 1,
-            "kv_cache_dtype": "auto",
-            "load_format": "dummy",
-            "enable_metrics": True,
-        }
-        startup_time = {**self.startup_phases, "cuda_graph": {"decode": self.startup_phases["cuda_graph"]}}
-        memory = {
-            "weight": self.cost.weights_bytes_per_gpu() / 2**30,
-            "kvcache": self.cost.kv_bytes_per_gpu() / 2**30,
-            "token_capacity": stats.kv_capacity_tokens,
-            "graph": 0.0,
-        }
-        return {
-            **args,
-            "scheduler_info": {
-                "max_total_num_tokens": stats.kv_capacity_tokens,
-                "max_req_input_len": stats.kv_capacity_tokens - 1,
-            },
-            "max_total_num_tokens": stats.kv_capacity_tokens,
-            "startup_time": startup_time,
-            "internal_states": [
-                {
-                    **args,
-                    "last_gen_throughput": stats.gen_throughput,
-                    "memory_usage": memory,
-                    "startup_time": startup_time,
-                    "effective_max_running_requests_per_dp": self.scheduler.limits.max_running_requests,
-                }
-            ],
-            "version": f"{SGLANG_VERSION}-sim",
-            "kv_events": None,
-            "simulated": True,
-            "sim": {
-                "profile": s.profile,
-                "time_scale": s.time_scale,
-                "kv_transfer": self.transfer_mode,
-                "kv_bytes_per_token": self.cost.kv_bytes_per_token(),
-                "kv_payload": self.kv_payload_stats(),
-                "pacing": {"modelled_busy_s": stats.modelled_busy_s, "host_lost_s": stats.host_lost_s,
-                           "max_late_s": stats.max_late_s, "max_catch_up_s": MAX_CATCH_UP_S},
-                "tokenizer": self.codec.kind if self.codec else "loading",
-                "node": s.node,
-                "faults": self.faults.describe(),
-            },
-        }
+        return sim_metrics.server_info(self)
 
     # ----- requests ------------------------------------------------------------------------------------------
     def check_item(self, item: Item) -> None:
@@ -468,29 +379,6 @@ class SimEngine:
         if run.done.is_set() or len(ids) != len(run.req.output_ids):
             return self.codec.decode(ids)
         return run.detok.update(self.codec, ids)
-
-
-class IncrementalText:
-    """SGLang's incremental detokenization: decode only a window of recent ids; hold back a partial character.
-
-    The window (surr_offset..read_offset) is re-decoded with the new ids; its text grows by the difference,
-    unless the new text ends in U+FFFD (an unfinished UTF-8 sequence), which waits for the next ids.
-    """
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.surr_offset = 0
-        self.read_offset = 0
-
-    def update(self, codec: TextCodec, ids: list[int]) -> str:
-        if len(ids) < self.read_offset:  # not the same growing sequence: start over
-            self.__init__()
-        surr = codec.decode(ids[self.surr_offset : self.read_offset])
-        new = codec.decode(ids[self.surr_offset :])
-        if len(new) > len(surr) and not new.endswith("\ufffd"):
-            self.text += new[len(surr) :]
-            self.surr_offset, self.read_offset = self.read_offset, len(ids)
-        return self.text
 
 
 def _url_host(host: str | None) -> str:

@@ -41,6 +41,29 @@ class TextCodec:
         return bytes(i % 256 for i in ids).decode("utf-8", errors="replace")
 
 
+class IncrementalText:
+    """SGLang's incremental detokenization: decode only a window of recent ids; hold back a partial character.
+
+    The window (surr_offset..read_offset) is re-decoded with the new ids; its text grows by the difference,
+    unless the new text ends in U+FFFD (an unfinished UTF-8 sequence), which waits for the next ids.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.surr_offset = 0
+        self.read_offset = 0
+
+    def update(self, codec: TextCodec, ids: list[int]) -> str:
+        if len(ids) < self.read_offset:  # not the same growing sequence: start over
+            self.__init__()
+        surr = codec.decode(ids[self.surr_offset : self.read_offset])
+        new = codec.decode(ids[self.surr_offset :])
+        if len(new) > len(surr) and not new.endswith("\ufffd"):
+            self.text += new[len(surr) :]
+            self.surr_offset, self.read_offset = self.read_offset, len(ids)
+        return self.text
+
+
 # ----- request bodies -------------------------------------------------------------------------------------
 class SamplingParams(BaseModel):
     model_config = ConfigDict(extra="allow")
