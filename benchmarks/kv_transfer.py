@@ -21,7 +21,6 @@ Bytes are verified on the target after every case. Prints a markdown table (GB/s
 from __future__ import annotations
 
 import argparse
-import importlib
 import multiprocessing as mp
 import os
 import platform
@@ -32,6 +31,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
+
+from orchestrator.transfer.nixl import NIXL_MISSING, load_nixl_api
 
 LAYERS = {"r1": 61, "v2-lite": 27}  # DeepSeek-R1 / DeepSeek-V2-Lite MLA layers
 ELEMS_PER_TOKEN = 576  # kv_lora_rank 512 + qk_rope_head_dim 64
@@ -101,12 +102,10 @@ def coalesce(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_nixl() -> ModuleType:
-    for name in ("nixl._api", "nixl_cu13._api", "nixl_cu12._api"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise SystemExit("NIXL is not importable: pip install nixl-cu12 (CPU here) or nixl-cu13 (device)")
+    api = load_nixl_api()
+    if api is None:
+        raise SystemExit(NIXL_MISSING)
+    return api
 
 
 def _pool(device: str, nbytes: int, fill: int | None = None):

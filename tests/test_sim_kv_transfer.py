@@ -15,9 +15,9 @@ from orchestrator.engines.sim.kv_transfer import (
     NixlEndpoint,
     _verify,
     expected_kv_bytes,
-    load_nixl_api,
     resolve_transfer_mode,
 )
+from orchestrator.transfer.nixl import load_nixl_api
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 

@@ -22,7 +22,7 @@ from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.config.model_presets import DEEPSEEK_R1
 from orchestrator.engines.base import EngineProcess, WorkerPlacement
 from orchestrator.engines.sim.backend import SimBackend
-from orchestrator.engines.sim.kv_transfer import load_nixl_api
+from orchestrator.transfer.nixl import load_nixl_api
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 HAVE_NIXL = load_nixl_api() is not None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from orchestrator.transfer.layout import KvLayout, PreflightError
 
@@ -16,14 +18,20 @@ POISON_BYTE = 0xA5
 DONE_NOTIF = b"preflight-done"
 
 
-def _nixl_api():
-    """NIXL's Python API: the `nixl` meta package when present, else the CUDA-flavoured wheel directly."""
-    for mod in ("nixl._api", "nixl_cu13._api", "nixl_cu12._api"):
+# The `nixl` meta package re-exports one of the CUDA-flavoured wheels; either wheel alone also works.
+NIXL_API_MODULES = ("nixl._api", "nixl_cu13._api", "nixl_cu12._api")
+NIXL_MISSING = "NIXL is not installed: pip install nixl-cu12==1.5.1 (CPU/CUDA 12) or nixl-cu13 (CUDA 13)"
+
+
+def load_nixl_api() -> ModuleType | None:
+    """NIXL's Python API (nixl_agent, nixl_agent_config), the one loader for preflight, sim and benchmarks;
+    None when no NIXL wheel is importable."""
+    for name in NIXL_API_MODULES:
         try:
-            return __import__(mod, fromlist=["nixl_agent", "nixl_agent_config"])
+            return importlib.import_module(name)
         except ImportError:
             continue
-    raise PreflightError("NIXL is not installed: pip install nixl-cu12==1.5.1 (CPU/CUDA 12) or nixl-cu13 (CUDA 13)")
+    return None
 
 
 class NixlEndpoint:
@@ -55,7 +63,9 @@ class NixlEndpoint:
             self.device = torch.device("cpu")
         self.memory = memory
         self.capture_path = capture_path
-        api = _nixl_api()
+        api = load_nixl_api()
+        if api is None:
+            raise PreflightError(NIXL_MISSING)
         self.agent = api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
         size = layout.pages_per_layer * layout.page_bytes
         self.layers = [torch.empty(size, dtype=torch.uint8, device=self.device) for _ in range(layout.num_layers)]

@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from orchestrator.engines.sim.kv_prefill import KvAux
 from orchestrator.engines.base import PdTimeouts
+from orchestrator.engines.sim.kv_prefill import KvAux
 from orchestrator.engines.sim.kv_transfer import (
     PATTERN_BYTES,
     POLL_MAX_S,
@@ -21,9 +21,9 @@ from orchestrator.engines.sim.kv_transfer import (
     KvTransferError,
     NixlEndpoint,
     PayloadCheck,
-    load_nixl_api,
     log,
 )
+from orchestrator.transfer.nixl import load_nixl_api
 
 
 class ReceivePool:

@@ -15,8 +15,8 @@ from orchestrator.engines.sim.kv_transfer import (
     KvTransferError,
     NixlEndpoint,
     expected_kv_bytes,
-    load_nixl_api,
 )
+from orchestrator.transfer.nixl import load_nixl_api
 
 
 @dataclass

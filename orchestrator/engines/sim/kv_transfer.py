@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import importlib
 import logging
 from types import ModuleType
 
 import numpy as np
+
+from orchestrator.transfer.nixl import load_nixl_api
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +52,6 @@ class KvTransferError(RuntimeError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
-
-
-def load_nixl_api() -> ModuleType | None:
-    """nixl._api (the `nixl` meta package) or a CUDA-specific wheel's copy, else None."""
-    for name in ("nixl._api", "nixl_cu12._api", "nixl_cu13._api"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    return None
 
 
 def resolve_transfer_mode(requested: str) -> str:
