@@ -79,20 +79,8 @@ def synthetic_batch(num_prompts: int, seed: int) -> list[tuple[int, int]]:
 def sample_batch(cfg: RunConfig, synthetic: bool = False) -> tuple[list[tuple[int, int]], str]:
     """The benchmark batch as (prompt_len, output_len) and where it came from (sharegpt | synthetic)."""
     bench = cfg.benchmark
-    if not synthetic:
-        try:
-            from orchestrator.workload.dataset import sample_sharegpt
-            from orchestrator.workload.tokenizer import load_tokenizer
-        except ModuleNotFoundError:
-            synthetic = True
     if synthetic:
         return synthetic_batch(bench.num_prompts, bench.seed), "synthetic"
-    prompts = sample_sharegpt(
-        load_tokenizer(cfg.model.path),
-        bench.num_prompts,
-        bench.seed,
-        bench.dataset_path,
-        bench.context_len,
-        bench.fixed_output_len,
-    )
-    return [(p.prompt_len, p.output_len) for p in prompts], "sharegpt"
+    from orchestrator.workload.batch import sample_prompts
+
+    return [(p.prompt_len, p.output_len) for p in sample_prompts(cfg, bench.num_prompts)], "sharegpt"

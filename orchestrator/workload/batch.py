@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from orchestrator.config import RunConfig
 from orchestrator.records import BenchRequest
+from orchestrator.workload.dataset import SampledPrompt, sample_sharegpt
+
+
+def sample_prompts(cfg: RunConfig, num_prompts: int) -> list[SampledPrompt]:
+    """The config's ShareGPT prompts as SGLang samples them (client-side token ids, sampled output lengths),
+    in sample order: the one sampler behind the bench's batch and the planner's."""
+    from orchestrator.workload.tokenizer import load_tokenizer
+
+    return sample_sharegpt(
+        load_tokenizer(cfg.model.path), num_prompts, cfg.benchmark.seed, cfg.benchmark.dataset_path,
+        cfg.benchmark.context_len, cfg.benchmark.fixed_output_len,
+    )
 
 
 def sample_batch(cfg: RunConfig, num_prompts: int) -> list[BenchRequest]:
-    """The ShareGPT batch as SGLang samples it (client-side token ids, sampled output lengths)."""
-    from orchestrator.workload.dataset import sample_sharegpt
-    from orchestrator.workload.tokenizer import load_tokenizer
-
-    tokenizer = load_tokenizer(cfg.model.path)
-    prompts = sample_sharegpt(
-        tokenizer, num_prompts, cfg.benchmark.seed, cfg.benchmark.dataset_path,
-        cfg.benchmark.context_len, cfg.benchmark.fixed_output_len,
-    )
-    return order_requests([p.to_request() for p in prompts], cfg.benchmark.ordering)
+    """The bench's batch: the sampled prompts as requests, in the config's benchmark.ordering."""
+    return order_requests([p.to_request() for p in sample_prompts(cfg, num_prompts)], cfg.benchmark.ordering)
 
 
 def order_requests(requests: list[BenchRequest], ordering: str) -> list[BenchRequest]:
