@@ -64,7 +64,7 @@ def worker_deployment_options(cfg: RunConfig, role: str, group: WorkerGroup) -> 
         bundles = [{"GPU": 1, "CPU": 0}] * group.gpus_per_server
         strategy = "STRICT_PACK"
     else:
-        per_node = -(-group.gpus_per_server // group.nnodes)
+        per_node = group.gpus_per_node
         bundles = [{"GPU": per_node, "CPU": 0}] * group.nnodes
         strategy = "STRICT_SPREAD"
     # node rank 0 (bundle 0, where the replica runs) sits on a node of the group's role; the other

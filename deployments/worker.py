@@ -107,7 +107,7 @@ class EngineWorker:
         node_ip = ray.util.get_node_ip_address()
         bind_host, advertise = engine_addresses(cfg, node_ip)
         nnodes = self.group.nnodes
-        gpus_per_bundle = -(-self.group.gpus_per_server // nnodes) if nnodes > 1 else 1
+        gpus_per_bundle = self.group.gpus_per_node if nnodes > 1 else 1
         self.placement = WorkerPlacement(
             role=role,
             group_index=group_index,

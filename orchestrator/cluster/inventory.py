@@ -77,7 +77,7 @@ def check_nodes_fit(cfg: RunConfig, nodes: list[NodeInfo]) -> None:
     problems = []
     for role, i, group in cfg.layout.groups():
         value = cfg.node_role(role, group)
-        per_node = -(-group.gpus_per_server // group.nnodes)
+        per_node = group.gpus_per_node
         name = group.name or f"{role}-{i}"
         # rank 0 of every server needs a node of its role; further ranks of a multi-node server any node
         need.setdefault(value, []).append((name, per_node, group.count))

@@ -239,6 +239,11 @@ class WorkerGroup(Strict):
     def gpus_per_server(self) -> int:
         return self.tp * self.pp * (1 if self.dp_attention else self.dp)
 
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs one server takes on each of its nodes (a server spanning nodes splits them evenly)."""
+        return -(-self.gpus_per_server // self.nnodes)
+
 
 class LayoutConfig(Strict):
     mode: Literal["pd", "aggregated"] = "pd"
@@ -390,7 +395,7 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _layout_fits_cluster_shape(self) -> "RunConfig":
         for role, i, g in self.layout.groups():
-            per_node = -(-g.gpus_per_server // g.nnodes)
+            per_node = g.gpus_per_node
             if per_node > self.cluster.gpus_per_node:
                 raise ValueError(
                     f"layout.{role}.{i}: one server needs {g.gpus_per_server} GPUs over {g.nnodes} node(s) "

@@ -49,7 +49,7 @@ def model_path(cfg: RunConfig) -> str:
 def _gpu_flags(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> tuple[list[str], str]:
     """--base-gpu-id and the CUDA_VISIBLE_DEVICES that makes Ray's physical ids valid inside the server."""
     ids = sorted(placement.gpu_ids)
-    per_node = -(-group.gpus_per_server // group.nnodes)
+    per_node = group.gpus_per_node
     where = f"{placement.role}-{placement.group_index}/{placement.replica_index}"
     if len(ids) != per_node:
         raise SglangLaunchError(
@@ -234,7 +234,7 @@ def group_cache_states(cfg) -> dict[str, str]:
     version = sglang_version(eng.python)
     states = {}
     for role, i, group in cfg.layout.groups():
-        per_node = -(-group.gpus_per_server // group.nnodes)
+        per_node = group.gpus_per_node
         placement = WorkerPlacement(  # ports, hosts and GPU ids are not part of the shape
             role=role, group_index=i, replica_index=0, host="127.0.0.1", advertise_host="127.0.0.1", port=1,
             bootstrap_port=2 if role == "prefill" else None, gpu_ids=tuple(range(per_node)), nnodes=group.nnodes,
