@@ -10,8 +10,8 @@ Workloads:
 - `prefix`: multi-turn chat, prefix-heavy: `--conversations` conversations of `--turns` turns; every
   conversation has its own `--context-tokens`-token context (system prompt + documents), turn t's prompt is
   that context + the earlier turns (question + answer each) + a new 50-token question, `--answer-tokens`
-  output tokens; turns arrive turn by turn, the conversations in a random order within each turn, about one
-  turn per conversation in flight (`--conversations` in flight).
+  output tokens; turns arrive turn by turn, the conversations in a random order within each turn,
+  `--prefix-in-flight` requests in flight.
 The router is the in-process dispatcher and batch driver (`orchestrator.router.batch`, exactly what the
 router replica runs; no Serve, so the router costs the same for every policy). The servers are
 `python -m orchestrator.engines.sim.server` (DeepSeek-R1 W4A8 TP8 on simulated H100, KV over HTTP so no
@@ -158,6 +158,8 @@ def main() -> int:
     parser.add_argument("--context-tokens", type=int, default=8000,
                         help="per conversation; 64 x 8000 is more than one prefill server's KV (its prefix cache)")
     parser.add_argument("--answer-tokens", type=int, default=32)
+    parser.add_argument("--prefix-in-flight", type=int, default=32,
+                        help="prefix batch's requests in flight (64 x 8k tokens would not fit the decodes' KV)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     policies = list(POLICIES) if args.policies == "all" else args.policies.split(",")
@@ -170,7 +172,7 @@ def main() -> int:
             batches[w] = (sharegpt_batch(args.sharegpt_prompts), args.sharegpt_in_flight)
         elif w == "prefix":
             batches[w] = (prefix_batch(args.conversations, args.turns, args.context_tokens, args.answer_tokens),
-                          args.conversations)
+                          args.prefix_in_flight)
         else:
             raise SystemExit(f"--workloads: unknown {w!r}; choose from sharegpt,prefix")
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()  # noqa: E731
