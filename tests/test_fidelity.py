@@ -58,3 +58,15 @@ def test_small_sim_bench_records_its_fidelity(ray_driver, make_sim_config):
     saved = json.loads(result.result_path.read_text())["simulation"]
     assert saved["modelled_run_s"] == sim.modelled_run_s and saved["behind_model"] == sim.behind_model
     assert sim.line() in result.text().splitlines()[-1]
+
+
+def test_the_html_report_states_the_runs_distance_from_the_model():
+    from pathlib import Path
+
+    from orchestrator.observe.html_report import RunData, summary
+
+    raw = Path(__file__).resolve().parents[1] / "benchmarks/results/2026-11-24-embedded-vs-plan/run2/runs"
+    result = json.loads(next(raw.glob("*/result.json")).read_text())
+    row = summary(RunData.from_result(result))["vs the cost model"]
+    assert row.startswith("measured run 75.4 s vs modelled 64.8 s (+16.2%): BEHIND THE MODEL")
+    assert "modelled 3,124 output / 7,839 total tok/s on H100-SXM" in row

@@ -71,6 +71,19 @@ class RunData:
             throughput = {"measured run": f"{s['duration_s']:.2f} s",
                           "total tok/s": f"{s.get('total_throughput', 0):,.0f}",
                           "output tok/s": f"{s.get('output_throughput', 0):,.0f}"}
+        sim = result.get("simulation")  # sim engine: the measured run against the cost model's run of the batch
+        if sim and s.get("duration_s"):
+            verdict = ("within the model" if sim.get("within_tolerance") else
+                       "BEHIND THE MODEL: the throughput above is this host's, not the simulated GPUs'"
+                       if sim.get("behind_model") else "faster than the model")
+            throughput["vs the cost model"] = (
+                f"measured run {sim['measured_run_s']:.1f} s vs modelled {sim['modelled_run_s']:.1f} s "
+                f"({sim['slowdown']:+.1%}): {verdict}; modelled {sim['modelled_output_throughput']:,.0f} output / "
+                f"{sim['modelled_total_throughput']:,.0f} total tok/s on {sim.get('gpu', '?')}")
+        caches = [f"{w['name']} {w['cache_state']}" for w in meta.get("workers", [])
+                  if w.get("cache_state", "n/a") != "n/a"]
+        if caches:
+            throughput["compile caches at engine start"] = ", ".join(caches)
         return cls(
             run_id=str(result.get("run_id", meta.get("run_id", "run"))),
             layout=str(result.get("layout", meta.get("layout", ""))),
