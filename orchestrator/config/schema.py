@@ -357,8 +357,8 @@ class BenchmarkConfig(Strict):
 
 class RouterConfig(Strict):
     policy: Literal["round_robin", "least_outstanding", "least_tokens", "power_of_two", "prefix_aware"] = Field(
-        "least_outstanding", description="Pairing policy (docs/router.md): how the router picks the prefill and "
-        "the decode of each request.")
+        "prefix_aware", description="Pairing policy (docs/router.md): how the router picks the prefill and "
+        "the decode of each request; prefix_aware measured best (docs/performance.md, Pairing policies).")
     host: str = Field("127.0.0.1", description="HTTP ingress bind address (loopback by default).")
     port: int = Field(8000, ge=1, le=65535)
     api_key_env: str | None = Field(None, description="Env var holding the ingress API key, if any.")

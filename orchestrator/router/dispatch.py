@@ -46,7 +46,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 class DispatchSettings:
     """Knobs of the dispatcher; `from_router_config` maps the run config's `router` section."""
 
-    policy: str = "least_outstanding"
+    policy: str = "prefix_aware"
     request_timeout_s: float | None = None  # per leg; None = time left before the deadline
     max_attempts: int = 2
     suspect_s: float = 10.0  # how long a failed worker is avoided
