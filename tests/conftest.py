@@ -8,7 +8,6 @@ Starting a cluster costs ~15-20 s on the CI box, so every Ray test module should
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -21,20 +20,8 @@ os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
 from orchestrator.cluster.connect import init_driver
 from orchestrator.cluster.local import LocalCluster, LocalClusterState
-from orchestrator.cluster.ports import free_port
-from orchestrator.config import RunConfig, config_from_dict
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.25):
-    """Poll `predicate` until it returns something truthy; fail the test with a message on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s:.0f}s")
-        time.sleep(poll_s)
+from orchestrator.config import RunConfig
+from tests.support import CASE_LOG, sim_config, sim_pd_pair, wait_until  # noqa: F401  (re-exported for older imports)
 
 
 @pytest.fixture(scope="session")
@@ -65,31 +52,6 @@ def ray_driver(ray_cluster: LocalClusterState):
     ray.shutdown()
 
 
-def sim_config(overrides: dict | None = None, prefill: list[dict] | None = None, decode: list[dict] | None = None,
-               tmp_dir: Path | None = None) -> RunConfig:
-    """A small simulated-engine config: cpu-fast profile, fast start-up, free router port."""
-    data: dict = {
-        "name": "test",
-        # cluster.gpu cpu-fast: the memory preflight checks the target GPU, and R1's own tokenizer
-        # (the packaged fallback) must match the model's vocabulary
-        "cluster": {"address": "local", "gpu": "cpu-fast", "gpus_per_node": 8, "num_nodes": 2},
-        "model": {"preset": "DeepSeek-R1", "quantization": "w4a8"},
-        "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", "startup_s": 0.0, "time_scale": 1.0}},
-        "layout": {"mode": "pd", "prefill": prefill or [{"count": 1, "tp": 1}],
-                   "decode": decode or [{"count": 1, "tp": 1}]},
-        "benchmark": {"num_prompts": 16, "deadline_s": 300, "warmup": {"policy": "none"},
-                      "result_dir": str(tmp_dir or "runs")},
-        "router": {"port": free_port()},
-    }
-    for key, value in (overrides or {}).items():
-        node = data
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return config_from_dict(data, "tests/conftest.py")
-
-
 @pytest.fixture
 def make_sim_config(tmp_path) -> Callable[..., RunConfig]:
     """Factory for `sim_config` with the result dir under this test's tmp dir."""
@@ -98,3 +60,38 @@ def make_sim_config(tmp_path) -> Callable[..., RunConfig]:
         return sim_config(tmp_dir=tmp_path, **kwargs)
 
     return make
+
+
+# ---- a sim PD pair behind the router's HTTP ingress (uvicorn on loopback), shared by sweep/mlperf/accuracy
+
+@pytest.fixture(scope="module")
+def pd_cfg(tmp_path_factory) -> RunConfig:
+    return sim_config(tmp_dir=tmp_path_factory.mktemp("pd"))
+
+
+@pytest.fixture(scope="module")
+def pd_workers(pd_cfg):
+    with sim_pd_pair(pd_cfg) as endpoints:
+        yield endpoints
+
+
+@pytest.fixture(scope="module")
+def pd_router(pd_cfg, pd_workers):
+    from orchestrator.router.core import RouterCore
+    from tests.test_router_http import Ingress
+
+    core = RouterCore(pd_cfg, run_id="sweep-test")
+    core.follow(1, pd_workers)
+    ingress = Ingress(core)
+    yield ingress.url
+    ingress.stop()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The bad-input and fuzz suites' case counts, from what actually ran (tests/support.py log_case)."""
+    if not CASE_LOG:
+        return
+    terminalreporter.write_sep("-", "bad-input and fuzz cases")
+    for suite, outcomes in sorted(CASE_LOG.items()):
+        shown = ", ".join(f"{outcome} x{n}" for outcome, n in sorted(outcomes.items()))
+        terminalreporter.write_line(f"{suite:<40} {sum(outcomes.values()):>5} cases: {shown}")

@@ -9,7 +9,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.run import accuracy
 from orchestrator.run.accuracy import AccuracyGateError, AccuracyGateSpec
-from tests.test_sweep import sim_config, sim_server
+from tests.support import default_sim_config, sim_server
 
 SPEC = AccuracyGateSpec(num_prompts=4, max_new_tokens=8)
 
@@ -39,14 +39,31 @@ def clean():
 
 
 @pytest.fixture(scope="module")
+def clean_twin():
+    """A second process of the same model: same prompts, same outputs (greedy, fixed dummy weights)."""
+    with sim_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def corrupt():
     with sim_server(faults={"corrupt_rate": 1.0}) as url:
         yield url
 
 
-def test_clean_server_matches_reference_url(clean):
-    result = accuracy.run_gate(SPEC.model_copy(update={"mode": "token-match", "reference": clean}), clean)
+def test_another_server_of_the_same_model_matches_the_reference(clean, clean_twin):
+    result = accuracy.run_gate(SPEC.model_copy(update={"mode": "token-match", "reference": clean}), clean_twin)
     assert result.passed, result.detail
+    assert result.metrics["mismatched_prompts"] == 0
+
+
+def test_a_server_of_another_model_fails_against_the_reference(clean):
+    """Every output token differs when the deployed model is not the reference's (here V2-Lite vs R1)."""
+    with sim_server(overrides=["model.preset=DeepSeek-V2-Lite", "model.quantization=bf16"]) as other:
+        result = accuracy.run_gate(SPEC.model_copy(update={"mode": "token-match", "reference": clean}), other)
+    assert not result.passed
+    assert result.metrics["mismatched_prompts"] == 4
+    assert result.detail.startswith("4/4 prompts differ; prompt 0 differs at output token 0")
 
 
 def test_corrupt_outputs_fail_against_reference_url(clean, corrupt):
@@ -55,19 +72,19 @@ def test_corrupt_outputs_fail_against_reference_url(clean, corrupt):
     assert result.metrics["mismatched_prompts"] == 4
 
 
-def test_recorded_reference_file_round_trip(clean, corrupt, tmp_path):
+def test_recorded_reference_file_round_trip(clean, clean_twin, corrupt, tmp_path):
     ref = tmp_path / "ref.json"
     assert main(["accuracy", "record-reference", "--url", clean, "--out", str(ref),
                  "--accuracy-prompts", "4", "--accuracy-tokens", "8"]) == 0
     record = json.loads(ref.read_text())
     assert len(record["prompts"]) == 4 and all(len(o) == 8 for o in record["outputs"])
     check = ["accuracy", "check", "--accuracy", "token-match", "--accuracy-reference", str(ref), "--url"]
-    assert main(check + [clean]) == 0
+    assert main(check + [clean_twin]) == 0
     assert main(check + [corrupt]) == 1
 
 
 def test_sim_config_without_reference_starts_its_own_aggregated_reference(clean, corrupt, tmp_path):
-    cfg = sim_config(tmp_path)
+    cfg = default_sim_config(tmp_path)
     assert accuracy.run_gate(SPEC, clean, cfg).passed
     assert not accuracy.run_gate(SPEC, corrupt, cfg).passed
 
@@ -89,7 +106,7 @@ def test_bpb_without_baseline_is_an_error(clean):
 
 
 def test_auto_mode_picks_bpb_only_for_real_weights(tmp_path):
-    cfg = sim_config(tmp_path)
+    cfg = default_sim_config(tmp_path)
     assert accuracy.resolve_mode(SPEC, cfg) == "token-match"
     real = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={
         "kind": "sglang", "sglang": cfg.engine.sglang.model_copy(update={"load_format": None})})})

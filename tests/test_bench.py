@@ -148,7 +148,7 @@ def test_sigterm_writes_partial_invalid_result_and_tears_down(ray_cluster, make_
     from ray.util.state import list_actors
 
     from orchestrator.config import dump_config
-    from tests.conftest import wait_until
+    from tests.support import wait_until
 
     cfg = make_sim_config(overrides={"engine.sim.startup_s": 600.0})  # engines never get ready in time
     config_path = tmp_path / "sigterm.yaml"

@@ -66,7 +66,7 @@ def test_local_config_attaches_to_ray_address_instead_of_starting(ray_cluster, t
     code = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from tests.conftest import sim_config\n"
+        "from tests.support import sim_config\n"
         "from orchestrator.cluster.connect import connect\nfrom orchestrator.cluster.inventory import node_inventory\n"
         f"s = connect(sim_config(tmp_dir=Path({str(tmp_path)!r})))\n"
         "print(json.dumps({'started': s.started is not None, 'nodes': len(node_inventory())}))\n"
@@ -99,7 +99,7 @@ def test_a_node_that_dies_while_the_next_one_starts_makes_the_cluster_start_over
     taken in between); start() must start the whole cluster over instead of failing."""
     from orchestrator.cluster.local import LocalCluster
     from orchestrator.process import ManagedProcess
-    from tests.conftest import sim_config
+    from tests.support import sim_config
 
     killed: list[int] = []
 

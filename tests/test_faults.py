@@ -39,7 +39,7 @@ import pytest
 from orchestrator.cluster.local import LocalClusterState
 from orchestrator.config import RunConfig, dump_config
 from orchestrator.records import BenchRequest, RequestResult, WorkerEndpoint
-from tests.conftest import sim_config, wait_until
+from tests.support import sim_config, wait_until
 from tests.test_security import cluster_pids, pid_alive, pid_listening_on
 
 pytestmark = pytest.mark.ray

@@ -5,19 +5,19 @@ The ingress app (the same FastAPI object Serve wraps) is served by uvicorn on lo
 simulated prefill + decode pair, so a fuzzed body that happens to be valid really runs through both
 engines. Hypothesis drives four suites: arbitrary JSON bodies, valid bodies with one field replaced by a
 wrong value, raw bytes, and oversized prompts. Every request has a client timeout: a hang fails the test.
-The last test prints how many cases each suite sent and which statuses came back (docs/reliability.md).
+The session summary lists how many cases each suite sent and which statuses came back (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import log_case
 from tests.test_pd_dispatch import sim_pair  # noqa: F401  (module-scoped fixture: 1 prefill + 1 decode)
 from tests.test_router_http import Ingress, make_core
 
@@ -44,8 +44,6 @@ FIELDS = {
 }
 SAMPLING_KEYS = ["max_new_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop", "min_new_tokens",
                  "frequency_penalty", "n"]
-
-CASES: dict[str, Counter] = defaultdict(Counter)  # suite -> status -> count
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +80,7 @@ def send(http: httpx.Client, suite: str, method: str, path: str, **kwargs) -> ht
             resp.read()
     except httpx.TimeoutException:
         pytest.fail(f"{method} {path} hung (no full answer within {CLIENT_TIMEOUT_S:.0f}s): {kwargs!r:.300}")
-    CASES[suite][resp.status_code] += 1
+    log_case(f"HTTP fuzz: {suite}", str(resp.status_code))
     return resp
 
 
@@ -160,15 +158,3 @@ def test_oversized_prompts_are_rejected_naming_the_limit(http, path, extra, as_t
 def test_other_methods_and_query_strings(http, path, method, query):
     resp = send(http, "methods + query strings", method, path, params=query)
     assert resp.status_code < 500, f"{method} {path}?{query} -> {resp.status_code} {resp.text[:200]}"
-
-
-def test_fuzz_case_counts_are_printed(capsys):
-    assert CASES, "the fuzz suites above sent no request"
-    with capsys.disabled():
-        print("\nHTTP fuzz of the router ingress (suite: cases, statuses):")
-        for suite, statuses in CASES.items():
-            shown = ", ".join(f"{code} x{n}" for code, n in sorted(statuses.items()))
-            print(f"  {suite:<24} {sum(statuses.values()):>4} cases: {shown}")
-        total = sum(sum(c.values()) for c in CASES.values())
-        server_errors = sum(n for c in CASES.values() for code, n in c.items() if code >= 500)
-        print(f"  {'total':<24} {total:>4} cases, {server_errors} answered 5xx")

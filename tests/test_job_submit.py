@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import dump_config
-from tests.conftest import sim_config
+from tests.support import sim_config
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parent.parent

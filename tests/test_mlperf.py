@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.run import mlperf
-from tests.test_sweep import pd_cfg, pd_router, pd_workers, sim_server  # noqa: F401  (fixtures)
+from tests.support import sim_server
 
 pytest.importorskip("mlperf_loadgen")
 
@@ -62,7 +62,7 @@ def test_missing_dataset_file_is_named(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def server(pd_router):  # noqa: F811
+def server(pd_router):
     """LoadGen's queries go through the PD router's ingress to a sim prefill + decode pair."""
     return pd_router
 

@@ -12,7 +12,7 @@ from ray.util.state import list_actors, list_nodes
 from deployments.app import deploy, expected_workers, worker_groups
 from orchestrator.cluster.inventory import ClusterError, NodeInfo, check_nodes_fit, node_inventory
 from orchestrator.cluster.registry import get_registry
-from tests.conftest import wait_until
+from tests.support import wait_until
 
 pytestmark = pytest.mark.ray
 
