@@ -151,7 +151,7 @@ class PrefixAware:
     it is `LeastTokens`. `new_tokens` tells the dispatcher what the chosen worker will compute.
     """
 
-    def __init__(self, block_tokens: int = 16, capacity_tokens: int = 1 << 20) -> None:
+    def __init__(self, block_tokens: int = 64, capacity_tokens: int = 1 << 20) -> None:
         self.block_tokens = block_tokens
         self.capacity_blocks = max(1, capacity_tokens // block_tokens)
         self._index: dict[str, PrefixIndex] = {}
