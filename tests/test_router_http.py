@@ -2,7 +2,7 @@
 
 Most tests serve the ingress app with uvicorn on loopback in front of two simulated engine servers
 (no Ray: the app is the same FastAPI object Serve wraps). The last test deploys the whole thing on the
-session's local Ray cluster: worker deployments, registry, PDRouter, Serve's HTTP proxy.
+session's local Ray cluster: worker deployments, registry, PDRouter serving HTTP on router.port itself.
 """
 
 from __future__ import annotations
