@@ -59,6 +59,11 @@ class Check:
     name: str
     ok: bool
     detail: str
+    note: bool = False  # information only (e.g. a rules verdict): never makes prepare fail
+
+    def line(self) -> str:
+        mark = "note" if self.note else "ok  " if self.ok else "FAIL"
+        return f"  {mark} {self.name}: " + self.detail.replace("\n", "\n         ")
 
 
 @dataclass
@@ -96,19 +101,16 @@ class PrepareReport:
 
     def text(self) -> str:
         lines = [f"prepare: {self.config_name} ({self.layout}), engine {self.engine}"]
-        for c in self.checks:
-            lines.append(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        lines.extend(c.line() for c in self.checks)
         for n in self.nodes:
             lines.append(f"node {n.ip} ({n.hostname}; {', '.join(n.roles) or 'no role'}), {n.seconds:.1f} s:")
-            for c in n.checks:
-                lines.append(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+            lines.extend(c.line() for c in n.checks)
         if len({n.batch_fingerprint for n in self.nodes}) > 1:
             lines.append("  FAIL nodes sampled different batches: " +
                          ", ".join(f"{n.ip} {n.batch_fingerprint}" for n in self.nodes) +
                          "; give every node the same dataset file (benchmark.dataset_path) and tokenizer")
         lines.append("compile caches:")
-        for c in self.compile:
-            lines.append(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        lines.extend(c.line() for c in self.compile)
         lines.append(f"{'prepared' if self.ok else 'NOT prepared'} in {self.seconds:.1f} s")
         return "\n".join(lines)
 
@@ -124,13 +126,13 @@ def config_checks(cfg: RunConfig) -> list[Check]:
     from orchestrator.plan.memory import check_layout_fits
 
     memory = check_layout_fits(cfg, suggest=False)
-    checks = [Check("memory", memory.fits, memory.summary().splitlines()[0])]
+    checks = [Check("memory", memory.fits, memory.summary().splitlines()[0].removeprefix("memory: "))]
     if cfg.rules:
         from orchestrator.rules import check_config, load_profile
 
         verdict = check_config(cfg, load_profile(cfg.rules))
         # a rules verdict is information: the default preset is knowingly not compliant
-        checks.append(Check("rules", True, verdict.summary().replace("\n", "; ")))
+        checks.append(Check("rules", True, verdict.summary(), note=True))
     return checks
 
 
