@@ -177,7 +177,7 @@ def _cmd_mlperf(args: argparse.Namespace) -> int:
     name = cfg.name if cfg else "url"
     out_dir = Path(args.out or Path(cfg.benchmark.result_dir if cfg else "runs")
                    / f"mlperf-{name}-{args.scenario.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
-    simulated = bool(cfg and cfg.engine.kind == "sim")
+    simulated = bool(cfg and cfg.simulated)
     try:
         if cfg is None:
             from contextlib import nullcontext

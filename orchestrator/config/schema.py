@@ -435,4 +435,14 @@ class RunConfig(Strict):
     def sim_profile(self) -> str:
         return self.engine.sim.profile or self.cluster.gpu
 
+    @property
+    def simulated(self) -> bool:
+        """Whether the engines are simulated (results are labelled SIMULATED)."""
+        return self.engine.kind == "sim"
+
+    @property
+    def time_scale(self) -> float:
+        """Wall seconds per reported second: the sim's engine.sim.time_scale, 1 for real engines."""
+        return self.engine.sim.time_scale if self.simulated else 1.0
+
 

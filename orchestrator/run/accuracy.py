@@ -243,7 +243,7 @@ def resolve_mode(spec: AccuracyGateSpec, cfg) -> str:
     """auto → bpb for SGLang with real weights (load_format null), token-match otherwise."""
     if spec.mode != "auto":
         return spec.mode
-    if cfg is not None and cfg.engine.kind == "sglang" and cfg.engine.sglang.load_format is None:
+    if cfg is not None and not cfg.simulated and cfg.engine.sglang.load_format is None:
         return "bpb"
     return "token-match"
 
@@ -295,7 +295,7 @@ def run_gate(spec: AccuracyGateSpec, url: str, cfg=None, headers: dict | None = 
         record = load_reference(reference)
         record.setdefault("path", reference)
         return check_token_match(url, record, spec, headers)
-    if cfg is not None and cfg.engine.kind == "sim":
+    if cfg is not None and cfg.simulated:
         with local_sim_reference(cfg) as ref_url:
             prompts = fixed_prompt_set(spec.num_prompts, spec.seed)
             expected = greedy_outputs(ref_url, prompts, spec.max_new_tokens, spec.timeout_s)

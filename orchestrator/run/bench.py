@@ -193,8 +193,8 @@ def run_metadata(cfg: RunConfig, run_id: str, endpoints: list, nodes: list) -> d
         "run_id": run_id,
         "config": redacted_config(cfg.model_dump(mode="json")),
         "engine": cfg.engine.kind,
-        "simulated": cfg.engine.kind == "sim",
-        "time_scale": cfg.engine.sim.time_scale if cfg.engine.kind == "sim" else 1.0,
+        "simulated": cfg.simulated,
+        "time_scale": cfg.time_scale,
         "layout": cfg.layout.describe(),
         "git_sha": git_sha(),
         "versions": versions(),
@@ -219,7 +219,7 @@ def _rules_verdict(cfg: RunConfig) -> dict | None:
 
 
 def _engine_label(cfg: RunConfig) -> str:
-    if cfg.engine.kind == "sim":
+    if cfg.simulated:
         return f"sim [SIMULATED {cfg.sim_profile}, {cfg.model.name}]"
     return f"sglang ({cfg.model.name})"
 
@@ -246,7 +246,7 @@ def run_bench(
     if result_dir is not None:
         cfg = cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"result_dir": str(result_dir)})})
     run_id = run_id or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    time_scale = cfg.engine.sim.time_scale if cfg.engine.kind == "sim" else 1.0
+    time_scale = cfg.time_scale
     clock = PhaseClock(time_scale, started_at)
     deadline_at = clock.started_at + cfg.benchmark.deadline_s * time_scale
     n = cfg.benchmark.num_prompts

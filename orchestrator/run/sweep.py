@@ -211,7 +211,7 @@ def run_sweep(
 ) -> dict:
     """Gate, then every pair; writes sweep.json (+ a table and a plot per pair) and returns its content."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    simulated = cfg.engine.kind == "sim"
+    simulated = cfg.simulated
     num_gpus = gpu_count(cfg)
     headers = auth_headers(cfg.router.api_key_env)
     report: dict = {
