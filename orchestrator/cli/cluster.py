@@ -1,4 +1,4 @@
-"""`pd-orchestrator cluster up --local | status | down`: the local 2-node Ray cluster."""
+"""`pd-orchestrator cluster up --local | status | down | sockets`: the local 2-node Ray cluster, and who listens where."""
 
 from __future__ import annotations
 
@@ -65,6 +65,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0 if alive else 1
 
 
+def _cmd_sockets(args: argparse.Namespace) -> int:
+    from orchestrator.cluster.listening import main
+
+    return main()
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cluster", help="start/stop/inspect the local 2-node Ray cluster")
     csub = p.add_subparsers(dest="cluster_cmd", required=True)
@@ -79,3 +85,5 @@ def register(sub: argparse._SubParsersAction) -> None:
             cp.add_argument("--local", action="store_true", help="start it on this machine")
         cp.add_argument("--state", type=Path, default=DEFAULT_STATE_PATH, help="state file (PIDs, addresses)")
         cp.set_defaults(func=func)
+    sockets = csub.add_parser("sockets", help="every listening TCP socket of this machine and its process, exposed first")
+    sockets.set_defaults(func=_cmd_sockets)

@@ -1,7 +1,8 @@
 """Which processes listen on which TCP addresses, read from the kernel (/proc/net/tcp{,6} mapped to processes
 by socket inode): what a port scan from another machine would find, per process.
 
-    python -m orchestrator.cluster.listening            # every listening socket of this machine, exposed ones first
+    pd-orchestrator cluster sockets                      # every listening socket of this machine, exposed first
+    python -m orchestrator.cluster.listening            # the same, importing nothing else (device scripts)
 """
 
 from __future__ import annotations
