@@ -10,7 +10,9 @@
 #   pd-l38    that fallback alone (when pd's call ran out of time after the failure)
 #   pdcheck   (nvidia-h200-x2 or larger) `python -m orchestrator.calibrate pd` with its servers on two GPUs:
 #             the one-GPU KV-transfer settings (page sizes, NIXL prepped vs coalesced) re-measured across GPUs and
-#             the top-k logprob check PD vs aggregated (DeepSeek-V2-Lite shape, as on one GPU)
+#             the top-k logprob check PD vs aggregated (DeepSeek-V2-Lite shape, as on one GPU). The one-GPU runs
+#             (benchmarks/results/2026-11-24-calibration-*) left the setting undecided, so both page sizes (1, 64)
+#             and both NIXL modes (prepped, coalesced: the nixl patch) are measured
 # The planner's predictions for these runs were committed first: benchmarks/results/2026-11-24-r1-full-predictions/.
 #
 # Built here first (git-ignored carry folders; a call carries at most 64 MiB):
@@ -55,6 +57,10 @@ pack() {  # $1 = folder under $P -> $OUT/$1.tar.xz (logs over 40 MB keep their f
   tar -C $P -cJf "$OUT/$1.tar.xz" $1; ls -la "$OUT"
 }
 need_site() { [ -f $SITE/.installed_site ] || { el "sglang tree missing: run phase 'site' first (the lease must stay warm)"; exit 1; }; }
+r1_tokenizers() {  # R1's tokenizer.json into each R1 model directory (git-ignored there), from the carried zip
+  [ -f $P/tokenizer-r1.json.zip ] || return 0
+  for m in $R1_DIRS; do [ -f $m/tokenizer.json ] || $PY -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('tokenizer.json', sys.argv[2])" $P/tokenizer-r1.json.zip $m; done
+}
 need_rt() { [ -f $SITE/.installed_rt ] && [ -f $P/sharegpt.json ] || { el "Ray tree missing: run phase 'rt' first"; exit 1; }; }
 
 SCRAPER=""; SMI=""
@@ -83,21 +89,32 @@ watch_stop() { for p in $SCRAPER $SMI; do kill $p 2>/dev/null; done; SCRAPER="";
 bench_run() {  # $1 = config, $2 = folder under $P, $3 = seconds the run needs; extra args after: more --set
   local cfg=$1 name=$2 d=$P/$2 need=$3; shift 3
   enough $need "$name ($cfg)" || return 3
-  rm -rf $d; mkdir -p $d; touch $d/.started
+  rm -rf $d; mkdir -p $d/runs $d/engines $d/ray; touch $d/.started
+  r1_tokenizers
+  # The product's local cluster (cluster.address=local), brought up first with the state file bench looks for
+  # ($d/runs/local-cluster.json): bench attaches, and the cluster (with the engine logs in its temp dir)
+  # outlives the run until the logs are copied; `bench` alone would remove them with its cluster.
+  local ST="--state $d/runs/local-cluster.json" t0; t0=$(date +%s)
+  $PY scripts/device/one_command.py orchestrator.cli.cluster cluster up --local --config $cfg $SETS ${BENCH_ARGS_CLUSTER:-} "$@" $ST \
+    > $d/cluster_up.txt 2>&1 || { el "cluster up failed:"; tail -20 $d/cluster_up.txt; return 1; }
+  el "local cluster up in $(( $(date +%s) - t0 )) s"
   watch_start $d
   el "bench $cfg -> $name (compile caches: $(ls $CC 2>/dev/null | wc -l) entries in $CC)"
-  timeout $(( $(left) - 25 )) $PY scripts/device/one_command.py orchestrator.cli.bench bench --config $cfg $SETS \
+  timeout $(( $(left) - 35 )) $PY scripts/device/one_command.py orchestrator.cli.bench bench --config $cfg $SETS \
     --result-dir $d/runs ${BENCH_ARGS:-} "$@" > $d/bench.txt 2>&1
   local rc=$?; echo $rc > $d/bench.rc
   watch_stop
   grep -v -E "^\(|INFO" $d/bench.txt | tail -70
   el "bench exit $rc"
-  mkdir -p $d/engines  # every engine log the result names (node_ip:path), else what the local cluster left
-  for r in $(find $d/runs -name result.json 2>/dev/null); do
-    $PY -c "import json,sys; [print(v.split(':',1)[1]) for v in json.load(open(sys.argv[1])).get('engine_logs',{}).values()]" $r \
+  for r in $(find $d/runs -name result.json 2>/dev/null); do  # every engine log the result names (node_ip:path)
+    $PY -c "import json,sys; m=json.load(open(sys.argv[1])).get('metadata',{}); [print(v.split(':',1)[1]) for v in (m.get('engine_logs') or {}).values()]" $r \
       | while read -r f; do cp "$f" $d/engines/ 2>/dev/null; done
   done
-  [ -n "$(ls $d/engines)" ] || find /tmp/ray $P -name "*.log" -path "*engine*" -newer $d/.started -exec cp {} $d/engines/ \; 2>/dev/null
+  local root; root=$($PY -c "import json,sys; print(json.load(open(sys.argv[1])).get('root_dir',''))" $d/runs/local-cluster.json 2>/dev/null)
+  [ -n "$(ls $d/engines)" ] || { [ -n "$root" ] && find $root -name "*.log" -path "*pd-engines*" -exec cp {} $d/engines/ \; 2>/dev/null; }
+  [ -n "$root" ] && cp $root/ray-start-*.log $d/ray/ 2>/dev/null
+  $PY scripts/device/one_command.py orchestrator.cli.cluster cluster down $ST > $d/cluster_down.txt 2>&1
+  el "engine logs: $(ls $d/engines | tr '\n' ' '); local cluster down"
   for f in $d/scrape/prefill_*.prom; do [ -f "$f" ] && $PY scripts/device/kv_stats.py $f > $d/kv_stats.json 2>&1 && cat $d/kv_stats.json; done
   for f in $d/scrape/*.server_info.json; do [ -f "$f" ] && $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1].rsplit('/',1)[1], 'startup_time', json.dumps(d.get('startup_time')))" $f; done
   return $rc
@@ -126,7 +143,7 @@ rt)
   if [ ! -f $SITE/.installed_rt ]; then rm -rf $P/rt; mkdir -p $P/rt; tar -C $P/rt -xJf .device/rt/runtime.tar.xz && cp -a $P/rt/site/. $SITE/ && touch $SITE/.installed_rt; fi
   cp $P/rt/sharegpt.json $P/
   [ -f .device/r1/tokenizer-r1.json.zip ] && cp .device/r1/tokenizer-r1.json.zip $P/
-  for m in $R1_DIRS; do $PY -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('tokenizer.json', sys.argv[2])" $P/tokenizer-r1.json.zip $m || el "no R1 tokenizer for $m"; done
+  r1_tokenizers; ls -la models/deepseek-r1/
   $PY -c "import ray, sglang; print('ray', ray.__version__, 'sglang', sglang.__version__)" 2>&1 | tail -1 ;;
 agg-cold)
   need_rt; rm -rf $CC; el "compile caches wiped ($CC): cold start"
@@ -138,7 +155,9 @@ dpattn)
 pd)
   need_rt
   bench_run configs/h200-r1-pd-4p4d-w4a8.yaml pd 420; rc=$?
-  if [ $rc != 3 ] && [ -z "$(find $P/pd/runs -name result.json 2>/dev/null)" ]; then   # no result: it never ran
+  served=$($PY -c "import json,sys; print(sum(json.load(open(f)).get('counts',{}).get('completed',0) for f in sys.argv[1:]))" \
+    $(find $P/pd/runs -name result.json 2>/dev/null) 2>/dev/null); served=${served:-0}
+  if [ $rc != 3 ] && [ "$served" = 0 ]; then   # no request served (bench writes an INVALID result.json too)
     el "W4AFP8 PD did not run (bench exit $rc): SGLang's error, then the labelled fallback (R1-shaped 38 layers FP8)"
     { echo "bench exit $rc"; grep -h -iE "error|exception|assert|not supported|Traceback" $P/pd/engines/* $P/pd/bench.txt | head -40; } > $P/pd/w4a8_error.txt
     cat $P/pd/w4a8_error.txt
@@ -153,7 +172,7 @@ pdcheck)
     el "unpack sglang tree"; rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site || exit 1
   fi
   $PY -m orchestrator.calibrate pd --help | grep -q -- "--prefill-gpu" \
-    || { el "orchestrator.calibrate pd has no --prefill-gpu/--decode-gpu yet (asked of its owner, D1): cross-GPU check not run"; exit 3; }
+    || { el "orchestrator.calibrate pd has no --prefill-gpu/--decode-gpu (needs commit 240ce9c): cross-GPU check not run"; exit 3; }
   [ -f $SITE/.nixl_patched ] || { $PY -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched; }
   D=$P/pdcheck; rm -rf $D; mkdir -p $D/models/v2lite; cp models/deepseek-v2-lite/config.json $D/models/v2lite/
   nvidia-smi topo -m > $D/topo.txt 2>&1
@@ -166,7 +185,9 @@ pdcheck)
 selftest)  # CPU machine: every bench command line above, simulated engine, 12 prompts (PY = the project's venv python)
   [ -f $P/sharegpt.json ] || cp .device/r1/sharegpt.json $P/sharegpt.json 2>/dev/null \
     || .venv/bin/python scripts/device/trim_sharegpt.py $P/sharegpt.json
-  export BENCH_ARGS="--num-prompts 12 --set engine.kind=sim --set engine.sim.time_scale=0.05 --set cluster.local.num_cpus_per_node=2"
+  # deadline x time_scale is the wall budget: 6000 x 0.05 = 300 s, room for a loaded 2-core machine
+  export BENCH_ARGS="--num-prompts 12 --set engine.kind=sim --set engine.sim.time_scale=0.05 --set benchmark.deadline_s=6000 --set cluster.local.num_cpus_per_node=2"
+  export BENCH_ARGS_CLUSTER="--set cluster.local.num_cpus_per_node=2"
   for c in h200-r1-agg-tp8:st-agg h200-r1-agg-tp8-dpattn:st-dpattn h200-r1-pd-4p4d-w4a8:st-pd h200-r1-pd-4p4d-fp8-l38:st-pd-l38; do
     bench_run configs/${c%%:*}.yaml ${c##*:} 60; echo "selftest ${c%%:*}: bench exit $?" | tee -a $P/selftest.txt
   done ;;
