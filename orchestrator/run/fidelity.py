@@ -1,6 +1,6 @@
 """A simulated run against its model: did this host keep the simulated engine on the cost model's time?
 
-bench (engine.kind = sim) -> the cost model's run of the exact batch (plan.simulate: same prompts, order and
+bench (simulated engine) -> the cost model's run of the exact batch (plan.simulate: same prompts, order and
 admission limit) -> after the measured run: SimFidelity(modelled vs measured run, each engine's pacing)
 -> result.json "simulation", one line after SGLang's block.
 
@@ -73,7 +73,7 @@ class SimFidelity:
 
 def modelled_run(cfg: RunConfig, batch: Sequence[tuple[int, int]], max_in_flight: int) -> SimulatedRun | None:
     """The cost model's run of the batch bench sends (its order, its admission limit); None for real engines."""
-    if cfg.engine.kind != "sim" or not batch:
+    if not cfg.simulated or not batch:
         return None
     return simulate_run(cfg, batch, gpu=cfg.sim_profile, max_concurrency=max_in_flight)
 

@@ -171,7 +171,7 @@ def prepare_this_node(cfg: RunConfig) -> tuple[list[Check], str | None]:
         ))
     except Exception as exc:
         checks.append(Check("dataset", False, f"{type(exc).__name__}: {exc}"))
-    if cfg.engine.kind == "sglang":
+    if not cfg.simulated:  # real SGLang: its interpreter, the model files, the cache dir
         checks.extend(_sglang_node_checks(cfg))
     return checks, fingerprint
 
@@ -252,7 +252,7 @@ def build_compile_caches(cfg: RunConfig, state_path: Path | None = None) -> list
 
     The simulated engine compiles nothing; its start-up is modelled with warm caches.
     """
-    if cfg.engine.kind == "sim":
+    if cfg.simulated:
         return [Check("sim engine", True, "no JIT/compile caches to build (nothing done); the simulated start-up "
                                           "is modelled with warm caches")]
     from orchestrator.run.bench import max_in_flight
