@@ -148,6 +148,14 @@ def test_invalid_bodies_get_400_naming_the_field(ingress, path, body, field):
     assert field in r.json()["error"]["message"]
 
 
+def test_a_passed_through_integer_beyond_64_bits_is_relayed_not_a_500(ingress):
+    # orjson refuses such integers; the router's body encoder falls back to the json module for them
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}, "x_tag": 2 ** 70}
+    r = httpx.post(ingress.url + "/generate", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["meta_info"]["completion_tokens"] == 2
+
+
 def test_body_that_is_not_json_gets_400(ingress):
     r = httpx.post(ingress.url + "/generate", content=b"{not json", headers={"content-type": "application/json"},
                    timeout=30)

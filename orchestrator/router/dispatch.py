@@ -31,6 +31,7 @@ from orchestrator.router.failures import (
     _raise_if_stream_aborted,
     _RetryState,
 )
+from orchestrator.router.json_response import json_bytes
 from orchestrator.router.pairs import Answer, Pair, Progress, batch_size, fill_from_payload, request_shape, with_pairing
 from orchestrator.router.policies import NoWorkerError, RequestShape, RoutingPolicy, WorkerState, eligible, make_policy
 from orchestrator.router.relay import StreamRelay, collect_stream
@@ -267,7 +268,7 @@ class PDDispatcher:
         n = batch_size(body) or 1
         rooms = [self._new_room() for _ in range(n)] if pair.prefill is not None else []
         self._rooms_in_flight.update(rooms)
-        sent = orjson.dumps(with_pairing(body, pair, rid, rooms))  # once: the same bytes go to both legs
+        sent = json_bytes(with_pairing(body, pair, rid, rooms))  # once: the same bytes go to both legs
         stream = bool(body.get("stream"))
         t0 = time.monotonic()
         # TTFT and e2e count from the request's first send (retries included); kv_wait is this attempt's.
@@ -375,7 +376,7 @@ class PDDispatcher:
     async def _open_stream_once(self, body: dict, pair: Pair, timeout_s: float, attempt: int) -> StreamRelay:
         rid = uuid.uuid4().hex
         rooms = [self._new_room() for _ in range(batch_size(body) or 1)] if pair.prefill else []
-        sent = orjson.dumps(with_pairing(body, pair, rid, rooms))
+        sent = json_bytes(with_pairing(body, pair, rid, rooms))
         stream = bool(body.get("stream"))
         deadline = time.monotonic() + timeout_s
         prefill_task = None

@@ -7,7 +7,6 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
-import orjson
 from fastapi.responses import Response, StreamingResponse
 
 from orchestrator.api.openai import (
@@ -19,7 +18,7 @@ from orchestrator.api.openai import (
 )
 from orchestrator.api.sse import json_events
 from orchestrator.router.core import HTTPError, RouterCore
-from orchestrator.router.json_response import FastJSONResponse
+from orchestrator.router.json_response import FastJSONResponse, json_bytes
 
 
 def sampling_from_openai(body: CompletionBody | ChatBody, default_tokens: int) -> dict:
@@ -44,7 +43,7 @@ def finish_reason(meta: dict) -> str | None:
 
 
 def _sse(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
+    return b"data: " + json_bytes(obj) + b"\n\n"
 
 
 async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: str, rid: str,
