@@ -35,6 +35,7 @@ from typing import Any, Callable
 from orchestrator.cluster.local import NODE_START_TIMEOUT_S, LocalCluster
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import ClusterConfig
+from orchestrator.process import pid_alive, reap
 
 PREFIX = "pdo-"
 NETNS_DIR = Path("/run/netns")
@@ -307,6 +308,7 @@ class NamespaceCluster(LocalCluster):
         self.lab = lab
         self.role_hosts = hosts or {cluster.roles.prefill: "node-a", cluster.roles.decode: "node-b"}
         self.probe_from = probe_from
+        self.restarts = 0
 
     def node_host(self, role: str) -> str:
         return self.lab.hosts[self.role_hosts[role]].ip
@@ -321,13 +323,18 @@ class NamespaceCluster(LocalCluster):
         assert self.state is not None
         return self.lab.call(self.probe_from, alive_node_count, self.state.dashboard_url, self.env.get("RAY_AUTH_TOKEN"))
 
-    def start_node(self, role: str, attempt: int = 1) -> None:
+    def start_node(self, role: str) -> None:
         """(Re)start the raylet of `role` on its host (after a fault killed it) and wait until it is alive."""
         assert self.state is not None
+        for node in [n for n in self.state.nodes if n.role == role]:  # the dead raylet is no longer ours to wait on
+            reap(node.pid)
+            if not pid_alive(node.pid):
+                self.state.nodes.remove(node)
         alive = self._alive_node_count()
         args = [] if role == self.cluster.roles.prefill else [f"--address={self.state.gcs_address}"]
-        self._start_with_retries(role, args, Path(self.state.root_dir) / f"{role}-again{attempt}", alive + 1,
-                                 NODE_START_TIMEOUT_S)
+        self.restarts += 1  # a fresh temp dir: never a dead raylet's session (short: Ray's socket paths must fit)
+        temp_dir = Path(self.state.root_dir) / f"{role}-r{self.restarts}"
+        self._start_with_retries(role, args, temp_dir, alive + 1, NODE_START_TIMEOUT_S)
 
 
 def alive_node_count(dashboard_url: str, token: str | None = None, timeout_s: float = 10.0) -> int:

@@ -75,12 +75,10 @@ def host_config(hosts, tmp_path: Path, name: str, num_prompts: int = 160, overri
 class BenchJob:
     """`ray job submit ... -- python -m orchestrator bench` on the client host; its output is collected."""
 
-    def __init__(self, hosts, cfg: RunConfig, tmp_path: Path, extra_env: dict[str, str] | None = None,
-                 driver_host: str = "node-a"):
+    def __init__(self, hosts, cfg: RunConfig, tmp_path: Path, extra_env: dict[str, str] | None = None):
         self.hosts = hosts
         self.lab: NetnsLab = hosts.lab
         self.cfg = cfg
-        self.driver_host = driver_host
         self.job_id = f"pdo-multihost-{uuid.uuid4().hex[:8]}"
         config_path = tmp_path / f"{self.job_id}.yaml"
         config_path.write_text(dump_config(cfg))
@@ -88,9 +86,6 @@ class BenchJob:
         runtime_env = {"excludes": UPLOAD_EXCLUDES, "env_vars": {API_KEY_ENV: API_KEY, **(extra_env or {})}}
         argv = [RAY, "job", "submit", "--address", hosts.state.dashboard_url, "--working-dir", str(REPO),
                 "--submission-id", self.job_id, "--runtime-env-json", json.dumps(runtime_env)]
-        if driver_host != "node-a":
-            role = "decode" if driver_host == "node-b" else "prefill"
-            argv += ["--entrypoint-label-selector", json.dumps({"role": role})]
         argv += ["--", sys.executable, "-m", "orchestrator", "bench", "--config", str(config_path)]
         self.started_at = time.monotonic()
         self.started_at_wall = time.time()
