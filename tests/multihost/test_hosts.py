@@ -147,4 +147,3 @@ def test_prometheus_scrapes_both_hosts(hosts: HostCluster, tmp_path) -> None:
     up = run_prometheus(hosts.lab, "client", targets, tmp_path)
     print(f"PROMETHEUS from the client host: {up}")
     assert up == {t: 1.0 for t in targets}
-
