@@ -138,3 +138,24 @@ def test_a_bad_profile_names_the_file_and_the_field(tmp_path: Path) -> None:
 
 def test_the_dataset_file_is_the_default() -> None:
     assert DATASET == ROOT / "benchmarks/backtest/runs.yaml"
+
+
+def test_a_newer_measurement_of_the_same_gpu_and_shape_takes_precedence() -> None:
+    from orchestrator.config.model_presets import ModelArchitecture
+    from orchestrator.perfmodel.profile import find_profile
+
+    old = shipped_profiles()[0]
+    newer = old.model_copy(update={"name": "fresh", "created": "2026-11-24T04:00:00Z"})
+    arch = ModelArchitecture.from_hf_config(ROOT / "models/deepseek-v2-lite/config.json")
+    assert find_profile("H200", arch, "bf16", [old, newer]).name == "fresh"
+    assert find_profile("H100-SXM", arch, "bf16", [old, newer]) is None
+
+
+def test_plan_backtest_prints_the_table_through_the_cli(capsys) -> None:
+    from orchestrator.cli import main
+
+    code = main(["plan", "--backtest"])
+    out = capsys.readouterr().out
+    assert "h100x16-r1-tp16-sglang-defaults" in out and "knob-batch-caps-1024" in out
+    assert "rows inside their goal bounds" in out
+    assert code == 0  # every row inside its goal, or a documented miss inside its documented bound

@@ -242,10 +242,14 @@ def find_profile(
     quantization: str,
     profiles: list[CalibrationProfile] | None = None,
 ) -> CalibrationProfile | None:
-    """The shipped profile for this GPU and this per-layer model shape (newest SGLang first), or None."""
+    """The shipped profile for this GPU and this per-layer model shape, or None: the newest SGLang version,
+    then the newest measurement (a fresh calibration run beats one derived from older logs)."""
     candidates = [
         p for p in (profiles if profiles is not None else shipped_profiles())
         if p.gpu.name == gpu and p.model.matches(arch, quantization)
     ]
-    candidates.sort(key=lambda p: tuple(int(x) for x in p.engine.sglang_version.split(".") if x.isdigit()), reverse=True)
+    candidates.sort(
+        key=lambda p: (tuple(int(x) for x in p.engine.sglang_version.split(".") if x.isdigit()), p.created),
+        reverse=True,
+    )
     return candidates[0] if candidates else None

@@ -55,6 +55,13 @@ class BacktestRow:
         return None
 
     @property
+    def held(self) -> bool:
+        """Inside its goal bound, or a documented miss inside the bound the dataset holds it to."""
+        if self.within is not False:
+            return True
+        return self.miss_bound is not None and self.error is not None and abs(self.error) <= self.miss_bound
+
+    @property
     def within(self) -> bool | None:
         """Inside its bound (numbers) or the same outcome (memory, direction); None when not pinned."""
         if self.kind in ("memory", "direction"):
@@ -227,7 +234,7 @@ def backtest_table(rows: Sequence[BacktestRow], markdown: bool = False) -> str:
     for r in rows:
         bound = f"±{r.bound:.0%}" if r.bound is not None else ("same" if r.kind in ("memory", "direction") else "-")
         ok = {True: "yes", False: "MISS", None: "-"}[r.within]
-        if r.within is False and r.miss_bound is not None and r.error is not None and abs(r.error) <= r.miss_bound:
+        if r.within is False and r.held:
             ok = "miss (explained)"
         lines.append([r.id, r.source, _fmt(r.measured, r.unit), _fmt(r.predicted, r.unit), r.error_text(), bound, ok, r.detail])
     if markdown:
