@@ -125,7 +125,7 @@ def test_the_plan_shows_cold_and_warm_start_and_which_applies() -> None:
 
 
 def test_a_bad_profile_names_the_file_and_the_field(tmp_path: Path) -> None:
-    good = json.loads(next((ROOT / "orchestrator/perfmodel/profiles").glob("*.json")).read_text())
+    good = json.loads(sorted((ROOT / "orchestrator/perfmodel/profiles").glob("h200-*.json"))[0].read_text())
     bad = dict(good, engine=dict(good["engine"], mem_fraction_static=1.5))
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(bad))
@@ -144,7 +144,7 @@ def test_a_newer_measurement_of_the_same_gpu_and_shape_takes_precedence() -> Non
     from orchestrator.config.model_presets import ModelArchitecture
     from orchestrator.perfmodel.profile import find_profile
 
-    old = shipped_profiles()[0]
+    old = next(p for p in shipped_profiles() if p.name == "h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs")
     newer = old.model_copy(update={"name": "fresh", "created": "2026-11-24T04:00:00Z"})
     arch = ModelArchitecture.from_hf_config(ROOT / "models/deepseek-v2-lite/config.json")
     assert find_profile("H200", arch, "bf16", [old, newer]).name == "fresh"

@@ -31,6 +31,8 @@ import numpy as np
 from orchestrator.perfmodel.profile import CalibrationProfile, DecodePoint
 
 GB = 1e9
+# A decode fit whose RMS relative error on its own points exceeds this is not used (the roofline stays).
+MAX_FIT_RMS = 0.25
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,10 @@ def fit_decode(
         predicted, measured = predicted[keep], measured[keep]
     graph_rms = float(np.sqrt(np.mean(((predicted - measured) / measured) ** 2)))
 
+    if graph_rms > MAX_FIT_RMS:
+        # the form does not explain the profile's own points (e.g. dummy weights route every token to the
+        # same experts, so the expert reads a uniform router implies never happen): keep the roofline
+        return None
     eager = [p for p in points if not p.cuda_graph]
     e0 = e_req = eager_rms = None
     if eager:

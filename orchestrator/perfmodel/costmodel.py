@@ -234,18 +234,19 @@ def find_calibration(
     else a profile of another shape on this GPU, whose start-up figures only apply (process start, graph
     capture per size and layer, cold compile per size do not depend on the layer's dimensions)."""
     pool = profiles if profiles is not None else shipped_profiles()
+    same_gpu = [p for p in pool if p.gpu.name == gpu]
     profile = find_profile(gpu, arch, quantization, pool)
-    if profile is None:
-        others = [p for p in pool if p.model.matches(arch, quantization)]
-        profile = others[0] if others else None
     if profile is not None:
         return calibration_for(profile, arch, quantization)
-    same_gpu = [p for p in pool if p.gpu.name == gpu]
+    others = [p for p in pool if p.model.matches(arch, quantization)]
+    if others:  # the shape's step costs from another GPU; start-up (host, image, caches) from this GPU's profile
+        cal = calibration_for(others[0], arch, quantization)
+        if same_gpu:
+            cal = replace(cal, startup=_startup_only(same_gpu[0].model_dump_json(), arch, quantization).startup)
+        return cal
     if not same_gpu:
         return None
-    other = same_gpu[0]
-    cal = _startup_only(other.model_dump_json(), arch, quantization)
-    return cal
+    return _startup_only(same_gpu[0].model_dump_json(), arch, quantization)
 
 
 @lru_cache(maxsize=32)

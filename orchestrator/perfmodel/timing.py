@@ -119,7 +119,7 @@ class TimingTerms:
 
         With a calibration profile the share of peak FLOPs is the one measured for this layer shape."""
         a = self._prefill_args(new_tokens, cached_tokens)
-        if self.calibration is not None and self.calibration.efficiency_prefill:
+        if self.calibration is not None and self.calibration.efficiency_prefill and not self._tp_spans_nodes:
             saved = self.efficiency_prefill
             self.efficiency_prefill = self.calibration.efficiency_prefill
             try:
@@ -162,7 +162,7 @@ class TimingTerms:
         bs = math.ceil(batch_size * tokens_per_request / share)
         ctx = context_tokens / share
         cal = self.calibration
-        if cal is not None and cal.decode is not None:
+        if cal is not None and cal.decode is not None and not self._tp_spans_nodes:
             return self._calibrated_decode_s(bs, ctx, eager)
         arch = self.arch
         # absorbed MLA in decode: scores over kv_lora+rope and the weighted sum over kv_lora, per head
