@@ -82,12 +82,15 @@ async def test_nixl_write_lands_verified_bytes_in_the_receive_buffer():
     room, offset, length = 31337, PATTERN_BYTES, 3 * 2**20
     src = (room * 7919 + offset) % PATTERN_BYTES
     slot = await pool.acquire()
-    await sender.write(peer, src, receiver.base + slot * pool.slot_bytes, length, b"31337:done")
+    # No NIXL progress thread: the receiver progresses only while it polls, as the decode server does while
+    # the prefill writes, so the write and the receiver's polling run together.
+    write = asyncio.create_task(sender.write(peer, src, receiver.base + slot * pool.slot_bytes, length, b"31337:done"))
     notes: list[bytes] = []
     for _ in range(20000):  # poll the notification, bounded
         notes += receiver.new_notifs()
-        if notes:
+        if notes and write.done():
             break
         await asyncio.sleep(0.001)
+    await asyncio.wait_for(write, timeout=10)
     assert notes == [b"31337:done"]
     _verify(pool.view(slot)[:length], room, offset)
