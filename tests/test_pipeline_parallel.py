@@ -11,6 +11,7 @@ from orchestrator.engines.sglang.launch import build_argv
 from orchestrator.engines.sim.backend import SimBackend
 from orchestrator.engines.sim.server import add_server_args, settings_from_args
 from orchestrator.engines.sim.settings import architecture_of, cost_model_of
+from orchestrator.perfmodel.costmodel import cost_model_for
 
 
 def tp8_pp2(kind: str):
@@ -60,3 +61,14 @@ def test_simulated_server_models_the_pipeline():
     assert cost.pp == 2 and cost.gpus == 16
     # each stage holds half the layers: per-GPU weights drop, KV capacity per server grows
     assert cost.weights_bytes_per_gpu() < flat.weights_bytes_per_gpu()
+
+
+def test_planner_cost_model_reads_pp_from_the_group_not_extra_args():
+    cfg = tp8_pp2("sim")
+    group = cfg.layout.aggregated[0]
+    assert group.extra_args == []  # pp comes from the typed field only
+    model = cost_model_for(cfg, "aggregated", group)
+    one_stage = cost_model_for(cfg, "aggregated", group.model_copy(update={"pp": 1, "nnodes": 1}))
+    assert (model.pp, model.gpus) == (2, 16)
+    # each stage holds half the layers: about half the weight bytes per GPU of TP8 with every layer
+    assert model.weights_bytes_per_gpu() < 0.6 * one_stage.weights_bytes_per_gpu()
