@@ -34,6 +34,11 @@ CONFIG_VERDICT = {
     "h200-agg-tp16.yaml": {"cluster.gpu"},
     "device-h200x2-1p1d.yaml": {"cluster.gpu", "model.path", "model.quantization", "benchmark.dataset_path"},
     "device-h200x2-agg.yaml": {"cluster.gpu", "model.path", "model.quantization", "benchmark.dataset_path"},
+    # issue 17's prepared full-size R1 runs on one 8xH200 host (trimmed ShareGPT copy; l38 is R1-shaped)
+    "h200-r1-agg-tp8.yaml": {"cluster.gpu", "benchmark.dataset_path"},
+    "h200-r1-agg-tp8-dpattn.yaml": {"cluster.gpu", "benchmark.dataset_path"},
+    "h200-r1-pd-4p4d-w4a8.yaml": {"cluster.gpu", "model.quantization", "benchmark.dataset_path"},
+    "h200-r1-pd-4p4d-fp8-l38.yaml": {"cluster.gpu", "model.path", "benchmark.dataset_path"},
 }
 
 
