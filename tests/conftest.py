@@ -78,7 +78,7 @@ def pd_workers(pd_cfg):
 @pytest.fixture(scope="module")
 def pd_router(pd_cfg, pd_workers):
     from orchestrator.router.core import RouterCore
-    from tests.test_router_http import Ingress
+    from tests.router.test_router_http import Ingress
 
     core = RouterCore(pd_cfg, run_id="sweep-test")
     core.follow(1, pd_workers)

@@ -1,0 +1,87 @@
+"""`pd-orchestrator plan` and `compare` on the embedded default and the shipped presets, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.cli import main
+from orchestrator.config import load_config
+from orchestrator.rules import check_config, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = str(ROOT / "configs/default.yaml")
+
+
+def test_plan_search_on_the_embedded_default_states_the_rules_and_writes_compliant_configs(tmp_path, capsys) -> None:
+    rc = main(["plan", "--config", DEFAULT, "--search", "--top", "2", "--write-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "batch: 1000 prompts (sharegpt, seed 2025)" in out
+    assert "rules apac-hpcai-2025: NOT COMPLIANT (" in out and "\n  model.quantization='w4a8': " in out
+    assert "memory: fits (DeepSeek-R1 W4A8)" in out
+    assert "-> VALID" in out and "(simulated, H100-SXM)" in out
+    # the config names rules: apac-hpcai-2025, so the search runs FP8 R1 and proposes only compliant layouts
+    assert "rules apac-hpcai-2025 sets model.quantization: 'w4a8' -> 'fp8'" in out
+    assert "agg 1AxTP16" in out and "beats #2:" in out
+    written = sorted(tmp_path.glob("*.yaml"))
+    assert len(written) == 2 and all(str(p) in out for p in written)
+    for path in written:
+        cfg = load_config(path)
+        assert cfg.model.quantization == "fp8" and cfg.rules == "apac-hpcai-2025"
+        # only what no layout can change may remain (the packaged ShareGPT copy is cut off): stated in the file
+        remaining = check_config(cfg, load_profile("apac-hpcai-2025")).violations
+        assert all(v.field == "benchmark.dataset_path" for v in remaining)
+        assert path.read_text().count("# rules apac-hpcai-2025 still needs: ") == len(remaining)
+
+
+def test_plan_of_fp8_r1_on_h100_fails_with_the_numbers_and_the_options(capsys) -> None:
+    rc = main(["plan", "--config", DEFAULT, "--synthetic", "--set", "model.quantization=fp8"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "needs 84.1 GB/GPU for weights alone" in out
+    assert "W4A8 checkpoint" in out and "H200 nodes" in out and "aggregated TP16 over both nodes" in out
+    assert "deadline budget" not in out
+
+
+def test_plan_flags_are_checked(capsys) -> None:
+    assert main(["plan", "--config", DEFAULT, "--write-dir", "x"]) == 2
+    assert "--write-dir needs --search" in capsys.readouterr().err
+
+
+def test_compare_pd_vs_aggregated_on_h100_and_h200_in_one_table(capsys) -> None:
+    names = ["h100-1p1d-tp8", "h100-agg-tp16", "h200-1p1d-tp8", "h200-agg-tp16"]
+    rc = main(["compare", "--configs", *[str(ROOT / f"configs/{n}.yaml") for n in names]])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "the same batch on 4 configs: 1000 prompts (sharegpt, seed 2025)" in out
+    rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in names]
+    assert [r.split()[0] for r in rows] == names
+    assert all(" simulated " in r and "VALID" in r for r in rows)
+    assert rows[0].split()[-1] == "1.00"  # ratio of the first config to itself
+
+
+def test_the_console_entry_point_runs_compare() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "compare", "--synthetic", "--configs", DEFAULT,
+         str(ROOT / "configs/h100-agg-tp16.yaml")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "agg:1AxTP16" in proc.stdout and "simulated" in proc.stdout
+
+
+def test_plan_shows_predicted_vs_measured_when_a_run_of_the_layout_exists(tmp_path, capsys) -> None:
+    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
+    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
+                "ttft_s": 1.0, "e2e_s": 50.0, "sent_at": 0.0, "done_at": 50.0} for i in range(1000)]
+    (tmp_path / "run-1").mkdir()
+    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
+        {"verdict": "VALID", "duration_s": 50.0, "total_s": 200.0,
+         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", f"benchmark.result_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert f"measured ({tmp_path / 'run-1' / 'result.json'}): 2,000 out tok/s, run 50.0 s; predicted" in out
+    assert "(error " in out

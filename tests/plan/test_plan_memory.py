@@ -1,0 +1,115 @@
+"""Memory preflight: the known-cases table (verdicts + key numbers), little-KV, options, bench's refusal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import config_from_dict, load_config
+from orchestrator.plan.memory import (
+    DOES_NOT_FIT,
+    FITS,
+    LITTLE_KV,
+    LayoutDoesNotFit,
+    check_layout_fits,
+    require_fit,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pd_1p1d(gpu: str, quantization: str, preset: str = "DeepSeek-R1", tp: int = 8, gpus_per_node: int = 8) -> dict:
+    return {
+        "cluster": {"gpu": gpu, "gpus_per_node": gpus_per_node},
+        "model": {"preset": preset, "quantization": quantization},
+        "layout": {"mode": "pd", "prefill": [{"tp": tp}], "decode": [{"tp": tp}]},
+    }
+
+
+@dataclass
+class Case:
+    name: str
+    config: dict
+    verdict: str
+    weights_gb: float  # per GPU, GB = 1e9 bytes
+    min_kv_tokens: int
+    max_kv_tokens: int
+
+
+# KV ranges follow SGLang 0.5.17's default mem_fraction_static for each GPU, TP and role (the configs leave
+# it unset): prefill 0.812 / decode 0.875 on H100 TP8, 0.894 / 0.929 on H200 TP8, 0.787 aggregated TP16.
+KNOWN_CASES = [
+    Case("FP8 R1 1P1D TP8/TP8 on 8xH100", pd_1p1d("H100-SXM", "fp8"), DOES_NOT_FIT, 84.1, 0, 0),
+    Case("FP8 R1 1P1D TP8/TP8 on 8xH200", pd_1p1d("H200", "fp8"), FITS, 84.1, 700_000, 830_000),
+    Case("W4A8 R1 1P1D TP8/TP8 on 8xH100", pd_1p1d("H100-SXM", "w4a8"), FITS, 45.8, 320_000, 440_000),
+    Case(
+        "FP8 R1 aggregated TP16 on 2x8 H100",
+        {
+            "cluster": {"gpu": "H100-SXM"},
+            "model": {"quantization": "fp8"},
+            "layout": {"mode": "aggregated", "aggregated": [{"tp": 16, "nnodes": 2}]},
+        },
+        FITS, 42.1, 340_000, 390_000,
+    ),
+    Case(
+        "BF16 DeepSeek-V2-Lite 1P1D on 2xH200 (1 GPU each)",
+        pd_1p1d("H200", "bf16", preset="DeepSeek-V2-Lite", tp=1, gpus_per_node=1),
+        FITS, 31.4, 3_300_000, 3_600_000,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", KNOWN_CASES, ids=lambda c: c.name)
+def test_known_cases(case: Case) -> None:
+    report = check_layout_fits(config_from_dict(case.config))
+    assert report.verdict == case.verdict
+    for group in report.groups:
+        assert group.weights_gb == pytest.approx(case.weights_gb, abs=0.5)
+        assert case.min_kv_tokens <= group.kv_capacity_tokens <= case.max_kv_tokens
+
+
+def test_fp8_r1_on_h100_names_the_numbers_and_the_layouts_that_fit() -> None:
+    report = check_layout_fits(config_from_dict(pd_1p1d("H100-SXM", "fp8")))
+    summary = report.summary()
+    assert "layout.prefill.0: FP8 DeepSeek-R1 TP8 needs 84.1 GB/GPU for weights alone" in summary
+    assert "0.81 x 85.9 GB = 69.8 GB" in summary  # SGLang 0.5.17's default fraction for a TP8 prefill on H100
+    options = " | ".join(report.options)
+    for option in ("W4A8 checkpoint", "H200 nodes", "aggregated TP16 over both nodes"):
+        assert option in options
+
+
+def test_a_small_gpu_memory_override_leaves_little_kv_for_the_batch() -> None:
+    cfg = config_from_dict({**pd_1p1d("H100-SXM", "w4a8"), "cluster": {"gpu": "H100-SXM", "gpu_memory_gb": 60}})
+    report = check_layout_fits(cfg, batch=[(300, 200)] * 1000)
+    decode = next(g for g in report.groups if g.role == "decode")
+    assert decode.verdict == LITTLE_KV and report.verdict == LITTLE_KV
+    assert decode.kv_needed_tokens == 1000 * 500 and decode.kv_capacity_tokens < 250_000
+    assert report.fits  # little KV runs, slowly; only does-not-fit stops bench
+    assert "most requests will queue" in report.summary()
+
+
+def test_a_request_longer_than_the_kv_cache_does_not_fit() -> None:
+    cfg = config_from_dict({
+        **pd_1p1d("H100-SXM", "w4a8"), "cluster": {"gpu": "H100-SXM", "gpu_memory_gb": 49},
+        "engine": {"kind": "sglang", "sglang": {"mem_fraction_static": 0.88}},
+    })
+    report = check_layout_fits(cfg, batch=[(4000, 4000)] * 10)
+    assert report.verdict == DOES_NOT_FIT
+    assert "leaving KV for only" in report.summary()
+
+
+def test_bench_refuses_a_layout_that_does_not_fit_unless_forced() -> None:
+    cfg = config_from_dict(pd_1p1d("H100-SXM", "fp8"))
+    with pytest.raises(LayoutDoesNotFit, match=r"(?s)layout.decode.0.*--force"):
+        require_fit(cfg)
+    assert require_fit(cfg, force=True).verdict == DOES_NOT_FIT
+    assert require_fit(load_config(ROOT / "configs/default.yaml")).fits
+
+
+def test_the_shipped_2p1d_tp4_h100_preset_does_not_fit_w4a8_r1_at_tp4() -> None:
+    # 366 GB of W4A8 weights over 4 GPUs is ~92 GB/GPU, more than an 80 GB H100
+    report = check_layout_fits(load_config(ROOT / "configs/h100-2p1d-tp4.yaml"))
+    prefill = next(g for g in report.groups if g.role == "prefill")
+    assert prefill.verdict == DOES_NOT_FIT and prefill.weights_gb == pytest.approx(91.6, abs=0.5)

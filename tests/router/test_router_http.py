@@ -1,0 +1,297 @@
+"""The router's HTTP ingress, as standard clients use it: openai client, SGLang-style /generate, errors, API key.
+
+Most tests serve the ingress app with uvicorn on loopback in front of two simulated engine servers
+(no Ray: the app is the same FastAPI object Serve wraps). The last test deploys the whole thing on the
+session's local Ray cluster: worker deployments, registry, PDRouter serving HTTP on router.port itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from orchestrator.records import BenchRequest
+from orchestrator.router.core import RouterCore
+from orchestrator.router.http_app import build_http_app
+from tests.conftest import sim_config, wait_until
+from tests.router.test_pd_dispatch import sim_pair  # noqa: F401  (module-scoped fixture: 1 prefill + 1 decode)
+
+
+class Ingress:
+    """The ingress app for one RouterCore, served by uvicorn in a thread on a free loopback port."""
+
+    def __init__(self, core: RouterCore):
+        app = build_http_app()
+        app.state.core = core
+        self.core = core
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                                    lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, 20, 0.05)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def make_core(endpoints, **router) -> RouterCore:
+    cfg = sim_config({"model": {"preset": "DeepSeek-R1", "quantization": "fp8"}, "router": router})
+    core = RouterCore(cfg, run_id="test")
+    core.follow(1, endpoints)
+    return core
+
+
+@pytest.fixture(scope="module")
+def ingress(sim_pair):  # noqa: F811
+    server = Ingress(make_core(sim_pair, max_prompt_tokens=512))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(ingress) -> openai.OpenAI:
+    return openai.OpenAI(base_url=ingress.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def sse_events(raw: str) -> list:
+    events = [e.strip()[5:].strip() for e in raw.split("\n\n") if e.strip().startswith("data:")]
+    return [e if e == "[DONE]" else json.loads(e) for e in events]
+
+
+def test_openai_completion(client):
+    out = client.completions.create(model="m", prompt="The capital of France is", max_tokens=6,
+                                    extra_body={"ignore_eos": True})
+    assert out.object == "text_completion"
+    assert out.usage.completion_tokens == 6 and out.choices[0].finish_reason == "length"
+    assert out.usage.prompt_tokens > 1  # counted by the faithful tokenizer, BOS included
+
+
+def test_openai_completion_stream_with_usage(client):
+    chunks = list(client.completions.create(model="m", prompt=[1, 2, 3, 4], max_tokens=5, stream=True,
+                                            stream_options={"include_usage": True},
+                                            extra_body={"ignore_eos": True}))
+    with_choices = [c for c in chunks if c.choices]
+    assert with_choices[-1].choices[0].finish_reason == "length"
+    assert chunks[-1].usage.completion_tokens == 5 and chunks[-1].usage.prompt_tokens == 4
+
+
+def test_openai_chat(client):
+    out = client.chat.completions.create(
+        model="m", max_tokens=4, extra_body={"ignore_eos": True},
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}])
+    assert out.choices[0].message.role == "assistant"
+    assert isinstance(out.choices[0].message.content, str)
+    assert out.usage.completion_tokens == 4
+
+
+def test_openai_chat_stream(client):
+    stream = client.chat.completions.create(model="m", max_tokens=4, stream=True, extra_body={"ignore_eos": True},
+                                            messages=[{"role": "user", "content": "Hi"}])
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_models_lists_the_served_model(client):
+    assert [m.id for m in client.models.list().data] == ["DeepSeek-R1"]
+
+
+def test_generate_with_input_ids_returns_the_engine_answer(ingress):
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}
+    r = httpx.post(ingress.url + "/generate", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert len(out["output_ids"]) == 3 and out["meta_info"]["completion_tokens"] == 3
+
+
+def test_generate_text_is_sent_as_faithful_token_ids(ingress):
+    text = "Hello world, hello router."
+    r = httpx.post(ingress.url + "/generate", timeout=60,
+                   json={"text": text, "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}})
+    assert r.status_code == 200, r.text
+    expected = asyncio.run(ingress.core.encode(text))
+    assert r.json()["meta_info"]["prompt_tokens"] == len(expected)
+
+
+def test_generate_stream_relays_sse_to_done(ingress):
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}, "stream": True}
+    with httpx.stream("POST", ingress.url + "/generate", json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r.read().decode())
+    assert events[-1] == "[DONE]"
+    assert events[-2]["meta_info"]["completion_tokens"] == 4
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": "many"}}, "max_new_tokens"),
+    ("/generate", {"sampling_params": {}}, "'text' or 'input_ids'"),
+    ("/generate", {"input_ids": "abc"}, "input_ids"),
+    ("/generate", {"input_ids": []}, "at least one token id"),
+    ("/v1/completions", {"model": "m"}, "prompt"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": -1}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": []}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+])
+def test_invalid_bodies_get_400_naming_the_field(ingress, path, body, field):
+    r = httpx.post(ingress.url + path, json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert field in r.json()["error"]["message"]
+
+
+def test_a_passed_through_integer_beyond_64_bits_is_relayed_not_a_500(ingress):
+    # orjson refuses such integers; the router's body encoder falls back to the json module for them
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}, "x_tag": 2 ** 70}
+    r = httpx.post(ingress.url + "/generate", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["meta_info"]["completion_tokens"] == 2
+
+
+def test_body_that_is_not_json_gets_400(ingress):
+    r = httpx.post(ingress.url + "/generate", content=b"{not json", headers={"content-type": "application/json"},
+                   timeout=30)
+    assert r.status_code == 400 and "invalid request" in r.json()["error"]["message"]
+
+
+def test_oversized_prompt_is_rejected_naming_the_limit(ingress, client):
+    r = httpx.post(ingress.url + "/generate", json={"input_ids": list(range(600))}, timeout=30)
+    assert r.status_code == 400
+    assert "600 tokens, more than router.max_prompt_tokens=512" in r.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError, match="router.max_prompt_tokens=512"):
+        client.completions.create(model="m", prompt="word " * 600, max_tokens=1)
+
+
+def test_health_and_merged_server_info(ingress):
+    assert httpx.get(ingress.url + "/health", timeout=30).status_code == 200
+    info = httpx.get(ingress.url + "/server_info", timeout=30).json()
+    assert [i["worker"] for i in info["prefill"]] == ["sim-prefill"]
+    assert [i["worker"] for i in info["decode"]] == ["sim-decode"]
+    assert info["internal_states"]
+
+
+def test_health_is_503_without_workers():
+    server = Ingress(make_core([]))
+    try:
+        r = httpx.get(server.url + "/health", timeout=30)
+        assert r.status_code == 503 and "no healthy prefill or decode worker" in r.json()["error"]["message"]
+        r = httpx.post(server.url + "/generate", json={"input_ids": [1]}, timeout=30)
+        assert r.status_code == 503 and "no healthy prefill worker" in r.json()["error"]["message"]
+    finally:
+        server.stop()
+
+
+def test_api_key_is_required_when_configured(sim_pair, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("PDORCH_TEST_KEY", "s3cret")
+    server = Ingress(make_core(sim_pair, api_key_env="PDORCH_TEST_KEY"))
+    try:
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 1}, timeout=30)
+        assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]["message"]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
+        good = openai.OpenAI(base_url=server.url + "/v1", api_key="s3cret", max_retries=0)
+        assert good.completions.create(model="m", prompt=[1, 2], max_tokens=1).usage.completion_tokens == 1
+    finally:
+        server.stop()
+
+
+def test_api_key_env_that_is_unset_is_a_clear_startup_error(sim_pair, monkeypatch):  # noqa: F811
+    monkeypatch.delenv("PDORCH_MISSING_KEY", raising=False)
+    with pytest.raises(ValueError, match=r"router.api_key_env='PDORCH_MISSING_KEY' but \$PDORCH_MISSING_KEY is empty"):
+        make_core(sim_pair, api_key_env="PDORCH_MISSING_KEY")
+
+
+# ---- the whole Serve application on the local Ray cluster -------------------------------------------------
+
+
+@pytest.mark.ray
+def test_serve_app_handle_batch_and_http_ingress(ray_driver, make_sim_config):
+    from ray import serve
+
+    from deployments.app import ROUTER_APP, deploy, expected_workers
+
+    cfg = make_sim_config()
+    run_id = f"router-test-{int(time.time())}"
+    deploy(cfg, run_id, timeout_s=120)
+    try:
+        router = serve.get_app_handle(ROUTER_APP)
+        ready = router.wait_ready.remote(expected_workers(cfg), 90).result(timeout_s=120)
+        assert sorted(e.role for e in ready) == ["decode", "prefill"]
+
+        reqs = [BenchRequest(index=i, input_ids=list(range(1, 20 + i)), output_len=6) for i in range(10)]
+        gen = router.options(stream=True).generate_batch.remote(reqs, 4, time.time() + 120)
+        results = list(gen)
+        assert sorted(r.index for r in results) == list(range(10))
+        assert all(r.status == "ok" and r.completion_tokens == 6 for r in results), [r.error for r in results]
+
+        url = f"http://127.0.0.1:{cfg.router.port}"
+        wait_until(lambda: httpx.get(url + "/health", timeout=10).status_code == 200, 60)
+        out = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0).chat.completions.create(
+            model="m", max_tokens=3, messages=[{"role": "user", "content": "hi"}], extra_body={"ignore_eos": True})
+        assert out.usage.completion_tokens == 3
+        body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}, "stream": True}
+        with httpx.stream("POST", url + "/generate", json=body, timeout=60) as r:
+            assert sse_events(r.read().decode())[-1] == "[DONE]"
+    finally:
+        serve.shutdown()
+
+
+def test_http_requests_feed_the_router_metrics_like_the_batch_api(sim_pair):  # noqa: F811
+    """/generate (single, batched, streamed) and the OpenAI APIs count in RouterMetrics: one request per
+    prompt, tokens per worker, failures by reason, nothing left in flight."""
+    from prometheus_client import CollectorRegistry
+
+    from orchestrator.observe.metrics import RouterMetrics
+
+    metrics = RouterMetrics("http-run", "1P1D", CollectorRegistry())
+    cfg = sim_config({"model": {"preset": "DeepSeek-R1", "quantization": "fp8"},
+                      "router": {"max_attempts": 2}})
+    core = RouterCore(cfg, run_id="http-run", metrics=metrics)
+    core.follow(1, sim_pair)
+    server = Ingress(core)
+    decode_url = next(e.url for e in sim_pair if e.role == "decode")
+    sent_prompt_tokens = sent_output_tokens = 0
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            single = http.post("/generate", json={"input_ids": [5, 6, 7], "sampling_params": {
+                "max_new_tokens": 3, "ignore_eos": True}})
+            batched = http.post("/generate", json={"input_ids": [[1, 2], [3, 4, 5, 6]], "sampling_params": {
+                "max_new_tokens": 2, "ignore_eos": True}})
+            streamed = http.post("/generate", json={"input_ids": [9, 9, 9, 9, 9], "stream": True,
+                                                    "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}})
+            chat = http.post("/v1/chat/completions", json={"model": "m", "max_tokens": 2, "ignore_eos": True,
+                                                           "messages": [{"role": "user", "content": "Hi"}]})
+            assert [r.status_code for r in (single, batched, streamed, chat)] == [200] * 4
+            sent_prompt_tokens = 3 + 2 + 4 + 5 + chat.json()["usage"]["prompt_tokens"]
+            sent_output_tokens = 3 + 2 + 2 + 4 + 2
+            httpx.post(decode_url + "/sim/faults", json={"error_rate": 1.0}, timeout=10).raise_for_status()
+            try:
+                broken = http.post("/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})
+            finally:
+                httpx.post(decode_url + "/sim/faults", json={}, timeout=10).raise_for_status()
+            assert broken.status_code == 500, broken.text
+    finally:
+        server.stop()
+
+    base = {"run_id": "http-run", "layout": "1P1D"}
+
+    def value(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(name, {**base, **labels}) or 0.0
+
+    assert value("pdorch_requests_completed_total") == 5  # single 1 + batched 2 + streamed 1 + chat 1
+    assert value("pdorch_requests_failed_total", reason="http_500") == 1
+    prefill, decode = (next(e.name for e in sim_pair if e.role == r) for r in ("prefill", "decode"))
+    assert value("pdorch_input_tokens_total", role="prefill", worker=prefill) == sent_prompt_tokens
+    assert value("pdorch_output_tokens_total", role="decode", worker=decode) == sent_output_tokens
+    assert value("pdorch_e2e_seconds_count") == 5
+    assert value("pdorch_ttft_seconds_count") == 1  # known only when streamed
+    for state in ("queued", "prefill", "transferring", "decoding"):
+        assert value("pdorch_requests_in_flight", state=state) == 0, state
