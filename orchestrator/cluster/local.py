@@ -246,6 +246,9 @@ class LocalCluster:
         log_path = temp_dir.parent / f"ray-start-{role}.log"
         env = {**ray_env(), **job_env(), **(LOOPBACK_ENV if loopback else {}), **gpu_env,
                "RAY_NUM_REDIS_GET_RETRIES": "120", **self.env}
+        if not loopback:  # a driver of a loopback cluster in this process set them: a routable raylet must not inherit
+            for key in LOOPBACK_ENV.keys() - self.env.keys():
+                env.pop(key, None)
         # its own session: stop() kills exactly this tree, never by name
         pid = ManagedProcess(argv, log_path, env, what=f"{role} raylet").start()
         return LocalNode(role, pid, str(temp_dir), metrics_port, str(log_path), gpus)

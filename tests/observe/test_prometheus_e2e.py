@@ -371,7 +371,9 @@ def test_real_bench_run_is_scraped_through_the_file_sd(ray_driver, make_sim_conf
     from orchestrator.observe.file_sd import start_scrape_targets
     from orchestrator.run.bench import run_bench
 
-    cfg = make_sim_config(overrides={"metrics.exporter_port": 0})
+    # time_scale 10: the 16 cpu-fast prompts take seconds of wall time, several scrapes (at 1.0 the whole run
+    # could finish before the router's counter was first scraped, leaving rate() nothing to see)
+    cfg = make_sim_config(overrides={"metrics.exporter_port": 0, "engine.sim.time_scale": 10.0})
     targets_path = tmp_path / "targets.json"
     actor = start_scrape_targets(targets_path, "bench-e2e", poll_interval_s=0.2)
     paths = MonitorPaths(tmp_path / "monitor")

@@ -63,7 +63,10 @@ def sglang_sample_sharegpt(tokenizer, pairs, num_requests, seed, context_len=Non
 # ----------------------------------------------------------------------------------- the packaged data
 
 
-def test_packaged_file_is_salvaged_with_one_warning(caplog):
+def test_packaged_file_is_salvaged_with_one_warning(caplog, monkeypatch):
+    import orchestrator.workload.dataset as dataset
+
+    monkeypatch.setattr(dataset, "_REPORTED", set())  # the notice is once per process: forget earlier tests' reads
     caplog.set_level(logging.INFO, logger="orchestrator.workload.dataset")
     data = load_sharegpt()
     assert data.stats.items_read == 17_671  # complete conversations before the cut
