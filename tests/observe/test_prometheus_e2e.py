@@ -68,7 +68,8 @@ def sim_run_config():
         "name": RUN_ID,
         "cluster": {"address": "local", "gpu": "H100-SXM"},
         "model": {"preset": "DeepSeek-R1", "quantization": "fp8"},
-        "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", "time_scale": 0.05, "kv_transfer": "http",
+        # time_scale 60: a ~6 s run, three RATE_WINDOWs of scrapes (the paced sim ran 48 prompts in 0.02 s at 0.05)
+        "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", "time_scale": 60.0, "kv_transfer": "http",
                                            "faults": {"decode": {"error_rate": DECODE_ERROR_RATE, "seed": 7}}}},
         "layout": {"mode": "pd", "prefill": [group], "decode": [group]},
         "benchmark": {"deadline_s": 120, "num_prompts": NUM_PROMPTS},
