@@ -140,13 +140,13 @@ def sim_pd_pair(cfg: RunConfig) -> Iterator[list]:
                 proc.stop()
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.25):
-    """Poll `predicate` until it returns something truthy; fail the test with a message on timeout."""
+def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.25, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail naming `what` on timeout."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s:.0f}s")
+            raise AssertionError(f"{what} not met within {timeout_s:.0f}s")
         time.sleep(poll_s)

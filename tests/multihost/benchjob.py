@@ -11,14 +11,13 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
 from orchestrator.cluster.listening import ListeningSocket
 from orchestrator.config import RunConfig, dump_config
 from orchestrator.cluster.netns import NetnsLab
-from tests.conftest import sim_config
+from tests.support import sim_config, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
@@ -26,18 +25,6 @@ UPLOAD_EXCLUDES = [".venv*/", ".device/", "build/", "runs/", ".hypothesis/", "*.
 API_KEY_ENV = "PDO_MULTIHOST_API_KEY"
 API_KEY = "mh-" + "9c4e1f7a2b"  # a made-up test key
 EXPORTER_PORT = 19464  # the bench driver's exporter, on 127.0.0.1 of the host the job's driver runs on
-
-
-def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, poll_s: float = 0.25):
-    """Poll `predicate` until it returns something truthy; fail naming `what` on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:.0f}s")
-        time.sleep(poll_s)
 
 
 def host_config(hosts, tmp_path: Path, name: str, num_prompts: int = 160, overrides: dict | None = None) -> RunConfig:
@@ -125,7 +112,7 @@ class BenchJob:
             return any("measured run" in line for line in self.lines) and self.progress() >= done_at_least
 
         try:
-            wait_for(ready, timeout_s, f"job {self.job_id} measuring with {done_at_least} prompts done")
+            wait_until(ready, timeout_s, what=f"job {self.job_id} measuring with {done_at_least} prompts done")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; progress {self.progress()}; output:\n{self.output[-2500:]}\n"
                                  f"errors in the cluster's Serve logs:\n{self.serve_errors()}") from None
@@ -216,7 +203,7 @@ def run_prometheus(lab: NetnsLab, role: str, targets: list[str], tmp_path: Path,
         return seen if set(seen) >= set(targets) and all(seen.values()) else None
 
     try:
-        return wait_for(lambda: lab.call(role, up), timeout_s, f"Prometheus on {role} scraping {targets}")
+        return wait_until(lambda: lab.call(role, up), timeout_s, what=f"Prometheus on {role} scraping {targets}")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
