@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from orchestrator.router.policies import NoWorkerError, WorkerState
 
 
@@ -67,13 +69,19 @@ def _raise_if_aborted(leg: str, w: WorkerState, chunk: dict) -> None:
 
 
 def _raise_if_stream_aborted(leg: str, w: WorkerState, raw: bytes) -> None:
-    lines = [ln[5:].strip() for ln in raw.split(b"\n") if ln.startswith(b"data:")]
-    lines = [ln for ln in lines if ln != b"[DONE]"]
-    if lines:
+    """Raise LegFailure if the last event of a whole SSE answer is SGLang's abort chunk."""
+    # Only the last event can be the abort; `data: [DONE]` may follow it.
+    for event in reversed(raw.rstrip().split(b"\n\n")[-2:]):
+        line = event.strip()
+        if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+            continue
         try:
-            _raise_if_aborted(leg, w, json.loads(lines[-1]))
-        except ValueError:
-            pass
+            chunk = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(chunk, dict):
+            _raise_if_aborted(leg, w, chunk)
+        return
 
 
 @dataclass

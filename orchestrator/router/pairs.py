@@ -68,10 +68,18 @@ def request_shape(body: dict) -> RequestShape:
     """Prompt length, output budget and (first) prompt ids of a /generate engine body, for the policies."""
     ids = body.get("input_ids") or []
     prompts = ids if ids and isinstance(ids[0], list) else [ids]
-    n = body.get("sampling_params", {}).get("max_new_tokens")
-    per_prompt = SGLANG_DEFAULT_MAX_NEW_TOKENS if n is None else int(n)
-    return RequestShape(prompt_tokens=sum(len(p) for p in prompts), max_new_tokens=per_prompt * len(prompts),
+    params = body.get("sampling_params") or {}
+    if isinstance(params, list):  # a batched /generate may give each prompt its own sampling_params
+        max_new_tokens = sum(_max_new_tokens(p) for p in params)
+    else:
+        max_new_tokens = _max_new_tokens(params) * len(prompts)
+    return RequestShape(prompt_tokens=sum(len(p) for p in prompts), max_new_tokens=max_new_tokens,
                         prompt_ids=prompts[0])
+
+
+def _max_new_tokens(params: Any) -> int:
+    n = params.get("max_new_tokens") if isinstance(params, dict) else None
+    return SGLANG_DEFAULT_MAX_NEW_TOKENS if n is None else int(n)
 
 
 def fill_from_payload(answer: Answer, payload: Any) -> None:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable
 import aiohttp
 import orjson
 
-from orchestrator.api.sse import data_payloads
 from orchestrator.router.failures import LegFailure, _message_of, _raise_if_aborted
 from orchestrator.router.pairs import fill_from_payload
 
@@ -97,17 +96,11 @@ class StreamRelay:
             self.on_close(self, not abort)
 
 
-async def collect_stream(d: "PDDispatcher", w: "WorkerState", r: aiohttp.ClientResponse, t0: float,
-                         answer: "Answer") -> None:
-    """Read a decode's SSE answer to the end into `answer` (TTFT at the first event, totals from the last)."""
-    # Only the first event (TTFT) and the last (totals) are parsed on the hot path; the others are
-    # parsed only if the last one does not carry the whole output_ids.
-    events: list[bytes] = []
-    async for payload in data_payloads(r.content.iter_any()):
-        if not events:
-            answer.ttft_s = time.monotonic() - t0
-            d.set_progress(answer.progress, "decoding")
-        events.append(payload)
+def answer_from_stream(w: "WorkerState", raw: bytes, answer: "Answer") -> None:
+    """A decode's whole SSE answer into `answer` (totals from the last event)."""
+    # Only the last event (totals) is parsed on the hot path; the others only if the last one does not
+    # carry the whole output_ids.
+    events = _data_payloads(raw)
     if not events:
         raise LegFailure("empty", "decode", w.name, "stream ended without any data event", True, 502)
     try:
@@ -125,3 +118,15 @@ async def collect_stream(d: "PDDispatcher", w: "WorkerState", r: aiohttp.ClientR
             chunk_ids = orjson.loads(ev).get("output_ids") or []
             ids.extend(chunk_ids)
         answer.output_ids = ids
+
+
+def _data_payloads(raw: bytes) -> list[bytes]:
+    """The `data:` payload of every event of a whole SSE body, `[DONE]` left out."""
+    out = []
+    for event in raw.split(b"\n\n"):
+        line = event.strip()
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+            if payload != b"[DONE]":
+                out.append(payload)
+    return out
