@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass, field
 
 import aiohttp
 import numpy as np
+from pydantic import ValidationError
 
+from orchestrator.api.generate import BadRequest, GenerateBody, invalid_body_message
 from orchestrator.api.sse import json_events
 from orchestrator.records import BenchRequest
 
@@ -86,18 +88,16 @@ class LevelMetrics:
         return asdict(self)
 
 
-def generate_body(req: BenchRequest, stream: bool, extra: dict | None = None) -> dict:
-    """The `/generate` body bench_serving sends: greedy, ignore_eos, input_ids (text only if no ids)."""
-    body: dict = {
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": req.output_len, "ignore_eos": True},
-        "stream": stream,
-    }
-    if req.input_ids:
-        body["input_ids"] = list(req.input_ids)
-    else:
-        body["text"] = req.text or ""
-    body.update(extra or {})
-    return body
+def generate_body(req: BenchRequest, stream: bool) -> dict:
+    """The `/generate` body bench_serving sends: greedy, ignore_eos, input_ids (text only if no ids), built
+    with the model the router and the simulated engine validate with; BadRequest names a wrong field."""
+    prompt: dict = {"input_ids": list(req.input_ids)} if req.input_ids else {"text": req.text or ""}
+    try:
+        body = GenerateBody.model_validate({**prompt, "stream": stream, "sampling_params": {
+            "temperature": 0.0, "max_new_tokens": req.output_len, "ignore_eos": True}})
+    except ValidationError as exc:
+        raise BadRequest(invalid_body_message(exc.errors())) from None
+    return body.model_dump(exclude_unset=True, exclude_none=True)
 
 
 def auth_headers(api_key_env: str | None) -> dict[str, str]:
@@ -155,7 +155,7 @@ async def stream_one(
                 last_chunk_at = now
                 out.output_ids = merge_output_ids(out.output_ids, chunk.get("output_ids") or [], tokens)
                 out.completion_tokens = tokens
-    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
+    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError, BadRequest) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
         return out
     out.e2e_s = time.perf_counter() - start

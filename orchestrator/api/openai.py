@@ -6,10 +6,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.generate import SGLANG_DEFAULT_MAX_NEW_TOKENS
+
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 
 
-DEFAULT_CHAT_TOKENS = 128  # SGLang's default max_new_tokens
+DEFAULT_CHAT_TOKENS = SGLANG_DEFAULT_MAX_NEW_TOKENS
 
 
 class CompletionBody(BaseModel):

@@ -130,7 +130,7 @@ class RouterCore:
 
     async def to_input_ids(self, body: GenerateBody) -> dict:
         """The engine body: text replaced by faithful token ids (SGLang 0.5.17's own tokenizer mangles DeepSeek)."""
-        out = body.model_dump(exclude_none=True)
+        out = body.model_dump(exclude_unset=True, exclude_none=True)  # what the client sent, no defaults added
         if body.text is not None:
             out.pop("text")
             if isinstance(body.text, list):
@@ -138,7 +138,7 @@ class RouterCore:
             else:
                 out["input_ids"] = await self.encode(body.text)
         ids = out["input_ids"]
-        batched = bool(ids) and isinstance(ids[0], list)
+        batched = body.is_batch
         for i, item in enumerate(ids if batched else [ids]):
             self.check_prompt_len(len(item), f"input_ids[{i}]" if batched else "input_ids")
         out.pop("rid", None)  # the router owns rids: they must be unique and prefix-free

@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from orchestrator.api.generate import GenerateBody
+from orchestrator.api.generate import GenerateBody, invalid_body_message
 from orchestrator.api.openai import (
     ChatBody,
     CompletionBody,
@@ -31,16 +31,6 @@ from orchestrator.router.json_response import FastJSONResponse
 def error_response(status: int, message: str) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
     return FastJSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
-
-
-def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
-    for e in exc.errors():
-        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
-        where = ".".join(loc) or "body"
-        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}")
-    return "invalid request: " + "; ".join(parts[:5])
 
 
 async def core_in_app_state(request: Request) -> RouterCore:
@@ -66,7 +56,7 @@ def build_http_app(find_core: Callable[[Request], Awaitable[RouterCore]] = core_
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, _validation_message(exc))
+        return error_response(400, invalid_body_message(exc.errors()))  # the sim engine's words for /generate
 
     @app.exception_handler(HTTPError)
     async def _http_error(_request: Request, exc: HTTPError) -> JSONResponse:

@@ -134,7 +134,7 @@ def test_generate_stream_relays_sse_to_done(ingress):
 
 @pytest.mark.parametrize("path, body, field", [
     ("/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": "many"}}, "max_new_tokens"),
-    ("/generate", {"sampling_params": {}}, "'text' or 'input_ids'"),
+    ("/generate", {"sampling_params": {}}, "text, input_ids: send exactly one of them"),
     ("/generate", {"input_ids": "abc"}, "input_ids"),
     ("/generate", {"input_ids": []}, "at least one token id"),
     ("/v1/completions", {"model": "m"}, "prompt"),
@@ -146,6 +146,27 @@ def test_invalid_bodies_get_400_naming_the_field(ingress, path, body, field):
     r = httpx.post(ingress.url + path, json=body, timeout=30)
     assert r.status_code == 400, r.text
     assert field in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"input_ids": ["a"]}, {"input_ids": [1], "sampling_params": {"top_p": 2.0}},
+    {"input_ids": [[1], [2]], "sampling_params": [{}]}, {"text": "x", "stream": "yes"}, [1, 2],
+])
+def test_router_and_sim_refuse_a_bad_body_with_the_same_message(ingress, sim_pair, body):
+    """One body model (orchestrator.api.generate) behind both: the same refusal, word for word."""
+    decode_url = next(e.url for e in sim_pair if e.role == "decode")
+    via_router = httpx.post(ingress.url + "/generate", json=body, timeout=30)
+    at_engine = httpx.post(decode_url + "/generate", json=body, timeout=30)
+    assert via_router.status_code == at_engine.status_code == 400, (via_router.text, at_engine.text)
+    assert via_router.json()["error"]["message"] == at_engine.json()["error"]["message"]
+
+
+def test_per_prompt_sampling_params_of_a_batch_are_served(ingress):
+    body = {"input_ids": [[1, 2], [3, 4, 5]], "sampling_params": [
+        {"max_new_tokens": 2, "ignore_eos": True}, {"max_new_tokens": 3, "ignore_eos": True}]}
+    r = httpx.post(ingress.url + "/generate", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert [o["meta_info"]["completion_tokens"] for o in r.json()] == [2, 3]
 
 
 def test_a_passed_through_integer_beyond_64_bits_is_relayed_not_a_500(ingress):

@@ -1,4 +1,4 @@
-"""Simulated /generate bodies: SGLang's request fields, normalised into one Item per prompt, and text <-> ids."""
+"""Simulated /generate: a validated body (orchestrator.api.generate) normalised into one Item per prompt; text <-> ids."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from orchestrator.api.generate import BadRequest, GenerateBody, SamplingParams
 
 log = logging.getLogger("orchestrator.engines.sim.server")
 
@@ -65,27 +65,6 @@ class IncrementalText:
 
 
 # ----- request bodies -------------------------------------------------------------------------------------
-class SamplingParams(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    max_new_tokens: int = Field(128, ge=0)
-    ignore_eos: bool = False
-    temperature: float = Field(1.0, ge=0)  # accepted; outputs are deterministic (dummy weights, greedy-like)
-
-
-class GenerateBody(BaseModel):
-    """The /generate fields the simulator uses; others are accepted and ignored, as SGLang ignores unused ones."""
-
-    model_config = ConfigDict(extra="allow")
-    text: str | list[str] | None = None
-    input_ids: list[int] | list[list[int]] | None = None
-    sampling_params: SamplingParams | list[SamplingParams] | None = None
-    rid: str | list[str] | None = None
-    stream: bool = False
-    bootstrap_host: str | list[str | None] | None = None
-    bootstrap_port: int | list[int | None] | None = None
-    bootstrap_room: int | list[int | None] | None = None
-
-
 @dataclass
 class Item:
     """One prompt of a /generate call, normalised."""
@@ -99,52 +78,34 @@ class Item:
     bootstrap_room: int | None
 
 
-class BadRequest(ValueError):
-    """A 400 with SGLang's error body."""
-
-
-def _pick(value: Any, i: int) -> Any:
-    return value[i] if isinstance(value, list) else value
-
-
-def normalise(body: GenerateBody, codec: TextCodec) -> tuple[list[Item], bool]:
-    """Body -> items (batch or single) as SGLang's GenerateReqInput normalises them."""
-    if (body.text is None) == (body.input_ids is None):
-        raise BadRequest("Either text or input_ids should be provided (exactly one of them).")
+def normalise(body: GenerateBody, codec: TextCodec) -> list[Item]:
+    """A validated body -> one Item per prompt, as SGLang's GenerateReqInput normalises a batch."""
     if body.text is not None:
-        is_batch = isinstance(body.text, list)
-        prompts = [codec.encode(t) for t in (body.text if is_batch else [body.text])]  # type: ignore[union-attr]
+        texts = body.text if isinstance(body.text, list) else [body.text]
+        prompts = [codec.encode(t) for t in texts]
     else:
-        ids = body.input_ids or []
-        is_batch = bool(ids) and isinstance(ids[0], list)
-        prompts = ids if is_batch else [ids]  # type: ignore[assignment]
-    n = len(prompts)
-    for name in ("sampling_params", "rid", "bootstrap_host", "bootstrap_port", "bootstrap_room"):
-        value = getattr(body, name)
-        if isinstance(value, list) and name != "sampling_params" and len(value) != n:
-            raise BadRequest(f"{name} has {len(value)} entries but the batch has {n} prompts")
-    if isinstance(body.sampling_params, list) and len(body.sampling_params) != n:
-        raise BadRequest(f"sampling_params has {len(body.sampling_params)} entries but the batch has {n} prompts")
+        prompts = body.input_ids if body.is_batch else [body.input_ids]  # type: ignore[assignment,list-item]
     items = []
     for i, prompt in enumerate(prompts):
         if not prompt:
-            raise BadRequest(f"prompt {i} is empty; send at least one token")
+            raise BadRequest(f"text.{i}: encodes to no token; send a non-empty prompt" if body.is_batch
+                             else "text: encodes to no token; send a non-empty prompt")
         room = body.bootstrap_room
-        room_i = room + i if isinstance(room, int) else _pick(room, i)  # scalar room -> room + i, as SGLang
-        rid = _pick(body.rid, i)
+        room_i = room + i if isinstance(room, int) else body.per_prompt("bootstrap_room", i)  # as SGLang
+        rid = body.per_prompt("rid", i)
         if rid is None:
             rid = uuid.uuid4().hex
-        elif isinstance(body.rid, str) and is_batch:
+        elif isinstance(body.rid, str) and body.is_batch:
             rid = f"{rid}_{i}"
         items.append(
             Item(
                 index=i,
                 rid=rid,
-                input_ids=list(prompt),
-                params=_pick(body.sampling_params, i) or SamplingParams(),
-                bootstrap_host=_pick(body.bootstrap_host, i),
-                bootstrap_port=_pick(body.bootstrap_port, i),
+                input_ids=list(prompt),  # type: ignore[arg-type]
+                params=body.per_prompt("sampling_params", i) or SamplingParams(),
+                bootstrap_host=body.per_prompt("bootstrap_host", i),
+                bootstrap_port=body.per_prompt("bootstrap_port", i),
                 bootstrap_room=room_i,
             )
         )
-    return items, is_batch
+    return items

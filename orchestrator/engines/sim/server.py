@@ -5,7 +5,8 @@ argv -> SimSettings -> SimEngine (scheduler + metrics + faults + PD transfer) ->
 
 Every answer is labelled simulated (`meta_info.simulated`, `/server_info.simulated`, `sglang:simulated`).
 Run one by hand: `pd-orchestrator sim-server --mode prefill --port 30000` or `python -m orchestrator.engines.sim.server`.
-This module is the HTTP face and the command line; the engine is `engine.py`, request bodies `requests.py`.
+This module is the HTTP face and the command line; the engine is `engine.py`; request bodies are
+`orchestrator.api.generate` (the router validates the same model), split into prompts by `requests.py`.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ import uuid
 
 import orjson
 from aiohttp import web
-from pydantic import ValidationError
 
+from orchestrator.api.generate import BadRequest, SamplingParams, parse_generate_body
 from orchestrator.config.model_presets import MODEL_PRESETS
 from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine, crash
 from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, parse_fault_spec
 from orchestrator.engines.base import PdTimeouts
 from orchestrator.engines.sim.kv_transfer import MIB
 from orchestrator.engines.sim.metrics import CONTENT_TYPE
-from orchestrator.engines.sim.requests import BadRequest, GenerateBody, Item, SamplingParams, normalise
+from orchestrator.engines.sim.requests import Item, normalise
 from orchestrator.engines.sim.settings import SimSettings
 from orchestrator.perfmodel.gpus import GPU_SPECS
 
@@ -45,12 +46,6 @@ def sglang_error(status: int, message: str) -> web.Response:
     return web.json_response(
         {"object": "error", "message": message, "type": str(status), "param": None, "code": status}, status=status
     )
-
-
-def _field_path(loc: tuple) -> str:
-    """pydantic's error location without its union-branch tags ('input_ids.list[int].0' -> 'input_ids.0')."""
-    parts = [str(p) for p in loc if isinstance(p, int) or (p[:1].islower() and "[" not in p)]
-    return ".".join(parts) or "(body: expected a JSON object)"
 
 
 async def _wait_event(event: asyncio.Event) -> None:
@@ -98,15 +93,10 @@ class SimHttpApi:
         if fate.hang:
             await _hang_forever()
         try:
-            body = GenerateBody.model_validate(await request.json())
-            items, is_batch = normalise(body, e.codec)  # type: ignore[arg-type]
+            body = parse_generate_body(await request.read())
+            items = normalise(body, e.codec)
             for item in items:
                 e.check_item(item)
-        except json.JSONDecodeError as exc:
-            return sglang_error(400, f"Request body is not valid JSON: {exc.msg}")
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            return sglang_error(400, f"Invalid request field {_field_path(first['loc'])}: {first['msg']}")
         except BadRequest as exc:
             return sglang_error(400, str(exc))
         if fate.error:
@@ -119,7 +109,7 @@ class SimHttpApi:
             if run.error is not None:
                 return sglang_error(*run.error)
         outs = [e.response(run) for run in runs]
-        return web.json_response(outs if is_batch else outs[0])
+        return web.json_response(outs if body.is_batch else outs[0])
 
     async def _stream(self, request: web.Request, runs: list[Run]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -332,13 +332,13 @@ def test_model_that_does_not_fit_is_refused_before_binding(capsys):
     "body, needle",
     [
         ("not json", "not valid JSON"),
-        ("[1, 2]", "expected a JSON object"),
-        ({}, "Either text or input_ids"),
+        ("[1, 2]", "body: send a JSON object"),
+        ({}, "text, input_ids: send exactly one of them"),
         ({"input_ids": ["a"]}, "input_ids.0"),
         ({"input_ids": [-1]}, "token ids in [0, 129280)"),
         ({"input_ids": [1], "sampling_params": {"max_new_tokens": -3}}, "sampling_params.max_new_tokens"),
-        ({"input_ids": [[1], [2]], "rid": ["a"]}, "rid has 1 entries but the batch has 2 prompts"),
-        ({"input_ids": []}, "prompt 0 is empty"),
+        ({"input_ids": [[1], [2]], "rid": ["a"]}, "rid: 1 values for a batch of 2 prompts"),
+        ({"input_ids": []}, "input_ids: empty prompt"),
     ],
 )
 def test_bad_generate_bodies_get_400_naming_the_field(aggregated, body, needle):
