@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--model-path", required=True)
     d.add_argument("--out", required=True)
     d.add_argument("--budget-s", type=float, required=True)
-    d.add_argument("--page-sizes", default="1,64")
+    d.add_argument("--page-sizes", default="1")
+    d.add_argument("--modes", default="base,coalesce,shard,coalesce+shard",
+                   help="sender modes of the NIXL patch, comma-separated (base = SGLang as shipped)")
     d.add_argument("--prefill-frac", type=float, default=0.50)
     d.add_argument("--decode-frac", type=float, default=0.95)
     d.add_argument("--kv-tokens", type=int, default=160000)
@@ -69,8 +71,11 @@ def run(a: argparse.Namespace) -> int:
         res = run_pd(a.model_path, Path(a.out), a.budget_s, page_sizes=[int(x) for x in a.page_sizes.split(",")],
                      prefill_frac=a.prefill_frac, decode_frac=a.decode_frac, kv_tokens=a.kv_tokens,
                      n_requests=a.requests, loads_per_mode=a.loads_per_mode, with_agg=not a.no_agg,
-                     prefill_gpu=a.prefill_gpu, decode_gpu=a.decode_gpu, extra_flags=a.flag)
+                     prefill_gpu=a.prefill_gpu, decode_gpu=a.decode_gpu, extra_flags=a.flag,
+                     modes=[m for m in a.modes.split(",") if m])
         print(json.dumps(res["logprobs"].get("compare"), indent=1))
+        for page in res["pages"]:
+            print(f"page {page['page_size']} by mode:", json.dumps(page.get("by_mode"), indent=1))
     elif a.cmd == "nixl-patch":
         from .nixl_patch import apply
 

@@ -1,21 +1,24 @@
-"""A small patch to SGLang 0.5.17's NIXL KV sender (`sglang/srt/disaggregation/nixl/conn.py`).
+"""A small patch to SGLang 0.5.17's NIXL KV path (`sglang/srt/disaggregation/nixl/conn.py`).
 
-Why: for equal-TP/MLA peers SGLang 0.5.17 sends KV through NIXL "prepped" descriptor lists with one
-descriptor per KV slot per layer. At `--page-size 1` that is one 1,152-byte descriptor per token per layer
-(DeepSeek MLA), so a 10 MB request is ~9,000 descriptors, and UCX pays per descriptor: 0.036 GB/s and
-466 ms per request on 2xH200 (docs/performance.md). SGLang's own non-prepped path in the same function
-already merges runs of consecutive slots on both sides into one descriptor (`group_concurrent_contiguous`);
-consecutive slots are the common case, since the KV allocators hand out sorted free slots.
-
-What the patch does (text edits, each anchored on a line that must occur exactly once):
-  1. `_send_kvcache_generic` skips the prepped path when coalescing is on, so KV goes through the merged
-     (non-prepped) descriptors. On when the environment has PDO_NIXL_COALESCE=1, or when the file named by
-     PDO_NIXL_COALESCE_FILE exists (read per transfer, so one server pair can A/B both paths).
-  2. The transfer worker logs one line per KV chunk:
-     `PDO_NIXL room=.. chunk=.. last=.. slots=.. descs=.. bytes=.. mode=prepped|coalesced post_ms=.. wait_ms=..`
-     (post = building and posting the transfer, wait = until NIXL reports DONE).
-The bytes moved and where they land are unchanged; outputs must be too (checked on the GPU by comparing
-top-k logprobs with the patch on and off). `python -m orchestrator.calibrate nixl-patch SITE_DIR` applies it.
+Why: on one H100 SGLang reported ~540-600 ms per request (`kv_transfer_latency_ms`) while NIXL's own time was
+~10-16 ms (benchmarks/results/2026-11-24-calibration-h100-pd). To see where the time goes, and to try two
+changes to the sender, the patch:
+  1. Coalescing (flag COALESCE): `_send_kvcache_generic` skips the prepped path, so KV goes through SGLang's
+     own merged descriptors (`group_concurrent_contiguous`: one descriptor per run of consecutive slots per
+     layer) instead of one descriptor per slot per layer (27,000 per ~35 MB request at page size 1).
+  2. Sharding by room (flag SHARD_BY_ROOM): `add_transfer_request` puts a request's chunks on transfer queue
+     `room % SGLANG_DISAGGREGATION_QUEUE_SIZE` instead of `sum(decode ports) % size`: with one decode server
+     every request otherwise lands on the same queue, so one of the 4 worker threads moves all the KV one
+     request after another. A room's chunks still share one queue (one worker), so their order is kept.
+  3. Timestamps (always): one `PDO_NIXL` line per KV chunk from the transfer worker (descriptors, bytes,
+     post and wait ms, queue, queue depth, wall times of enqueue / pop / done) and one `PDO_KV` line when
+     the prefill scheduler's poll first sees a request's transfer done (`prefill_polled`) and when the
+     decode scheduler's poll does (`decode_seen`). Wall clock (`time.time()`): both servers share one host.
+A flag is on when the environment has PDO_NIXL_<FLAG>=1, or when the file named by PDO_NIXL_<FLAG>_FILE
+exists (read per transfer, so one server pair can A/B them). Bytes moved and where they land are unchanged;
+outputs must be too (checked on the GPU by comparing top-k logprobs across flags).
+`python -m orchestrator.calibrate nixl-patch SITE_DIR` applies it (edits anchored on lines that must occur
+exactly once; a changed SGLang source is refused, not half-patched).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TARGET = "sglang/srt/disaggregation/nixl/conn.py"
-MARK = "# pd-orchestrator nixl patch v1"
+MARK = "# pd-orchestrator nixl patch v2"
 
 EDITS = [
     (  # time at which the worker took the chunk
@@ -36,7 +39,7 @@ EDITS = [
         "            not bypass_prepped\n"
         "            and src_data_ptrs is self.kv_args.kv_data_ptrs\n",
         "            not bypass_prepped\n"
-        "            and not _pdo_coalesce_kv()\n"
+        "            and not _pdo_flag('COALESCE')\n"
         "            and src_data_ptrs is self.kv_args.kv_data_ptrs\n",
     ),
     (  # descriptor count on the prepped path
@@ -75,34 +78,70 @@ EDITS = [
         "                _pdo_log_chunk(self, room, kv_chunk, _pdo_t_pop, _pdo_t_wait)\n"
         "                if kv_chunk.is_last_chunk:\n",
     ),
+    (  # queue choice (by room when SHARD_BY_ROOM is on) and the enqueue time of every chunk
+        "        shard_idx = session_port_sum % len(self.transfer_queues)\n",
+        "        shard_idx = session_port_sum % len(self.transfer_queues)\n"
+        "        if _pdo_flag('SHARD_BY_ROOM'):\n"
+        "            shard_idx = bootstrap_room % len(self.transfer_queues)\n"
+        "        _pdo_note_enqueue(bootstrap_room, chunk_id, shard_idx, self.transfer_queues[shard_idx])\n",
+    ),
+    (  # prefill: the scheduler's poll sees the transfer done (SGLang's kv_transfer_latency_ms ends here)
+        "                time.perf_counter() - self._transfer_start_time\n"
+        "            )\n"
+        "        return status\n",
+        "                time.perf_counter() - self._transfer_start_time\n"
+        "            )\n"
+        "            _pdo_log_event('prefill_polled', self.bootstrap_room)\n"
+        "        return status\n",
+    ),
+    (  # decode: the scheduler's poll sees every chunk and the aux data arrived
+        "            self.conclude_state = KVPoll.Success\n"
+        "            del self.kv_mgr.transfer_statuses[self.bootstrap_room]\n",
+        "            self.conclude_state = KVPoll.Success\n"
+        "            del self.kv_mgr.transfer_statuses[self.bootstrap_room]\n"
+        "            _pdo_log_event('decode_seen', self.bootstrap_room)\n",
+    ),
 ]
 
 TAIL = f'''
 
 {MARK}
 _PDO_TLS = threading.local()  # per transfer-worker thread: descriptors posted for the current chunk
+_PDO_ENQ = {{}}  # (room, chunk_id) -> (wall time of enqueue, queue index, chunks ahead in that queue)
 
 
-def _pdo_coalesce_kv():
+def _pdo_flag(name):
     import os
 
-    if os.environ.get("PDO_NIXL_COALESCE") == "1":
+    if os.environ.get("PDO_NIXL_" + name) == "1":
         return True
-    flag = os.environ.get("PDO_NIXL_COALESCE_FILE")
+    flag = os.environ.get("PDO_NIXL_" + name + "_FILE")
     return bool(flag) and os.path.exists(flag)
+
+
+def _pdo_note_enqueue(room, chunk_id, shard_idx, queue):
+    _PDO_ENQ[(room, chunk_id)] = (time.time(), shard_idx, len(getattr(queue, "_buf", ())))
+
+
+def _pdo_log_event(event, room):
+    logger.info("PDO_KV event=%s room=%s t=%.6f", event, room, time.time())
 
 
 def _pdo_log_chunk(mgr, room, kv_chunk, t_pop, t_wait):
     t_done = time.perf_counter()
+    wall_done = time.time()
+    enq_t, shard, depth = _PDO_ENQ.pop((room, kv_chunk.chunk_id), (0.0, -1, -1))
     slots = len(kv_chunk.prefill_kv_indices)
     item = mgr.kv_args.kv_item_lens[0] if mgr.kv_args.kv_item_lens else 0
     nbytes = slots * sum(mgr.kv_args.kv_item_lens)
     logger.info(
         "PDO_NIXL room=%s chunk=%s last=%d slots=%d item_bytes=%d descs=%d bytes=%d mode=%s "
-        "post_ms=%.3f wait_ms=%.3f",
+        "post_ms=%.3f wait_ms=%.3f queue=%d depth=%d shard=%s t_enq=%.6f t_pop=%.6f t_done=%.6f",
         room, kv_chunk.chunk_id, int(kv_chunk.is_last_chunk), slots, item, getattr(_PDO_TLS, "descs", 0),
-        nbytes, "coalesced" if _pdo_coalesce_kv() else "prepped",
+        nbytes, "coalesced" if _pdo_flag("COALESCE") else "prepped",
         (t_wait - t_pop) * 1000.0, (t_done - t_wait) * 1000.0,
+        shard, depth, "room" if _pdo_flag("SHARD_BY_ROOM") else "dst",
+        enq_t, wall_done - (t_done - t_pop), wall_done,
     )
 '''
 

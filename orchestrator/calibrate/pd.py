@@ -1,11 +1,17 @@
 """PD on one GPU: a prefill and a decode SGLang server sharing the GPU, KV moved by NIXL (UCX).
 
-For each page size: start the pair (prefill first; each with a fixed KV pool, `--max-total-tokens`, so the
-two fit beside each other), then alternate loads with the NIXL sender's prepped path and with coalesced
-descriptors (the toggle file of `nixl_patch`; skipped when the patch is not installed), recording per load:
-wall time, SGLang's `sglang:kv_transfer_*` histograms (delta of the prefill's /metrics) and the patch's
-per-chunk `PDO_NIXL` log lines (descriptors, bytes, post and wait ms). Then top-k logprobs of the first
-decode steps for fixed prompts through PD (both modes) and through one aggregated server, compared.
+For each page size: start the pair (each with a fixed KV pool, `--max-total-tokens`, so the two fit beside
+each other; the decode starts once the prefill has allocated its memory, so its imports overlap the
+prefill's kernel compiles), then run loads of distinct prompts (own token ids per load: no prefix-cache
+hits) under each sender mode of `nixl_patch` (flags switched per load through files, one server pair):
+  base            SGLang 0.5.17 as shipped (prepped descriptor lists; queue chosen by decode port)
+  coalesce        merged descriptors (one per run of consecutive slots per layer)
+  shard           queue chosen by room (every transfer worker busy, not one)
+  coalesce+shard  both
+Reps alternate the order of modes (forward, then backward). Per load: wall time and throughput, SGLang's
+`sglang:kv_transfer_*` histograms (delta of the prefill's /metrics) and the per-request timelines of
+`kvtimeline` (KV ready on the prefill -> decode sees it, and its parts). Then top-k logprobs of the first
+decode steps for fixed prompts under every mode (and optionally one aggregated server), compared.
 The client plays SGLang's PD router: the same body with bootstrap_host/port/room goes to both servers.
 """
 
@@ -15,15 +21,20 @@ import json
 import os
 import random
 import re
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-from . import logparse
+from . import kvtimeline, logparse
 from .client import generate_body, post_json, random_ids, run_many, summarise
 from .server import ServerDied, SglangServer, derived_limits
 from .single import SCHEMA, Budget, gpu_info, gpu_memory_used_mib
 
 _CHUNK = re.compile(r"PDO_NIXL room=(\d+) chunk=(\d+) last=(\d) slots=(\d+) item_bytes=(\d+) descs=(\d+) "
                     r"bytes=(\d+) mode=(\w+) post_ms=([\d.]+) wait_ms=([\d.]+)")
+MODES = {"base": (), "coalesce": ("COALESCE",), "shard": ("SHARD_BY_ROOM",),
+         "coalesce+shard": ("COALESCE", "SHARD_BY_ROOM")}
+FLAGS = ("COALESCE", "SHARD_BY_ROOM")
 KV_HISTOGRAMS = ("kv_transfer_latency_ms", "kv_transfer_speed_gb_s", "kv_transfer_total_mb",
                  "kv_transfer_bootstrap_ms", "kv_transfer_alloc_ms")
 
@@ -136,25 +147,29 @@ def cross_prompt_control(a: list, steps: int) -> dict:
     return compare_logprobs(a, shifted, steps)
 
 
-def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), prefill_frac: float = 0.50,
+def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), prefill_frac: float = 0.50,
            decode_frac: float = 0.95, kv_tokens: int = 160000, n_requests: int = 96, len_range=(256, 2048),
            max_new: int = 32, loads_per_mode: int = 2, logprob_prompts: int = 16, logprob_steps: int = 8,
            topk: int = 5, context_length: int = 16384, agg_frac: float = 0.80, seed: int = 2025,
            ports=(30000, 30001, 30002), bootstrap_port: int = 8998, extra_env: dict | None = None,
            with_agg: bool = True, prefill_gpu: int | None = None, decode_gpu: int | None = None,
-           extra_flags: list[str] | None = None) -> dict:
+           extra_flags: list[str] | None = None, modes=("base", "coalesce", "shard", "coalesce+shard")) -> dict:
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"pd modes: unknown {unknown}; choose from {sorted(MODES)}")
     budget = Budget(budget_s)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((Path(model_path) / "config.json").read_text())
     vocab = int(cfg["vocab_size"])
-    flag_file = out_dir / "coalesce.on"
-    flag_file.unlink(missing_ok=True)
-    env = {"SGLANG_HOST_IP": "127.0.0.1", "PDO_NIXL_COALESCE_FILE": str(flag_file), **(extra_env or {})}
+    env = {"SGLANG_HOST_IP": "127.0.0.1", **{f"PDO_NIXL_{f}_FILE": str(_flag_path(out_dir, f)) for f in FLAGS},
+           **(extra_env or {})}
+    _set_mode(out_dir, "base")
     result = {"schema": SCHEMA, "kind": "pd-one-gpu", "gpu": gpu_info(), "model": {"path": model_path, "config": cfg},
               "settings": {"prefill_frac": prefill_frac, "decode_frac": decode_frac, "kv_tokens": kv_tokens,
                            "n_requests": n_requests, "len_range": list(len_range), "max_new": max_new,
                            "logprob_prompts": logprob_prompts, "logprob_steps": logprob_steps, "topk": topk,
-                           "prefill_gpu": prefill_gpu, "decode_gpu": decode_gpu, "extra_flags": extra_flags},
+                           "prefill_gpu": prefill_gpu, "decode_gpu": decode_gpu, "extra_flags": extra_flags,
+                           "modes": list(modes), "loads_per_mode": loads_per_mode},
               "pages": [], "logprobs": {}}
     path = out_dir / "calibration-pd.json"
 
@@ -191,64 +206,42 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
                                     *_gpu_flag(decode_gpu)],
                           env=env)
         try:
-            pf.start()
-            entry["prefill_ready_after_s"] = pf.wait_ready(min(360, budget.left() - 60))
-            entry["gpu_memory_used_mib_prefill_ready"] = gpu_memory_used_mib()
-            dc.start()
-            entry["decode_ready_after_s"] = dc.wait_ready(min(360, budget.left() - 30))
-            entry["gpu_memory_used_mib_both_ready"] = gpu_memory_used_mib()
-            entry["prefill_derived"] = derived_limits(pf.get_json("/server_info"))
-            entry["decode_derived"] = derived_limits(dc.get_json("/server_info"))
-            entry["prefill_startup"] = logparse.startup(pf.log_text(), pf.launched_at)
-            entry["decode_startup"] = logparse.startup(dc.log_text(), dc.launched_at)
-            patched = "pd-orchestrator nixl patch" in _conn_source()
+            _start_pair(pf, dc, budget, entry)
+            patched = "pd-orchestrator nixl patch v2" in _conn_source()
             entry["nixl_patch_installed"] = patched
-            modes = ["prepped", "coalesced"] if patched else ["prepped"]
+            page_modes = list(modes) if patched else ["base"]
             rng = random.Random(seed)
             warm = [random_ids(rng, 128, vocab) for _ in range(8)]
             pd_generate_many(pf, dc, bootstrap_port, warm, 4, rng)  # first-shape JIT out of the loads
+            wrng = random.Random(f"warm-{seed}")   # and one load of the measured shape, not recorded
+            warm = [random_ids(wrng, wrng.randrange(*len_range), vocab) for _ in range(n_requests)]
+            w = pd_generate_many(pf, dc, bootstrap_port, warm, max_new, rng)
+            entry["warm_load"] = {"ok": w["ok"], "n": w["n"], "wall_s": w["wall_s"]}
+            print(f"  warm load: ok {w['ok']}/{w['n']} wall {w['wall_s']:.2f}s", flush=True)
             for rep in range(loads_per_mode):
-                for mode in modes:
+                for mode in (page_modes if rep % 2 == 0 else page_modes[::-1]):
                     if budget.left() < 45:
                         entry["loads"].append({"mode": mode, "rep": rep, "skipped": "time budget"})
                         continue
-                    _set_mode(flag_file, mode)
-                    lrng = random.Random(seed + 100 + rep)   # same prompt lengths for both modes of a rep,
-                    lengths = [lrng.randrange(*len_range) for _ in range(n_requests)]
-                    irng = random.Random(f"ids-{seed}-{rep}-{mode}")   # other ids: no prefix-cache hits
-                    prompts = [random_ids(irng, n, vocab) for n in lengths]
-                    before, off = prom_sums(pf.get_text("/metrics")), pf.log_size()
-                    s = pd_generate_many(pf, dc, bootstrap_port, prompts, max_new, rng)
-                    after = prom_sums(pf.get_text("/metrics"))
-                    load = {"mode": mode, "rep": rep, "n": s["n"], "ok": s["ok"], "wall_s": s["wall_s"],
-                            "input_tokens": s["input_tokens"], "completion_tokens": s["completion_tokens"],
-                            "latency_s_median": s["latency_s_median"], "latency_s_max": s["latency_s_max"],
-                            "errors": [r["error"] for r in s["rows"] if r["error"]][:3],
-                            "sglang_kv": kv_delta(before, after)}
-                    text = pf.log_since(off)
-                    pre = logparse.prefill_lines(text)
-                    load.update(worker=chunk_stats(text), prefill_new_tokens=sum(r["new_tokens"] for r in pre),
-                                prefill_cached_tokens=sum(r["cached_tokens"] for r in pre))
+                    load = _one_load(pf, dc, bootstrap_port, out_dir, mode, rep, seed, n_requests, len_range,
+                                     max_new, vocab, rng)
                     entry["loads"].append(load)
-                    w, k = load["worker"], load["sglang_kv"]
-                    print(f"  page {ps} {mode} rep {rep}: ok {s['ok']}/{s['n']} wall {s['wall_s']}s; sglang latency "
-                          f"{k['kv_transfer_latency_ms_mean']} ms, {k['kv_transfer_speed_gb_s_mean']} GB/s, "
-                          f"{k['kv_transfer_total_mb_mean']} MB; worker per-request "
-                          f"{w.get('transfer_ms_per_request_median')} ms, descs/chunk {w.get('descs_mean')}; prefill new/cached "
-                          f"tokens {load['prefill_new_tokens']}/{load['prefill_cached_tokens']}", flush=True)
                     save()
-            for mode in modes:
+            for mode in page_modes:
                 if budget.left() < 30:
                     break
-                _set_mode(flag_file, mode)
+                _set_mode(out_dir, mode)
+                # a cold prefix cache: every mode computes and moves the prompts' whole KV itself
+                result["logprobs"][f"pd-page{ps}-{mode}-flushed"] = [_flush(srv) for srv in (pf, dc)]
                 s = pd_generate_many(pf, dc, bootstrap_port, lp_prompts, logprob_steps, rng, logprobs=topk)
                 pd_lp[f"pd-page{ps}-{mode}"] = top_logprobs(s)
                 result["logprobs"][f"pd-page{ps}-{mode}-ok"] = s["ok"]
+            entry["by_mode"] = by_mode(entry["loads"])
         except (ServerDied, TimeoutError, OSError, ValueError) as exc:
             entry["error"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
             print(f"  page {ps}: {entry['error'][:600]}", flush=True)
         finally:
-            _set_mode(flag_file, "prepped")
+            _set_mode(out_dir, "base")
             for srv in (dc, pf):
                 srv.stop()
             entry["oom_in_logs"] = any("out of memory" in s.log_text().lower() for s in (pf, dc))
@@ -267,6 +260,72 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1, 64), 
     result["logprobs"]["compare"] = cmp
     save()
     return result
+
+
+def _start_pair(pf: SglangServer, dc: SglangServer, budget: Budget, entry: dict) -> None:
+    """Prefill first; the decode once the prefill's memory is allocated (its imports then overlap the
+    prefill's warm-up compiles, and it measures free memory after the prefill took its share)."""
+    pf.start()
+    entry["prefill_memory_ready_after_s"] = pf.wait_log("Memory pool end", min(300, budget.left() - 90))
+    dc.start()
+    entry["prefill_ready_after_s"] = pf.wait_ready(min(360, budget.left() - 45))
+    entry["gpu_memory_used_mib_prefill_ready"] = gpu_memory_used_mib()
+    entry["decode_ready_after_s"] = dc.wait_ready(min(360, budget.left() - 30))
+    entry["gpu_memory_used_mib_both_ready"] = gpu_memory_used_mib()
+    entry["prefill_derived"] = derived_limits(pf.get_json("/server_info"))
+    entry["decode_derived"] = derived_limits(dc.get_json("/server_info"))
+    entry["prefill_startup"] = logparse.startup(pf.log_text(), pf.launched_at)
+    entry["decode_startup"] = logparse.startup(dc.log_text(), dc.launched_at)
+    print(f"  pair ready: prefill {entry['prefill_ready_after_s']}s (memory {entry['prefill_memory_ready_after_s']}s),"
+          f" decode {entry['decode_ready_after_s']}s after its start", flush=True)
+
+
+def _one_load(pf, dc, bootstrap_port, out_dir, mode, rep, seed, n_requests, len_range, max_new, vocab, rng) -> dict:
+    _set_mode(out_dir, mode)
+    lrng = random.Random(seed + 100 + rep)   # same prompt lengths for every mode of a rep,
+    lengths = [lrng.randrange(*len_range) for _ in range(n_requests)]
+    irng = random.Random(f"ids-{seed}-{rep}-{mode}")   # other ids: no prefix-cache hits
+    prompts = [random_ids(irng, n, vocab) for n in lengths]
+    before, off, doff = prom_sums(pf.get_text("/metrics")), pf.log_size(), dc.log_size()
+    s = pd_generate_many(pf, dc, bootstrap_port, prompts, max_new, rng)
+    after = prom_sums(pf.get_text("/metrics"))
+    text, dtext = pf.log_since(off), dc.log_since(doff)
+    pre = logparse.prefill_lines(text)
+    tl = kvtimeline.summary(kvtimeline.requests(text, dtext))
+    load = {"mode": mode, "rep": rep, "n": s["n"], "ok": s["ok"], "wall_s": s["wall_s"],
+            "input_tokens": s["input_tokens"], "completion_tokens": s["completion_tokens"],
+            "output_tok_s": round(s["completion_tokens"] / s["wall_s"], 1) if s["wall_s"] else None,
+            "total_tok_s": round((s["input_tokens"] + s["completion_tokens"]) / s["wall_s"], 1) if s["wall_s"] else None,
+            "latency_s_median": s["latency_s_median"], "latency_s_max": s["latency_s_max"],
+            "errors": [r["error"] for r in s["rows"] if r["error"]][:3],
+            "sglang_kv": kv_delta(before, after), "worker": chunk_stats(text), "timeline": tl,
+            "prefill_new_tokens": sum(r["new_tokens"] for r in pre),
+            "prefill_cached_tokens": sum(r["cached_tokens"] for r in pre)}
+    k = load["sglang_kv"]
+    print(f"  {mode:>14} rep {rep}: ok {s['ok']}/{s['n']} wall {s['wall_s']:.2f}s; ready->decode-seen p50/p90 "
+          f"{tl['ready_to_seen']['p50']}/{tl['ready_to_seen']['p90']} ms (queue {tl['queue']['p50']}/{tl['queue']['p90']},"
+          f" worker {tl['worker']['p50']}/{tl['worker']['p90']}, decode notice {tl['decode_notice']['p50']}); sglang "
+          f"latency mean {k['kv_transfer_latency_ms_mean']} ms; queues {tl['queues_used']}; descs/req "
+          f"{tl['descs_per_request_mean']}; prefill new/cached {load['prefill_new_tokens']}/{load['prefill_cached_tokens']}",
+          flush=True)
+    return load
+
+
+def by_mode(loads: list[dict]) -> dict:
+    """Per mode over its reps: wall and throughput means, and the median over loads of each timeline p50/p90."""
+    out: dict[str, dict] = {}
+    for mode in dict.fromkeys(x["mode"] for x in loads if "wall_s" in x):
+        ls = [x for x in loads if x["mode"] == mode and "wall_s" in x]
+        row = {"loads": len(ls), "wall_s": [x["wall_s"] for x in ls],
+               "wall_s_mean": round(sum(x["wall_s"] for x in ls) / len(ls), 3),
+               "output_tok_s_mean": round(sum(x["output_tok_s"] or 0 for x in ls) / len(ls), 1),
+               "sglang_kv_latency_ms_mean": [x["sglang_kv"]["kv_transfer_latency_ms_mean"] for x in ls]}
+        for part in kvtimeline.PARTS:
+            for q in ("p50", "p90"):
+                vals = [x["timeline"][part][q] for x in ls if x["timeline"][part][q] is not None]
+                row[f"{part}_{q}_median"] = kvtimeline.pct(vals, 0.5)
+        out[mode] = row
+    return out
 
 
 def _agg_reference(model_path, out_dir, port, context_length, agg_frac, env, budget, prompts, steps, topk,
@@ -302,11 +361,29 @@ def _gpu_flag(gpu: int | None) -> list[str]:
     return [] if gpu is None else ["--base-gpu-id", str(gpu)]
 
 
-def _set_mode(flag_file: Path, mode: str) -> None:
-    if mode == "coalesced":
-        flag_file.write_text("on\n")
-    else:
-        flag_file.unlink(missing_ok=True)
+def _flush(srv: SglangServer) -> str:
+    """POST /flush_cache (SGLang refuses while requests are in flight); what it answered, for the record."""
+    try:
+        req = urllib.request.Request(srv.url + "/flush_cache", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return f"{r.status}"
+    except urllib.error.HTTPError as exc:
+        return f"{exc.code}: {exc.read()[:200]!r}"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _flag_path(out_dir: Path, flag: str) -> Path:
+    return out_dir / f"flag-{flag}.on"
+
+
+def _set_mode(out_dir: Path, mode: str) -> None:
+    """Create the flag files the mode needs and remove the others (the patched sender reads them per transfer)."""
+    for flag in FLAGS:
+        if flag in MODES[mode]:
+            _flag_path(out_dir, flag).write_text("on\n")
+        else:
+            _flag_path(out_dir, flag).unlink(missing_ok=True)
 
 
 def _conn_source() -> str:

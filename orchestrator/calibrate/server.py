@@ -68,6 +68,18 @@ class SglangServer:
             f.seek(offset)
             return f.read().decode(errors="replace")
 
+    def wait_log(self, needle: str, timeout_s: float) -> float:
+        """Seconds from launch until `needle` appears in the server's log (raises if it exits or times out)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if needle in self.log_text():
+                return round(time.time() - self.launched_at, 2)
+            if not self.alive():
+                raise ServerDied(f"{self.name} exited with {self.proc.returncode} before {needle!r}; log tail:\n"
+                                 + "\n".join(self.log_text().splitlines()[-25:]))
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.name}: no {needle!r} in its log after {timeout_s:.0f}s")
+
     def wait_ready(self, timeout_s: float) -> float:
         """Poll /health until 200 (SGLang answers 503 until its warm-up request went through)."""
         deadline = time.monotonic() + timeout_s

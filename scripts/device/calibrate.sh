@@ -12,8 +12,11 @@
 #           decode sweeps, warm start, knobs start (--mem-fraction-static 0.70, caps raised) + decode past the graphs
 #   r1      R1-shaped (benchmarks/calibration/r1-shaped/config.json: R1 dims, FP8 block quant, 6 layers), same plan,
 #           with --triton-attention-split-tile-size 256 (R1_FLAGS overrides; see the note at the r1 case)
-#   pd      one-GPU PD on the V2-Lite shape: page 1 and 64, NIXL prepped vs coalesced (patched sender), top-k
-#           logprobs PD vs aggregated
+#   pd      one-GPU PD on the V2-Lite shape: page 1 (PAGE_SIZES), loads under each sender mode of the NIXL patch
+#           (PD_MODES, default base,coalesce,shard,coalesce+shard), per-request KV timelines, top-k logprobs
+#           across modes (PD_ARGS=--no-agg skips the aggregated reference)
+# Compile caches: if .device/cache/caches.tar.xz exists (carry it), it is unpacked before the phase (a fresh
+# machine then skips the ~70 s of kernel compiles); SAVE_CACHES=1 writes $OUT/caches.tar.xz after it.
 # BUDGET (s, default 540) bounds the harness; everything it measured is saved as it goes.
 set -u
 PHASE=${1:?usage: calibrate.sh v2lite|r1|pd}
@@ -31,8 +34,11 @@ if [ ! -f $SITE/.installed_site ]; then
   el "unpack sglang tree"
   rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site || { el "unpack failed"; exit 1; }
 fi
-if [ ! -f $SITE/.nixl_patched ]; then
-  python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched
+if [ -f .device/cache/caches.tar.xz ] && [ ! -f /root/.pdo_caches_restored ]; then
+  tar -C / -xJf .device/cache/caches.tar.xz && touch /root/.pdo_caches_restored && el "compile caches restored"
+fi
+if [ ! -f $SITE/.nixl_patched_v2 ]; then
+  python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched_v2
 fi
 { date -u; nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, torch.cuda.get_device_name(0))"
@@ -55,12 +61,17 @@ r1)
   #  256 KV splits x 512 x fp32 = 16 GiB, OOMs at start-up; a split tile of 256 caps the splits at 16384/256 = 64)
 pd)
   python3 -m orchestrator.calibrate pd --model-path $W/models/v2lite --out $D --budget-s $(( $(left) - 25 )) \
-    --page-sizes ${PAGE_SIZES:-1,64} --loads-per-mode ${PD_LOADS:-2} ${PD_ARGS:-} ;;
+    --page-sizes ${PAGE_SIZES:-1} --loads-per-mode ${PD_LOADS:-2} --modes ${PD_MODES:-base,coalesce,shard,coalesce+shard} \
+    ${PD_ARGS:-} ;;
 *) el "unknown phase $PHASE"; exit 2 ;;
 esac
 el "harness exit $?"
 du -sh /root/.triton /root/.cache /tmp/torchinductor_root 2>/dev/null | sed 's/^/caches after: /'
 cp $D/calibration-*.json $OUT/ 2>/dev/null
 tar -C $W -cJf $OUT/logs-$PHASE.tar.xz $PHASE
+if [ "${SAVE_CACHES:-0}" = 1 ]; then
+  tar -C / -cJf $OUT/caches.tar.xz $(cd / && ls -d root/.triton root/.cache tmp/torchinductor_root 2>/dev/null) \
+    && el "caches saved: $(du -h $OUT/caches.tar.xz | cut -f1)"
+fi
 ls -la $OUT
 el "done"

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.calibrate import logparse, nixl_patch
-from orchestrator.calibrate.pd import chunk_stats, compare_logprobs, cross_prompt_control, kv_delta, prom_sums
+from orchestrator.calibrate import kvtimeline, logparse, nixl_patch
+from orchestrator.calibrate.pd import (MODES, _flag_path, _set_mode, by_mode, chunk_stats, compare_logprobs,
+                                       cross_prompt_control, kv_delta, prom_sums)
 
 RAW = Path(__file__).resolve().parents[2] / "benchmarks/results/device-h200x2-2026-11-21/raw.tar.xz"
 
@@ -63,7 +64,9 @@ def _anchored_source() -> str:
 def test_nixl_patch_applies_once_and_is_idempotent():
     src = _anchored_source()
     out = nixl_patch.patch_text(src)
-    assert nixl_patch.MARK in out and "and not _pdo_coalesce_kv()" in out
+    assert nixl_patch.MARK in out and "and not _pdo_flag('COALESCE')" in out
+    assert "shard_idx = bootstrap_room % len(self.transfer_queues)" in out
+    assert out.count("_pdo_log_event('") == 2
     assert out.count("_pdo_log_chunk(self, room, kv_chunk") == 1
     assert nixl_patch.patch_text(out) == out
 
@@ -77,18 +80,32 @@ def test_nixl_patch_refuses_a_changed_source():
         nixl_patch.patch_text(doubled)
 
 
-def test_nixl_patch_toggle_follows_env_and_flag_file(tmp_path, monkeypatch, caplog):
+def _tail_namespace():
     ns = {"time": time, "threading": threading, "logger": logging.getLogger("pdo-test")}
     exec(nixl_patch.TAIL, ns)
-    flag = tmp_path / "on"
-    monkeypatch.delenv("PDO_NIXL_COALESCE", raising=False)
-    monkeypatch.setenv("PDO_NIXL_COALESCE_FILE", str(flag))
-    assert ns["_pdo_coalesce_kv"]() is False
-    flag.write_text("on")
-    assert ns["_pdo_coalesce_kv"]() is True
-    flag.unlink()
+    return ns
+
+
+def test_nixl_patch_flags_follow_env_and_flag_files(tmp_path, monkeypatch):
+    ns = _tail_namespace()
+    for flag in ("COALESCE", "SHARD_BY_ROOM"):
+        monkeypatch.delenv(f"PDO_NIXL_{flag}", raising=False)
+        monkeypatch.setenv(f"PDO_NIXL_{flag}_FILE", str(_flag_path(tmp_path, flag)))
+    for mode, flags in MODES.items():
+        _set_mode(tmp_path, mode)
+        assert {f for f in ("COALESCE", "SHARD_BY_ROOM") if ns["_pdo_flag"](f)} == set(flags), mode
+    _set_mode(tmp_path, "base")
+    monkeypatch.setenv("PDO_NIXL_SHARD_BY_ROOM", "1")
+    assert ns["_pdo_flag"]("SHARD_BY_ROOM") and not ns["_pdo_flag"]("COALESCE")
+    with pytest.raises(KeyError):
+        _set_mode(tmp_path, "coalesced")
+
+
+def test_nixl_patch_log_lines_make_a_request_timeline(monkeypatch, caplog):
+    ns = _tail_namespace()
     monkeypatch.setenv("PDO_NIXL_COALESCE", "1")
-    assert ns["_pdo_coalesce_kv"]() is True
+    monkeypatch.delenv("PDO_NIXL_SHARD_BY_ROOM", raising=False)
+    monkeypatch.delenv("PDO_NIXL_SHARD_BY_ROOM_FILE", raising=False)
 
     class Args:
         kv_item_lens = [1152] * 27
@@ -100,12 +117,65 @@ def test_nixl_patch_toggle_follows_env_and_flag_file(tmp_path, monkeypatch, capl
         prefill_kv_indices = list(range(100))
         chunk_id, is_last_chunk = 0, True
 
-    ns["_PDO_TLS"].descs = 27
+    class Queue:
+        _buf = [1, 2, 3]
+
     with caplog.at_level(logging.INFO, logger="pdo-test"):
-        ns["_pdo_log_chunk"](Mgr(), 42, Chunk(), time.perf_counter() - 0.002, time.perf_counter() - 0.001)
-    st = chunk_stats(caplog.text)
+        ns["_pdo_note_enqueue"](42, 0, 2, Queue())
+        time.sleep(0.02)          # the chunk waits in its queue ...
+        t_pop = time.perf_counter()
+        time.sleep(0.01)          # ... is posted ...
+        t_wait = time.perf_counter()
+        time.sleep(0.01)          # ... and NIXL finishes it
+        ns["_PDO_TLS"].descs = 27
+        ns["_pdo_log_chunk"](Mgr(), 42, Chunk(), t_pop, t_wait)
+        ns["_pdo_log_event"]("prefill_polled", 42)
+        time.sleep(0.005)
+        decode_line = logging.LogRecord("d", logging.INFO, "", 0, "PDO_KV event=decode_seen room=42 t=%.6f",
+                                        (time.time(),), None).getMessage()
+    prefill_text = caplog.text
+    st = chunk_stats(prefill_text)
     assert st["chunks"] == 1 and st["modes"] == ["coalesced"] and st["descs_mean"] == 27
-    assert st["bytes_mean"] == 100 * 27 * 1152 and st["transfer_ms_per_request_median"] >= 2.0
+    assert st["bytes_mean"] == 100 * 27 * 1152 and st["transfer_ms_per_request_median"] >= 20.0
+    [row] = kvtimeline.requests(prefill_text, decode_line)
+    assert (row["queue_index"], row["depth"], row["mode"], row["shard"]) == (2, 3, "coalesced", "dst")
+    assert 20.0 <= row["queue"] < 200 and 20.0 <= row["worker"] < 200
+    assert row["decode_notice"] >= 5.0 and row["ready_to_seen"] >= row["queue"] + row["worker"]
+    assert 0 <= row["prefill_notice"] < 50 and row["sglang_like"] >= row["queue"] + row["worker"]
+    # a request whose decode line is missing keeps its prefill-side parts
+    [alone] = kvtimeline.requests(prefill_text, "")
+    assert alone["ready_to_seen"] is None and alone["decode_notice"] is None and alone["queue"] == row["queue"]
+
+
+def test_timeline_summary_and_per_mode_table():
+    rows = [{"room": str(i), "queue_index": i % 2, "mode": "prepped", "shard": "dst", "descs": 100, "bytes": 10,
+             **{p: float(i) for p in kvtimeline.PARTS}} for i in range(1, 11)]
+    s = kvtimeline.summary(rows)
+    assert s["requests"] == 10 and s["queues_used"] == [0, 1]
+    assert s["ready_to_seen"]["p50"] == 6.0 and s["ready_to_seen"]["p90"] == 9.0 and s["ready_to_seen"]["max"] == 10.0
+    assert kvtimeline.pct([None, 3.0, 1.0, 2.0], 0.5) == 2.0 and kvtimeline.pct([], 0.5) is None
+    load = {"wall_s": 8.0, "output_tok_s": 400.0, "sglang_kv": {"kv_transfer_latency_ms_mean": 550.0}, "timeline": s}
+    table = by_mode([{**load, "mode": "base"}, {**load, "mode": "base", "wall_s": 6.0},
+                     {"mode": "shard", "skipped": "time budget"}])
+    assert list(table) == ["base"] and table["base"]["wall_s_mean"] == 7.0
+    assert table["base"]["ready_to_seen_p50_median"] == 6.0
+
+
+SITE_ARCHIVE = Path(__file__).resolve().parents[2] / ".device/site/site.tar.xz"
+
+
+@pytest.mark.skipif(not SITE_ARCHIVE.is_file(), reason="the git-ignored SGLang 0.5.17 site archive is not built "
+                    "here (PY=python3.12 bash scripts/device/build_site_archive.sh .device/site)")
+def test_nixl_patch_applies_to_the_installed_sglang_0_5_17_source():
+    with tarfile.open(SITE_ARCHIVE) as tf:
+        src = tf.extractfile("./" + nixl_patch.TARGET).read().decode()
+    out = nixl_patch.patch_text(src)
+    compile(out, nixl_patch.TARGET, "exec")
+    added = sum(new.count("\n") - old.count("\n") for old, new in nixl_patch.EDITS)
+    assert len(out.splitlines()) == len(src.splitlines()) + added + len(nixl_patch.TAIL.splitlines())
+    # only added lines: every line of SGLang's source is still there, in order
+    it = iter(out.splitlines())
+    assert all(any(line == o for o in it) for line in src.splitlines())
 
 
 def test_prometheus_histogram_deltas():
@@ -151,3 +221,24 @@ def test_pd_orchestrator_calibrate_is_registered():
                                       "--prefill-gpu", "0", "--decode-gpu", "1", "--flag=--trust-remote-code"])
     assert args.func is command.run and args.cmd == "pd"
     assert (args.prefill_gpu, args.decode_gpu, args.flag) == (0, 1, ["--trust-remote-code"])
+
+
+def test_wait_log_sees_a_line_and_a_dead_server(tmp_path):
+    import sys
+
+    from orchestrator.calibrate.server import ServerDied, SglangServer
+
+    srv = SglangServer("fake", "m", 1, tmp_path / "a.log", [])
+    srv.argv = [sys.executable, "-c", "import time; print('Memory pool end. avail mem=1 GB', flush=True); time.sleep(30)"]
+    srv.start()
+    try:
+        assert 0 <= srv.wait_log("Memory pool end", 20) < 20
+        with pytest.raises(TimeoutError, match="no 'never printed'"):
+            srv.wait_log("never printed", 1)
+    finally:
+        srv.stop(grace_s=2)
+    dead = SglangServer("dead", "m", 1, tmp_path / "b.log", [])
+    dead.argv = [sys.executable, "-c", "print('Traceback: boom'); raise SystemExit(3)"]
+    dead.start()
+    with pytest.raises(ServerDied, match="(?s)exited with 3 before 'Memory pool end'.*boom"):
+        dead.wait_log("Memory pool end", 20)
