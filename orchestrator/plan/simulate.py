@@ -7,12 +7,14 @@ batch [(prompt_len, output_len)] -> router (round robin) -> PD: prefill servers 
 take well under a second of CPU.
 
 Modelling choices (why they are safe): the client keeps `max_concurrency` requests in flight, as
-`bench` admits them (benchmark.max_in_flight, auto = the decode servers' max running requests); a PD
-decode server admits a request only when its prompt + max_new_tokens fit in the free KV (full
-reservation); an aggregated server admits and retracts like SGLang (perfmodel/admission.py: the running
-batch is charged new_token_ratio x its remaining output; a step that does not fit retracts the requests
-with the fewest output tokens, which prefill again); TTFT is when the first token is available to the
-client (PD: KV landed on decode, after the measured transfer time; aggregated: end of its last prefill chunk).
+`bench` admits them (benchmark.max_in_flight, auto = the decode servers' max running requests). Every
+server's admission, KV reservation and retraction is perfmodel/admission.py's BatchSchedule, the same
+model the simulated engine's scheduler drives: a PD decode pre-allocates a request's prompt KV (with
+SGLang's 512-token headroom per active request) before its prefill may start, as SGLang's
+DecodePreallocQueue does; an aggregated server admits with new_token_ratio and retracts. This module
+adds only time: cost-model step times, KV transfers serialised per decode link. TTFT is when the first
+token is available to the client (PD: KV landed on decode and the request joined its running batch;
+aggregated: end of its last prefill chunk).
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-from orchestrator.perfmodel.admission import NewTokenRatio, admits
+from orchestrator.perfmodel.admission import BatchSchedule, Seq, server_limits
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, percentile, sample_batch, synthetic_batch
 
@@ -40,17 +42,12 @@ class _Request:
     prompt_len: int
     output_len: int
     arrival_s: float = 0.0
-    prefilled: int = 0  # prompt tokens already computed (chunked prefill progress)
     first_token_s: float | None = None
     finish_s: float | None = None
-    decode: _Server | None = None  # PD: the decode server the router paired it with
-    fill: int = 0  # tokens to prefill: the prompt, or prompt + output so far after a retraction
-    generated: int = 0  # output tokens produced before the current stay in the running batch
-    join_step: int = 0  # the server's decode step count when it (re)joined the running batch
-    retractions: int = 0
-
-    def __post_init__(self) -> None:
-        self.fill = self.prompt_len
+    prefill: _Server | None = None  # PD: the pair the router chose
+    decode: _Server | None = None
+    seq: Seq | None = None  # on the server that decodes it (aggregated, or PD decode)
+    prefill_seq: Seq | None = None  # PD: on the prefill server
 
     @property
     def kv_reserve(self) -> int:
@@ -59,26 +56,19 @@ class _Request:
 
 @dataclass(eq=False)
 class _Server:
-    """One engine server's queue, KV reservation and running batch (a heap by finishing step)."""
+    """One engine server: the shared scheduling model (perfmodel/admission.py) timed by its cost model."""
 
     name: str
     role: str  # prefill | decode | aggregated
     node: str  # role label of its node; 'all' when it spans nodes
     model: EngineCostModel
-    capacity_tokens: int
-    max_running: int
-    waiting: deque = field(default_factory=deque)
-    running: list = field(default_factory=list)  # heap of (finish_step, seq, request)
-    reserved_tokens: int = 0
-    context_tokens: int = 0
-    step: int = 0
+    sched: BatchSchedule
     busy: bool = False
     link_free_s: float = 0.0  # the decode server's receive link (KV transfers queue on it)
-    prefill_batch: list = field(default_factory=list)
-    ratio: NewTokenRatio = field(default_factory=NewTokenRatio)  # aggregated: SGLang's optimistic admission
-    remaining_total: int = 0  # aggregated: output tokens the running batch may still generate
-    retracted: int = 0
 
+    @property
+    def capacity_tokens(self) -> int:
+        return self.sched.limits.kv_capacity_tokens
 
 
 def _servers(cfg: RunConfig, role: str, gpu: str | None, sglang_version: str | None = None) -> list[_Server]:
@@ -87,17 +77,14 @@ def _servers(cfg: RunConfig, role: str, gpu: str | None, sglang_version: str | N
         model = cost_model_for(cfg, role, group, gpu=gpu, sglang_version=sglang_version)
         # servers on the same role label share a node unless they span nodes (KV moves over NVLink there)
         node = cfg.node_role(role, group) if cfg.cluster.num_nodes > 1 and group.nnodes == 1 else "all"
-        for replica in range(group.count):
-            out.append(
-                _Server(
-                    name=f"{role}-{index}-{replica}",
-                    role=role,
-                    node=node,
-                    model=model,
-                    capacity_tokens=model.kv_capacity_tokens(),
-                    max_running=model.max_running(),
-                )
+        capacity = model.kv_capacity_tokens()
+        if capacity <= 0:
+            raise SimulationError(
+                f"{role}-{index}-0: the weights leave no KV cache on {model.gpu.name}; "
+                f"run `pd-orchestrator plan` for layouts that fit"
             )
+        for replica in range(group.count):
+            out.append(_Server(f"{role}-{index}-{replica}", role, node, model, BatchSchedule(server_limits(model))))
     return out
 
 
@@ -116,12 +103,6 @@ class _Simulation:
         else:
             self.prefill, self.decode = [], []
             self.aggregated = _servers(cfg, "aggregated", gpu, sglang_version)
-        for server in self.prefill + self.decode + self.aggregated:
-            if server.capacity_tokens <= 0:
-                raise SimulationError(
-                    f"{server.name}: the weights leave no KV cache on {server.model.gpu.name}; "
-                    f"run `pd-orchestrator plan` for layouts that fit"
-                )
         self.requests: list[_Request] = []
         self.pending: deque[_Request] = deque()
         self.in_flight = 0
@@ -138,23 +119,36 @@ class _Simulation:
             req.arrival_s = self.now
             self.in_flight += 1
             i = next(self.rr)
+            req.seq = Seq(req.prompt_len, req.output_len, owner=req)
             if self.aggregated:
                 server = self.aggregated[i % len(self.aggregated)]
-            else:
-                server = self.prefill[i % len(self.prefill)]
-                req.decode = self.decode[i % len(self.decode)]
-                self.check_fits(req.decode, req)
-            self.check_fits(server, req)
-            server.waiting.append(req)
-            self.kick(server)
+                self.check_fits(server, req.kv_reserve, req)
+                server.sched.submit(req.seq)
+                self.kick(server)
+                continue
+            req.prefill, req.decode = self.prefill[i % len(self.prefill)], self.decode[i % len(self.decode)]
+            self.check_fits(req.prefill, req.prompt_len, req)
+            self.check_fits(req.decode, req.kv_reserve, req)
+            req.prefill_seq = Seq(req.prompt_len, 1, owner=req)  # the prefill samples the first token only
+            req.decode.sched.enqueue_prealloc(req.seq)  # SGLang: the prefill waits for the decode's KV
+            self.preallocate(req.decode)
 
-    def check_fits(self, server: _Server, req: _Request) -> None:
-        need = req.prompt_len if server.role == "prefill" else req.kv_reserve
+    def check_fits(self, server: _Server, need: int, req: _Request) -> None:
         if need > server.capacity_tokens:
             raise SimulationError(
                 f"request {req.index} needs {need} KV tokens but {server.name} holds only "
                 f"{server.capacity_tokens}; lower benchmark.context_len or use a layout with more KV"
             )
+
+    def preallocate(self, decode: _Server) -> None:
+        """PD decode: requests whose KV is now pre-allocated go to their prefill server."""
+        for seq in decode.sched.pop_preallocated():
+            req = seq.owner
+            if seq.output:  # resumed after a retraction: its KV comes back from host memory, no prefill
+                self.kick(decode)
+                continue
+            req.prefill.sched.submit(req.prefill_seq)
+            self.kick(req.prefill)
 
     def finish(self, req: _Request) -> None:
         req.finish_s = self.now
@@ -168,73 +162,39 @@ class _Simulation:
             self.start_forward(server)
 
     def start_forward(self, server: _Server) -> None:
-        if server.role == "prefill":
-            duration = self.plan_prefill(server)
-            done = self.prefill_done
-        elif server.role == "decode":
-            self.admit_decode(server)
-            duration = self.plan_decode(server)
-            done = self.decode_done
+        duration, done = None, self.decode_done
+        if server.role == "decode":
+            for seq in server.sched.admit_transferred():
+                req = seq.owner
+                if req.first_token_s is None:
+                    req.first_token_s = self.now
+                if seq.state == "done":
+                    self.finish(req)
         else:  # SGLang's default scheduler runs a waiting prefill before the next decode step
-            duration = self.plan_prefill(server)
-            done = self.prefill_done
-            if duration is None:
-                duration = self.plan_decode(server)
-                done = self.decode_done
+            pieces = server.sched.next_prefill()
+            if pieces:
+                duration = server.model.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces])
+                done = self.prefill_done
+        if duration is None and server.role != "prefill":
+            server.sched.before_decode()
+            if server.sched.running:
+                duration = server.model.decode_step_s(len(server.sched.running), server.sched.running_context)
         if duration is None:
             server.busy = False
             return
         server.busy = True
         self.at(self.now + duration, done, server)
 
-    def plan_prefill(self, server: _Server) -> float | None:
-        """Take up to one chunk of prompt tokens from the queue (the last request may be cut)."""
-        budget = server.model.chunked_prefill_tokens
-        is_pd_prefill = server.role == "prefill"
-        pieces: list[tuple[_Request, int, int]] = []
-        while server.waiting and budget > 0:
-            req = server.waiting[0]
-            if req.prefilled == 0:
-                running = len(server.running) + len(pieces)
-                if running >= server.max_running:
-                    break
-                if is_pd_prefill:
-                    reserve = req.prompt_len
-                    if server.reserved_tokens + reserve > server.capacity_tokens:
-                        break
-                else:  # SGLang: the running batch is charged new_token_ratio x its remaining output
-                    reserve = req.fill
-                    if not admits(
-                        req.fill, req.output_len - req.generated, server.capacity_tokens,
-                        server.context_tokens + server.reserved_tokens, server.remaining_total,
-                        server.ratio.current, server.model.page_size,
-                    ):
-                        break
-                server.reserved_tokens += reserve
-            take = min(budget, req.fill - req.prefilled)
-            pieces.append((req, take, req.prefilled))
-            budget -= take
-            if req.prefilled + take < req.fill:
-                break  # chunked: the rest of this prompt goes in the next forward
-            server.waiting.popleft()
-        if not pieces:
-            return None
-        server.prefill_batch = pieces
-        return server.model.prefill_time_s([p[1] for p in pieces], [p[2] for p in pieces])
-
     def prefill_done(self, server: _Server) -> None:
-        pieces, server.prefill_batch = server.prefill_batch, []
-        for req, take, _ in pieces:
-            req.prefilled += take
-            if req.prefilled < req.fill:
-                continue
+        for seq in server.sched.prefill_done():
+            req = seq.owner
             if server.role == "prefill":
                 self.send_kv(server, req)
-            else:  # aggregated: the next token is out; the request joins the decode batch
-                if req.first_token_s is None:
-                    req.first_token_s = self.now
-                server.reserved_tokens -= req.fill
-                self.join_running(server, req)
+                continue
+            if req.first_token_s is None:  # aggregated: the next token is out
+                req.first_token_s = self.now
+            if seq.state == "done":
+                self.finish(req)
         self.start_forward(server)
 
     def send_kv(self, prefill: _Server, req: _Request) -> None:
@@ -247,92 +207,16 @@ class _Simulation:
         self.at(start + transfer + prefill.model.kv_transfer_delay_s(), self.kv_landed, prefill, decode, req)
 
     def kv_landed(self, prefill: _Server, decode: _Server, req: _Request) -> None:
-        prefill.reserved_tokens -= req.prompt_len
-        decode.waiting.append(req)
+        prefill.sched.release(req.prefill_seq)
+        decode.sched.submit(req.seq)
         self.kick(decode)
         self.kick(prefill)  # freed KV may unblock its queue
 
-    def admit_decode(self, server: _Server) -> None:
-        while server.waiting and len(server.running) < server.max_running:
-            req = server.waiting[0]
-            if server.reserved_tokens + req.kv_reserve > server.capacity_tokens:
-                break
-            server.waiting.popleft()
-            server.reserved_tokens += req.kv_reserve
-            req.first_token_s = self.now
-            self.join_running(server, req)
-
-    def join_running(self, server: _Server, req: _Request) -> None:
-        """The request holds its first (or, after a retraction, its next) token; the rest are decode steps.
-
-        PD decode servers keep the full reservation (prompt + output); aggregated servers track what the
-        running batch occupies (prompt + output so far) and what it may still generate."""
-        req.generated += 1
-        remaining = req.output_len - req.generated
-        if server.role == "decode":
-            if remaining <= 0:
-                server.reserved_tokens -= req.kv_reserve
-                self.finish(req)
-                return
-        elif remaining <= 0:
-            self.finish(req)
-            return
-        server.context_tokens += req.prompt_len + req.generated
-        req.join_step = server.step
-        server.remaining_total += remaining if server.role != "decode" else 0
-        heapq.heappush(server.running, (server.step + remaining, req.index, req))
-
-    def plan_decode(self, server: _Server) -> float | None:
-        if not server.running:
-            return None
-        if server.role == "aggregated":
-            self.retract_if_full(server)
-        return server.model.decode_step_s(len(server.running), server.context_tokens)
-
-    def retract_if_full(self, server: _Server) -> None:
-        """SGLang: a decode step needs one KV slot per running request; when the pool is short, retract the
-        requests with the fewest output tokens (then the longest prompts) until it fits, else decay the ratio."""
-        def generated(req: _Request) -> int:
-            return req.generated + server.step - req.join_step
-
-        need = server.context_tokens + server.reserved_tokens + len(server.running)
-        if need <= server.capacity_tokens:
-            server.ratio.decay_step()
-            return
-        order = sorted(server.running, key=lambda e: (generated(e[2]), -e[2].prompt_len))
-        keep = set(range(len(server.running)))
-        out: list[_Request] = []
-        for entry in order:
-            if need <= server.capacity_tokens or len(out) == len(server.running) - 1:
-                break
-            req = entry[2]
-            done = generated(req)
-            need -= req.prompt_len + done + 1
-            server.context_tokens -= req.prompt_len + done
-            server.remaining_total -= req.output_len - done
-            req.generated, req.fill, req.prefilled = done, req.prompt_len + done, 0
-            req.retractions += 1
-            out.append(req)
-        server.running = [e for e in server.running if e[2] not in out]
-        heapq.heapify(server.running)
-        server.retracted += len(out)
-        for req in reversed(out):
-            server.waiting.appendleft(req)
-        decoded = sum(generated(e[2]) for e in server.running)
-        max_new = sum(e[2].output_len for e in server.running)
-        server.ratio.after_retract(decoded, len(server.running), max_new)
-
     def decode_done(self, server: _Server) -> None:
-        server.context_tokens += len(server.running)
-        if server.role == "aggregated":
-            server.remaining_total -= len(server.running)
-        server.step += 1
-        while server.running and server.running[0][0] <= server.step:
-            _, _, req = heapq.heappop(server.running)
-            server.context_tokens -= req.prompt_len + req.output_len
-            if server.role == "decode":
-                server.reserved_tokens -= req.kv_reserve
-            self.finish(req)
+        for seq in server.sched.decode_done():
+            self.finish(seq.owner)
+        if server.role == "decode":
+            self.preallocate(server)
         self.start_forward(server)
 
     def run(self, batch: Sequence[tuple[int, int]], max_concurrency: int | None) -> float:
@@ -390,5 +274,5 @@ def simulate_run(
         ttft_s=[r.first_token_s - r.arrival_s for r in done],  # type: ignore[operator]
         e2e_s=[r.finish_s - r.arrival_s for r in done],  # type: ignore[operator]
         completed=len(done),
-        retracted=sum(server.retracted for server in sim.aggregated),
+        retracted=sum(server.sched.retracted for server in sim.aggregated + sim.decode),
     )

@@ -93,6 +93,9 @@ class SimEngine:
                 kv_capacity_tokens=capacity,
                 chunked_prefill_tokens=self.cost.chunked_prefill_tokens,
                 time_scale=settings.time_scale,
+                role=settings.role,
+                page_size=self.cost.page_size,
+                max_running_set=self.cost.max_running_requests is not None,
             ),
             vocab_size=self.arch.vocab_size,
             eos_token_id=self.arch.eos_token_id,
@@ -218,6 +221,7 @@ class SimEngine:
         try:
             if local:
                 await self._run_in_scheduler(run)
+                await self.scheduler.release(run.req)  # a PD prefill holds KV for a transfer; a local run has none
             elif mode == "prefill":
                 await self._drive_prefill(run, fate)
             else:
@@ -245,7 +249,6 @@ class SimEngine:
         assert self.prefill_kv is not None
         room_id = int(run.item.bootstrap_room)  # type: ignore[arg-type]
         room = self.prefill_kv.room(room_id)
-        run.req.hold_kv = True  # its KV stays allocated until the transfer ends
         try:
             self.queues.prefill_bootstrap += 1
             try:
@@ -288,7 +291,6 @@ class SimEngine:
         item = run.item
         addr = f"http://{_url_host(item.bootstrap_host)}:{item.bootstrap_port or self.settings.bootstrap_port}"
         room = int(item.bootstrap_room)  # type: ignore[arg-type]
-        reserved = 0
         self.queues.decode_prealloc += 1
         in_prealloc = True
         try:
@@ -297,9 +299,7 @@ class SimEngine:
             except KvTransferError:
                 self.metrics.bootstrap_failed()
                 raise
-            reserve = self.scheduler.kv_reserve_tokens(run.req.prompt_len, run.req.max_new_tokens)
-            await self.scheduler.reserve_kv(reserve)
-            reserved = reserve
+            await self.scheduler.preallocate(run.req)  # the prefill starts only after this (SGLang's order)
             self.queues.decode_prealloc -= 1
             in_prealloc = False
             self.queues.decode_transfer += 1
@@ -312,14 +312,12 @@ class SimEngine:
                 self.queues.decode_transfer -= 1
             run.cached_tokens = aux.cached_tokens
             run.req.first_token = aux.first_token
-            run.req.kv_prereserved = True
-            run.req.kv_tokens, reserved = reserved, 0  # ownership moves to the scheduler request
             await self._run_in_scheduler(run)
         finally:
             if in_prealloc:
                 self.queues.decode_prealloc -= 1
-            if reserved:
-                await self.scheduler.release_kv(reserved)
+            if not run.submitted:
+                self.scheduler.drop(run.req)  # frees its pre-allocated KV
 
     def _finish_run(self, run: Run) -> None:
         req = run.req

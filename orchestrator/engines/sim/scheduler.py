@@ -1,12 +1,15 @@
-"""Continuous-batching scheduler of the simulated engine, timed by the cost model and free of HTTP.
+"""Continuous-batching scheduler of the simulated engine: tokens and pacing around the shared scheduling model.
 
-submit(SimRequest) -> waiting -> prefill batches (chunked, token budget) -> running -> decode steps -> finished
+submit(SimRequest) -> BatchSchedule (perfmodel/admission.py: admission, KV, retraction) -> prefill batches
+  -> running -> decode steps (one token each) -> finished
 
-One asyncio task runs the loop: like SGLang without mixed chunks it runs either one prefill batch or one
-decode step at a time, prefill first, and sleeps for the cost model's time of that batch x time_scale x
-the fault injector's slow factor. Requests are admitted while the running count stays under
-max_running_requests and their KV (prompt + max_new_tokens) fits in the KV pool. Callers wait on
-`SimRequest.updated` and read `output_ids` / `finish_reason`.
+Who is admitted, which KV a request holds and who is retracted is decided by perfmodel/admission.py's
+BatchSchedule, the same model the planner's simulation (plan/simulate.py) drives, so the two cannot drift.
+What is the engine's own lives here: one asyncio task that, like SGLang without mixed chunks, runs either
+one prefill batch or one decode step at a time, prefill first, sleeps for the cost model's time of it x
+time_scale x the fault injector's slow factor, and produces the tokens; the prefix cache; aborts. A PD
+decode pre-allocates a request's KV (preallocate) before its transfer, as SGLang's DecodePreallocQueue
+does. Callers wait on `SimRequest.updated` and read `output_ids` / `finish_reason`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from orchestrator.engines.sim.prefix_cache import PrefixCache
+from orchestrator.perfmodel.admission import BatchSchedule, Seq, ServerLimits
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +68,15 @@ class SimRequest:
     max_new_tokens: int
     ignore_eos: bool = False
     first_token: int | None = None  # PD decode: sampled by the prefill, arrived with the KV
-    kv_prereserved: bool = False  # PD decode: KV was pre-allocated before the transfer
-    hold_kv: bool = False  # PD prefill: KV stays allocated after finishing, until release() (transfer)
     corrupt: bool = False
     created_at: float = field(default_factory=time.monotonic)
-    prefilled_tokens: int = 0
     cached_tokens: int = 0  # leading prompt tokens found in the server's prefix cache (not computed)
     output_ids: list[int] = field(default_factory=list)
     first_token_at: float | None = None
     finished_at: float | None = None
     finish_reason: dict | None = None
-    kv_need: int = 0  # KV slots it takes when admitted
-    kv_tokens: int = 0  # KV slots it holds now
+    seq: Seq | None = None  # its state in the scheduling model
+    preallocated: asyncio.Event = field(default_factory=asyncio.Event)  # PD decode: its KV is allocated
     updated: asyncio.Event = field(default_factory=asyncio.Event)  # new tokens or finished (streaming)
     finished_event: asyncio.Event = field(default_factory=asyncio.Event)  # finished only (one wake-up)
 
@@ -97,12 +98,19 @@ class SimRequest:
 
 @dataclass(frozen=True)
 class SchedulerLimits:
-    """Capacity and pacing of one simulated server."""
+    """Capacity, role and pacing of one simulated server."""
 
     max_running_requests: int
     kv_capacity_tokens: int
     chunked_prefill_tokens: int
     time_scale: float = 1.0
+    role: str = "aggregated"  # aggregated | prefill (KV held until release) | decode (KV pre-allocated)
+    page_size: int = 1
+    max_running_set: bool = False  # --max-running-requests given
+
+    def model_limits(self) -> ServerLimits:
+        return ServerLimits(self.role, self.kv_capacity_tokens, self.max_running_requests,
+                            self.chunked_prefill_tokens, self.page_size, self.max_running_set)
 
 
 @dataclass
@@ -148,11 +156,8 @@ class Scheduler:
         self.eos_token_id = eos_token_id
         self.slow_factor = slow_factor
         self.on_finish = on_finish
-        self.waiting: collections.deque[SimRequest] = collections.deque()
-        self.chunked: SimRequest | None = None  # the one request whose prefill spans several batches
-        self.running: list[SimRequest] = []  # prefilled, generating
+        self.batch = BatchSchedule(limits.model_limits())
         self.prefilling: list[SimRequest] = []  # in the prefill batch that is running now
-        self.kv_used_tokens = 0
         self.prefix_cache = PrefixCache(limits.kv_capacity_tokens)
         self.decode_steps = 0
         self.prefill_batches = 0
@@ -160,7 +165,6 @@ class Scheduler:
             maxlen=GEN_THROUGHPUT_WINDOW_STEPS
         )
         self._wake = asyncio.Event()
-        self._kv_freed = asyncio.Condition()
         self._task: asyncio.Task | None = None
         # pacing (see _sleep_modelled): when the running step ends on the model's timeline; None while idle
         self._timeline_at: float | None = None
@@ -181,47 +185,63 @@ class Scheduler:
                 pass
 
     # ----- requests --------------------------------------------------------------------------------------
+    @property
+    def kv_used_tokens(self) -> int:
+        return self.batch.kv_used
+
     def max_request_tokens(self) -> int:
         return self.limits.kv_capacity_tokens
 
-    def submit(self, req: SimRequest) -> None:
-        """Queue a request. The caller has checked prompt_len < capacity; max_new_tokens is clamped to fit."""
-        room = self.limits.kv_capacity_tokens - req.prompt_len
+    def _clamp(self, req: SimRequest) -> None:
+        # admission needs prompt + max_new_tokens + a page below the free KV (SGLang's PrefillAdder)
+        room = self.limits.kv_capacity_tokens - req.prompt_len - self.limits.page_size - 1
         req.max_new_tokens = max(1, min(req.max_new_tokens, room))
-        if not req.kv_prereserved:
-            req.kv_need = req.prompt_len + req.max_new_tokens
-        self.waiting.append(req)
+
+    def submit(self, req: SimRequest) -> None:
+        """Queue a request (the caller has checked prompt_len < capacity; max_new_tokens is clamped to fit).
+
+        PD decode: a request whose KV has landed (first_token set, preallocate() done) joins the batch; a
+        local one (warm-up, health probe: SGLang's fake transfer) is pre-allocated first, its KV then there."""
+        if req.seq is None:
+            self._clamp(req)
+            req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
+            if self.limits.role == "decode":
+                req.first_token = output_token(req.seed, 0, self.vocab_size)
+                self.batch.enqueue_prealloc(req.seq)
+                self._wake.set()
+                return
+        self.batch.submit(req.seq)
         self._wake.set()
 
-    def kv_reserve_tokens(self, prompt_len: int, max_new_tokens: int) -> int:
-        """KV a request will hold: its prompt plus every token it may generate (no retraction here)."""
-        return min(prompt_len + max_new_tokens, self.limits.kv_capacity_tokens)
-
-    async def reserve_kv(self, tokens: int) -> None:
-        """PD decode pre-allocation: wait until `tokens` KV slots are free, then take them."""
-        async with self._kv_freed:
-            await self._kv_freed.wait_for(lambda: self._kv_free() >= tokens)
-            self.kv_used_tokens += tokens
-
-    async def release_kv(self, tokens: int) -> None:
-        async with self._kv_freed:
-            self.kv_used_tokens = max(0, self.kv_used_tokens - tokens)
-            self._kv_freed.notify_all()
+    async def preallocate(self, req: SimRequest) -> None:
+        """PD decode: wait until the scheduling model pre-allocates the request's KV (before its transfer)."""
+        self._clamp(req)
+        req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
+        self.batch.enqueue_prealloc(req.seq)
         self._wake.set()
+        await req.preallocated.wait()
+
+    def drop(self, req: SimRequest) -> None:
+        """Free what a request that never reached the batch holds (PD decode: cancelled during its transfer)."""
+        if req.seq is not None:
+            self.batch.finish(req.seq)
+            self._wake.set()
 
     async def release(self, req: SimRequest) -> None:
-        """Free a finished hold_kv request's KV (PD prefill, after its transfer ended)."""
-        tokens, req.kv_tokens = req.kv_tokens, 0
-        if tokens:
-            await self.release_kv(tokens)
+        """Free a finished PD prefill request's KV, held for its transfer until now."""
+        if req.seq is not None and req.seq.state == "held":
+            self.batch.release(req.seq)
+            self._wake.set()
+
+    def _unfinished(self) -> list[SimRequest]:
+        b = self.batch
+        seqs = [*b.prealloc_queue, *b.waiting, *([b.chunked] if b.chunked else []), *b.running_seqs(),
+                *b.retracted_queue]
+        return list({id(r): r for r in [*(s.owner for s in seqs), *self.prefilling] if not r.finished}.values())
 
     def abort(self, rid_prefix: str, abort_all: bool = False, message: str = "Aborted by AbortReq.") -> int:
         """Abort every unfinished request whose rid starts with rid_prefix (SGLang's prefix match)."""
-        matched = [
-            r
-            for r in {*self.waiting, *self.prefilling, *([self.chunked] if self.chunked else []), *self.running}
-            if not r.finished and (abort_all or (bool(rid_prefix) and r.rid.startswith(rid_prefix)))
-        ]
+        matched = [r for r in self._unfinished() if abort_all or (bool(rid_prefix) and r.rid.startswith(rid_prefix))]
         for r in matched:
             self._finish(r, {"type": "abort", "message": message})
         return len(matched)
@@ -231,10 +251,11 @@ class Scheduler:
         self._finish(req, {"type": "abort", "message": message})
 
     def stats(self) -> SchedulerStats:
+        b = self.batch
         return SchedulerStats(
-            num_running_reqs=len(self.running) + len({*self.prefilling, *([self.chunked] if self.chunked else [])}),
-            num_queue_reqs=len(self.waiting),
-            kv_used_tokens=self.kv_used_tokens,
+            num_running_reqs=len(b.running) + len({*self.prefilling, *([b.chunked.owner] if b.chunked else [])}),
+            num_queue_reqs=len(b.waiting) + len(b.retracted_queue),
+            kv_used_tokens=b.kv_used,
             kv_capacity_tokens=self.limits.kv_capacity_tokens,
             gen_throughput=self.gen_throughput(),
             decode_steps=self.decode_steps,
@@ -253,17 +274,18 @@ class Scheduler:
         return tokens / span if span > 0 else 0.0
 
     def idle(self) -> bool:
-        return not self.waiting and self.chunked is None and not self.running and not self.prefilling
+        return self.batch.idle() and not self.prefilling
 
     # ----- the loop --------------------------------------------------------------------------------------
     async def _loop(self) -> None:
         while True:
             self._wake.clear()
             try:
-                batch = self._form_prefill_batch()
+                self._admit_decode_side()
+                batch = self.batch.next_prefill(self._cached) if self.limits.role != "decode" else []
                 if batch:
                     await self._run_prefill(batch)
-                elif self.running:
+                elif self.batch.running:
                     await self._run_decode_step()
                 else:
                     self._timeline_at = None  # idle: the next step starts when work arrives
@@ -274,53 +296,28 @@ class Scheduler:
                 log.exception("scheduler step failed; aborting all requests")
                 self.abort("", abort_all=True, message="simulated scheduler error; see server log")
 
-    def _kv_free(self) -> int:
-        return self.limits.kv_capacity_tokens - self.kv_used_tokens
+    def _admit_decode_side(self) -> None:
+        """PD decode: pre-allocate KV for queued requests; requests whose KV landed join the running batch."""
+        if self.limits.role != "decode":
+            return
+        for seq in self.batch.pop_preallocated():
+            if seq.state == "transfer" and seq.owner.first_token is not None:  # local: no transfer to wait for
+                self.batch.submit(seq)
+            seq.owner.preallocated.set()
+        for seq in self.batch.admit_transferred():
+            req = seq.owner
+            if not req.output_ids:  # KV arrived by transfer with the prefill's first token
+                req.output_ids.append(req.first_token)  # type: ignore[arg-type]
+                req.first_token_at = time.monotonic()
+                req.updated.set()
+            self._after_token(req, last=seq.state == "done")
 
-    def _form_prefill_batch(self) -> list[tuple[SimRequest, int]]:
-        """(request, new tokens this batch) within the chunked-prefill budget; admits waiting requests."""
-        budget = self.limits.chunked_prefill_tokens
-        batch: list[tuple[SimRequest, int]] = []
-        if self.chunked is not None:
-            req, self.chunked = self.chunked, None
-            take = min(req.prompt_len - req.prefilled_tokens, budget)
-            batch.append((req, take))
-            budget -= take
-            if req.prefilled_tokens + take < req.prompt_len:
-                self.chunked = req
-                return batch
-        while self.waiting and budget > 0:
-            req = self.waiting[0]
-            if len(self.running) + len(batch) >= self.limits.max_running_requests:
-                break
-            if req.first_token is not None:  # PD decode: KV arrived by transfer, nothing to compute
-                self.waiting.popleft()
-                self._start_decoding(req)
-                continue
-            if not req.kv_prereserved:
-                if req.kv_need > self._kv_free():
-                    break  # FIFO like SGLang's default policy: the head waits for KV, nobody overtakes it
-                self.kv_used_tokens += req.kv_need
-                req.kv_tokens = req.kv_need
-            self.waiting.popleft()
-            if req.prefilled_tokens == 0:  # SGLang computes at least the last prompt token
-                req.cached_tokens = req.prefilled_tokens = min(self.prefix_cache.match(req.input_ids),
-                                                               req.prompt_len - 1)
-            take = min(req.prompt_len - req.prefilled_tokens, budget)
-            batch.append((req, take))
-            budget -= take
-            if req.prefilled_tokens + take < req.prompt_len:
-                self.chunked = req
-                break
-        return batch
-
-    def _start_decoding(self, req: SimRequest) -> None:
-        now = time.monotonic()
-        req.output_ids.append(req.first_token)  # type: ignore[arg-type]
-        req.first_token_at = now
-        req.updated.set()
-        if not self._check_finished(req):
-            self.running.append(req)
+    def _cached(self, seq: Seq) -> int:
+        req: SimRequest = seq.owner
+        cached = self.prefix_cache.match(req.input_ids)
+        if seq.retractions == 0:
+            req.cached_tokens = min(cached, seq.fill - 1)
+        return cached
 
     async def _sleep_modelled(self, seconds: float) -> None:
         """Let one step take its modelled time, on the model's timeline rather than after our own CPU work.
@@ -342,78 +339,65 @@ class Scheduler:
         self.modelled_busy_s += duration
         await asyncio.sleep(max(0.0, self._timeline_at - now))
 
-    async def _run_prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
+    async def _run_prefill(self, batch: list[tuple[Seq, int]]) -> None:
         new = [take for _, take in batch]
-        cached = [req.prefilled_tokens for req, _ in batch]
-        self.prefilling = [req for req, _ in batch]
+        cached = [seq.prefilled for seq, _ in batch]
+        self.prefilling = [seq.owner for seq, _ in batch]
         try:
             await self._sleep_modelled(self.cost.prefill_time_s(new, cached))
         finally:
             self.prefilling = []
         self.prefill_batches += 1
         now = time.monotonic()
-        for req, take in batch:
-            if req.finished:  # aborted while the batch ran
-                continue
-            req.prefilled_tokens += take
-            if req.prefilled_tokens < req.prompt_len:
-                continue
+        for seq in self.batch.prefill_done():  # aborted ones are no longer in the model's batch
+            req: SimRequest = seq.owner
             self.prefix_cache.insert(req.input_ids)
-            token = output_token(req.seed, 0, self.vocab_size)
-            req.output_ids.append(corrupt_token(token, self.vocab_size) if req.corrupt else token)
-            req.first_token_at = now
-            req.updated.set()
-            if not self._check_finished(req):
-                self.running.append(req)
+            self._append_token(req)
+            if req.first_token_at is None:
+                req.first_token_at = now
+            self._after_token(req, last=seq.state in ("done", "held"))
 
     async def _run_decode_step(self) -> None:
-        batch = list(self.running)
-        context = sum(r.prompt_len + len(r.output_ids) for r in batch)
+        self.batch.before_decode()  # may retract: they leave the running batch and keep their tokens
+        running = self.batch.running_seqs()
+        if not running:
+            return
         started = time.monotonic()
-        await self._sleep_modelled(self.cost.decode_step_s(len(batch), context))
+        await self._sleep_modelled(self.cost.decode_step_s(len(running), self.batch.running_context))
+        ended = {id(seq) for seq in self.batch.decode_done()}
         produced = 0
-        for req in batch:
-            if req.finished:
+        for seq in running:
+            req: SimRequest = seq.owner
+            if req.finished:  # aborted while the step ran
                 continue
-            token = output_token(req.seed, len(req.output_ids), self.vocab_size)
-            req.output_ids.append(corrupt_token(token, self.vocab_size) if req.corrupt else token)
+            self._append_token(req)
             produced += 1
-            req.updated.set()
-            self._check_finished(req)
+            self._after_token(req, last=id(seq) in ended)
         self.decode_steps += 1
         self._recent_steps.append((started, time.monotonic(), produced))
 
-    def _check_finished(self, req: SimRequest) -> bool:
-        last = req.output_ids[-1] if req.output_ids else None
-        if not req.ignore_eos and last == self.eos_token_id:
-            self._finish(req, {"type": "stop", "matched": self.eos_token_id})
-        elif len(req.output_ids) >= req.max_new_tokens:
+    def _append_token(self, req: SimRequest) -> None:
+        token = output_token(req.seed, len(req.output_ids), self.vocab_size)
+        req.output_ids.append(corrupt_token(token, self.vocab_size) if req.corrupt else token)
+        req.updated.set()
+
+    def _after_token(self, req: SimRequest, last: bool) -> None:
+        """Finish a request at its last token (the model says when: max_new_tokens) or at a stop token."""
+        if last:
             self._finish(req, {"type": "length", "length": req.max_new_tokens})
-        return req.finished
+        elif not req.ignore_eos and req.output_ids[-1] == self.eos_token_id:
+            self._finish(req, {"type": "stop", "matched": self.eos_token_id})
 
     def _finish(self, req: SimRequest, reason: dict) -> None:
         if req.finished:
             return
         req.finish_reason = reason
         req.finished_at = time.monotonic()
-        if req in self.running:
-            self.running.remove(req)
-        if req is self.chunked:
-            self.chunked = None
-        try:
-            self.waiting.remove(req)
-        except ValueError:
-            pass
-        if not req.hold_kv and req.kv_tokens:
-            self.kv_used_tokens = max(0, self.kv_used_tokens - req.kv_tokens)
-            req.kv_tokens = 0
-            asyncio.get_running_loop().create_task(self._notify_kv_freed())
+        if req.seq is not None:
+            self.batch.finish(req.seq)  # frees its KV, unless a PD prefill holds it for the transfer
+        req.preallocated.set()  # a PD decode waiting for pre-allocation stops waiting
         req.updated.set()
         req.finished_event.set()
         if self.on_finish is not None:
             self.on_finish(req)
         self._wake.set()
-
-    async def _notify_kv_freed(self) -> None:
-        async with self._kv_freed:
-            self._kv_freed.notify_all()
