@@ -21,7 +21,7 @@ os.environ.setdefault("UCX_NET_DEVICES", "lo")
 from orchestrator.cluster.connect import init_driver
 from orchestrator.cluster.local import LocalCluster, LocalClusterState
 from orchestrator.config import RunConfig
-from tests.support import CASE_LOG, sim_config, sim_pd_pair, wait_until  # noqa: F401  (re-exported for older imports)
+from tests.support import CASE_LOG, Ingress, sim_config, sim_pd_pair
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +62,8 @@ def make_sim_config(tmp_path) -> Callable[..., RunConfig]:
     return make
 
 
-# ---- a sim PD pair behind the router's HTTP ingress (uvicorn on loopback), shared by sweep/mlperf/accuracy
+# ---- a sim PD pair (module-scoped: one per test module that asks), and the router's HTTP ingress (uvicorn on
+# loopback) in front of it: router, sweep, mlperf and accuracy tests
 
 @pytest.fixture(scope="module")
 def pd_cfg(tmp_path_factory) -> RunConfig:
@@ -78,7 +79,6 @@ def pd_workers(pd_cfg):
 @pytest.fixture(scope="module")
 def pd_router(pd_cfg, pd_workers):
     from orchestrator.router.core import RouterCore
-    from tests.router.test_router_http import Ingress
 
     core = RouterCore(pd_cfg, run_id="sweep-test")
     core.follow(1, pd_workers)

@@ -1,21 +1,31 @@
-"""What several test modules share: small sim configs, a sim server on loopback, a mini ShareGPT file, and
-the case log the bad-input and fuzz suites report into (printed once at the end of the session by conftest).
+"""What several test modules share: small sim configs, sim engine servers on loopback (one launcher), the
+router's ingress on loopback, a sim scheduler, a mini ShareGPT file, and the case log the bad-input and fuzz
+suites report into (printed once at the end of the session by conftest).
 
-Fixtures live in conftest.py; plain helpers live here, so no test module imports another one.
+Fixtures live in conftest.py files; plain helpers live here, so no test module imports another one
+(tests/test_layering.py checks it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import random
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable, Iterator
 
+import httpx
+
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import RunConfig, config_from_dict, dump_config, load_config
+from orchestrator.transfer.nixl import load_nixl_api
+
+HAVE_NIXL = load_nixl_api() is not None
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,26 +83,66 @@ def config_file(cfg: RunConfig, tmp_path: Path, name: str = "sim.yaml") -> Path:
     return path
 
 
+class SimServer:
+    """One simulated engine server launched from `cfg` as a worker launches it (backend build_launch ->
+    EngineProcess), on free loopback ports; a prefill also gets a bootstrap port."""
+
+    def __init__(self, cfg: RunConfig, role: str, log_dir: Path, group=None):
+        from orchestrator.engines.base import EngineProcess, WorkerPlacement
+        from orchestrator.engines.registry import backend_for
+
+        self.role = role
+        group = group if group is not None else getattr(cfg.layout, role)[0]
+        placement = WorkerPlacement(role=role, group_index=0, replica_index=0, host="127.0.0.1",
+                                    advertise_host="127.0.0.1", port=free_port(),
+                                    bootstrap_port=free_port() if role == "prefill" else None)
+        launch = backend_for(cfg).build_launch(cfg, group, placement)
+        self.url = launch.url
+        self.bootstrap_port = launch.bootstrap_port
+        self.proc = EngineProcess(launch, log_dir / f"{role}-{placement.port}.log")
+        self.proc.start()
+
+    def wait(self, timeout_s: float = 180) -> "SimServer":
+        """Until /health answers (generous: the shared CI box can be heavily loaded)."""
+        self.proc.wait_healthy(timeout_s)
+        return self
+
+    def stop(self) -> None:
+        self.proc.stop(grace_s=2)
+
+    def endpoint(self):
+        """This server as the router's WorkerEndpoint (name sim-<role>)."""
+        from orchestrator.records import WorkerEndpoint
+
+        return WorkerEndpoint(role=self.role, name=f"sim-{self.role}", url=self.url,
+                              bootstrap_host="127.0.0.1" if self.role == "prefill" else None,
+                              bootstrap_port=self.bootstrap_port)
+
+
+def start_servers(cfg: RunConfig, roles: list[str], log_dir: Path) -> list[SimServer]:
+    """One SimServer per role, started together, returned once all are healthy (stopped if one is not)."""
+    servers = [SimServer(cfg, role, log_dir) for role in roles]
+    try:
+        return [s.wait() for s in servers]
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
+
+
 @contextlib.contextmanager
 def sim_server(faults: dict | None = None, overrides: list[str] | None = None) -> Iterator[str]:
     """One aggregated (null-mode) sim server of the default config, launched as a worker launches it."""
     from orchestrator.config import WorkerGroup
-    from orchestrator.engines.base import EngineProcess, WorkerPlacement
-    from orchestrator.engines.registry import backend_for
 
     with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
         extra = [f"engine.sim.faults={json.dumps({'aggregated': faults})}"] if faults else []
         cfg = default_sim_config(Path(tmp), extra + list(overrides or []))
-        placement = WorkerPlacement(role="aggregated", group_index=0, replica_index=0, host="127.0.0.1",
-                                    advertise_host="127.0.0.1", port=free_port())
-        launch = backend_for(cfg).build_launch(cfg, WorkerGroup(tp=8), placement)
-        proc = EngineProcess(launch, Path(tmp) / "sim.log")
-        proc.start()
+        server = SimServer(cfg, "aggregated", Path(tmp), group=WorkerGroup(tp=8))
         try:
-            proc.wait_healthy(timeout_s=60)
-            yield launch.url
+            yield server.wait(60).url
         finally:
-            proc.stop()
+            server.stop()
 
 
 def mini_sharegpt(tmp_path: Path, conversations: int = 60) -> str:
@@ -113,31 +163,85 @@ def mini_sharegpt(tmp_path: Path, conversations: int = 60) -> str:
 @contextlib.contextmanager
 def sim_pd_pair(cfg: RunConfig) -> Iterator[list]:
     """One sim prefill + one sim decode launched from `cfg` by the sim backend, as WorkerEndpoints."""
-    from orchestrator.engines.base import EngineProcess, WorkerPlacement
-    from orchestrator.engines.registry import backend_for
-    from orchestrator.records import WorkerEndpoint
-
     with tempfile.TemporaryDirectory(prefix="sim-pd-") as tmp:
-        procs, endpoints = [], []
+        servers = start_servers(cfg, ["prefill", "decode"], Path(tmp))
         try:
-            for role in ("prefill", "decode"):
-                group = getattr(cfg.layout, role)[0]
-                placement = WorkerPlacement(role=role, group_index=0, replica_index=0, host="127.0.0.1",
-                                            advertise_host="127.0.0.1", port=free_port(),
-                                            bootstrap_port=free_port() if role == "prefill" else None)
-                launch = backend_for(cfg).build_launch(cfg, group, placement)
-                proc = EngineProcess(launch, Path(tmp) / f"{role}.log")
-                proc.start()
-                procs.append(proc)
-                endpoints.append(WorkerEndpoint(role=role, name=f"sim-{role}", url=launch.url,
-                                                bootstrap_host="127.0.0.1" if role == "prefill" else None,
-                                                bootstrap_port=launch.bootstrap_port))
-            for proc in procs:
-                proc.wait_healthy(timeout_s=60)
-            yield endpoints
+            yield [s.endpoint() for s in servers]
         finally:
-            for proc in procs:
-                proc.stop()
+            for s in servers:
+                s.stop()
+
+
+def sim_engine_config(mode: str = "pd", kv_transfer: str = "auto", extra_args: tuple[str, ...] = (),
+                      kv_payload: str = "sample") -> RunConfig:
+    """sim_config for engine-level tests: R1 fp8 on H100-shaped TP8 servers, cpu-fast pace at time scale 0.05."""
+    group = {"tp": 8, "extra_args": list(extra_args)}
+    layout = {"mode": "pd", "prefill": [group], "decode": [group]} if mode == "pd" else {
+        "mode": "aggregated", "aggregated": [group]}
+    return sim_config({"cluster.gpu": "H100-SXM", "model.quantization": "fp8", "layout": layout,
+                       "engine.sim.time_scale": 0.05, "engine.sim.kv_transfer": kv_transfer,
+                       "engine.sim.kv_payload": kv_payload})
+
+
+async def pd_generate(prefill: SimServer, decode: SimServer, body: dict,
+                      timeout_s: float = 60) -> tuple[httpx.Response, httpx.Response]:
+    """What mini_lb does: add bootstrap host/port/room, post the same body to both legs concurrently."""
+    body = {**body, "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap_port,
+            "bootstrap_room": random.randint(1, 2**63 - 1)}
+    body.setdefault("rid", f"req-{random.getrandbits(48):x}")
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        return tuple(await asyncio.gather(  # type: ignore[return-value]
+            client.post(f"{prefill.url}/generate", json=body), client.post(f"{decode.url}/generate", json=body)))
+
+
+def make_scheduler(max_running: int = 64, kv_tokens: int = 1_000_000, chunk: int = 8192, vocab: int | None = None,
+                   eos: int = 1, role: str = "aggregated"):
+    """A started sim Scheduler with R1's cost model (and vocabulary, unless `vocab`) on the cpu-fast profile at
+    time scale 0.01."""
+    from orchestrator.config.model_presets import DEEPSEEK_R1
+    from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits
+    from orchestrator.perfmodel.costmodel import EngineCostModel
+    from orchestrator.perfmodel.gpus import GPU_SPECS
+
+    cost = EngineCostModel(DEEPSEEK_R1, GPU_SPECS["cpu-fast"], tp=8)
+    sched = Scheduler(cost, SchedulerLimits(max_running, kv_tokens, chunk, time_scale=0.01, role=role),
+                      vocab or DEEPSEEK_R1.vocab_size, eos)
+    sched.start()
+    return sched
+
+
+class Ingress:
+    """The router's ingress app for one RouterCore, served by uvicorn in a thread on a free loopback port."""
+
+    def __init__(self, core):
+        import uvicorn
+
+        from orchestrator.router.http_app import build_http_app
+
+        app = build_http_app()
+        app.state.core = core
+        self.core = core
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                                    lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, 20, 0.05, what="uvicorn serving the ingress")
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def router_core(endpoints, **router):
+    """A RouterCore of an R1 sim config with `router` settings, following `endpoints`."""
+    from orchestrator.router.core import RouterCore
+
+    cfg = sim_config({"model": {"preset": "DeepSeek-R1", "quantization": "fp8"}, "router": router})
+    core = RouterCore(cfg, run_id="test")
+    core.follow(1, endpoints)
+    return core
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.25, what: str = "condition"):

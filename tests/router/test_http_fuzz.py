@@ -17,9 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import log_case
-from tests.router.test_pd_dispatch import sim_pair  # noqa: F401  (module-scoped fixture: 1 prefill + 1 decode)
-from tests.router.test_router_http import Ingress, make_core
+from tests.support import Ingress, log_case, router_core
 
 MAX_PROMPT_TOKENS = 256
 CLIENT_TIMEOUT_S = 30.0  # far above any answer these small requests need: hitting it means a hang
@@ -47,8 +45,8 @@ SAMPLING_KEYS = ["max_new_tokens", "temperature", "top_p", "top_k", "ignore_eos"
 
 
 @pytest.fixture(scope="module")
-def ingress(sim_pair):  # noqa: F811
-    server = Ingress(make_core(sim_pair, max_prompt_tokens=MAX_PROMPT_TOKENS))
+def ingress(pd_workers):
+    server = Ingress(router_core(pd_workers, max_prompt_tokens=MAX_PROMPT_TOKENS))
     yield server
     server.stop()
 

@@ -15,7 +15,6 @@ import time
 import pytest
 from aiohttp import web
 
-from orchestrator.cluster.ports import free_port
 from orchestrator.records import BenchRequest, WorkerEndpoint
 from orchestrator.router.batch import run_batch
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
@@ -301,42 +300,6 @@ async def test_non_stream_generate_returns_the_decode_json(servers):
 # ---- against the simulated SGLang engine (real processes, real PD transfer) -----------------------------
 
 
-@pytest.fixture(scope="module")
-def sim_pair(tmp_path_factory):
-    """One simulated prefill and one simulated decode server (cpu-fast profile) on loopback.
-
-    DeepSeek-R1's architecture, so the router's packaged R1 tokenizer (chat special tokens included)
-    fits the engine's vocabulary.
-    """
-    import sys
-
-    from orchestrator.engines.base import EngineLaunch, EngineProcess
-
-    logs = tmp_path_factory.mktemp("sim-logs")
-    common = [sys.executable, "-m", "orchestrator.engines.sim.server", "--host", "127.0.0.1", "--profile", "cpu-fast",
-              "--startup-s", "0", "--model-preset", "DeepSeek-R1", "--quantization", "fp8"]
-    env = {"UCX_NET_DEVICES": "lo"}
-    p_port, b_port, d_port = free_port(), free_port(), free_port()
-    prefill = EngineProcess(EngineLaunch(
-        common + ["--mode", "prefill", "--port", str(p_port), "--disaggregation-bootstrap-port", str(b_port)],
-        env, f"http://127.0.0.1:{p_port}", role="prefill", bootstrap_port=b_port), logs / "prefill.log")
-    decode = EngineProcess(EngineLaunch(common + ["--mode", "decode", "--port", str(d_port)], env,
-                                        f"http://127.0.0.1:{d_port}"), logs / "decode.log")
-    try:
-        prefill.start()
-        decode.start()
-        prefill.wait_healthy(180)  # generous: the shared CI box can be heavily loaded
-        decode.wait_healthy(180)
-        yield [
-            WorkerEndpoint(role="prefill", name="sim-prefill", url=prefill.launch.url, bootstrap_host="127.0.0.1",
-                           bootstrap_port=b_port),
-            WorkerEndpoint(role="decode", name="sim-decode", url=decode.launch.url),
-        ]
-    finally:
-        prefill.stop()
-        decode.stop()
-
-
 async def _metric(url: str, name: str) -> float:
     import aiohttp
 
@@ -352,9 +315,9 @@ async def _set_faults(url: str, spec: dict) -> None:
         assert r.status == 200, await r.text()
 
 
-async def test_sim_engine_pair_serves_a_batch(sim_pair):
+async def test_sim_engine_pair_serves_a_batch(pd_workers):
     d = PDDispatcher(DispatchSettings())
-    d.set_workers(sim_pair)
+    d.set_workers(pd_workers)
     reqs = [BenchRequest(index=i, input_ids=list(range(1, 50 + i)), output_len=8) for i in range(12)]
     results = await collect(d, reqs, max_in_flight=6, deadline_at=time.time() + 120)
     assert all(r.status == "ok" for r in results), [r.error for r in results]
@@ -362,13 +325,13 @@ async def test_sim_engine_pair_serves_a_batch(sim_pair):
     assert all(r.kv_wait_s is not None and r.ttft_s is not None for r in results)
 
 
-async def test_sim_prefill_that_never_sends_kv_is_timed_out_and_the_decode_leg_aborted(sim_pair):
-    prefill, decode = sim_pair
+async def test_sim_prefill_that_never_sends_kv_is_timed_out_and_the_decode_leg_aborted(pd_workers):
+    prefill, decode = pd_workers
     aborted_before = await _metric(decode.url, "sglang:num_aborted_requests_total")
     await _set_faults(prefill.url, {"hang": "transfer"})
     try:
         d = PDDispatcher(DispatchSettings(request_timeout_s=1.0, max_attempts=1))
-        d.set_workers(sim_pair)
+        d.set_workers(pd_workers)
         [result] = await collect(d, [BenchRequest(index=0, input_ids=[1, 2, 3], output_len=4)])
         assert result.status == "failed" and result.error.startswith("timeout")
         # Without our abort the decode would hold this request for its 300 s waiting timeout.
@@ -379,7 +342,7 @@ async def test_sim_prefill_that_never_sends_kv_is_timed_out_and_the_decode_leg_a
     finally:
         await _set_faults(prefill.url, {})
     d = PDDispatcher(DispatchSettings())
-    d.set_workers(sim_pair)
+    d.set_workers(pd_workers)
     [result] = await collect(d, [BenchRequest(index=1, input_ids=[1, 2, 3], output_len=4)])
     assert result.status == "ok", result.error
 

@@ -9,51 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from orchestrator.records import BenchRequest
 from orchestrator.router.core import RouterCore
-from orchestrator.router.http_app import build_http_app
-from tests.conftest import sim_config, wait_until
-from tests.router.test_pd_dispatch import sim_pair  # noqa: F401  (module-scoped fixture: 1 prefill + 1 decode)
-
-
-class Ingress:
-    """The ingress app for one RouterCore, served by uvicorn in a thread on a free loopback port."""
-
-    def __init__(self, core: RouterCore):
-        app = build_http_app()
-        app.state.core = core
-        self.core = core
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.server.started, 20, 0.05)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
-def make_core(endpoints, **router) -> RouterCore:
-    cfg = sim_config({"model": {"preset": "DeepSeek-R1", "quantization": "fp8"}, "router": router})
-    core = RouterCore(cfg, run_id="test")
-    core.follow(1, endpoints)
-    return core
+from tests.support import Ingress, router_core, sim_config, wait_until
 
 
 @pytest.fixture(scope="module")
-def ingress(sim_pair):  # noqa: F811
-    server = Ingress(make_core(sim_pair, max_prompt_tokens=512))
+def ingress(pd_workers):
+    server = Ingress(router_core(pd_workers, max_prompt_tokens=512))
     yield server
     server.stop()
 
@@ -152,9 +121,9 @@ def test_invalid_bodies_get_400_naming_the_field(ingress, path, body, field):
     {}, {"input_ids": ["a"]}, {"input_ids": [1], "sampling_params": {"top_p": 2.0}},
     {"input_ids": [[1], [2]], "sampling_params": [{}]}, {"text": "x", "stream": "yes"}, [1, 2],
 ])
-def test_router_and_sim_refuse_a_bad_body_with_the_same_message(ingress, sim_pair, body):
+def test_router_and_sim_refuse_a_bad_body_with_the_same_message(ingress, pd_workers, body):
     """One body model (orchestrator.api.generate) behind both: the same refusal, word for word."""
-    decode_url = next(e.url for e in sim_pair if e.role == "decode")
+    decode_url = next(e.url for e in pd_workers if e.role == "decode")
     via_router = httpx.post(ingress.url + "/generate", json=body, timeout=30)
     at_engine = httpx.post(decode_url + "/generate", json=body, timeout=30)
     assert via_router.status_code == at_engine.status_code == 400, (via_router.text, at_engine.text)
@@ -200,7 +169,7 @@ def test_health_and_merged_server_info(ingress):
 
 
 def test_health_is_503_without_workers():
-    server = Ingress(make_core([]))
+    server = Ingress(router_core([]))
     try:
         r = httpx.get(server.url + "/health", timeout=30)
         assert r.status_code == 503 and "no healthy prefill or decode worker" in r.json()["error"]["message"]
@@ -210,9 +179,9 @@ def test_health_is_503_without_workers():
         server.stop()
 
 
-def test_api_key_is_required_when_configured(sim_pair, monkeypatch):  # noqa: F811
+def test_api_key_is_required_when_configured(pd_workers, monkeypatch):
     monkeypatch.setenv("PDORCH_TEST_KEY", "s3cret")
-    server = Ingress(make_core(sim_pair, api_key_env="PDORCH_TEST_KEY"))
+    server = Ingress(router_core(pd_workers, api_key_env="PDORCH_TEST_KEY"))
     try:
         r = httpx.post(server.url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 1}, timeout=30)
         assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]["message"]
@@ -224,10 +193,10 @@ def test_api_key_is_required_when_configured(sim_pair, monkeypatch):  # noqa: F8
         server.stop()
 
 
-def test_api_key_env_that_is_unset_is_a_clear_startup_error(sim_pair, monkeypatch):  # noqa: F811
+def test_api_key_env_that_is_unset_is_a_clear_startup_error(pd_workers, monkeypatch):
     monkeypatch.delenv("PDORCH_MISSING_KEY", raising=False)
     with pytest.raises(ValueError, match=r"router.api_key_env='PDORCH_MISSING_KEY' but \$PDORCH_MISSING_KEY is empty"):
-        make_core(sim_pair, api_key_env="PDORCH_MISSING_KEY")
+        router_core(pd_workers, api_key_env="PDORCH_MISSING_KEY")
 
 
 # ---- the whole Serve application on the local Ray cluster -------------------------------------------------
@@ -265,7 +234,7 @@ def test_serve_app_handle_batch_and_http_ingress(ray_driver, make_sim_config):
         serve.shutdown()
 
 
-def test_http_requests_feed_the_router_metrics_like_the_batch_api(sim_pair):  # noqa: F811
+def test_http_requests_feed_the_router_metrics_like_the_batch_api(pd_workers):
     """/generate (single, batched, streamed) and the OpenAI APIs count in RouterMetrics: one request per
     prompt, tokens per worker, failures by reason, nothing left in flight."""
     from prometheus_client import CollectorRegistry
@@ -276,9 +245,9 @@ def test_http_requests_feed_the_router_metrics_like_the_batch_api(sim_pair):  # 
     cfg = sim_config({"model": {"preset": "DeepSeek-R1", "quantization": "fp8"},
                       "router": {"max_attempts": 2}})
     core = RouterCore(cfg, run_id="http-run", metrics=metrics)
-    core.follow(1, sim_pair)
+    core.follow(1, pd_workers)
     server = Ingress(core)
-    decode_url = next(e.url for e in sim_pair if e.role == "decode")
+    decode_url = next(e.url for e in pd_workers if e.role == "decode")
     sent_prompt_tokens = sent_output_tokens = 0
     try:
         with httpx.Client(base_url=server.url, timeout=60) as http:
@@ -309,7 +278,7 @@ def test_http_requests_feed_the_router_metrics_like_the_batch_api(sim_pair):  # 
 
     assert value("pdorch_requests_completed_total") == 5  # single 1 + batched 2 + streamed 1 + chat 1
     assert value("pdorch_requests_failed_total", reason="http_500") == 1
-    prefill, decode = (next(e.name for e in sim_pair if e.role == r) for r in ("prefill", "decode"))
+    prefill, decode = (next(e.name for e in pd_workers if e.role == r) for r in ("prefill", "decode"))
     assert value("pdorch_input_tokens_total", role="prefill", worker=prefill) == sent_prompt_tokens
     assert value("pdorch_output_tokens_total", role="decode", worker=decode) == sent_output_tokens
     assert value("pdorch_e2e_seconds_count") == 5

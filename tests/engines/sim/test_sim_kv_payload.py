@@ -15,7 +15,8 @@ from orchestrator.engines.sim.kv_transfer import (
     expected_kv_bytes,
     payload_checksum,
 )
-from tests.engines.sim.test_sim_server import HAVE_NIXL, PROMPTS, R1_KV_BYTES_PER_TOKEN, pd_generate, sim_config, start_servers
+from orchestrator.config.model_presets import DEEPSEEK_R1
+from tests.support import HAVE_NIXL, pd_generate, sim_engine_config, start_servers
 
 ROOM = 4242
 
@@ -65,17 +66,15 @@ def test_a_lost_chunk_or_a_short_payload_fails():
 async def test_pd_pair_moves_a_sample_by_default_and_every_byte_with_full(tmp_path, payload_mode, transfer):
     if transfer == "nixl" and not HAVE_NIXL:
         pytest.skip("nixl is not importable")
-    cfg = sim_config(kv_transfer=transfer)
-    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={
-        "sim": cfg.engine.sim.model_copy(update={"kv_payload": payload_mode})})})
+    cfg = sim_engine_config(kv_transfer=transfer, kv_payload=payload_mode)
     prefill, decode = start_servers(cfg, ["prefill", "decode"], tmp_path)
     try:
-        prompts = [PROMPTS[0], PROMPTS[-1]]  # 5 tokens = 351 KB of R1 KV; 1200 tokens = 84 MB
+        prompts = [list(range(3, 8)), [(7 * i) % 129000 for i in range(1200)]]  # 351 KB and 84 MB of R1 KV
         results = await asyncio.gather(*(
             pd_generate(prefill, decode, {"input_ids": ids, "sampling_params": {"max_new_tokens": 2}})
             for ids in prompts))
         assert all(p.status_code == 200 and d.status_code == 200 for p, d in results)
-        modelled = [len(ids) * R1_KV_BYTES_PER_TOKEN for ids in prompts]
+        modelled = [len(ids) * DEEPSEEK_R1.kv_bytes_per_token(2) for ids in prompts]
         moved = modelled if payload_mode == "full" else [min(m, MIB) for m in modelled]
         sent = httpx.get(f"{prefill.url}/server_info").json()["sim"]["kv_payload"]
         got = httpx.get(f"{decode.url}/server_info").json()["sim"]["kv_payload"]

@@ -10,7 +10,7 @@ from orchestrator.engines.sim.prefix_cache import PrefixCache
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
 from orchestrator.perfmodel.costmodel import EngineCostModel
 from orchestrator.perfmodel.gpus import GPU_SPECS
-from tests.engines.sim.test_sim_scheduler import make_scheduler
+from tests.support import make_scheduler
 
 
 def test_match_counts_whole_leading_blocks_and_stops_at_the_first_difference():

@@ -1,6 +1,7 @@
 """The simulated engine as a PD router sees it: real server processes on loopback, driven like mini_lb.
 
-Each server is launched the way the orchestrator launches it: SimBackend.build_launch -> EngineProcess.
+Each server is launched the way the orchestrator launches it (tests/support.py SimServer: the backend's
+build_launch -> EngineProcess).
 """
 
 from __future__ import annotations
@@ -8,75 +9,26 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.cluster.ports import free_port
-from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.config.model_presets import DEEPSEEK_R1
-from orchestrator.engines.base import EngineProcess, WorkerPlacement
-from orchestrator.engines.sim.backend import SimBackend
-from orchestrator.transfer.nixl import load_nixl_api
+from tests.support import HAVE_NIXL, SimServer, pd_generate, sim_engine_config, start_servers
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
-HAVE_NIXL = load_nixl_api() is not None
-R1_KV_BYTES_PER_TOKEN = DEEPSEEK_R1.kv_bytes_per_token(2)
-
-
-def sim_config(mode: str = "pd", kv_transfer: str = "auto", extra_args: tuple[str, ...] = ()) -> RunConfig:
-    group = {"tp": 8, "extra_args": list(extra_args)}
-    layout = {"mode": "pd", "prefill": [group], "decode": [group]} if mode == "pd" else {
-        "mode": "aggregated", "aggregated": [group]}
-    return config_from_dict(
-        {
-            "cluster": {"address": "local", "gpu": "H100-SXM"},
-            "model": {"preset": "DeepSeek-R1", "quantization": "fp8"},
-            "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", "time_scale": 0.05, "kv_transfer": kv_transfer}},
-            "layout": layout,
-        }
-    )
-
-
-class Server:
-    """One launched simulated server."""
-
-    def __init__(self, cfg: RunConfig, role: str, log_dir: Path):
-        group = getattr(cfg.layout, role)[0]
-        self.bootstrap_port = free_port() if role == "prefill" else None
-        placement = WorkerPlacement(
-            role=role, group_index=0, replica_index=0, host="127.0.0.1", advertise_host="127.0.0.1",
-            port=free_port(), bootstrap_port=self.bootstrap_port,
-        )
-        launch = SimBackend().build_launch(cfg, group, placement)
-        self.url = launch.url
-        self.proc = EngineProcess(launch, log_dir / f"{role}-{placement.port}.log")
-        self.proc.start()
-
-    def wait(self) -> "Server":
-        self.proc.wait_healthy(60)
-        return self
-
-    def stop(self) -> None:
-        self.proc.stop(grace_s=2)
-
-
-def start_servers(cfg: RunConfig, roles: list[str], log_dir: Path) -> list[Server]:
-    servers = [Server(cfg, role, log_dir) for role in roles]
-    return [s.wait() for s in servers]
 
 
 @pytest.fixture(scope="module", params=["nixl", "http"])
-def pd_pair(request, tmp_path_factory) -> Iterator[tuple[Server, Server]]:
+def pd_pair(request, tmp_path_factory) -> Iterator[tuple[SimServer, SimServer]]:
     if request.param == "nixl" and not HAVE_NIXL:
         pytest.skip("nixl is not importable")
     extra = ("--kv-verify", "sampled") if request.param == "http" else ()  # both verification modes covered
-    servers = start_servers(sim_config(kv_transfer=request.param, extra_args=extra), ["prefill", "decode"],
+    servers = start_servers(sim_engine_config(kv_transfer=request.param, extra_args=extra), ["prefill", "decode"],
                             tmp_path_factory.mktemp(f"pd-{request.param}"))
     yield servers[0], servers[1]
     for s in servers:
@@ -84,25 +36,13 @@ def pd_pair(request, tmp_path_factory) -> Iterator[tuple[Server, Server]]:
 
 
 @pytest.fixture(scope="module")
-def aggregated(tmp_path_factory) -> Iterator[Server]:
-    (server,) = start_servers(sim_config(mode="aggregated"), ["aggregated"], tmp_path_factory.mktemp("agg"))
+def aggregated(tmp_path_factory) -> Iterator[SimServer]:
+    (server,) = start_servers(sim_engine_config(mode="aggregated"), ["aggregated"], tmp_path_factory.mktemp("agg"))
     yield server
     server.stop()
 
 
-async def pd_generate(prefill: Server, decode: Server, body: dict, timeout_s: float = 60) -> tuple[httpx.Response, httpx.Response]:
-    """What mini_lb does: add bootstrap host/port/room, post the same body to both legs concurrently."""
-    body = {**body, "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap_port,
-            "bootstrap_room": random.randint(1, 2**63 - 1)}
-    body.setdefault("rid", f"req-{random.getrandbits(48):x}")
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
-        p, d = await asyncio.gather(
-            client.post(f"{prefill.url}/generate", json=body), client.post(f"{decode.url}/generate", json=body)
-        )
-    return p, d
-
-
-def scrape(server: Server) -> dict[tuple[str, tuple], float]:
+def scrape(server: SimServer) -> dict[tuple[str, tuple], float]:
     text = httpx.get(f"{server.url}/metrics").text
     out = {}
     for family in text_string_to_metric_families(text):
@@ -152,7 +92,7 @@ async def test_kv_transfer_moves_the_models_bytes_and_metrics_move(pd_pair):
     assert p.status_code == 200 and d.status_code == 200
     p_after, d_after = scrape(prefill), scrape(decode)
     moved_mb = total(p_after, "sglang:kv_transfer_total_mb_sum") - total(p_before, "sglang:kv_transfer_total_mb_sum")
-    assert moved_mb == pytest.approx(len(prompt) * R1_KV_BYTES_PER_TOKEN / 1e6)
+    assert moved_mb == pytest.approx(len(prompt) * DEEPSEEK_R1.kv_bytes_per_token(2) / 1e6)
     assert total(p_after, "sglang:kv_transfer_latency_ms_count") > total(p_before, "sglang:kv_transfer_latency_ms_count")
     gen = "sglang:generation_tokens_total"
     assert total(d_after, gen) - total(d_before, gen) == len(d.json()["output_ids"])
@@ -234,8 +174,8 @@ SHORT_TIMEOUTS = ("--heartbeat-interval-s", "0.3", "--heartbeat-max-failures", "
 
 
 @pytest.fixture
-def fragile_pair(tmp_path) -> Iterator[tuple[Server, Server]]:
-    servers = start_servers(sim_config(extra_args=SHORT_TIMEOUTS), ["prefill", "decode"], tmp_path)
+def fragile_pair(tmp_path) -> Iterator[tuple[SimServer, SimServer]]:
+    servers = start_servers(sim_engine_config(extra_args=SHORT_TIMEOUTS), ["prefill", "decode"], tmp_path)
     yield servers[0], servers[1]
     for s in servers:
         s.stop()
@@ -302,7 +242,7 @@ def test_error_rate_corrupt_and_hang_faults(aggregated):
 
 @pytest.mark.parametrize("how", ["crash_after_requests in the run config", "crash_at_s posted at run time"])
 def test_crash_fault_kills_the_process_like_a_kill(tmp_path, how):
-    cfg = sim_config(mode="aggregated")
+    cfg = sim_engine_config(mode="aggregated")
     if how.startswith("crash_after_requests"):
         cfg.engine.sim.faults = {"aggregated": {"crash_after_requests": 1}}
     (server,) = start_servers(cfg, ["aggregated"], tmp_path)
