@@ -118,8 +118,10 @@ class Seq:
     join_step: int = 0
     transferred: bool = False  # PD decode: its KV came from the prefill (no prefill compute here)
     retractions: int = 0
-    state: str = "new"  # new | prealloc | waiting | prefill | running | held | retracted | done
+    state: str = "new"  # new | prealloc | transfer | waiting | prefill | running | held | retracted | done
     seq_id: int = 0
+    first_token_forward: int | None = None  # the server's forward count when its first token was out
+    done_forward: int | None = None  # ... when it ended
 
     def __post_init__(self) -> None:
         self.fill = self.fill or self.prompt_len
@@ -147,7 +149,8 @@ class BatchSchedule:
         self.running_context = 0  # prompt + output of the running batch
         self.remaining_total = 0  # output the running batch may still generate
         self.ratio = NewTokenRatio()
-        self.step = 0
+        self.step = 0  # decode steps
+        self.forwards = 0  # prefill and decode forwards ended
         self.retracted = 0  # retractions so far
         self._ids = itertools.count(1)
         self._single: list[tuple[int, int, Seq]] = []  # PD decode: max-heap of -(prompt + clipped max_new)
@@ -284,6 +287,7 @@ class BatchSchedule:
         Aggregated: each has its next token and joins the running batch (state 'running'), or is done when
         that was its last ('done'). PD prefill: each holds its KV for the transfer ('held') until release()."""
         batch, self.prefilling = self.prefilling, []
+        self.forwards += 1
         out: list[Seq] = []
         for seq, take in batch:
             if seq.state != "prefill":  # finished (aborted) while the forward ran
@@ -292,7 +296,7 @@ class BatchSchedule:
             if seq.prefilled < seq.fill:
                 continue
             if self.limits.role == "prefill":
-                seq.output, seq.state = 1, "held"
+                seq.output, seq.state, seq.first_token_forward = 1, "held", self.forwards
             else:
                 self._join(seq, new_token=True)
             out.append(seq)
@@ -341,6 +345,7 @@ class BatchSchedule:
         self.running_context += n
         self.remaining_total -= n
         self.step += 1
+        self.forwards += 1
         out: list[Seq] = []
         while self.running and self.running[0][0] <= self.step:
             _, _, seq = heapq.heappop(self.running)
@@ -386,11 +391,13 @@ class BatchSchedule:
     def _free(self, seq: Seq) -> None:
         self.kv_used -= seq.kv_tokens
         seq.kv_tokens = 0
-        seq.state = "done"
+        seq.state, seq.done_forward = "done", self.forwards
 
     def _join(self, seq: Seq, new_token: bool) -> bool:
         """`seq` has its next token (from a prefill, or from the transfer); False when that was its last."""
         if new_token:
+            if seq.first_token_forward is None:
+                seq.first_token_forward = self.forwards
             seq.output += 1
             self._allocate(seq, seq.kv_tokens + 1)
         remaining = seq.max_new_tokens - seq.output

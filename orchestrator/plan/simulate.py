@@ -24,9 +24,10 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.config import RunConfig
-from orchestrator.perfmodel.admission import BatchSchedule, Seq, server_limits
+from orchestrator.perfmodel.admission import BatchSchedule, Seq, ServerLimits, server_limits
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, percentile, sample_batch, synthetic_batch
 
@@ -91,29 +92,25 @@ def _servers(cfg: RunConfig, role: str, gpu: str | None, sglang_version: str | N
 class _Simulation:
     """The event loop: a heap of (time, seq, action) and the servers the actions touch."""
 
-    def __init__(self, cfg: RunConfig, gpu: str | None, sglang_version: str | None = None):
-        self.cfg = cfg
+    def __init__(self, prefill: list[_Server], decode: list[_Server], aggregated: list[_Server]):
         self.events: list = []
         self.seq = itertools.count()
         self.now = 0.0
-        if cfg.layout.mode == "pd":
-            self.prefill = _servers(cfg, "prefill", gpu, sglang_version)
-            self.decode = _servers(cfg, "decode", gpu, sglang_version)
-            self.aggregated: list[_Server] = []
-        else:
-            self.prefill, self.decode = [], []
-            self.aggregated = _servers(cfg, "aggregated", gpu, sglang_version)
+        self.prefill, self.decode, self.aggregated = prefill, decode, aggregated
         self.requests: list[_Request] = []
         self.pending: deque[_Request] = deque()
         self.in_flight = 0
         self.max_concurrency: int | None = None
         self.rr = itertools.count()
+        self.arrivals: list[_Server] | None = None  # servers to start once submit_ready has queued everything
 
     def at(self, time_s: float, action, *args) -> None:
         heapq.heappush(self.events, (time_s, next(self.seq), action, args))
 
     # ---- client ----------------------------------------------------------------------------------
     def submit_ready(self) -> None:
+        """Send requests while the client may; servers start once all that arrive at this instant are queued."""
+        outer, self.arrivals = self.arrivals, self.arrivals if self.arrivals is not None else []
         while self.pending and (self.max_concurrency is None or self.in_flight < self.max_concurrency):
             req = self.pending.popleft()
             req.arrival_s = self.now
@@ -132,6 +129,10 @@ class _Simulation:
             req.prefill_seq = Seq(req.prompt_len, 1, owner=req)  # the prefill samples the first token only
             req.decode.sched.enqueue_prealloc(req.seq)  # SGLang: the prefill waits for the decode's KV
             self.preallocate(req.decode)
+        if outer is None:
+            arrived, self.arrivals = self.arrivals, None
+            for server in dict.fromkeys(arrived):
+                self.kick(server)
 
     def check_fits(self, server: _Server, need: int, req: _Request) -> None:
         if need > server.capacity_tokens:
@@ -141,12 +142,10 @@ class _Simulation:
             )
 
     def preallocate(self, decode: _Server) -> None:
-        """PD decode: requests whose KV is now pre-allocated go to their prefill server."""
+        """PD decode: requests whose KV is now pre-allocated go to their prefill server (retracted requests
+        that resume go straight back to the decode's queue, inside the model)."""
         for seq in decode.sched.pop_preallocated():
             req = seq.owner
-            if seq.output:  # resumed after a retraction: its KV comes back from host memory, no prefill
-                self.kick(decode)
-                continue
             req.prefill.sched.submit(req.prefill_seq)
             self.kick(req.prefill)
 
@@ -158,7 +157,9 @@ class _Simulation:
 
     # ---- servers ---------------------------------------------------------------------------------
     def kick(self, server: _Server) -> None:
-        if not server.busy:
+        if self.arrivals is not None:
+            self.arrivals.append(server)
+        elif not server.busy:
             self.start_forward(server)
 
     def start_forward(self, server: _Server) -> None:
@@ -233,6 +234,15 @@ class _Simulation:
         return self.now
 
 
+def one_server_trace(batch: Sequence[tuple[int, int]], cost: Any, limits: ServerLimits) -> list[Seq]:
+    """The planner's run of `batch` (all at t=0) on one aggregated server of `limits`, timed by `cost`
+    (prefill_time_s, decode_step_s): each request's Seq, with the forward of its first token and its end.
+    tests/engines/sim/test_sim_matches_plan.py runs the same trace through the simulated engine's scheduler."""
+    sim = _Simulation([], [], [_Server("aggregated-0-0", "aggregated", "all", cost, BatchSchedule(limits))])
+    sim.run(batch, None)
+    return [req.seq for req in sim.requests]  # type: ignore[misc]
+
+
 def client_concurrency(cfg: RunConfig, gpu: str | None = None, sglang_version: str | None = None) -> int:
     """Requests `bench` keeps in flight: benchmark.max_in_flight, or (auto) every decoding server's max running."""
     if cfg.benchmark.max_in_flight != "auto":
@@ -259,7 +269,10 @@ def simulate_run(
     gpu = gpu or cfg.cluster.gpu
     if max_concurrency == "auto":
         max_concurrency = client_concurrency(cfg, gpu, sglang_version)
-    sim = _Simulation(cfg, gpu, sglang_version)
+    if cfg.layout.mode == "pd":
+        sim = _Simulation(_servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), [])
+    else:
+        sim = _Simulation([], [], _servers(cfg, "aggregated", gpu, sglang_version))
     duration = sim.run(batch, max_concurrency)
     done = [r for r in sim.requests if r.finish_s is not None]
     if len(done) != len(sim.requests):
