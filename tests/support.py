@@ -252,5 +252,5 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float 
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout_s:.0f}s")
+            raise AssertionError(f"{what} not met within {timeout_s:.0f}s (last: {value!r:.200})")
         time.sleep(poll_s)

@@ -26,17 +26,16 @@ import pytest
 
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import config_from_dict
-from orchestrator.engines.base import EngineProcess, WorkerPlacement
-from orchestrator.engines.sim.backend import SimBackend
 from orchestrator.observe.dashboards import dashboard_queries, expand_macros, load_dashboards
 from orchestrator.observe.file_sd import TargetFile, engine_group, exporter_group
 from orchestrator.observe.html_report import PLOTS, write_report
 from orchestrator.observe.live import LiveView
 from orchestrator.observe.metrics import BenchMetrics, RouterMetrics, start_exporter
 from orchestrator.observe.monitor import MonitorPaths, local_cluster_ray_sd_files, prometheus_down, prometheus_up
-from orchestrator.records import BenchRequest, WorkerEndpoint
+from orchestrator.records import BenchRequest
 from orchestrator.router.batch import run_batch
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
+from tests.support import SimServer, start_servers, wait_until
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -51,17 +50,6 @@ NUM_PROMPTS = 48
 DECODE_ERROR_RATE = 0.1  # some failures, so the failure panels have data too
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.1)  # polling interval
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
-
-
 def sim_run_config():
     group = {"tp": 8}
     return config_from_dict({
@@ -74,26 +62,6 @@ def sim_run_config():
         "layout": {"mode": "pd", "prefill": [group], "decode": [group]},
         "benchmark": {"deadline_s": 120, "num_prompts": NUM_PROMPTS},
     })
-
-
-@dataclass
-class SimServer:
-    endpoint: WorkerEndpoint
-    process: EngineProcess
-
-
-def start_sim(cfg, role: str, log_dir: Path) -> SimServer:
-    group = getattr(cfg.layout, role)[0]
-    bootstrap_port = free_port() if role == "prefill" else None
-    placement = WorkerPlacement(role=role, group_index=0, replica_index=0, host="127.0.0.1",
-                                advertise_host="127.0.0.1", port=free_port(), bootstrap_port=bootstrap_port)
-    launch = SimBackend().build_launch(cfg, group, placement)
-    process = EngineProcess(launch, log_dir / f"{role}.log")
-    process.start()
-    endpoint = WorkerEndpoint(role=role, name=launch.worker_name, url=launch.url,
-                              bootstrap_host="127.0.0.1" if role == "prefill" else None,
-                              bootstrap_port=bootstrap_port)
-    return SimServer(endpoint, process)
 
 
 class Prom:
@@ -170,18 +138,17 @@ def observed_run(tmp_path_factory):
                         started_at=job_start, metrics=bench)
         view.phase("placement")
         view.phase("engine_start")
-        servers = [start_sim(cfg, role, tmp) for role in ("prefill", "decode")]
-        for s in servers:
-            s.process.wait_healthy(60)
-            targets.set("engine/" + s.endpoint.name, engine_group(RUN_ID, s.endpoint))
-            router.add_worker(s.endpoint.role, s.endpoint.name)
-        wait_for(lambda: len([t for t in prom.query("up") if t["value"][1] == "1"]) == 4, 30,
-                 "Prometheus to scrape both exporters and both engines")
+        servers = start_servers(cfg, ["prefill", "decode"], tmp)
+        for endpoint in (s.endpoint() for s in servers):
+            targets.set("engine/" + endpoint.name, engine_group(RUN_ID, endpoint))
+            router.add_worker(endpoint.role, endpoint.name)
+        wait_until(lambda: len([t for t in prom.query("up") if t["value"][1] == "1"]) == 4, 30, 0.1,
+                   "Prometheus to scrape both exporters and both engines")
         view.phase("warmup")
         requests = synthetic_batch(NUM_PROMPTS)
         view.total_output_tokens = sum(r.output_len for r in requests)
         dispatcher = PDDispatcher(DispatchSettings(max_attempts=1), mode="pd", metrics=router)
-        dispatcher.set_workers([s.endpoint for s in servers])
+        dispatcher.set_workers([s.endpoint() for s in servers])
         view.phase("run")
         run_start = time.time()
         results = asyncio.run(drive(dispatcher, requests, view, run_start + 90))
@@ -190,15 +157,15 @@ def observed_run(tmp_path_factory):
         view.phase("done")
         ok_out = sum(r.completion_tokens for r in results if r.status == "ok")
         # the run is over when Prometheus has scraped its final counters
-        wait_for(lambda: prom.scalar(f'sum(pdorch_output_tokens_total{{run_id="{RUN_ID}"}})') == ok_out, 20,
-                 "the final output-token count in Prometheus")
-        wait_for(lambda: prom.scalar(f'max(pdorch_phase{{run_id="{RUN_ID}", phase="done"}})') == 1, 20,
-                 "the done phase in Prometheus")
+        wait_until(lambda: prom.scalar(f'sum(pdorch_output_tokens_total{{run_id="{RUN_ID}"}})') == ok_out, 20, 0.1,
+                   "the final output-token count in Prometheus")
+        wait_until(lambda: prom.scalar(f'max(pdorch_phase{{run_id="{RUN_ID}", phase="done"}})') == 1, 20, 0.1,
+                   "the done phase in Prometheus")
         yield ObservedRun(prom, results, run_start, run_end, job_start, time.time(), bench, live_log.getvalue(),
                           targets.path)
     finally:
         for s in servers:
-            s.process.stop(grace_s=2)
+            s.stop()
         prometheus_down(paths)
         for e in exporters:
             e.close()
@@ -314,7 +281,7 @@ def test_monitor_up_and_down_from_the_command_line(tmp_path):
     finally:
         down = subprocess.run([*cli, "down", *sets], capture_output=True, text=True, cwd=repo, timeout=60)
     assert down.returncode == 0 and f"pid {pid} stopped" in down.stdout
-    wait_for(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in _proc_state(pid), 15, "prometheus to exit")
+    wait_until(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in _proc_state(pid), 15, 0.1, "prometheus to exit")
     assert not pid_file.exists()
 
 
@@ -334,7 +301,7 @@ def test_cluster_dashboard_shows_ray_node_metrics_from_rays_sd_file(ray_cluster,
     def written_sd_files() -> list[str]:
         return [f for f in local_cluster_ray_sd_files(cfg) if json.loads(Path(f).read_text() or "[]")]
 
-    ray_sd = wait_for(written_sd_files, 60, "Ray's prom_metrics_service_discovery.json")[0]
+    ray_sd = wait_until(written_sd_files, 60, 0.1, "Ray's prom_metrics_service_discovery.json")[0]
     paths = MonitorPaths(tmp_path / "monitor")
     start = time.time()
     try:
@@ -343,10 +310,10 @@ def test_cluster_dashboard_shows_ray_node_metrics_from_rays_sd_file(ray_cluster,
         def node_instances() -> set[str]:
             return {s["metric"]["instance"] for s in prom.query('ray_node_cpu_utilization{job="ray"}')}
 
-        wait_for(lambda: len(node_instances()) == 2, 60, "node metrics of both Ray nodes in Prometheus")
-        wait_for(lambda: all(len(s["values"]) > 2 for s in
-                             prom.query_range('ray_node_mem_used{job="ray"}', start, time.time()) or [{"values": []}]),
-                 30, "a few scrapes of Ray node metrics")
+        wait_until(lambda: len(node_instances()) == 2, 60, 0.1, "node metrics of both Ray nodes in Prometheus")
+        wait_until(lambda: all(len(s["values"]) > 2 for s in
+                               prom.query_range('ray_node_mem_used{job="ray"}', start, time.time()) or [{"values": []}]),
+                   30, 0.1, "a few scrapes of Ray node metrics")
         has_gpus = bool(prom.query("ray_node_gpus_utilization"))
         empty = []
         for q in dashboard_queries({"cluster.json": load_dashboards()["cluster.json"]}):
@@ -392,10 +359,10 @@ def test_real_bench_run_is_scraped_through_the_file_sd(ray_driver, make_sim_conf
             except Exception:  # not deployed yet
                 return None
 
-        wait_for(router_exporter, 120, "the router replica's exporter address")
+        wait_until(router_exporter, 120, 0.1, "the router replica's exporter address")
         # the router replica lists itself in the file_sd (scrape.serve_metrics); the driver does too
-        wait_for(lambda: len([t for t in prom.query('up{run_id="bench-e2e"}') if t["value"][1] == "1"]) >= 3, 60,
-                 "Prometheus to scrape the router and both engines")
+        wait_until(lambda: len([t for t in prom.query('up{run_id="bench-e2e"}') if t["value"][1] == "1"]) >= 3, 60, 0.1,
+                   "Prometheus to scrape the router and both engines")
         bench.join(timeout=300)
         assert not bench.is_alive(), "run_bench did not finish"
         result = outcome["result"]
