@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.model_presets import ModelArchitecture
 from orchestrator.perfmodel import sglang_defaults as sgd
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
 __all__ = [  # names other modules import from here (the terms live in the modules imported above)
     "ACTIVATION_HEADROOM", "ATTENTION_BACKEND_SPEED", "GB", "MTP_ACCEPT_DECAY", "MTP_FIRST_ACCEPT",
     "WEIGHT_FORMATS", "WEIGHT_READ_EFFICIENCY", "Calibration", "EngineCostModel", "ParamCounts", "Speculative",
-    "WeightFormat", "calibration_for", "checkpoint_bytes", "cost_model_for", "experts_hit_fraction",
+    "WeightFormat", "build_cost_model", "calibration_for", "checkpoint_bytes", "cost_model_for", "experts_hit_fraction",
     "find_calibration", "mtp_accept_length", "param_counts", "weight_format",
 ]
 
@@ -169,6 +169,25 @@ class EngineCostModel(MemoryTerms, TimingTerms):
         return self.nnodes > 1 and self.pp == 1 and self.tp > self.gpus_per_node
 
 
+def build_cost_model(
+    arch: ModelArchitecture,
+    gpu: str,
+    quantization: str,
+    gpu_memory_gb: float | None = None,
+    calibrated: bool = True,
+    **server: Any,
+) -> EngineCostModel:
+    """The one constructor of a server's cost model: the GPU by name (`gpu_memory_gb` overrides its memory),
+    the shipped calibration for that GPU and layer shape unless `calibrated` is False (never for cpu-fast),
+    and `server`'s EngineCostModel fields (tp, role, flags; unset flags take SGLang's defaults).
+
+    cost_model_for (a config's group: planner, bench) and engines/sim/settings.py (a simulated server's
+    command line) both build through it, as do the calibration fits (their profile's own server)."""
+    spec = gpu_spec(gpu, gpu_memory_gb)
+    calibration = find_calibration(spec.name, arch, quantization) if calibrated and gpu != "cpu-fast" else None
+    return EngineCostModel(arch=arch, gpu=spec, quantization=quantization, calibration=calibration, **server)
+
+
 def _flag_value(extra_args: Sequence[str], flag: str) -> str | None:
     """Value of `--flag V` or `--flag=V` in an SGLang argument list."""
     for i, arg in enumerate(extra_args):
@@ -197,9 +216,9 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
     profile = CalibrationProfile.model_validate_json(profile_json)
     m, e = profile.model, profile.engine
     shape = replace(arch, num_hidden_layers=m.num_hidden_layers, first_k_dense_replace=m.first_k_dense_replace)
-    at_profile = EngineCostModel(
-        arch=shape, gpu=gpu_spec(profile.gpu.name), tp=e.tp, dp=e.dp, dp_attention=e.dp_attention,
-        quantization=quantization, sglang_version=e.sglang_version,
+    at_profile = build_cost_model(
+        shape, profile.gpu.name, quantization, calibrated=False, tp=e.tp, dp=e.dp, dp_attention=e.dp_attention,
+        sglang_version=e.sglang_version,
         mem_fraction_static=e.mem_fraction_static, chunked_prefill_tokens=e.chunked_prefill_size,
         cuda_graph_max_bs=e.cuda_graph_max_bs, page_size=e.page_size, context_length=e.context_length,
     )
@@ -253,9 +272,8 @@ def find_calibration(
 def _startup_only(profile_json: str, arch: ModelArchitecture, quantization: str) -> Calibration:
     profile = CalibrationProfile.model_validate_json(profile_json)
     e = profile.engine
-    at_profile = EngineCostModel(
-        arch=arch, gpu=gpu_spec(profile.gpu.name), tp=e.tp, quantization=quantization,
-        sglang_version=e.sglang_version, mem_fraction_static=e.mem_fraction_static or 0.85,
+    at_profile = build_cost_model(
+        arch, profile.gpu.name, quantization, calibrated=False, tp=e.tp, sglang_version=e.sglang_version, mem_fraction_static=e.mem_fraction_static or 0.85,
         cuda_graph_max_bs=e.cuda_graph_max_bs, context_length=e.context_length,
     )
     startup = fit_startup(profile, weights_s=0.0, kv_alloc_s=at_profile.gpu.kv_alloc_s,
@@ -292,10 +310,8 @@ def cost_model_for(
     )
     graph_max = _flag_int(args, "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")
     graph_max = graph_max or getattr(group, "cuda_graph_max_bs", None)
-    spec = gpu_spec(gpu, memory_override)
     arch = cfg.model.architecture()
     version = sglang_version or getattr(cfg.engine.sglang, "version", None) or "0.5.17"
-    calibration = find_calibration(spec.name, arch, cfg.model.quantization) if calibrated and gpu != "cpu-fast" else None
     draft = getattr(group, "speculative", None)
     speculative = None
     if draft is not None:
@@ -303,13 +319,15 @@ def cost_model_for(
             draft.num_steps, draft.num_draft_tokens, dummy_weights=cfg.engine.sglang.load_format == "dummy"
         )
         speculative = Speculative(draft.num_steps, draft.num_draft_tokens, min(accept, float(draft.num_draft_tokens)))
-    return EngineCostModel(
-        arch=arch,
-        gpu=spec,
+    return build_cost_model(
+        arch,
+        gpu,
+        cfg.model.quantization,
+        gpu_memory_gb=memory_override,
+        calibrated=calibrated,
         tp=group.tp,
         dp=group.dp,
         ep=group.ep,
-        quantization=cfg.model.quantization,
         efficiency_prefill=cfg.engine.sim.efficiency_prefill,
         efficiency_decode=cfg.engine.sim.efficiency_decode,
         mem_fraction_static=float(mem_fraction) if mem_fraction is not None else None,
@@ -326,6 +344,5 @@ def cost_model_for(
         prefill_graphs="--disable-prefill-cuda-graph" not in args,
         page_size=cfg.engine.sglang.page_size,
         attention_backend=getattr(group, "attention_backend", None) or cfg.engine.sglang.attention_backend,
-        calibration=calibration,
         speculative=speculative,
     )

@@ -11,6 +11,7 @@ import sys
 
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.engines.base import EngineBackend, EngineLaunch, WorkerPlacement
+from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.transfer.env import transport_env
 
 SIM_MODE = {"prefill": "prefill", "decode": "decode", "aggregated": "null"}
@@ -107,6 +108,11 @@ class SimBackend(EngineBackend):
         if faults:
             argv += ["--faults", json.dumps(faults)]
         argv += supported_extra_args(group.extra_args)
+        # the flags the planner's cost model of this server resolved (config, extra_args, SGLang's defaults),
+        # so the simulated server is built with the same values (engine.sglang.* is not in group.extra_args)
+        model = cost_model_for(cfg, role, group)
+        argv += ["--mem-fraction-static", repr(model.mem_fraction_static),
+                 "--chunked-prefill-size", str(model.chunked_prefill_tokens)]
 
         # the same UCX/NIXL variables as a real server (transfer.ucx.tls, net_devices, ...): KV moves the
         # way the config says; on one machine UCX would otherwise pick shared memory (cma) over the network

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
 from orchestrator.engines.base import PdTimeouts
-from orchestrator.perfmodel.costmodel import EngineCostModel, find_calibration
-from orchestrator.perfmodel.gpus import gpu_spec
+from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model
 
 
 @dataclass(frozen=True)
@@ -72,14 +71,16 @@ def architecture_of(settings: SimSettings) -> ModelArchitecture:
 
 
 def cost_model_of(settings: SimSettings, arch: ModelArchitecture) -> EngineCostModel:
-    cost = EngineCostModel(
-        arch=arch,
-        gpu=gpu_spec(settings.profile, settings.gpu_memory_gb),
+    """The server's cost model, built as the planner builds one (perfmodel/costmodel.py build_cost_model)."""
+    return build_cost_model(
+        arch,
+        settings.profile,
+        settings.quantization,
+        gpu_memory_gb=settings.gpu_memory_gb,
         tp=settings.tp,
         pp=settings.pp,
         dp=settings.dp,
         ep=settings.ep,
-        quantization=settings.quantization,
         efficiency_prefill=settings.efficiency_prefill,
         efficiency_decode=settings.efficiency_decode,
         max_running_requests=settings.max_running_requests,
@@ -89,6 +90,4 @@ def cost_model_of(settings: SimSettings, arch: ModelArchitecture) -> EngineCostM
         context_length=settings.context_length,
         mem_fraction_static=settings.mem_fraction_static,  # None: SGLang's default, as the planner derives it
         chunked_prefill_tokens=settings.chunked_prefill_size or None,
-        calibration=None if settings.profile == "cpu-fast" else find_calibration(settings.profile, arch, settings.quantization),
     )
-    return cost
