@@ -5,7 +5,7 @@
 
 `pd-orchestrator plan --config C` (the CLI, output kept) and the same prediction in-process (plan's batch and
 functions) -> `pd-orchestrator bench --config C` exactly as the README runs it (its result.json) -> one table:
-both throughputs, measured / plan, run durations. The machine and its load are recorded: `uptime` before and
+both throughputs, measured / plan, run durations, and TTFT (plan, bench's own model of its exact batch, measured). The machine and its load are recorded: `uptime` before and
 after, and /proc/loadavg sampled every 5 s while bench runs. With --out, every raw output goes there.
 """
 
@@ -85,11 +85,25 @@ def plan_prediction(config: str, overrides: list[str]) -> dict:
     from orchestrator.plan.deadline import predict_deadline
     from orchestrator.plan.simulate import sample_batch
 
+    from orchestrator.plan.simulate import percentile
+    from orchestrator.run.bench import max_in_flight
+    from orchestrator.run.fidelity import modelled_run
+    from orchestrator.workload.batch import sample_batch as bench_batch
+
     cfg = load_config(config, overrides)
     batch, source = sample_batch(cfg)
     budget = predict_deadline(cfg, batch, gpu=cfg.cluster.gpu)
     run = budget.run
+    # bench's own model: the exact batch bench sends, in its order and under its admission limit
+    sent = bench_batch(cfg, cfg.benchmark.num_prompts)
+    own = modelled_run(cfg, [(r.prompt_len, r.output_len) for r in sent], max_in_flight(cfg, len(sent)))
     return {
+        "ttft_p50_s": percentile(run.ttft_s, 50),
+        "ttft_p90_s": percentile(run.ttft_s, 90),
+        "bench_model": None if own is None else {
+            "run_s": own.duration_s, "output_throughput": own.output_throughput,
+            "ttft_p50_s": percentile(own.ttft_s, 50), "ttft_p90_s": percentile(own.ttft_s, 90),
+        },
         "batch_source": source,
         "prompts": run.num_requests,
         "run_s": run.duration_s,
@@ -151,6 +165,7 @@ def main() -> int:
         "total_throughput": summary["total_throughput"],
         "completed": result["counts"]["completed"],
         "simulation": result.get("simulation"),
+        "ttft": result.get("latency", {}).get("ttft"),
         "result_json": str(results[-1]),
     }
     record = {"config": args.config, "overrides": args.overrides, "machine": machine,
@@ -175,6 +190,15 @@ def main() -> int:
           f"| {measured['total_throughput']:,.0f} | {measured['verdict']} (total {measured['total_s']:.0f} s) |")
     print(f"| measured / plan | {measured['run_s'] / plan['run_s']:.3f} | {ratio('output_throughput')} "
           f"| {ratio('total_throughput')} | |")
+    own, ttft = plan.get("bench_model"), measured.get("ttft") or {}
+    if own:
+        print(f"| bench's own model of its exact batch | {own['run_s']:.1f} | {own['output_throughput']:,.0f} | | |")
+    print("\n| TTFT (s) | p50 | p90 |\n|---|---:|---:|")
+    print(f"| plan | {plan['ttft_p50_s']:.2f} | {plan['ttft_p90_s']:.2f} |")
+    if own:
+        print(f"| bench's own model | {own['ttft_p50_s']:.2f} | {own['ttft_p90_s']:.2f} |")
+    if ttft:
+        print(f"| measured (simulated engine) | {ttft['p50']:.2f} | {ttft['p90']:.2f} |")
     if measured["simulation"]:
         print(f"\nbench's own fidelity record: {json.dumps(measured['simulation'])}")
     print(f"\nraw outputs: {out}")

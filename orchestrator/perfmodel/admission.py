@@ -116,7 +116,6 @@ class Seq:
     output: int = 0  # output tokens when it last joined the running batch (see BatchSchedule.generated)
     kv_tokens: int = 0  # KV slots it holds, not counting its decode steps since joining
     join_step: int = 0
-    transferred: bool = False  # PD decode: its KV came from the prefill (no prefill compute here)
     retractions: int = 0
     state: str = "new"  # new | prealloc | transfer | waiting | prefill | running | held | retracted | done
     seq_id: int = 0
@@ -195,7 +194,7 @@ class BatchSchedule:
                 self.retracted_queue.popleft()
                 budget -= seq.fill + lim.reserved_decode_tokens
                 self._allocate(seq, seq.fill)
-                seq.state, seq.transferred = "waiting", True
+                seq.state = "waiting"
                 self.preallocated += 1
                 self.waiting.append(seq)
             if self.retracted_queue:
@@ -220,15 +219,14 @@ class BatchSchedule:
     def _allocatable(self, count_retracted: bool) -> int:
         lim = self.limits
         active = len(self.running) + self.preallocated
-        single = 0
-        while self._single and self._single[0][2].state != "running":
-            heapq.heappop(self._single)  # left the running batch since it was pushed
-        if self._single:
-            single = -self._single[0][0] - self.running_context
-        budget = self.kv_free() - max(lim.reserved_decode_tokens * active, single)
+        single = retracted = 0  # new requests only: see SGLang's _allocatable_token_budgets
         if count_retracted:
-            budget -= sum(s.fill + lim.reserved_decode_tokens for s in self.retracted_queue)
-        return budget
+            while self._single and self._single[0][2].state != "running":
+                heapq.heappop(self._single)  # left the running batch since it was pushed
+            if self._single:  # room for the largest running request to finish if every other one retracts
+                single = -self._single[0][0] - self.running_context
+            retracted = sum(s.fill + lim.reserved_decode_tokens for s in self.retracted_queue)
+        return self.kv_free() - max(lim.reserved_decode_tokens * active, single) - retracted
 
     def admit_transferred(self) -> list[Seq]:
         """PD decode: requests whose KV landed (or came back from host memory) join the running batch, in
