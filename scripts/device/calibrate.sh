@@ -17,7 +17,8 @@
 #           across modes (PD_ARGS=--no-agg skips the aggregated reference)
 # Compile caches: if .device/cache/caches.tar.xz exists (carry it), it is unpacked before the phase (a fresh
 # machine then skips the ~70 s of kernel compiles); SAVE_CACHES=1 writes $OUT/caches.tar.xz after it.
-# BUDGET (s, default 540) bounds the harness; everything it measured is saved as it goes.
+# BUDGET (s, default 540) bounds the harness; everything it measured is saved as it goes. SITE_ARCHIVE picks another
+# carried archive (e.g. .device/site-slim/site.tar.xz from slim_site_archive.sh, when the tree + 59 MB no longer fit).
 set -u
 PHASE=${1:?usage: calibrate.sh v2lite|r1|pd}
 REPO=$(pwd)
@@ -32,7 +33,7 @@ left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 
 if [ ! -f $SITE/.installed_site ]; then
   el "unpack sglang tree"
-  rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site || { el "unpack failed"; exit 1; }
+  rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site/site.tar.xz} && touch $SITE/.installed_site || { el "unpack failed"; exit 1; }
 fi
 if [ -f .device/cache/caches.tar.xz ] && [ ! -f /root/.pdo_caches_restored ]; then
   tar -C / -xJf .device/cache/caches.tar.xz && touch /root/.pdo_caches_restored && el "compile caches restored"

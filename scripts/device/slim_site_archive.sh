@@ -1,0 +1,22 @@
+#!/bin/bash
+# Repack the carried SGLang site archive smaller, so that it fits beside the working tree in the device tool's
+# 64 MiB (2026-11-24: the tracked tree had grown to ~8 MB on disk and the 59.4 MB archive no longer fitted).
+#   bash scripts/device/slim_site_archive.sh .device/site/site.tar.xz .device/site-slim/site.tar.xz
+# Drops what `python -m sglang.launch_server` never imports (checked in SGLang 0.5.17's source):
+#   sglang/multimodal_gen (diffusion serving, imported by the `sglang` CLI only), sglang/test (imported only
+#   with SGLANG_TEST_SCRIPTED_RUNTIME=1 or under TYPE_CHECKING), sglang/benchmark, nixl_cu13.scripts (examples)
+# and packs the rest grouped by file type (similar files next to each other) with a 192 MiB xz dictionary.
+set -eu
+IN=${1:?input site.tar.xz}; OUT=${2:?output site.tar.xz}
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+tar -C "$W" -xJf "$IN"
+rm -rf "$W/sglang/multimodal_gen" "$W/sglang/test" "$W/sglang/benchmark" "$W/nixl_cu13.scripts"
+echo "slimmed $(date -u +%FT%TZ) from $(basename "$IN"): no sglang/multimodal_gen sglang/test sglang/benchmark nixl_cu13.scripts" \
+  >> "$W/PRUNED_BY_PROBE.txt"
+mkdir -p "$(dirname "$OUT")"
+(cd "$W" && find . \( -type f -o -type l \) | awk -F/ '{n=$NF; i=index(n,"."); e=(i? substr(n, length(n)-index(reverse(n),".")+2) : ""); print e "\t" $0}
+  function reverse(s,  r,k){r=""; for(k=length(s);k>0;k--) r=r substr(s,k,1); return r}' \
+  | sort -t$'\t' -k1,1 -k2,2 | cut -f2 > "$W.list")
+tar -C "$W" --no-recursion -cf - -T "$W.list" | xz -9e -T2 --lzma2=preset=9e,dict=192MiB > "$OUT"
+rm -f "$W.list"
+ls -la "$OUT"
