@@ -254,3 +254,22 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not met within {timeout_s:.0f}s (last: {value!r:.200})")
         time.sleep(poll_s)
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and all its live descendants, from /proc (engines leave their parent's process group)."""
+    from orchestrator.process import descendants
+
+    return [pid, *descendants(pid)]
+
+
+def pid_listening_on(port: int, candidates: list[int]) -> int | None:
+    """Which of `candidates` listens on TCP `port` (e.g. the engine process behind a worker URL)."""
+    from orchestrator.cluster.listening import listening_sockets
+
+    return next((s.pid for s in listening_sockets(candidates) if s.port == port), None)
+
+
+def cluster_pids(state) -> list[int]:
+    """Every live process under a local cluster's `ray start` processes (raylets, workers, engines)."""
+    return [pid for node in state.nodes for pid in process_tree(node.pid)]

@@ -16,29 +16,7 @@ import pytest
 
 from orchestrator.cluster.listening import ListeningSocket, listening_sockets
 from orchestrator.cluster.local import LocalClusterState
-from orchestrator.process import descendants as _descendants
-from orchestrator.process import pid_alive as _pid_alive
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and all its live descendants, from /proc (engines leave their parent's process group)."""
-    return [pid, *_descendants(pid)]
-
-
-pid_alive = _pid_alive  # a zombie (exited, not yet reaped) counts as gone
-
-
-def pid_listening_on(port: int, candidates: list[int]) -> int | None:
-    """Which of `candidates` listens on TCP `port` (e.g. the engine process behind a worker URL)."""
-    return next((s.pid for s in listening_sockets(candidates) if s.port == port), None)
-
-
-def cluster_pids(state: LocalClusterState) -> list[int]:
-    """Every live process under the local cluster's `ray start` processes (raylets, workers, engines)."""
-    pids: list[int] = []
-    for node in state.nodes:
-        pids.extend(process_tree(node.pid))
-    return pids
+from tests.support import cluster_pids, pid_listening_on, process_tree
 
 
 # ---- the local embedded cluster -------------------------------------------------------------------------

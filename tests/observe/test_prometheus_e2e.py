@@ -25,7 +25,6 @@ import httpx
 import pytest
 
 from orchestrator.cluster.ports import free_port
-from orchestrator.config import config_from_dict
 from orchestrator.observe.dashboards import dashboard_queries, expand_macros, load_dashboards
 from orchestrator.observe.file_sd import TargetFile, engine_group, exporter_group
 from orchestrator.observe.html_report import PLOTS, write_report
@@ -35,7 +34,7 @@ from orchestrator.observe.monitor import MonitorPaths, local_cluster_ray_sd_file
 from orchestrator.records import BenchRequest
 from orchestrator.router.batch import run_batch
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
-from tests.support import SimServer, start_servers, wait_until
+from tests.support import SimServer, sim_config, start_servers, wait_until
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -51,17 +50,12 @@ DECODE_ERROR_RATE = 0.1  # some failures, so the failure panels have data too
 
 
 def sim_run_config():
-    group = {"tp": 8}
-    return config_from_dict({
-        "name": RUN_ID,
-        "cluster": {"address": "local", "gpu": "H100-SXM"},
-        "model": {"preset": "DeepSeek-R1", "quantization": "fp8"},
-        # time_scale 60: a ~6 s run, three RATE_WINDOWs of scrapes (the paced sim ran 48 prompts in 0.02 s at 0.05)
-        "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", "time_scale": 60.0, "kv_transfer": "http",
-                                           "faults": {"decode": {"error_rate": DECODE_ERROR_RATE, "seed": 7}}}},
-        "layout": {"mode": "pd", "prefill": [group], "decode": [group]},
-        "benchmark": {"deadline_s": 120, "num_prompts": NUM_PROMPTS},
-    })
+    # time_scale 60: a ~6 s run, three RATE_WINDOWs of scrapes (the paced sim ran 48 prompts in 0.02 s at 0.05)
+    return sim_config({"name": RUN_ID, "cluster.gpu": "H100-SXM", "model.quantization": "fp8",
+                       "engine.sim.time_scale": 60.0, "engine.sim.kv_transfer": "http",
+                       "engine.sim.faults": {"decode": {"error_rate": DECODE_ERROR_RATE, "seed": 7}},
+                       "benchmark.deadline_s": 120, "benchmark.num_prompts": NUM_PROMPTS},
+                      prefill=[{"tp": 8}], decode=[{"tp": 8}])
 
 
 class Prom:

@@ -38,9 +38,9 @@ import pytest
 
 from orchestrator.cluster.local import LocalClusterState
 from orchestrator.config import RunConfig, dump_config
+from orchestrator.process import pid_alive
 from orchestrator.records import BenchRequest, RequestResult, WorkerEndpoint
-from tests.support import sim_config, wait_until
-from tests.cluster.test_security import cluster_pids, pid_alive, pid_listening_on
+from tests.support import cluster_pids, pid_listening_on, sim_config, wait_until
 
 pytestmark = pytest.mark.ray
 

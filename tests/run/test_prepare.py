@@ -18,7 +18,7 @@ from orchestrator.engines.sglang.caches import (
 )
 from orchestrator.engines.sglang.launch import SglangBackend
 from orchestrator.run.prepare import run_prepare
-from tests.conftest import sim_config
+from tests.support import sim_config
 
 
 def sglang_config(cache_dir: str, **engine) -> object:
