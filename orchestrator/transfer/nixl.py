@@ -1,22 +1,31 @@
-"""NIXL endpoint of the preflight: register KV-shaped memory, exchange metadata, WRITE pages, verify bytes."""
+"""NIXL in one place: the loader, the one endpoint (agent + registered memory, WRITE, notifications), and the
+preflight's KV-page endpoint built on it.
+
+sim prefill --WRITE--> sim decode  (engines/sim/kv_prefill.py, kv_decode.py): one host buffer each, asyncio
+preflight prefill --WRITE--> decode (transfer/preflight.py): MLA-shaped pages in GPU or host memory, own process
+"""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import importlib
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from orchestrator.transfer.layout import KvLayout, PreflightError
 
 POISON_BYTE = 0xA5
-
-
 DONE_NOTIF = b"preflight-done"
-
+POLL_MIN_S, POLL_MAX_S = 0.0002, 0.002  # async completion polling, with backoff
 
 # The `nixl` meta package re-exports one of the CUDA-flavoured wheels; either wheel alone also works.
 NIXL_API_MODULES = ("nixl._api", "nixl_cu13._api", "nixl_cu12._api")
@@ -34,8 +43,98 @@ def load_nixl_api() -> ModuleType | None:
     return None
 
 
+def _address(region: Any) -> int:
+    return int(region.ctypes.data) if isinstance(region, np.ndarray) else int(region.data_ptr())
+
+
 class NixlEndpoint:
-    """One side of the preflight: a NIXL agent with MLA-shaped KV buffers. Runs in its own process.
+    """One NIXL agent (UCX backend) with registered memory regions: metadata, peers, WRITE, notifications.
+
+    `regions`: numpy arrays (host memory) or torch tensors (host or GPU; NIXL reads their device), kept alive
+    here because NIXL holds their addresses. `mem_type` is the descriptors' kind: "DRAM" or "VRAM".
+    `progress_thread` stays off unless asked for: NIXL's thread busy-polls (poll timeout 0), one whole core per
+    agent, which on a 2-core machine starved the simulated servers (a 1000-prompt run took 759 s instead of the
+    modelled 61 s). Without it, progress is made when a transfer's state or the notifications are polled, so
+    the receiving side must poll while the sender writes.
+    """
+
+    def __init__(self, name: str, regions: Sequence[Any], mem_type: str = "DRAM", progress_thread: bool = False):
+        api = load_nixl_api()
+        if api is None:
+            raise RuntimeError(NIXL_MISSING)
+        self.name = name
+        self.mem_type = mem_type
+        self.regions = list(regions)
+        self.base = _address(self.regions[0])  # the first region's address (offsets below are into it)
+        config = api.nixl_agent_config(enable_prog_thread=progress_thread, backends=["UCX"])
+        self.agent = api.nixl_agent(name, config)
+        if all(isinstance(r, np.ndarray) for r in self.regions):
+            self.registration = self.agent.register_memory(
+                [(_address(r), r.nbytes, 0, "") for r in self.regions], mem_type)
+        else:
+            self.registration = self.agent.register_memory(self.regions)
+        self._peers: dict[str, str] = {}
+
+    def metadata(self) -> bytes:
+        return self.agent.get_agent_metadata()
+
+    def metadata_b64(self) -> str:
+        """metadata() as base64 text, for JSON handshakes."""
+        return base64.b64encode(self.metadata()).decode()
+
+    def add_peer(self, metadata: bytes, name: str | None = None) -> str:
+        """Accept a peer agent (its WRITEs and notifications); its name. Known `name`s are not added again."""
+        if name is not None and name in self._peers:
+            return self._peers[name]
+        added = self.agent.add_remote_agent(metadata)
+        peer = added.decode() if isinstance(added, bytes) else str(added)  # bytes in NIXL 1.5.1, documented str
+        self._peers[name or peer] = peer
+        return peer
+
+    def descs(self, rows: Any, mem_type: str | None = None):
+        """Transfer descriptors for (address, bytes, device) rows (a list, or an (n, 3) uint64 array)."""
+        return self.agent.get_xfer_descs(rows, mem_type or self.mem_type)
+
+    def prepare_write(self, local: Any, remote: Any, peer: str, notif: bytes):
+        """A reusable WRITE handle from local descriptors to the peer's (descs() or deserialized ones)."""
+        return self.agent.initialize_xfer("WRITE", local, remote, peer, notif)
+
+    def run_write(self, handle, notif: bytes, timeout_s: float) -> str:
+        """Post the handle's WRITE and poll it to the end: 'DONE', an error state, or 'PROC' past timeout_s."""
+        t0 = time.perf_counter()
+        state = self.agent.transfer(handle, notif)
+        while state == "PROC" and time.perf_counter() - t0 <= timeout_s:
+            state = self.agent.check_xfer_state(handle)
+        return state
+
+    async def write(self, peer: str, src_offset: int, dst_addr: int, length: int, notif: bytes) -> str:
+        """One WRITE of the first region's [src_offset, +length) to the peer's host address dst_addr, polled
+        with backoff from the event loop (a poll progresses the UCX worker); its final state ('DONE' or an
+        error state)."""
+        local = self.descs([(self.base + src_offset, length, 0)])
+        remote = self.descs([(dst_addr, length, 0)], "DRAM")
+        handle = self.prepare_write(local, remote, peer, notif)
+        try:
+            state = self.agent.transfer(handle)
+            pause = POLL_MIN_S
+            while state == "PROC":
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, POLL_MAX_S)
+                state = self.agent.check_xfer_state(handle)
+            return state
+        finally:
+            self.agent.release_xfer_handle(handle)
+
+    def notifs(self) -> dict[str, list[bytes]]:
+        """Notifications that arrived since the last call, by peer name."""
+        return self.agent.get_new_notifs()
+
+    def new_notifs(self) -> list[bytes]:
+        return [msg for msgs in self.notifs().values() for msg in msgs]
+
+
+class PreflightEndpoint:
+    """One side of the preflight: a NixlEndpoint over MLA-shaped KV pages. Runs in its own process.
 
     UCX prints its protocol choice (UCX_PROTO_INFO=y) on the process's stdout from C; fd 1 is redirected
     to a file for the endpoint's life so the report can say which transport moved the bytes.
@@ -63,13 +162,12 @@ class NixlEndpoint:
             self.device = torch.device("cpu")
         self.memory = memory
         self.capture_path = capture_path
-        api = load_nixl_api()
-        if api is None:
+        if load_nixl_api() is None:
             raise PreflightError(NIXL_MISSING)
-        self.agent = api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
         size = layout.pages_per_layer * layout.page_bytes
         self.layers = [torch.empty(size, dtype=torch.uint8, device=self.device) for _ in range(layout.num_layers)]
-        self.reg = self.agent.register_memory(self.layers)
+        # the progress thread as before this endpoint shared NixlEndpoint: a preflight measures the link, once
+        self.nixl = NixlEndpoint(name, self.layers, "VRAM" if memory == "gpu" else "DRAM", progress_thread=True)
         self.descs = self._page_descs(list(range(layout.pages_per_layer)))
         self.peer: str | None = None
         self.handle = None
@@ -81,11 +179,9 @@ class NixlEndpoint:
         return {"name": self.name, "where": where, "memory": self.memory, "pid": os.getpid()}
 
     def metadata(self) -> bytes:
-        return self.agent.get_agent_metadata()
+        return self.nixl.metadata()
 
     def _page_descs(self, page_order: list[int]):
-        import numpy as np
-
         rows = np.zeros((self.layout.num_descriptors, 3), dtype=np.uint64)
         dev = self.device.index or 0
         i = 0
@@ -94,16 +190,15 @@ class NixlEndpoint:
             for page in page_order:
                 rows[i] = (base + page * self.layout.page_bytes, self.layout.page_bytes, dev)
                 i += 1
-        return self.agent.get_xfer_descs(rows, "VRAM" if self.memory == "gpu" else "DRAM")
+        return self.nixl.descs(rows)
 
     def remote_descs(self, page_order: list[int]) -> bytes:
         """This side's descriptors in the order the peer will write them (a shuffled page mapping)."""
-        return self.agent.get_serialized_descs(self._page_descs(page_order))
+        return self.nixl.agent.get_serialized_descs(self._page_descs(page_order))
 
     # -- decode (target) side -------------------------------------------------------------------
     def add_peer(self, peer_metadata: bytes) -> str:
-        peer = self.agent.add_remote_agent(peer_metadata)
-        return peer.decode() if isinstance(peer, bytes) else peer
+        return self.nixl.add_peer(peer_metadata)
 
     def poison(self) -> None:
         for buf in self.layers:
@@ -113,8 +208,7 @@ class NixlEndpoint:
     def wait_done(self, peer: str, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            notifs = self.agent.get_new_notifs()
-            if DONE_NOTIF in notifs.get(peer, []):
+            if DONE_NOTIF in self.nixl.notifs().get(peer, []):
                 return True
             time.sleep(0.001)
         return False
@@ -142,10 +236,9 @@ class NixlEndpoint:
         return h.hexdigest()
 
     def connect(self, peer_metadata: bytes, peer_descs: bytes) -> str:
-        peer = self.agent.add_remote_agent(peer_metadata)
-        self.peer = peer.decode() if isinstance(peer, bytes) else peer
-        remote = self.agent.deserialize_descs(peer_descs)
-        self.handle = self.agent.initialize_xfer("WRITE", self.descs, remote, self.peer, DONE_NOTIF)
+        self.peer = self.nixl.add_peer(peer_metadata)
+        remote = self.nixl.agent.deserialize_descs(peer_descs)
+        self.handle = self.nixl.prepare_write(self.descs, remote, self.peer, DONE_NOTIF)
         return self.peer
 
     def write(self, iterations: int, timeout_s: float) -> dict:
@@ -154,15 +247,13 @@ class NixlEndpoint:
         for it in range(iterations):
             notif = DONE_NOTIF if it == iterations - 1 else b"preflight-%d" % it
             t0 = time.perf_counter()
-            state = self.agent.transfer(self.handle, notif)
-            while state == "PROC":
-                if time.perf_counter() - t0 > timeout_s:
-                    raise PreflightError(f"{self.name}: transfer {it} still in progress after {timeout_s:.0f}s")
-                state = self.agent.check_xfer_state(self.handle)
+            state = self.nixl.run_write(self.handle, notif, timeout_s)
+            if state == "PROC":
+                raise PreflightError(f"{self.name}: transfer {it} still in progress after {timeout_s:.0f}s")
             if state != "DONE":
                 raise PreflightError(f"{self.name}: transfer {it} ended in state {state!r}; see the UCX log")
             times.append(time.perf_counter() - t0)
-        return {"times_s": times, "backend": self.agent.query_xfer_backend(self.handle)}
+        return {"times_s": times, "backend": self.nixl.agent.query_xfer_backend(self.handle)}
 
     def ucx_log(self) -> str:
         sys.stdout.flush()

@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator.config import RunConfig
 from orchestrator.transfer.layout import KvLayout, PreflightError
-from orchestrator.transfer.nixl import NixlEndpoint
+from orchestrator.transfer.nixl import PreflightEndpoint
 
 # Per-direction link a prefill->decode KV write should reach, GB/s: one 400 Gb/s NIC per GPU between
 # nodes (HGX H100/H200 with ConnectX-7), NVLink 4 (900 GB/s bidirectional) inside one host.
@@ -128,7 +128,7 @@ def gpudirect_verdict(memory: str, link_kind: str, transports: list[str]) -> str
 def _endpoint_loop(conn, kwargs: dict) -> None:
     """Child-process body for local mode: build the endpoint, then serve method calls over a pipe."""
     try:
-        ep = NixlEndpoint(**kwargs)
+        ep = PreflightEndpoint(**kwargs)
         conn.send(("ok", None))
     except BaseException as exc:  # reported to the parent, which raises PreflightError
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -182,7 +182,7 @@ class _RaySide:
         import ray
 
         self.ray = ray
-        actor_cls = ray.remote(NixlEndpoint)
+        actor_cls = ray.remote(PreflightEndpoint)
         self.actor = actor_cls.options(num_cpus=0, num_gpus=num_gpus, label_selector=label).remote(**kwargs)
         self._pending = None
 

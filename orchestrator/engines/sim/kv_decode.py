@@ -13,17 +13,8 @@ import numpy as np
 
 from orchestrator.engines.base import PdTimeouts
 from orchestrator.engines.sim.kv_prefill import KvAux
-from orchestrator.engines.sim.kv_transfer import (
-    PATTERN_BYTES,
-    POLL_MAX_S,
-    POLL_MIN_S,
-    VERIFY_MODES,
-    KvTransferError,
-    NixlEndpoint,
-    PayloadCheck,
-    log,
-)
-from orchestrator.transfer.nixl import load_nixl_api
+from orchestrator.engines.sim.kv_transfer import PATTERN_BYTES, VERIFY_MODES, KvTransferError, PayloadCheck, log
+from orchestrator.transfer.nixl import POLL_MAX_S, POLL_MIN_S, NixlEndpoint
 
 
 class ReceivePool:
@@ -71,10 +62,8 @@ class KvReceiver:
         self.node = node
         self.pool = ReceivePool(buffer_bytes)
         self.nixl: NixlEndpoint | None = None
-        if transfer_mode == "nixl":
-            api = load_nixl_api()
-            assert api is not None
-            self.nixl = NixlEndpoint(api, f"sim-decode-{uuid.uuid4().hex[:12]}", self.pool.buffer)
+        if transfer_mode == "nixl":  # resolve_transfer_mode checked that NIXL loads
+            self.nixl = NixlEndpoint(f"sim-decode-{uuid.uuid4().hex[:12]}", [self.pool.buffer])
         self._prefill_info: dict[str, dict[str, Any]] = {}
         self._watches: dict[str, _PrefillWatch] = {}
         self._notif_waiters: dict[bytes, asyncio.Future] = {}

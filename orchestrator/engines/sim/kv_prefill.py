@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from aiohttp import web
 
-from orchestrator.engines.sim.kv_transfer import (
-    _PATTERN_TWICE,
-    PATTERN_BYTES,
-    KvTransferError,
-    NixlEndpoint,
-    expected_kv_bytes,
-)
-from orchestrator.transfer.nixl import load_nixl_api
+from orchestrator.engines.sim.kv_transfer import _PATTERN_TWICE, PATTERN_BYTES, KvTransferError, expected_kv_bytes
+from orchestrator.transfer.nixl import NixlEndpoint
 
 
 @dataclass
@@ -71,10 +66,8 @@ class PrefillKvServer:
         self.modelled_bytes = 0
         self.moved_bytes = 0
         self.nixl: NixlEndpoint | None = None
-        if transfer_mode == "nixl":
-            api = load_nixl_api()
-            assert api is not None  # resolve_transfer_mode checked
-            self.nixl = NixlEndpoint(api, endpoint_name, _PATTERN_TWICE)
+        if transfer_mode == "nixl":  # resolve_transfer_mode checked that NIXL loads
+            self.nixl = NixlEndpoint(endpoint_name, [_PATTERN_TWICE])
 
     def room(self, room: int) -> PrefillRoom:
         if room not in self.rooms:
@@ -124,7 +117,7 @@ class PrefillKvServer:
             if self.nixl is None:
                 body["transfer"] = "http"  # the peer can use NIXL, we cannot: both fall back to HTTP
             else:
-                self.nixl.add_peer(body["agent_name"], body["agent_metadata"])
+                self.nixl.add_peer(base64.b64decode(body["agent_metadata"]), body["agent_name"])
         room.decode = body
         room.handshaken.set()
         return web.json_response({"transfer": body.get("transfer", "http")})
@@ -155,11 +148,15 @@ class PrefillKvServer:
         assert self.nixl is not None, "chunk route is only used when both sides agreed on NIXL"
         offset, length = int(body["offset"]), int(body["length"])
         src = (room.room * 7919 + offset) % PATTERN_BYTES  # same window as expected_kv_bytes
-        peer = self.nixl.add_peer(room.decode["agent_name"], room.decode["agent_metadata"])  # type: ignore[index]
+        decode = room.decode or {}
         try:
-            await self.nixl.write(peer, src, int(body["dst_addr"]), length, f"{room.room}:{offset}".encode())
+            peer = self.nixl.add_peer(base64.b64decode(decode["agent_metadata"]), decode["agent_name"])
+            state = await self.nixl.write(peer, src, int(body["dst_addr"]), length, f"{room.room}:{offset}".encode())
         except Exception as exc:  # NIXL raises its own error types; the decode only needs the reason
             return web.json_response({"error": f"Prefill transfer failed: {exc}"}, status=500)
+        if state != "DONE":
+            return web.json_response({"error": f"Prefill transfer failed: NIXL WRITE to {peer} ended in state "
+                                               f"{state}"}, status=500)
         return web.json_response({"ok": True})
 
     async def _finish(self, request: web.Request) -> web.Response:

@@ -8,8 +8,9 @@ room through them: handshake (its metadata, like SGLang's decode sending KV indi
 until the prefill's forward produced the first token), data, `finish` (the prefill waits the modelled
 transfer time, then answers its own client). Data is the model's KV size in bytes of a seeded pattern
 that depends on the room; it moves through a bounded receive buffer on the decode (slots of
-`slot_bytes`), by NIXL WRITE into registered CPU memory when `nixl` is importable, else as an HTTP
-stream, and every chunk is compared against the pattern.
+`slot_bytes`), by NIXL WRITE into registered CPU memory when `nixl` is importable (one
+`orchestrator.transfer.nixl.NixlEndpoint` per server, no progress thread), else as an HTTP stream, and
+every chunk is compared against the pattern.
 
 Failure handling mirrors SGLang 0.5.17: the decode retries `GET /route` (15 x 1 s) before its handshake
 fails; a heartbeat on the prefill's bootstrap `/health` (every 5 s, 2 failures) fails every room of a
@@ -19,11 +20,8 @@ on the prefill, whose own request ends in a 500. All of these are flags of the s
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import hashlib
 import logging
-from types import ModuleType
 
 import numpy as np
 
@@ -33,7 +31,6 @@ log = logging.getLogger(__name__)
 
 MIB = 2**20
 PATTERN_BYTES = 8 * MIB  # one pattern period; also the largest chunk moved in one piece
-POLL_MIN_S, POLL_MAX_S = 0.0002, 0.002  # NIXL completion/notification polling, with backoff
 _PATTERN = np.random.default_rng(2025).integers(0, 256, PATTERN_BYTES, dtype=np.uint8)
 _PATTERN_TWICE = np.concatenate([_PATTERN, _PATTERN])  # any window <= PATTERN_BYTES is one slice
 
@@ -68,61 +65,6 @@ def resolve_transfer_mode(requested: str) -> str:
             "(pip install -e '.[nixl]') or use --kv-transfer auto|http"
         )
     return "http"
-
-
-class NixlEndpoint:
-    """One NIXL agent (UCX backend) with one registered CPU region.
-
-    No progress thread: NIXL's busy-polls (poll timeout 0), one whole core per simulated server, which on a
-    2-core machine starved everything else (the 1000-prompt run took 759 s instead of the modelled 61 s).
-    Progress is made when we poll a transfer's state or the notifications, with backoff.
-    """
-
-    def __init__(self, api: ModuleType, name: str, region: np.ndarray):
-        self.api = api
-        self.name = name
-        self.region = region  # keep it alive: NIXL holds its address
-        self.base = int(region.ctypes.data)
-        self.agent = api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
-        self.agent.register_memory([(self.base, region.nbytes, 0, "")], "DRAM")
-        self._peers: dict[str, str] = {}
-        self._metadata_b64 = base64.b64encode(self.agent.get_agent_metadata()).decode()
-
-    def metadata_b64(self) -> str:
-        return self._metadata_b64
-
-    def add_peer(self, name: str, metadata_b64: str) -> str:
-        if name not in self._peers:
-            added = self.agent.add_remote_agent(base64.b64decode(metadata_b64))
-            # add_remote_agent returns bytes in NIXL 1.5.1 although documented as str
-            self._peers[name] = added.decode() if isinstance(added, bytes) else str(added)
-        return self._peers[name]
-
-    async def write(self, peer: str, src_offset: int, dst_addr: int, length: int, notif: bytes) -> None:
-        """WRITE region[src_offset:+length] to the peer's dst_addr; returns when NIXL reports DONE."""
-        local = self.agent.get_xfer_descs([(self.base + src_offset, length, 0)], "DRAM")
-        remote = self.agent.get_xfer_descs([(dst_addr, length, 0)], "DRAM")
-        handle = self.agent.initialize_xfer("WRITE", local, remote, peer, notif)
-        try:
-            state = self.agent.transfer(handle)
-            pause = POLL_MIN_S
-            while state == "PROC":  # each poll progresses the UCX worker; back off so waiting costs little CPU
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, POLL_MAX_S)
-                state = self.agent.check_xfer_state(handle)
-            if state != "DONE":
-                raise KvTransferError("transfer", f"NIXL WRITE to {peer} ended in state {state}")
-        finally:
-            self.agent.release_xfer_handle(handle)
-
-    def new_notifs(self) -> list[bytes]:
-        return [msg for msgs in self.agent.get_new_notifs().values() for msg in msgs]
-
-
-# ----- prefill side ----------------------------------------------------------------------------------------
-
-
-# ----- decode side -----------------------------------------------------------------------------------------
 
 
 PAYLOAD_MODES = ("sample", "full")  # the KV bytes that really move: a verified sample of each request's, or all

@@ -10,14 +10,14 @@ import pytest
 
 from orchestrator.engines.sim.kv_decode import ReceivePool
 from orchestrator.engines.sim.kv_transfer import (
+    _PATTERN_TWICE,
     PATTERN_BYTES,
     KvTransferError,
-    NixlEndpoint,
     _verify,
     expected_kv_bytes,
     resolve_transfer_mode,
 )
-from orchestrator.transfer.nixl import load_nixl_api
+from orchestrator.transfer.nixl import NixlEndpoint, load_nixl_api
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
@@ -71,14 +71,12 @@ def test_explicit_mode_choices():
 
 @pytest.mark.skipif(load_nixl_api() is None, reason="nixl is not importable")
 async def test_nixl_write_lands_verified_bytes_in_the_receive_buffer():
-    api = load_nixl_api()
-    from orchestrator.engines.sim.kv_transfer import _PATTERN_TWICE
-
     pool = ReceivePool(buffer_bytes=2 * PATTERN_BYTES)
-    sender = NixlEndpoint(api, "test-sender", _PATTERN_TWICE)
-    receiver = NixlEndpoint(api, "test-receiver", pool.buffer)
-    peer = sender.add_peer(receiver.name, receiver.metadata_b64())
+    sender = NixlEndpoint("test-sender", [_PATTERN_TWICE])
+    receiver = NixlEndpoint("test-receiver", [pool.buffer])
+    peer = sender.add_peer(receiver.metadata(), receiver.name)
     assert peer == "test-receiver"  # a str, although NIXL hands back bytes
+    assert sender.add_peer(b"not metadata", receiver.name) == peer  # a known peer is not added again
     room, offset, length = 31337, PATTERN_BYTES, 3 * 2**20
     src = (room * 7919 + offset) % PATTERN_BYTES
     slot = await pool.acquire()
@@ -91,6 +89,6 @@ async def test_nixl_write_lands_verified_bytes_in_the_receive_buffer():
         if notes and write.done():
             break
         await asyncio.sleep(0.001)
-    await asyncio.wait_for(write, timeout=10)
+    assert await asyncio.wait_for(write, timeout=10) == "DONE"
     assert notes == [b"31337:done"]
     _verify(pool.view(slot)[:length], room, offset)
