@@ -7,42 +7,17 @@ Skipped, with the reason, only where namespaces cannot be created (not root, no 
 
 from __future__ import annotations
 
-import os
 import secrets
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from orchestrator.cluster.local import LocalClusterState
 from orchestrator.cluster.netns import NamespaceCluster, NetnsLab, cleanup_leftovers, unavailable_reason
-from tests.conftest import sim_config
+from tests.multihost.lab import HostCluster
+from tests.support import sim_config
 
 _REASON = unavailable_reason()
 if _REASON is not None:
     pytest.skip(f"multi-host tests need network namespaces: {_REASON}", allow_module_level=True)
-
-
-@dataclass
-class HostCluster:
-    """The namespace lab, the Ray cluster on it, and the token every node and client of it uses."""
-
-    lab: NetnsLab
-    cluster: NamespaceCluster
-    state: LocalClusterState
-    token: str
-
-    def env(self, with_token: bool = True) -> dict[str, str]:
-        """Environment of a client of this cluster: token auth on, the token only if `with_token`."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", PYTHONUNBUFFERED="1")
-        if with_token:
-            env["RAY_AUTH_TOKEN"] = self.token
-        return env
-
-    @property
-    def head_ip(self) -> str:
-        return self.lab.hosts["node-a"].ip
 
 
 @pytest.fixture(scope="session")
