@@ -41,7 +41,7 @@ fi
 if [ ! -f $SITE/.nixl_patched_v2 ]; then
   python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched_v2
 fi
-{ date -u; nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+{ date -u; nvidia-smi; nvidia-smi topo -m; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, torch.cuda.get_device_name(0))"
   python3 -c "import sglang; print('sglang', sglang.__version__)"
   echo "compile caches:"; du -sh /root/.triton /root/.cache /tmp/torchinductor_root 2>/dev/null; free -g; nproc; } > $OUT/env-$PHASE.txt 2>&1
