@@ -28,10 +28,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from orchestrator.observe.metrics import canonical_phase
 from orchestrator.observe.report import LATENCIES, PERCENTILES, LatencySummary, tpot_s
+from orchestrator.phases import Phase
 
 PLOTS = ("throughput", "latency", "workers", "timeline")
-PHASE_COLOURS = {"preflight": "#f0f0f0", "dataset": "#d9d9d9", "placement": "#bbbbbb", "engine_start": "#9ecae1", "warmup": "#fdd0a2", "run": "#a1d99b",
-                 "report": "#dadaeb", "done": "#666666"}
+PHASE_COLOURS = {Phase.PREFLIGHT: "#f0f0f0", Phase.DATASET: "#d9d9d9", Phase.PLACEMENT: "#bbbbbb",
+                 Phase.ENGINE_START: "#9ecae1", Phase.WARMUP: "#fdd0a2", Phase.RUN: "#a1d99b", Phase.REPORT: "#dadaeb",
+                 Phase.DONE: "#666666"}  # keyed by the enum; a str-valued Phase also matches its plain name
 
 
 @dataclass
@@ -61,14 +63,14 @@ class RunData:
         started_at = result.get("started_at") or meta.get("started_at")
         if started_at is None and sent:
             # no job start recorded: the first prompt was sent when the measured run began
-            run_start_s = next((p["start_s"] for p in phases if _phase_key(p["name"]) == "run"), 0.0)
+            run_start_s = next((p["start_s"] for p in phases if _phase_key(p["name"]) == Phase.RUN), 0.0)
             started_at = min(sent) - run_start_s * time_scale
         config = result.get("config") or meta.get("config") or {}
         deadline = result.get("deadline_s", config.get("benchmark", {}).get("deadline_s"))
         s = result.get("summary") or {}
         throughput = {}
         if s.get("duration_s"):
-            throughput = {"measured run": f"{s['duration_s']:.2f} s",
+            throughput = {Phase.RUN.title: f"{s['duration_s']:.2f} s",
                           "total tok/s": f"{s.get('total_throughput', 0):,.0f}",
                           "output tok/s": f"{s.get('output_throughput', 0):,.0f}"}
         sim = result.get("simulation")  # sim engine: the measured run against the cost model's run of the batch

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from orchestrator.observe.metrics import BenchMetrics, canonical_phase, projected_finish
 from orchestrator.observe.report import percentile, tpot_s
+from orchestrator.phases import Phase
 from orchestrator.records import RequestResult
 
 RATE_WINDOW_S = 10.0  # "current" tok/s = tokens of requests finished in the last 10 s
@@ -116,7 +117,7 @@ class LiveView:
         # elapsed, deadline and tok/s in the run's unit: simulated seconds when the sim's time_scale != 1
         self.time_scale = time_scale or (metrics.time_scale if metrics is not None else 1.0)
         self.title = title
-        self._phase = "placement"
+        self._phase = Phase.PLACEMENT.value
         self._run_started_s: float | None = None
         self._run_ended_s: float | None = None
         self._done = 0
@@ -153,10 +154,10 @@ class LiveView:
         """The job entered phase `name` (metrics.BENCH_PHASES / EXTRA_PHASES, or the driver's spelling)."""
         name = canonical_phase(name)
         with self._lock:
-            if self._phase == "run" and name != "run" and self._run_ended_s is None:
+            if self._phase == Phase.RUN and name != Phase.RUN and self._run_ended_s is None:
                 self._run_ended_s = self._elapsed()
             self._phase = name
-            if name == "run" and self._run_started_s is None:
+            if name == Phase.RUN and self._run_started_s is None:
                 self._run_started_s = self._elapsed()
         if self.metrics is not None:
             self.metrics.phase(name)
