@@ -79,7 +79,7 @@ def run(a: argparse.Namespace) -> int:
     elif a.cmd == "nixl-patch":
         from .nixl_patch import apply
 
-        print(f"patched {apply(a.site_dir)}")
+        print("patched " + " ".join(str(p) for p in apply(a.site_dir)))
     elif a.cmd == "parse-log":
         from . import logparse
 

@@ -14,6 +14,12 @@ changes to the sender, the patch:
      post and wait ms, queue, queue depth, wall times of enqueue / pop / done) and one `PDO_KV` line when
      the prefill scheduler's poll first sees a request's transfer done (`prefill_polled`) and when the
      decode scheduler's poll does (`decode_seen`). Wall clock (`time.time()`): both servers share one host.
+  4. Prefill polling (flag PREFILL_POLL, `sglang/srt/disaggregation/prefill.py`): while the prefill scheduler
+     waits for a forward batch to finish (`copy_done.synchronize()` in `process_batch_result_disagg_prefill`),
+     it polls its in-flight transfers every 0.5 ms instead of once per batch, so a finished transfer is
+     concluded (KV released, answer sent, `kv_transfer_latency_ms` observed) when it finishes, not one batch
+     later. Only with TP = PP = CP = 1 and no DP attention (elsewhere the poll is an all-reduce every rank
+     must call the same number of times); otherwise it waits as shipped.
 A flag is on when the environment has PDO_NIXL_<FLAG>=1, or when the file named by PDO_NIXL_<FLAG>_FILE
 exists (read per transfer, so one server pair can A/B them). Bytes moved and where they land are unchanged;
 outputs must be too (checked on the GPU by comparing top-k logprobs across flags).
@@ -26,6 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TARGET = "sglang/srt/disaggregation/nixl/conn.py"
+PREFILL_TARGET = "sglang/srt/disaggregation/prefill.py"
 MARK = "# pd-orchestrator nixl patch v2"
 
 EDITS = [
@@ -146,32 +153,74 @@ def _pdo_log_chunk(mgr, room, kv_chunk, t_pop, t_wait):
 '''
 
 
+PREFILL_MARK = "# pd-orchestrator prefill poll patch v1"
+PREFILL_EDITS = [
+    (  # wait for the batch while polling the in-flight transfers (flag PREFILL_POLL)
+        "        if copy_done is not None:\n"
+        "            copy_done.synchronize()\n",
+        "        if copy_done is not None:\n"
+        "            _pdo_wait_polling_transfers(self, copy_done)\n",
+    ),
+]
+PREFILL_TAIL = f'''
+
+{PREFILL_MARK}
+def _pdo_wait_polling_transfers(scheduler, copy_done):
+    import os
+    import time
+
+    flag = os.environ.get("PDO_NIXL_PREFILL_POLL_FILE")
+    on = os.environ.get("PDO_NIXL_PREFILL_POLL") == "1" or (bool(flag) and os.path.exists(flag))
+    sa = scheduler.server_args
+    single_rank = (sa.tp_size == 1 and sa.pp_size == 1 and (getattr(sa, "attn_cp_size", 1) or 1) == 1
+                   and not sa.enable_dp_attention)
+    if not (on and single_rank and hasattr(copy_done, "query")):
+        copy_done.synchronize()
+        return
+    while not copy_done.query():
+        if scheduler.disagg_prefill_inflight_queue:
+            scheduler.process_disagg_prefill_inflight_queue()
+        time.sleep(0.0005)
+    copy_done.synchronize()
+'''
+
+
 class PatchError(RuntimeError):
     pass
 
 
-def patch_text(src: str) -> str:
+def patch_text(src: str, edits=None, tail: str | None = None, mark: str = MARK) -> str:
     """Return the patched source; raises PatchError naming the first anchor that is not there exactly once."""
-    if MARK in src:
+    edits, tail = (EDITS if edits is None else edits), (TAIL if tail is None else tail)
+    if mark in src:
         return src
-    for i, (old, new) in enumerate(EDITS):
+    for i, (old, new) in enumerate(edits):
         n = src.count(old)
         if n != 1:
             raise PatchError(f"nixl patch edit {i}: anchor found {n} times (want 1): {old.strip()[:70]!r}; "
                              "SGLang's nixl/conn.py changed: re-check the patch against it")
         src = src.replace(old, new)
-    return src + TAIL
+    return src + tail
 
 
-def apply(site_dir: str | Path) -> Path:
-    path = Path(site_dir) / TARGET
-    if not path.is_file():
-        raise PatchError(f"{path} not found: pass the folder that holds the installed sglang package")
-    src = path.read_text()
-    out = patch_text(src)
-    if out != src:
-        path.write_text(out)
-        for cached in path.parent.glob("__pycache__/conn.*.pyc"):
-            cached.unlink()
-    compile(out, str(path), "exec")
-    return path
+def apply(site_dir: str | Path) -> list[Path]:
+    """Patch nixl/conn.py and prefill.py of the sglang package under `site_dir`; both or neither is written."""
+    plans = [(TARGET, EDITS, TAIL, MARK), (PREFILL_TARGET, PREFILL_EDITS, PREFILL_TAIL, PREFILL_MARK)]
+    outs = []
+    for target, edits, tail, mark in plans:
+        path = Path(site_dir) / target
+        if not path.is_file():
+            raise PatchError(f"{path} not found: pass the folder that holds the installed sglang package")
+        src = path.read_text()
+        try:
+            out = patch_text(src, edits, tail, mark)
+        except PatchError as exc:
+            raise PatchError(f"{target}: {exc}") from None
+        compile(out, str(path), "exec")
+        outs.append((path, src, out))
+    for path, src, out in outs:
+        if out != src:
+            path.write_text(out)
+            for cached in path.parent.glob(f"__pycache__/{path.stem}.*.pyc"):
+                cached.unlink()
+    return [path for path, _, _ in outs]

@@ -8,6 +8,8 @@ hits) under each sender mode of `nixl_patch` (flags switched per load through fi
   coalesce        merged descriptors (one per run of consecutive slots per layer)
   shard           queue chosen by room (every transfer worker busy, not one)
   coalesce+shard  both
+  poll            the prefill scheduler polls its in-flight transfers while it waits for a batch (not once per batch)
+  shard+poll      both
 Reps alternate the order of modes (forward, then backward). Per load: wall time and throughput, SGLang's
 `sglang:kv_transfer_*` histograms (delta of the prefill's /metrics) and the per-request timelines of
 `kvtimeline` (KV ready on the prefill -> decode sees it, and its parts). Then top-k logprobs of the first
@@ -33,8 +35,9 @@ from .single import SCHEMA, Budget, gpu_info, gpu_memory_used_mib
 _CHUNK = re.compile(r"PDO_NIXL room=(\d+) chunk=(\d+) last=(\d) slots=(\d+) item_bytes=(\d+) descs=(\d+) "
                     r"bytes=(\d+) mode=(\w+) post_ms=([\d.]+) wait_ms=([\d.]+)")
 MODES = {"base": (), "coalesce": ("COALESCE",), "shard": ("SHARD_BY_ROOM",),
-         "coalesce+shard": ("COALESCE", "SHARD_BY_ROOM")}
-FLAGS = ("COALESCE", "SHARD_BY_ROOM")
+         "coalesce+shard": ("COALESCE", "SHARD_BY_ROOM"), "poll": ("PREFILL_POLL",),
+         "shard+poll": ("SHARD_BY_ROOM", "PREFILL_POLL")}
+FLAGS = ("COALESCE", "SHARD_BY_ROOM", "PREFILL_POLL")
 KV_HISTOGRAMS = ("kv_transfer_latency_ms", "kv_transfer_speed_gb_s", "kv_transfer_total_mb",
                  "kv_transfer_bootstrap_ms", "kv_transfer_alloc_ms")
 
@@ -207,7 +210,7 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), pre
                           env=env)
         try:
             _start_pair(pf, dc, budget, entry)
-            patched = "pd-orchestrator nixl patch v2" in _conn_source()
+            patched = "pd-orchestrator nixl patch v2" in _conn_source() and _prefill_patched()
             entry["nixl_patch_installed"] = patched
             page_modes = list(modes) if patched else ["base"]
             rng = random.Random(seed)
@@ -384,6 +387,14 @@ def _set_mode(out_dir: Path, mode: str) -> None:
             _flag_path(out_dir, flag).write_text("on\n")
         else:
             _flag_path(out_dir, flag).unlink(missing_ok=True)
+
+
+def _prefill_patched() -> bool:
+    for base in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        p = Path(base) / "sglang/srt/disaggregation/prefill.py"
+        if p.is_file():
+            return "pd-orchestrator prefill poll patch v1" in p.read_text()
+    return False
 
 
 def _conn_source() -> str:

@@ -88,12 +88,12 @@ def _tail_namespace():
 
 def test_nixl_patch_flags_follow_env_and_flag_files(tmp_path, monkeypatch):
     ns = _tail_namespace()
-    for flag in ("COALESCE", "SHARD_BY_ROOM"):
+    for flag in ("COALESCE", "SHARD_BY_ROOM", "PREFILL_POLL"):
         monkeypatch.delenv(f"PDO_NIXL_{flag}", raising=False)
         monkeypatch.setenv(f"PDO_NIXL_{flag}_FILE", str(_flag_path(tmp_path, flag)))
     for mode, flags in MODES.items():
         _set_mode(tmp_path, mode)
-        assert {f for f in ("COALESCE", "SHARD_BY_ROOM") if ns["_pdo_flag"](f)} == set(flags), mode
+        assert {f for f in ("COALESCE", "SHARD_BY_ROOM", "PREFILL_POLL") if ns["_pdo_flag"](f)} == set(flags), mode
     _set_mode(tmp_path, "base")
     monkeypatch.setenv("PDO_NIXL_SHARD_BY_ROOM", "1")
     assert ns["_pdo_flag"]("SHARD_BY_ROOM") and not ns["_pdo_flag"]("COALESCE")
@@ -166,16 +166,72 @@ SITE_ARCHIVE = Path(__file__).resolve().parents[2] / ".device/site/site.tar.xz"
 
 @pytest.mark.skipif(not SITE_ARCHIVE.is_file(), reason="the git-ignored SGLang 0.5.17 site archive is not built "
                     "here (PY=python3.12 bash scripts/device/build_site_archive.sh .device/site)")
-def test_nixl_patch_applies_to_the_installed_sglang_0_5_17_source():
+def test_nixl_patch_applies_to_the_installed_sglang_0_5_17_source(tmp_path):
     with tarfile.open(SITE_ARCHIVE) as tf:
-        src = tf.extractfile("./" + nixl_patch.TARGET).read().decode()
-    out = nixl_patch.patch_text(src)
-    compile(out, nixl_patch.TARGET, "exec")
-    added = sum(new.count("\n") - old.count("\n") for old, new in nixl_patch.EDITS)
-    assert len(out.splitlines()) == len(src.splitlines()) + added + len(nixl_patch.TAIL.splitlines())
-    # only added lines: every line of SGLang's source is still there, in order
-    it = iter(out.splitlines())
-    assert all(any(line == o for o in it) for line in src.splitlines())
+        for target in (nixl_patch.TARGET, nixl_patch.PREFILL_TARGET):
+            (tmp_path / target).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / target).write_bytes(tf.extractfile("./" + target).read())
+    srcs = {t: (tmp_path / t).read_text() for t in (nixl_patch.TARGET, nixl_patch.PREFILL_TARGET)}
+    assert nixl_patch.apply(tmp_path) == [tmp_path / nixl_patch.TARGET, tmp_path / nixl_patch.PREFILL_TARGET]
+    for target, edits, tail in ((nixl_patch.TARGET, nixl_patch.EDITS, nixl_patch.TAIL),
+                                (nixl_patch.PREFILL_TARGET, nixl_patch.PREFILL_EDITS, nixl_patch.PREFILL_TAIL)):
+        src, out = srcs[target], (tmp_path / target).read_text()
+        added = sum(new.count("\n") - old.count("\n") for old, new in edits)
+        assert len(out.splitlines()) == len(src.splitlines()) + added + len(tail.splitlines())
+        # only added lines, except the one wait it replaces in prefill.py: SGLang's other lines stay, in order
+        it = iter(out.splitlines())
+        kept = [line for line in src.splitlines() if line != "            copy_done.synchronize()"]
+        assert all(any(line == o for o in it) for line in kept)
+    assert nixl_patch.apply(tmp_path)    # idempotent
+    assert (tmp_path / nixl_patch.PREFILL_TARGET).read_text().count("_pdo_wait_polling_transfers(self") == 1
+
+
+def test_prefill_poll_patch_refuses_a_changed_wait():
+    src = "x = 1\n        if copy_done is not None:\n            copy_done.wait()\n"
+    with pytest.raises(nixl_patch.PatchError, match="edit 0: anchor found 0 times"):
+        nixl_patch.patch_text(src, nixl_patch.PREFILL_EDITS, nixl_patch.PREFILL_TAIL, nixl_patch.PREFILL_MARK)
+
+
+def test_prefill_poll_waits_polling_only_when_on_and_single_rank(monkeypatch):
+    ns = {}
+    exec(nixl_patch.PREFILL_TAIL, ns)
+
+    class Event:
+        def __init__(self, ready_after):
+            self.queries, self.ready_after, self.synced = 0, ready_after, False
+
+        def query(self):
+            self.queries += 1
+            return self.queries > self.ready_after
+
+        def synchronize(self):
+            self.synced = True
+
+    class Args:
+        tp_size, pp_size, attn_cp_size, enable_dp_attention = 1, 1, 1, False
+
+    class Sched:
+        server_args = Args()
+
+        def __init__(self):
+            self.disagg_prefill_inflight_queue, self.polls = ["req"], 0
+
+        def process_disagg_prefill_inflight_queue(self):
+            self.polls += 1
+
+    monkeypatch.delenv("PDO_NIXL_PREFILL_POLL_FILE", raising=False)
+    monkeypatch.delenv("PDO_NIXL_PREFILL_POLL", raising=False)
+    s, ev = Sched(), Event(3)
+    ns["_pdo_wait_polling_transfers"](s, ev)
+    assert (s.polls, ev.queries, ev.synced) == (0, 0, True)        # off: SGLang's wait
+    monkeypatch.setenv("PDO_NIXL_PREFILL_POLL", "1")
+    s, ev = Sched(), Event(3)
+    ns["_pdo_wait_polling_transfers"](s, ev)
+    assert (s.polls, ev.queries, ev.synced) == (3, 4, True)        # on: polled until the batch was done
+    s, ev = Sched(), Event(3)
+    s.server_args = type("TP2", (Args,), {"tp_size": 2})()
+    ns["_pdo_wait_polling_transfers"](s, ev)
+    assert (s.polls, ev.synced) == (0, True)                        # TP 2: every rank must poll alike
 
 
 def test_prometheus_histogram_deltas():
