@@ -197,7 +197,7 @@ def main() -> int:
     print(f"| plan | {plan['ttft_p50_s']:.2f} | {plan['ttft_p90_s']:.2f} |")
     if own:
         print(f"| bench's own model | {own['ttft_p50_s']:.2f} | {own['ttft_p90_s']:.2f} |")
-    if ttft:
+    if ttft.get("p50") is not None:
         print(f"| measured (simulated engine) | {ttft['p50']:.2f} | {ttft['p90']:.2f} |")
     if measured["simulation"]:
         print(f"\nbench's own fidelity record: {json.dumps(measured['simulation'])}")
