@@ -10,16 +10,9 @@ from orchestrator.config.model_presets import DEEPSEEK_R1
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest, output_token, prompt_seed
 from orchestrator.perfmodel.costmodel import EngineCostModel
 from orchestrator.perfmodel.gpus import GPU_SPECS
+from tests.support import make_scheduler
 
 VOCAB = DEEPSEEK_R1.vocab_size
-
-
-def make_scheduler(max_running: int = 64, kv_tokens: int = 1_000_000, chunk: int = 8192,
-                   vocab: int = VOCAB, eos: int = 1, role: str = "aggregated") -> Scheduler:
-    cost = EngineCostModel(DEEPSEEK_R1, GPU_SPECS["cpu-fast"], tp=8)
-    sched = Scheduler(cost, SchedulerLimits(max_running, kv_tokens, chunk, time_scale=0.01, role=role), vocab, eos)
-    sched.start()
-    return sched
 
 
 async def run_all(sched: Scheduler, reqs: list[SimRequest]) -> None:
