@@ -53,6 +53,33 @@ def hide_serve_self_kill_errors() -> None:
     worker.print_to_stdstream = print_to_stdstream
 
 
+def _bindable(ip: str) -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
+            s.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+
+
+def own_node_ip() -> str | None:
+    """The node IP of the raylet on this process's own host, when raylets of other hosts are visible too.
+
+    Ray finds "local" raylets in the machine's process table and, seeing several, attaches a driver to the
+    head's. Hosts that share one process table but not one network (network namespaces: tests/multihost,
+    containers sharing a PID namespace) then get a driver that talks to another host's raylet through its
+    Unix socket and advertises that host's address, where replies to it never arrive. The raylet whose
+    (not loopback) address this network stack owns (can bind) is the one. None when that is not in doubt.
+    """
+    from ray._private.services import _find_address_from_flag
+
+    ips = set(_find_address_from_flag("--node_ip_address"))
+    own = [ip for ip in ips if not is_loopback(ip) and _bindable(ip)]  # every namespace has its own 127.0.0.1
+    return own[0] if len(ips) > 1 and len(own) == 1 else None
+
+
 def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_driver: bool = False) -> None:
     """`ray.init` this process; on a loopback cluster, keep the address and the Serve replicas on loopback."""
     import ray
@@ -62,7 +89,9 @@ def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_
     if is_loopback(host):
         keep_loopback_in_this_process()
         runtime_env = {"worker_process_setup_hook": SETUP_HOOK}
-    ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver, runtime_env=runtime_env)
+    node_ip = None if address and address.startswith("ray://") else own_node_ip()
+    ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver, runtime_env=runtime_env,
+             **({"_node_ip_address": node_ip} if node_ip else {}))
 
 
 def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool = False) -> ClusterSession:

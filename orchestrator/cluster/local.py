@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from orchestrator.cluster.inventory import ClusterError, gpu_slices, machine_gpu
 from orchestrator.cluster.ports import free_port
 from orchestrator.cluster.ray_loopback import LOOPBACK_ENV, is_loopback
 from orchestrator.config import ClusterConfig
-from orchestrator.process import ManagedProcess, pid_alive, reap, tail
+from orchestrator.process import ManagedProcess, descendants, pid_alive, reap, tail
 
 DEFAULT_STATE_PATH = Path("runs/local-cluster.json")
 # defaults for every Ray process and client we start; the caller's environment wins, so a cluster with
@@ -286,13 +287,52 @@ class LocalCluster:
         if state is None:
             return
         for node in reversed(state.nodes):
+            sessions = _sessions([node.pid, *descendants(node.pid)])
             ManagedProcess.attach(node.pid).stop()
+            _kill_sessions(sessions - {os.getsid(0)})
         if state.root_dir and Path(state.root_dir).name.startswith("pdo-ray-"):
             shutil.rmtree(state.root_dir, ignore_errors=True)
         saved = LocalClusterState.load(self.state_path)
         if saved is not None and saved.gcs_address == state.gcs_address:
             self.state_path.unlink(missing_ok=True)
         self.state = None
+
+
+def _sessions(pids: list[int]) -> set[int]:
+    out = set()
+    for pid in pids:
+        try:
+            out.add(os.getsid(pid))
+        except ProcessLookupError:
+            pass
+    return out
+
+
+def _proc_session(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill_sessions(sessions: set[int], timeout_s: float = 5.0) -> None:
+    """SIGKILL what is left in the sessions a node's processes ran in.
+
+    A process tree is not enough: Ray's job supervisor starts a watcher shell in its own session
+    (`while kill -s 0 <supervisor>; do sleep 1; done; ...`); killed, it leaves the `sleep` it was
+    waiting on as an orphan that the tree no longer reaches."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [int(e) for e in os.listdir("/proc") if e.isdigit() and _proc_session(int(e)) in sessions]
+        left = [p for p in left if pid_alive(p)]
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)  # a SIGKILLed process leaves /proc once its parent reaps it
 
 
 # ---- attaching and checking -------------------------------------------------------------------

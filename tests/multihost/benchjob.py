@@ -62,17 +62,20 @@ def host_config(hosts, tmp_path: Path, name: str, num_prompts: int = 160, overri
 class BenchJob:
     """`ray job submit ... -- python -m orchestrator bench` on the client host; its output is collected."""
 
-    def __init__(self, hosts, cfg: RunConfig, tmp_path: Path, extra_env: dict[str, str] | None = None):
+    def __init__(self, hosts, cfg: RunConfig, tmp_path: Path, extra_env: dict[str, str] | None = None,
+                 entrypoint_resources: dict[str, float] | None = None):
         self.hosts = hosts
         self.lab: NetnsLab = hosts.lab
         self.cfg = cfg
         self.job_id = f"pdo-multihost-{uuid.uuid4().hex[:8]}"
-        config_path = tmp_path / f"{self.job_id}.yaml"
+        self.config_path = config_path = tmp_path / f"{self.job_id}.yaml"
         config_path.write_text(dump_config(cfg))
         # the router's API key reaches its replica the way a user passes it: the job's runtime_env
         runtime_env = {"excludes": UPLOAD_EXCLUDES, "env_vars": {API_KEY_ENV: API_KEY, **(extra_env or {})}}
         argv = [RAY, "job", "submit", "--address", hosts.state.dashboard_url, "--working-dir", str(REPO),
                 "--submission-id", self.job_id, "--runtime-env-json", json.dumps(runtime_env)]
+        if entrypoint_resources:  # where the job's driver runs (default: the head node)
+            argv += ["--entrypoint-resources", json.dumps(entrypoint_resources)]
         argv += ["--", sys.executable, "-m", "orchestrator", "bench", "--config", str(config_path)]
         self.started_at = time.monotonic()
         self.started_at_wall = time.time()
@@ -109,7 +112,8 @@ class BenchJob:
             if self.proc.poll() is not None:
                 raise AssertionError(f"the job ended ({self.proc.returncode}) before its run did:\n{self.output[-3000:]}"
                                      f"\nerrors in the cluster's Serve logs:\n{self.serve_errors()}")
-            return any("measured run" in line for line in self.lines) and self.progress() >= done_at_least
+            measuring = any("measured run" in line for line in self.lines) or "measured run" in self.driver_log()
+            return measuring and self.progress() >= done_at_least
 
         try:
             wait_until(ready, timeout_s, what=f"job {self.job_id} measuring with {done_at_least} prompts done")
@@ -142,9 +146,27 @@ class BenchJob:
             self.proc.kill()
             self.proc.wait()
 
+    def driver_pids(self) -> dict[str, list[int]]:
+        """PIDs of this job's driver (`python -m orchestrator bench --config <this job's config>`) per host."""
+        return {role: [p for p in self.lab.pids(role) if str(self.config_path) in _argv(p)]
+                for role in ("node-a", "node-b")}
+
+    def driver_host(self) -> str | None:
+        return next((role for role, pids in self.driver_pids().items() if pids), None)
+
+    def wait_driver_exit(self, timeout_s: float) -> None:
+        wait_until(lambda: not any(self.driver_pids().values()), timeout_s, what=f"job {self.job_id}'s driver to exit")
+
+    def driver_log(self) -> str:
+        """The driver's output as Ray's job supervisor wrote it, on the node that ran it (Ray's job API
+        tails only the head's copy of this file: a driver elsewhere shows nothing through it)."""
+        logs = list(Path(self.hosts.state.root_dir).glob(f"*/session_latest/logs/job-driver-{self.job_id}.log"))
+        return max((log.read_text(errors="replace") for log in logs), key=len, default="")
+
     def result_json(self) -> dict:
         paths = list(Path(self.cfg.benchmark.result_dir).glob("*/result.json"))
-        assert len(paths) == 1, f"expected one result.json, found {paths}:\n{self.output[-3000:]}"
+        assert len(paths) == 1, (f"expected one result.json, found {paths}:\n{self.output[-2000:]}\n"
+                                 f"driver log:\n{self.driver_log()[-2500:]}")
         return json.loads(paths[0].read_text())
 
 

@@ -21,7 +21,7 @@ import pytest
 from orchestrator.transfer.preflight import parse_ucx_transports
 from tests.multihost.benchjob import (API_KEY, API_KEY_ENV, EXPORTER_PORT, BenchJob, census, engine_pids,
                                       host_config)
-from tests.multihost.conftest import HostCluster
+from tests.multihost.lab import HostCluster
 
 pytestmark = pytest.mark.ray
 

@@ -1,6 +1,6 @@
 """Faults across the link between the two hosts, each mid-run of a benchmark submitted from the client:
 the decode host's link down for a few seconds, down for good, throttled to a trickle; the decode node's
-raylet killed. Then `cluster down` must leave no process on either host.
+raylet killed; the head node's raylet killed. Then `cluster down` must leave no process on either host.
 
 For every fault: every prompt ends completed or failed-with-reason in result.json (none lost), no
 request outlives the run's deadline, the exit status and the bench's last line say what happened, and
@@ -20,7 +20,7 @@ from typing import Callable
 import pytest
 
 from tests.multihost.benchjob import BenchJob, host_config
-from tests.multihost.conftest import HostCluster
+from tests.multihost.lab import HostCluster
 
 pytestmark = pytest.mark.ray
 
@@ -208,8 +208,57 @@ def test_decode_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
     decode_node_back(hosts)
 
 
+def test_head_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
+    """The head's raylet SIGKILLed: `ray start --block` takes the GCS, dashboard and job API down with it.
+
+    A driver on the head would die with it, so the job is submitted the way a run that must survive its
+    head is: `--entrypoint-resources '{"node:<node-b>": 0.001}'` (every node offers `node:<its IP>`), the
+    driver on node-b. The client's `ray job submit` loses its log stream at once; the driver keeps going,
+    fails what the dead head held with a reason, writes result.json and its last line (to its job log on
+    node-b). Runs last: nothing brings a head back; the next test stops what is left.
+    """
+    import os
+    import signal
+
+    from orchestrator.cluster.netns import alive_node_count
+    from tests.multihost.benchjob import _argv
+
+    b_ip = hosts.lab.hosts["node-b"].ip
+    cfg = host_config(hosts, tmp_path, name="fault", overrides={"engine.sim.time_scale": TIME_SCALE,
+                                                             "benchmark.deadline_s": DEADLINE_S})
+    job = BenchJob(hosts, cfg, tmp_path, entrypoint_resources={f"node:{b_ip}": 0.001})
+    router_on: list[str] = []
+    try:
+        job.wait_measuring()
+        assert job.driver_host() == "node-b", "the job's driver is not on node-b"
+        router_on += [h for h in ("node-a", "node-b") if any("pd-router" in " ".join(_argv(p)) for p in hosts.lab.pids(h))]
+        fault_at = time.time()
+        os.kill(_raylet_pid(hosts, "node-a"), signal.SIGKILL)
+        client_rc, client_out = job.wait(timeout_s=60)  # the client's stream from the head breaks at once
+        job.wait_driver_exit(timeout_s=DEADLINE_S * TIME_SCALE)
+    finally:
+        job.stop()
+        (tmp_path / "driver.log").write_text(job.driver_log())
+        print(f"  router replica on {router_on}; driver log: {tmp_path / 'driver.log'}")
+    driver_ended_s = time.time() - fault_at
+    run = FaultRun("head node's raylet SIGKILLed (driver on node-b)", client_rc, job.driver_log(), job.result_json(),
+                   fault_at, job.started_at_wall)
+    print(run.summary())
+    print(f"  ray job submit (client): rc {client_rc}, last line: {client_out.strip().splitlines()[-1][:200]}")
+    print(f"  the driver on node-b exited {driver_ended_s:.1f}s after the fault")
+    assert hosts.lab.call("client", alive_node_count, hosts.state.dashboard_url, hosts.token) == 0, \
+        "the head's dashboard still answers after its raylet was killed"
+    assert_every_prompt_accounted_for(run)
+    assert run.doc["counts"]["failed"] > 0, "every prompt completed with the head node gone"
+    assert run.bench_last_line().startswith("INVALID:"), f"the driver's last line: {run.bench_last_line()!r}"
+    assert client_rc != 0 and "closed unexpectedly" in client_out, client_out[-1500:]
+
+
 def test_cluster_down_leaves_no_process_on_either_host(hosts: HostCluster) -> None:
-    """After the faults (and the decode node restarted twice): stopping the cluster stops everything."""
+    """After the faults (the decode node restarted, the head killed): stopping the cluster stops everything."""
     hosts.cluster.stop()
-    left = {h: hosts.lab.pids(h) for h in ("node-a", "node-b")}
+    from tests.multihost.benchjob import _argv
+
+    left = {h: [f"{p} {' '.join(_argv(p))[:160]}" for p in hosts.lab.pids(h)] for h in ("node-a", "node-b")}
     assert left == {"node-a": [], "node-b": []}, f"`cluster down` left processes: {left}"
+
