@@ -158,3 +158,47 @@ def test_no_folder_over_the_module_limit():
             per_folder[path.parent.relative_to(REPO)] += 1
     crowded = {str(f): n for f, n in per_folder.items() if n > MAX_MODULES_PER_FOLDER}
     assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules (make a sub-package): {crowded}"
+
+
+# ---- tests: shared code lives in support modules and conftest.py files, never in another test module ----
+
+# Plain helpers shared on purpose; fixtures go in a conftest.py, where pytest finds them without an import.
+TEST_SUPPORT_MODULES = {"tests.support", "tests.multihost.benchjob", "tests.multihost.lab"}
+
+
+def imported_test_modules(source: str, module: str) -> set[str]:
+    """The modules under tests/ that `source` (module `module`, e.g. tests.router.test_x) imports: absolute or
+    relative imports, also inside functions."""
+    package = module.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "tests")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "tests":
+                continue
+            for a in node.names:  # `from tests import support` imports the module tests.support
+                sub = f"{base}.{a.name}"
+                found.add(sub if (REPO / Path(*sub.split("."))).with_suffix(".py").exists() else base)
+    return found
+
+
+def test_no_test_module_imports_another_test_module():
+    crossing = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for target in sorted(imported_test_modules(path.read_text(), module) - TEST_SUPPORT_MODULES - {"tests"}):
+            crossing.append(f"{path.relative_to(REPO)} imports {target}")
+    assert not crossing, ("move what is shared into tests/support.py (helpers) or a conftest.py (fixtures, no "
+                          "import needed):\n" + "\n".join(crossing))
+
+
+def test_the_test_import_check_sees_what_it_must():
+    """Absolute, relative and function-local imports of test modules and conftests are all seen."""
+    source = ("from tests.router.test_pd_dispatch import x\nfrom . import test_routing\n"
+              "def f():\n    import tests.conftest\nfrom tests import support\nfrom tests.support import sim_config\n")
+    assert imported_test_modules(source, "tests.router.test_probe") == {
+        "tests.router.test_pd_dispatch", "tests.router.test_routing", "tests.conftest", "tests.support"}
