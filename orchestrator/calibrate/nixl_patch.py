@@ -14,12 +14,16 @@ changes to the sender, the patch:
      post and wait ms, queue, queue depth, wall times of enqueue / pop / done) and one `PDO_KV` line when
      the prefill scheduler's poll first sees a request's transfer done (`prefill_polled`) and when the
      decode scheduler's poll does (`decode_seen`). Wall clock (`time.time()`): both servers share one host.
-  4. Prefill polling (flag PREFILL_POLL, `sglang/srt/disaggregation/prefill.py`): while the prefill scheduler
-     waits for a forward batch to finish (`copy_done.synchronize()` in `process_batch_result_disagg_prefill`),
-     it polls its in-flight transfers every 0.5 ms instead of once per batch, so a finished transfer is
-     concluded (KV released, answer sent, `kv_transfer_latency_ms` observed) when it finishes, not one batch
-     later. Only with TP = PP = CP = 1 and no DP attention (elsewhere the poll is an all-reduce every rank
-     must call the same number of times); otherwise it waits as shipped.
+  4. Prefill polling (flag PREFILL_POLL, `sglang/srt/disaggregation/prefill.py`): SGLang's overlap loop polls
+     its in-flight transfers once per iteration, and an iteration lasts a whole forward batch (the scheduler
+     blocks while it prepares the next batch until the GPU has finished the running one). With the flag, each
+     iteration first waits for the running batch's `copy_done` event while polling the in-flight transfers
+     every 0.5 ms (until none is left), so a finished transfer is concluded (KV released, answer sent,
+     `kv_transfer_latency_ms` observed) when it finishes, not one batch later. The price: the next batch's
+     CPU preparation no longer overlaps the running batch while transfers are in flight. Only with
+     TP = PP = CP = 1 and no DP attention (elsewhere the poll is an all-reduce every rank must call alike).
+     (v1 polled inside `copy_done.synchronize()` of the result processing: measured on the H100, it never
+     waited there, because by then the batch had already finished.)
 A flag is on when the environment has PDO_NIXL_<FLAG>=1, or when the file named by PDO_NIXL_<FLAG>_FILE
 exists (read per transfer, so one server pair can A/B them). Bytes moved and where they land are unchanged;
 outputs must be too (checked on the GPU by comparing top-k logprobs across flags).
@@ -153,35 +157,44 @@ def _pdo_log_chunk(mgr, room, kv_chunk, t_pop, t_wait):
 '''
 
 
-PREFILL_MARK = "# pd-orchestrator prefill poll patch v1"
+PREFILL_MARK = "# pd-orchestrator prefill poll patch v2"
 PREFILL_EDITS = [
-    (  # wait for the batch while polling the in-flight transfers (flag PREFILL_POLL)
-        "        if copy_done is not None:\n"
-        "            copy_done.synchronize()\n",
-        "        if copy_done is not None:\n"
-        "            _pdo_wait_polling_transfers(self, copy_done)\n",
+    (  # overlap loop: before receiving and scheduling, wait for the in-flight batch while polling transfers
+        "    def event_loop_overlap_disagg_prefill(self: Scheduler) -> None:\n"
+        "        self.result_queue = deque()\n"
+        "\n"
+        "        while True:\n",
+        "    def event_loop_overlap_disagg_prefill(self: Scheduler) -> None:\n"
+        "        self.result_queue = deque()\n"
+        "\n"
+        "        while True:\n"
+        "            _pdo_wait_polling_transfers(self)\n",
     ),
 ]
 PREFILL_TAIL = f'''
 
 {PREFILL_MARK}
-def _pdo_wait_polling_transfers(scheduler, copy_done):
+def _pdo_wait_polling_transfers(scheduler):
     import os
     import time
 
     flag = os.environ.get("PDO_NIXL_PREFILL_POLL_FILE")
-    on = os.environ.get("PDO_NIXL_PREFILL_POLL") == "1" or (bool(flag) and os.path.exists(flag))
+    if not (os.environ.get("PDO_NIXL_PREFILL_POLL") == "1" or (bool(flag) and os.path.exists(flag))):
+        return
     sa = scheduler.server_args
-    single_rank = (sa.tp_size == 1 and sa.pp_size == 1 and (getattr(sa, "attn_cp_size", 1) or 1) == 1
-                   and not sa.enable_dp_attention)
-    if not (on and single_rank and hasattr(copy_done, "query")):
-        copy_done.synchronize()
+    if not (sa.tp_size == 1 and sa.pp_size == 1 and (getattr(sa, "attn_cp_size", 1) or 1) == 1
+            and not sa.enable_dp_attention):
+        return
+    if not scheduler.result_queue or not scheduler.disagg_prefill_inflight_queue:
+        return
+    copy_done = getattr(scheduler.result_queue[-1][1], "copy_done", None)
+    if copy_done is None or not hasattr(copy_done, "query"):
         return
     while not copy_done.query():
-        if scheduler.disagg_prefill_inflight_queue:
-            scheduler.process_disagg_prefill_inflight_queue()
+        scheduler.process_disagg_prefill_inflight_queue()
+        if not scheduler.disagg_prefill_inflight_queue:
+            return
         time.sleep(0.0005)
-    copy_done.synchronize()
 '''
 
 

@@ -178,34 +178,35 @@ def test_nixl_patch_applies_to_the_installed_sglang_0_5_17_source(tmp_path):
         src, out = srcs[target], (tmp_path / target).read_text()
         added = sum(new.count("\n") - old.count("\n") for old, new in edits)
         assert len(out.splitlines()) == len(src.splitlines()) + added + len(tail.splitlines())
-        # only added lines, except the one wait it replaces in prefill.py: SGLang's other lines stay, in order
+        # only added lines: every line of SGLang's source is still there, in order
         it = iter(out.splitlines())
-        kept = [line for line in src.splitlines() if line != "            copy_done.synchronize()"]
-        assert all(any(line == o for o in it) for line in kept)
+        assert all(any(line == o for o in it) for line in src.splitlines())
     assert nixl_patch.apply(tmp_path)    # idempotent
-    assert (tmp_path / nixl_patch.PREFILL_TARGET).read_text().count("_pdo_wait_polling_transfers(self") == 1
+    assert (tmp_path / nixl_patch.PREFILL_TARGET).read_text().count("_pdo_wait_polling_transfers(self)") == 1
 
 
-def test_prefill_poll_patch_refuses_a_changed_wait():
-    src = "x = 1\n        if copy_done is not None:\n            copy_done.wait()\n"
+def test_prefill_poll_patch_refuses_a_changed_loop():
+    src = "x = 1\n    def event_loop_overlap_disagg_prefill(self: Scheduler) -> None:\n        while True:\n"
     with pytest.raises(nixl_patch.PatchError, match="edit 0: anchor found 0 times"):
         nixl_patch.patch_text(src, nixl_patch.PREFILL_EDITS, nixl_patch.PREFILL_TAIL, nixl_patch.PREFILL_MARK)
 
 
-def test_prefill_poll_waits_polling_only_when_on_and_single_rank(monkeypatch):
+def test_prefill_poll_waits_polling_only_when_on_single_rank_and_transfers_pending(monkeypatch):
     ns = {}
     exec(nixl_patch.PREFILL_TAIL, ns)
+    wait = ns["_pdo_wait_polling_transfers"]
 
     class Event:
         def __init__(self, ready_after):
-            self.queries, self.ready_after, self.synced = 0, ready_after, False
+            self.queries, self.ready_after = 0, ready_after
 
         def query(self):
             self.queries += 1
             return self.queries > self.ready_after
 
-        def synchronize(self):
-            self.synced = True
+    class Result:
+        def __init__(self, ready_after):
+            self.copy_done = Event(ready_after)
 
     class Args:
         tp_size, pp_size, attn_cp_size, enable_dp_attention = 1, 1, 1, False
@@ -213,25 +214,35 @@ def test_prefill_poll_waits_polling_only_when_on_and_single_rank(monkeypatch):
     class Sched:
         server_args = Args()
 
-        def __init__(self):
-            self.disagg_prefill_inflight_queue, self.polls = ["req"], 0
+        def __init__(self, ready_after=3, pending=5, done_after=None):
+            self.result_queue = [("batch", Result(ready_after))]
+            self.disagg_prefill_inflight_queue = ["req"] * pending
+            self.polls, self.done_after = 0, done_after
 
         def process_disagg_prefill_inflight_queue(self):
             self.polls += 1
+            if self.done_after is not None and self.polls >= self.done_after:
+                self.disagg_prefill_inflight_queue = []
 
     monkeypatch.delenv("PDO_NIXL_PREFILL_POLL_FILE", raising=False)
     monkeypatch.delenv("PDO_NIXL_PREFILL_POLL", raising=False)
-    s, ev = Sched(), Event(3)
-    ns["_pdo_wait_polling_transfers"](s, ev)
-    assert (s.polls, ev.queries, ev.synced) == (0, 0, True)        # off: SGLang's wait
+    s = Sched()
+    wait(s)
+    assert (s.polls, s.result_queue[0][1].copy_done.queries) == (0, 0)      # off: SGLang's loop as shipped
     monkeypatch.setenv("PDO_NIXL_PREFILL_POLL", "1")
-    s, ev = Sched(), Event(3)
-    ns["_pdo_wait_polling_transfers"](s, ev)
-    assert (s.polls, ev.queries, ev.synced) == (3, 4, True)        # on: polled until the batch was done
-    s, ev = Sched(), Event(3)
+    s = Sched()
+    wait(s)
+    assert (s.polls, s.result_queue[0][1].copy_done.queries) == (3, 4)      # on: polled until the batch was done
+    s = Sched(ready_after=100, done_after=2)
+    wait(s)
+    assert s.polls == 2 and s.result_queue[0][1].copy_done.queries == 2    # stops once no transfer is left
+    s = Sched(pending=0)
+    wait(s)
+    assert s.polls == 0 and s.result_queue[0][1].copy_done.queries == 0    # nothing in flight: no wait
+    s = Sched()
     s.server_args = type("TP2", (Args,), {"tp_size": 2})()
-    ns["_pdo_wait_polling_transfers"](s, ev)
-    assert (s.polls, ev.synced) == (0, True)                        # TP 2: every rank must poll alike
+    wait(s)
+    assert s.polls == 0                                                     # TP 2: every rank must poll alike
 
 
 def test_prometheus_histogram_deltas():
