@@ -59,7 +59,7 @@ class PreflightReport:
             f"NIXL preflight ({self.mode}): {self.prefill['where']} -> {self.decode['where']}, {self.memory.upper()} memory",
             f"  descriptors: {lay['num_descriptors']} = {lay['num_layers']} layers x {lay['pages_per_layer']} pages"
             f" of {lay['page_bytes']} B ({lay['total_bytes'] / 2**20:.1f} MiB per transfer)",
-            f"  bandwidth: best {self.best_gb_s:.2f} GB/s, median {self.median_gb_s:.2f} GB/s over {self.iterations} transfers",
+            f"  bandwidth: best {self.best_gb_s:.3g} GB/s, median {self.median_gb_s:.3g} GB/s over {self.iterations} transfers",
         ]
         if self.expected_link_gb_s:
             pct = 100 * self.best_gb_s / self.expected_link_gb_s
@@ -177,12 +177,25 @@ class _LocalSide:
             self.proc.kill()
 
 
+class _NodeEndpoint(PreflightEndpoint):
+    """The endpoint as a Ray actor: `where` leads with its node's address, so two hosts that share a
+    hostname (containers, network namespaces) still read as two hosts."""
+
+    def info(self) -> dict:
+        import ray
+
+        out = super().info()
+        out["node_ip"] = ray.util.get_node_ip_address()
+        out["where"] = f"{out['node_ip']}/{out['where']}"
+        return out
+
+
 class _RaySide:
     def __init__(self, kwargs: dict, label: dict[str, str], num_gpus: int):
         import ray
 
         self.ray = ray
-        actor_cls = ray.remote(PreflightEndpoint)
+        actor_cls = ray.remote(_NodeEndpoint)
         self.actor = actor_cls.options(num_cpus=0, num_gpus=num_gpus, label_selector=label).remote(**kwargs)
         self._pending = None
 
@@ -205,7 +218,7 @@ class _RaySide:
 
 def _link_kind(memory: str, same_host: bool) -> str:
     if memory != "gpu":
-        return "host-memory"
+        return "host-memory" if same_host else "network, host memory"
     return "nvlink" if same_host else "network"
 
 

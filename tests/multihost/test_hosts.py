@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from orchestrator.transfer.preflight import parse_ucx_transports
-from tests.multihost.benchjob import (API_KEY, API_KEY_ENV, EXPORTER_PORT, BenchJob, census, engine_pids,
+from tests.multihost.benchjob import (API_KEY, API_KEY_ENV, EXPORTER_PORT, REPO, BenchJob, census, engine_pids,
                                       host_config)
 from tests.multihost.lab import HostCluster
 
@@ -61,6 +61,47 @@ def test_each_raylet_runs_on_its_own_host_and_only_token_holders_get_in(hosts: H
     assert jobs.returncode != 0, "a job client without the token listed the cluster's jobs"
     for r in (ok, refused, jobs):
         assert hosts.token not in r.stdout + r.stderr
+
+
+PREFLIGHT_RATE_MBIT = 200.0  # 25 MB/s: 8 MiB of KV per transfer takes ~0.3 s
+
+
+def test_fabric_preflight_measures_the_shaped_link(hosts: HostCluster, tmp_path) -> None:
+    """`pd-orchestrator preflight --mode ray` run on node-a (a driver needs a raylet on its own host) with
+    node-b's link shaped by tc tbf: NIXL/UCX writes KV pages prefill -> decode over tcp/eth0 between the
+    hosts, and the report gives the GB/s it measured next to the configured link rate
+    (transfer.expected_link_gb_s = the tbf rate). Unshaped, this veth moves GB/s: a rate inside the band
+    shows the bytes crossed the shaped link."""
+    from orchestrator.config import dump_config
+    from orchestrator.transfer.nixl import NIXL_MISSING, load_nixl_api
+
+    if load_nixl_api() is None:
+        pytest.skip(NIXL_MISSING)
+    lab = hosts.lab
+    rate_gb_s = PREFLIGHT_RATE_MBIT / 8 / 1000
+    cfg = host_config(hosts, tmp_path, name="preflight", overrides={"transfer.expected_link_gb_s": rate_gb_s})
+    config_path = tmp_path / "preflight.yaml"
+    config_path.write_text(dump_config(cfg))
+    report_path = tmp_path / "preflight.json"
+    lab.shape("node-b", PREFLIGHT_RATE_MBIT)
+    try:
+        done = lab.run("node-a", [sys.executable, "-m", "orchestrator", "preflight", "--config", str(config_path),
+                                  "--mode", "ray", "--memory", "cpu", "--mib", "8", "--iterations", "4",
+                                  "--timeout-s", "60", "--json", str(report_path)],
+                       env=hosts.env(), cwd=REPO, timeout_s=240)
+    finally:
+        lab.unshape("node-b")
+    print(f"PREFLIGHT across node-b's link shaped to {PREFLIGHT_RATE_MBIT:g} Mbit/s:\n{done.stdout}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    a, b = lab.hosts["node-a"].ip, lab.hosts["node-b"].ip
+    assert report["prefill"]["node_ip"] == a and report["decode"]["node_ip"] == b
+    assert report["bytes_verified"] and report["link_kind"] == "network, host memory"
+    assert report["transports"] and all("inter-node" in t and "tcp/eth0" in t for t in report["transports"])
+    assert report["expected_link_gb_s"] == pytest.approx(rate_gb_s)
+    ratio = report["best_gb_s"] / rate_gb_s
+    assert 0.5 <= ratio <= 1.1, f"measured {report['best_gb_s']:.4f} GB/s = {ratio:.2f} x the shaped {rate_gb_s} GB/s"
+    assert f"expected link (network, host memory): {rate_gb_s:.3g} GB/s -> best is" in done.stdout
 
 
 def test_bench_job_from_the_client_runs_across_hosts(hosts: HostCluster, tmp_path) -> None:
