@@ -76,39 +76,48 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight={max_in_flight}: must be >= 1")
+    # `max_in_flight` lanes take the next request as each finishes one: no task per request, and no
+    # asyncio.wait over every task in flight for each completion (that was O(in flight) per request).
     waiting = iter(requests)
-    running: set[asyncio.Task] = set()
+    ready: list[RequestResult] = []
+    wake = asyncio.Event()  # a result is ready, or a lane ended
     if dispatcher.metrics is not None:
         for _ in requests:  # every request not yet sent counts as queued
             dispatcher.metrics.state_change(None, "queued")
 
-    def admit() -> None:
-        while len(running) < max_in_flight:
-            req = next(waiting, None)
-            if req is None:
-                return
-            running.add(asyncio.ensure_future(run_one(dispatcher, req, deadline_at, queued=True)))
+    async def lane() -> None:
+        for req in waiting:
+            result = await run_one(dispatcher, req, deadline_at, queued=True)
+            ready.append(result)  # not ready.append(await ...): that would append to the list of before the await
+            wake.set()
 
-    admit()
-    ready: list[RequestResult] = []
-    flush_at = 0.0
+    lanes = [asyncio.ensure_future(lane()) for _ in range(min(max_in_flight, len(requests)))]
+    for t in lanes:
+        t.add_done_callback(lambda _t: wake.set())
+    left = len(requests)
     try:
-        while running:
-            wait_s = max(0.0, flush_at - time.monotonic()) if ready else None
-            done, _ = await asyncio.wait(running, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
-            running.difference_update(done)
-            admit()
-            if done and not ready:
+        while left:
+            await wake.wait()
+            wake.clear()
+            if flush_s > 0 and ready and len(ready) < left:
                 flush_at = time.monotonic() + flush_s
-            ready.extend(t.result() for t in done)
-            if ready and (not running or time.monotonic() >= flush_at):
-                yield ready
-                ready = []
+                while len(ready) < left and (wait_s := flush_at - time.monotonic()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait_s):
+                            await wake.wait()
+                    wake.clear()
+            if not ready:
+                broken = [t for t in lanes if t.done() and not t.cancelled() and t.exception() is not None]
+                if broken:  # run_one never raises: a bug, not a request's failure
+                    raise broken[0].exception()  # type: ignore[misc]
+                continue
+            chunk, ready = ready, []
+            left -= len(chunk)
+            yield chunk
     finally:
-        for t in running:  # the consumer stopped early: cancelling aborts their legs on the servers
+        for t in lanes:  # the consumer stopped early: cancelling aborts their legs on the servers
             t.cancel()
-        if running:
-            await asyncio.gather(*running, return_exceptions=True)
+        await asyncio.gather(*lanes, return_exceptions=True)
         if dispatcher.metrics is not None:
             for _ in waiting:
                 dispatcher.metrics.state_change("queued", None)
