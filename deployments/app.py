@@ -1,4 +1,4 @@
-"""Config -> Serve applications: `router (ingress, unpinned) -> registry <- EngineWorker[group] per worker group`.
+"""Config -> Serve applications: `router (ingress, on router.host's node) -> registry <- EngineWorker[group] per worker group`.
 
 Each worker group is its own application (no HTTP route) holding one `EngineWorker` deployment whose
 replicas are pinned to nodes of their role by label, with one placement group per replica reserving
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ray import serve
 from ray.serve.api import RunTarget
 
+from orchestrator.cluster.inventory import router_node_ip
 from orchestrator.config import RunConfig, WorkerGroup
 
 ROUTER_APP = "pd-router"
@@ -93,11 +94,18 @@ def build_worker_apps(cfg: RunConfig, run_id: str) -> list[RunTarget]:
     return targets
 
 
+def router_actor_options(cfg: RunConfig) -> dict:
+    """No CPU; pinned to the node whose address router.host names (Ray gives every node a `node:<IP>`
+    resource of 1), else unpinned."""
+    ip = router_node_ip(cfg)
+    return {"num_cpus": 0, **({"resources": {f"node:{ip}": 0.001}} if ip else {})}
+
+
 def build_app(cfg: RunConfig, run_id: str) -> serve.Application:
-    """The router application (HTTP ingress + benchmark handle); unpinned, takes no CPU."""
+    """The router application (HTTP ingress + benchmark handle); on router.host's node, takes no CPU."""
     from deployments.router import PDRouter
 
-    return PDRouter.options(ray_actor_options={"num_cpus": 0}).bind(cfg, run_id)
+    return PDRouter.options(ray_actor_options=router_actor_options(cfg)).bind(cfg, run_id)
 
 
 def start_serve(cfg: RunConfig) -> None:

@@ -107,5 +107,27 @@ def check_nodes_fit(cfg: RunConfig, nodes: list[NodeInfo]) -> None:
                     )
                     break
                 slots[node] -= per_node
+    problems += _router_host_problems(cfg, nodes)
     if problems:
         raise ClusterError("cluster cannot host the layout:\n  " + "\n  ".join(problems))
+
+
+def router_node_ip(cfg: RunConfig) -> str | None:
+    """The node address `router.host` names, if it names one: the router replica must run on that node to
+    bind it. None for a wildcard (0.0.0.0, ::), loopback (every node has it) or a hostname."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(cfg.router.host)
+    except ValueError:
+        return None
+    return None if ip.is_unspecified or ip.is_loopback else str(ip)
+
+
+def _router_host_problems(cfg: RunConfig, nodes: list[NodeInfo]) -> list[str]:
+    """router.host naming an address no node has: the router replica (pinned there) could never start."""
+    ip = router_node_ip(cfg)
+    if ip is None or any(n.ip == ip for n in nodes):
+        return []
+    return [f"router.host={ip} is not the address of any node ({', '.join(sorted(n.ip for n in nodes))}); "
+            "set router.host to one node's address (the router runs there) or 0.0.0.0"]

@@ -89,6 +89,20 @@ def test_custom_label_key_and_values_are_honoured(make_sim_config):
         check_nodes_fit(cfg, nodes[:1])
 
 
+def test_router_host_naming_a_node_pins_the_router_there_and_no_such_node_fails_before_placing(make_sim_config):
+    from deployments.app import router_actor_options
+
+    nodes = [NodeInfo("a", "10.0.0.1", {"role": "prefill"}, 8, 8), NodeInfo("b", "10.0.0.2", {"role": "decode"}, 8, 8)]
+    on_b = make_sim_config(overrides={"router.host": "10.0.0.2"})
+    assert router_actor_options(on_b) == {"num_cpus": 0, "resources": {"node:10.0.0.2": 0.001}}
+    check_nodes_fit(on_b, nodes)
+    for anywhere in ("0.0.0.0", "::", "127.0.0.1", "router.example"):  # every node has it, or a name: unpinned
+        assert router_actor_options(make_sim_config(overrides={"router.host": anywhere})) == {"num_cpus": 0}
+    with pytest.raises(ClusterError, match=r"router\.host=10\.0\.0\.9 is not the address of any node "
+                                           r"\(10\.0\.0\.1, 10\.0\.0\.2\); set router\.host to one node's address"):
+        check_nodes_fit(make_sim_config(overrides={"router.host": "10.0.0.9"}), nodes)
+
+
 def test_deployment_options_pin_by_label_and_reserve_one_bundle_per_gpu(make_sim_config):
     from deployments.app import worker_deployment_options
 

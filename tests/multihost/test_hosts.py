@@ -105,10 +105,13 @@ def test_fabric_preflight_measures_the_shaped_link(hosts: HostCluster, tmp_path)
 
 
 def test_bench_job_from_the_client_runs_across_hosts(hosts: HostCluster, tmp_path) -> None:
-    """The reference run: VALID, engines on their node's address, KV over TCP on eth0, and meanwhile the
-    census of listeners per host, the router's API key and Prometheus scraping both nodes."""
+    """The reference run: VALID, engines on their node's address, KV over TCP on eth0, the router on the node
+    router.host names (node-b, not the head), and meanwhile the census of listeners per host and the
+    router's API key."""
     lab = hosts.lab
-    cfg = host_config(hosts, tmp_path, name="hosts")
+    a, b = lab.hosts["node-a"].ip, lab.hosts["node-b"].ip
+    # the router ingress on node-b's address: its replica must run there (not on the head) to bind it
+    cfg = host_config(hosts, tmp_path, name="hosts", overrides={"router.host": b})
     job = BenchJob(hosts, cfg, tmp_path, extra_env={API_KEY_ENV: API_KEY})
     try:
         job.wait_measuring()
@@ -132,7 +135,6 @@ def test_bench_job_from_the_client_runs_across_hosts(hosts: HostCluster, tmp_pat
     assert doc["verdict"] == "VALID", doc.get("reason")
 
     # every engine on its own node's address, advertising it (URL, bootstrap host)
-    a, b = lab.hosts["node-a"].ip, lab.hosts["node-b"].ip
     workers = doc["metadata"]["workers"]
     by_role = {w["role"]: w for w in workers}
     assert by_role["prefill"]["node_ip"] == a and by_role["prefill"]["url"].startswith(f"http://{a}:")
@@ -151,7 +153,9 @@ def test_bench_job_from_the_client_runs_across_hosts(hosts: HostCluster, tmp_pat
     decode_port = int(by_role["decode"]["url"].rsplit(":", 1)[1])
     assert where("node-a", prefill_port) == [a] and where("node-b", prefill_port) == []
     assert where("node-b", decode_port) == [b] and where("node-a", decode_port) == []
-    assert where(router_host, cfg.router.port) == ["0.0.0.0"], "the router ingress is not where router.host says"
+    assert router_host == "node-b", "the router replica is not on the node whose address router.host names"
+    assert where("node-b", cfg.router.port) == [b] and where("node-a", cfg.router.port) == [], \
+        "the router ingress is not where router.host says"
     client_listeners = [str(s) for s in sockets["client"]]
     assert not client_listeners, f"the client host runs no service, yet: {client_listeners}"
     for role, ip in (("node-a", a), ("node-b", b)):
