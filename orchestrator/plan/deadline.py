@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig
 from orchestrator.phases import BEFORE_PLACEMENT
-from orchestrator.phases import Phase as BenchPhase
+from orchestrator.phases import Phase
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulate import LABEL, SimulatedRun, simulate_run
 
@@ -36,7 +36,9 @@ DEFAULT_MARGIN = 0.1
 
 
 @dataclass
-class Phase:
+class PhaseEstimate:
+    """One phase of the budget: its name (a Phase value), predicted seconds and what they are made of."""
+
     name: str
     predicted_s: float
     detail: str
@@ -47,7 +49,7 @@ class DeadlineBudget:
     """Predicted phases, their sum and the verdict against the deadline (all numbers simulated)."""
 
     deadline_s: float
-    phases: list[Phase]
+    phases: list[PhaseEstimate]
     run: SimulatedRun
     margin: float = DEFAULT_MARGIN
     startup_by_server: dict[str, float] = field(default_factory=dict)
@@ -62,7 +64,7 @@ class DeadlineBudget:
 
     @property
     def startup_s(self) -> float:
-        return sum(p.predicted_s for p in self.phases if p.name in ("placement", "engine_start", "warmup"))
+        return sum(p.predicted_s for p in self.phases if p.name in (Phase.PLACEMENT, Phase.ENGINE_START, Phase.WARMUP))
 
     @property
     def verdict(self) -> str:
@@ -166,15 +168,15 @@ def predict_deadline(
     warm_s = simulate_run(cfg, warm, gpu=gpu).duration_s * scale if warm else 0.0
     run = run or simulate_run(cfg, batch, gpu=gpu)
     phases = [
-        Phase("placement", PLACEMENT_S[kind], "Ray placement groups + worker actors"),
-        Phase("engine_start", start_s, start_detail),
-        Phase("warmup", warm_s, f"{cfg.benchmark.warmup.policy}: {len(warm)} prompts"),
-        Phase(
-            "run",
+        PhaseEstimate(Phase.PLACEMENT.value, PLACEMENT_S[kind], "Ray placement groups + worker actors"),
+        PhaseEstimate(Phase.ENGINE_START.value, start_s, start_detail),
+        PhaseEstimate(Phase.WARMUP.value, warm_s, f"{cfg.benchmark.warmup.policy}: {len(warm)} prompts"),
+        PhaseEstimate(
+            Phase.RUN.value,
             run.duration_s * scale,
             f"{run.num_requests} prompts, {run.output_throughput:,.0f} out tok/s on {gpu}",
         ),
-        Phase("report", REPORT_S[kind], "results, logs, stop servers"),
+        PhaseEstimate(Phase.REPORT.value, REPORT_S[kind], "results, logs, stop servers"),
     ]
     return DeadlineBudget(
         cfg.benchmark.deadline_s, phases, run, margin, per_group,
@@ -197,10 +199,10 @@ def projected_finish_s(
     """
     names = [p.name for p in budget.phases]
     try:
-        bench_phase = BenchPhase.of(phase)  # the budget label or the driver's title ('engine start')
+        bench_phase = Phase.of(phase)  # the budget label or the driver's title ('engine start')
     except ValueError:
         raise ValueError(f"unknown phase {phase!r}; expected one of {names}, their bench titles, or 'done'") from None
-    if bench_phase is BenchPhase.DONE:
+    if bench_phase is Phase.DONE:
         return elapsed_s
     if bench_phase in BEFORE_PLACEMENT:  # nothing predicted has started yet (counted in placement)
         return elapsed_s + budget.total_s
@@ -210,7 +212,7 @@ def projected_finish_s(
     in_phase_s = max(0.0, elapsed_s - phase_started_s)
     predicted = budget.phase_s(phase)
     remaining = max(0.0, predicted - in_phase_s)
-    if phase == "run" and total_output_tokens > 0 and done_output_tokens > 0:
+    if phase == Phase.RUN and total_output_tokens > 0 and done_output_tokens > 0:
         share = min(1.0, done_output_tokens / total_output_tokens)
         measured_remaining = in_phase_s * (1 - share) / share
         remaining = share * measured_remaining + (1 - share) * remaining
