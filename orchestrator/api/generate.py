@@ -38,12 +38,15 @@ class SamplingParams(BaseModel):
     ignore_eos: bool = False
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, description="only n=1: one bootstrap room per prompt, and the simulator answers once")
 
     @model_validator(mode="after")
     def _sglang_verify(self) -> "SamplingParams":
         if self.top_k < -1 or self.top_k == 0:
             raise ValueError(f"top_k must be -1 (disabled) or at least 1, got {self.top_k}")
+        if self.n != 1:
+            raise ValueError(f"n={self.n}: only n=1 is served (a PD pair has one bootstrap room per prompt); "
+                             "send the prompt n times instead")
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError(f"min_new_tokens ({self.min_new_tokens}) must not exceed max_new_tokens "
                              f"({self.max_new_tokens})")

@@ -67,6 +67,7 @@ def test_per_prompt_values_for_a_batch():
     ('{"input_ids": [1], "sampling_params": {"min_new_tokens": 5, "max_new_tokens": 2}}',
      "min_new_tokens (5) must not exceed max_new_tokens (2)"),
     ('{"input_ids": [1], "sampling_params": {"repetition_penalty": 0}}', "sampling_params.repetition_penalty"),
+    ('{"input_ids": [1], "sampling_params": {"n": 2}}', "sampling_params: n=2: only n=1 is served"),
     ('{"input_ids": [1], "top_logprobs_num": -1}', "top_logprobs_num"),
     ('{"input_ids": [1], "bootstrap_port": 70000}', "bootstrap_port: Input should be less than or equal to 65535"),
     ('{"input_ids": [1], "bootstrap_room": -1}', "bootstrap_room: Input should be greater than or equal to 0"),

@@ -120,6 +120,7 @@ def test_invalid_bodies_get_400_naming_the_field(ingress, path, body, field):
 @pytest.mark.parametrize("body", [
     {}, {"input_ids": ["a"]}, {"input_ids": [1], "sampling_params": {"top_p": 2.0}},
     {"input_ids": [[1], [2]], "sampling_params": [{}]}, {"text": "x", "stream": "yes"}, [1, 2],
+    {"input_ids": [1], "sampling_params": {"n": 2}},
 ])
 def test_router_and_sim_refuse_a_bad_body_with_the_same_message(ingress, pd_workers, body):
     """One body model (orchestrator.api.generate) behind both: the same refusal, word for word."""
