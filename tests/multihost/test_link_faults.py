@@ -213,9 +213,11 @@ def test_head_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
 
     A driver on the head would die with it, so the job is submitted the way a run that must survive its
     head is: `--entrypoint-resources '{"node:<node-b>": 0.001}'` (every node offers `node:<its IP>`), the
-    driver on node-b. The client's `ray job submit` loses its log stream at once; the driver keeps going,
-    fails what the dead head held with a reason, writes result.json and its last line (to its job log on
-    node-b). Runs last: nothing brings a head back; the next test stops what is left.
+    driver on node-b, and the router there too (router.host = node-b's address). The client's `ray job
+    submit` loses its log stream at once; the driver keeps going, fails what the dead head held (the
+    prefill engine) with a reason, writes result.json and its last line (to its job log on node-b), all
+    before Ray ends a process that lost its GCS (60 s). Runs last: nothing brings a head back; the next
+    test stops what is left.
     """
     import os
     import signal
@@ -225,7 +227,8 @@ def test_head_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
 
     b_ip = hosts.lab.hosts["node-b"].ip
     cfg = host_config(hosts, tmp_path, name="fault", overrides={"engine.sim.time_scale": TIME_SCALE,
-                                                             "benchmark.deadline_s": DEADLINE_S})
+                                                             "benchmark.deadline_s": DEADLINE_S,
+                                                             "router.host": b_ip})  # the router survives too
     job = BenchJob(hosts, cfg, tmp_path, entrypoint_resources={f"node:{b_ip}": 0.001})
     router_on: list[str] = []
     try:
