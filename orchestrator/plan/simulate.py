@@ -123,10 +123,12 @@ class _Simulation:
                 server.sched.submit(req.seq)
                 self.kick(server)
                 continue
-            req.prefill, req.decode = self.prefill[i % len(self.prefill)], self.decode[i % len(self.decode)]
-            self.check_fits(req.prefill, req.prompt_len, req)
+            req.decode = self.decode[i % len(self.decode)]
             self.check_fits(req.decode, req.kv_reserve, req)
-            req.prefill_seq = Seq(req.prompt_len, 1, owner=req)  # the prefill samples the first token only
+            if self.prefill:  # else a decode-only trace (one_server_trace): the KV is there once allocated
+                req.prefill = self.prefill[i % len(self.prefill)]
+                self.check_fits(req.prefill, req.prompt_len, req)
+                req.prefill_seq = Seq(req.prompt_len, 1, owner=req)  # the prefill samples the first token only
             req.decode.sched.enqueue_prealloc(req.seq)  # SGLang: the prefill waits for the decode's KV
             self.preallocate(req.decode)
         if outer is None:
@@ -146,6 +148,10 @@ class _Simulation:
         that resume go straight back to the decode's queue, inside the model)."""
         for seq in decode.sched.pop_preallocated():
             req = seq.owner
+            if req.prefill is None:  # decode-only trace: as SGLang's fake transfer, the KV is there at once
+                decode.sched.submit(seq)
+                self.kick(decode)
+                continue
             req.prefill.sched.submit(req.prefill_seq)
             self.kick(req.prefill)
 
@@ -235,10 +241,14 @@ class _Simulation:
 
 
 def one_server_trace(batch: Sequence[tuple[int, int]], cost: Any, limits: ServerLimits) -> list[Seq]:
-    """The planner's run of `batch` (all at t=0) on one aggregated server of `limits`, timed by `cost`
-    (prefill_time_s, decode_step_s): each request's Seq, with the forward of its first token and its end.
+    """The planner's run of `batch` (all at t=0) on one server of `limits`, timed by `cost` (prefill_time_s,
+    decode_step_s): each request's Seq, with the forward of its first token and its end. A decode server
+    gets each request's KV as soon as it is pre-allocated (no prefill server, no transfer).
     tests/engines/sim/test_sim_matches_plan.py runs the same trace through the simulated engine's scheduler."""
-    sim = _Simulation([], [], [_Server("aggregated-0-0", "aggregated", "all", cost, BatchSchedule(limits))])
+    server = _Server(f"{limits.role}-0-0", limits.role, "all", cost, BatchSchedule(limits))
+    if limits.role == "prefill":
+        raise SimulationError("one_server_trace runs an aggregated or a decode server; a prefill's requests end at its transfer")
+    sim = _Simulation([], [server], []) if limits.role == "decode" else _Simulation([], [], [server])
     sim.run(batch, None)
     return [req.seq for req in sim.requests]  # type: ignore[misc]
 

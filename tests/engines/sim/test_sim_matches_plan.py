@@ -1,5 +1,9 @@
 """The simulated engine's scheduler and the planner's simulation schedule a trace alike: same first-token
-forward, same last forward, same retractions, for every request (both drive perfmodel/admission.py)."""
+forward, same last forward, same retractions, for every request (both drive perfmodel/admission.py), on an
+aggregated server and on a PD decode server. Exact, no tolerance: with every forward taking the same time and
+every request queued at once, only the scheduling decisions order the events. What this does not cover: a PD
+pair's hand-off (the sim's handshake and transfer run in wall time over HTTP, the planner's in virtual time),
+compared end to end by benchmarks/embedded_vs_plan.py (docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -64,3 +68,17 @@ async def test_a_server_bound_by_max_running_and_the_chunk_budget_matches_too():
     simulated = await run_sim(batch, limits)
     assert sum(s.retractions for s in planned) == 0
     assert schedule_of(r.seq for r in simulated) == schedule_of(planned)
+
+
+async def test_a_pd_decode_preallocates_retracts_to_host_and_resumes_at_the_same_forwards():
+    batch = trace(80, seed=3, max_output=2000)
+    # 10,000 KV tokens: pre-allocation keeps 512 tokens of headroom per request, long outputs outgrow it and
+    # decode steps retract to host memory; each request's KV is there as soon as it is pre-allocated (the
+    # sim's local path is SGLang's fake transfer; the planner's decode-only trace does the same)
+    limits = SchedulerLimits(max_running_requests=32, kv_capacity_tokens=10_000, chunked_prefill_tokens=8192,
+                             time_scale=0.0, role="decode")
+    planned = one_server_trace(batch, OneSecondForwards(), limits.model_limits())
+    simulated = await run_sim(batch, limits)
+    assert sum(s.retractions for s in planned) > 0
+    assert schedule_of(r.seq for r in simulated) == schedule_of(planned)
+    assert [len(r.output_ids) for r in simulated] == [o for _, o in batch]
