@@ -97,3 +97,25 @@ def summary(rows: list[dict]) -> dict:
         out[part] = {"n": len(xs), "p50": pct(xs, 0.5), "p90": pct(xs, 0.9),
                      "mean": round(sum(xs) / len(xs), 3) if xs else None, "max": max(xs) if xs else None}
     return out
+
+
+_ITER = re.compile(r"PDO_ITER sched_ms=(-?[\d.]+) run_ms=(-?[\d.]+) gap_ms=(-?[\d.]+) result_ms=(-?[\d.]+) "
+                   r"poll_ms=(-?[\d.]+) tail_ms=(-?[\d.]+) running_done_at_top=(-?\d+) wait_ms=(-?[\d.]+) "
+                   r"polls=(\d+) inflight=(\d+)")
+ITER_PARTS = ("sched_ms", "run_ms", "gap_ms", "result_ms", "poll_ms", "tail_ms", "wait_ms")
+
+
+def iterations(text: str) -> dict:
+    """The prefill loop's iterations that ran a batch (`PDO_ITER` lines): medians of where the time went,
+    and how often the running batch had already finished when the next iteration began."""
+    rows = [m.groups() for m in _ITER.finditer(text)]
+    out: dict = {"iterations": len(rows)}
+    if not rows:
+        return out
+    for i, name in enumerate(ITER_PARTS[:6]):
+        out[name + "_p50"] = pct([float(r[i]) for r in rows], 0.5)
+    out["wait_ms_p50"] = pct([float(r[7]) for r in rows], 0.5)
+    done = [int(r[6]) for r in rows if int(r[6]) >= 0]
+    out["running_done_at_top_frac"] = round(sum(done) / len(done), 3) if done else None
+    out["polls_total"] = sum(int(r[8]) for r in rows)
+    return out

@@ -23,7 +23,10 @@ changes to the sender, the patch:
      CPU preparation no longer overlaps the running batch while transfers are in flight. Only with
      TP = PP = CP = 1 and no DP attention (elsewhere the poll is an all-reduce every rank must call alike).
      (v1 polled inside `copy_done.synchronize()` of the result processing: measured on the H100, it never
-     waited there, because by then the batch had already finished.)
+     waited there, because by then the batch had already finished.) The prefill also logs one `PDO_ITER`
+     line per loop iteration that ran a batch: where the iteration's time went (scheduling, `run_batch`,
+     processing the previous result, the poll), whether the running batch had already finished at the top
+     of the next iteration, and how long the poll-wait took.
 A flag is on when the environment has PDO_NIXL_<FLAG>=1, or when the file named by PDO_NIXL_<FLAG>_FILE
 exists (read per transfer, so one server pair can A/B them). Bytes moved and where they land are unchanged;
 outputs must be too (checked on the GPU by comparing top-k logprobs across flags).
@@ -157,7 +160,7 @@ def _pdo_log_chunk(mgr, room, kv_chunk, t_pop, t_wait):
 '''
 
 
-PREFILL_MARK = "# pd-orchestrator prefill poll patch v2"
+PREFILL_MARK = "# pd-orchestrator prefill poll patch v3"
 PREFILL_EDITS = [
     (  # overlap loop: before receiving and scheduling, wait for the in-flight batch while polling transfers
         "    def event_loop_overlap_disagg_prefill(self: Scheduler) -> None:\n"
@@ -170,31 +173,86 @@ PREFILL_EDITS = [
         "        while True:\n"
         "            _pdo_wait_polling_transfers(self)\n",
     ),
+    (  # timing marks around the launch of a batch ...
+        "                batch_result = self.run_batch(batch)\n"
+        "                self._apply_war_barrier()\n",
+        "                _pdo_mark(self, 'run0')\n"
+        "                batch_result = self.run_batch(batch)\n"
+        "                _pdo_mark(self, 'run1')\n"
+        "                self._apply_war_barrier()\n",
+    ),
+    (  # ... around the processing of the previous batch's result (where its KV is sent) ...
+        "                tmp_batch, tmp_result = self.result_queue.popleft()\n"
+        "                self.process_batch_result(tmp_batch, tmp_result)\n",
+        "                _pdo_mark(self, 'res0')\n"
+        "                tmp_batch, tmp_result = self.result_queue.popleft()\n"
+        "                self.process_batch_result(tmp_batch, tmp_result)\n"
+        "                _pdo_mark(self, 'res1')\n",
+    ),
+    (  # ... and after the once-per-iteration poll of the in-flight transfers
+        "            self.launch_batch_sample_if_needed(batch_result, batch)\n",
+        "            _pdo_mark(self, 'poll1')\n"
+        "            self.launch_batch_sample_if_needed(batch_result, batch)\n",
+    ),
 ]
 PREFILL_TAIL = f'''
 
 {PREFILL_MARK}
-def _pdo_wait_polling_transfers(scheduler):
-    import os
+def _pdo_mark(scheduler, name):
     import time
 
+    marks = getattr(scheduler, "_pdo_marks", None)
+    if marks is not None:
+        marks[name] = time.perf_counter()
+
+
+def _pdo_poll_flag():
+    import os
+
     flag = os.environ.get("PDO_NIXL_PREFILL_POLL_FILE")
-    if not (os.environ.get("PDO_NIXL_PREFILL_POLL") == "1" or (bool(flag) and os.path.exists(flag))):
-        return
-    sa = scheduler.server_args
-    if not (sa.tp_size == 1 and sa.pp_size == 1 and (getattr(sa, "attn_cp_size", 1) or 1) == 1
-            and not sa.enable_dp_attention):
-        return
-    if not scheduler.result_queue or not scheduler.disagg_prefill_inflight_queue:
+    return os.environ.get("PDO_NIXL_PREFILL_POLL") == "1" or (bool(flag) and os.path.exists(flag))
+
+
+def _pdo_wait_polling_transfers(scheduler):
+    """Top of the overlap loop: log where the last iteration that ran a batch spent its time; with the
+    PREFILL_POLL flag, wait for the running batch while polling the in-flight transfers."""
+    import time
+
+    now = time.perf_counter()
+    marks = getattr(scheduler, "_pdo_marks", None) or {{}}
+    if "run0" in marks:
+        top = marks["top"]
+
+        def span(a, b):
+            return (marks[b] - marks[a]) * 1000.0 if a in marks and b in marks else -1.0
+        logger.info(
+            "PDO_ITER sched_ms=%.2f run_ms=%.2f gap_ms=%.2f result_ms=%.2f poll_ms=%.2f tail_ms=%.2f "
+            "running_done_at_top=%d wait_ms=%.2f polls=%d inflight=%d",
+            (marks["run0"] - top) * 1000.0, span("run0", "run1"), span("run1", "res0"), span("res0", "res1"),
+            span("res1", "poll1") if "res1" in marks else span("run1", "poll1"),
+            (now - marks.get("poll1", now)) * 1000.0, marks.get("done_at_top", -1), marks.get("wait_ms", 0.0),
+            marks.get("polls", 0), len(scheduler.disagg_prefill_inflight_queue),
+        )
+    marks = {{"top": now}}
+    scheduler._pdo_marks = marks
+    if not scheduler.result_queue:
         return
     copy_done = getattr(scheduler.result_queue[-1][1], "copy_done", None)
     if copy_done is None or not hasattr(copy_done, "query"):
         return
-    while not copy_done.query():
+    marks["done_at_top"] = int(copy_done.query())
+    sa = scheduler.server_args
+    if not (_pdo_poll_flag() and sa.tp_size == 1 and sa.pp_size == 1
+            and (getattr(sa, "attn_cp_size", 1) or 1) == 1 and not sa.enable_dp_attention):
+        return
+    polls = 0
+    while scheduler.disagg_prefill_inflight_queue and not copy_done.query():
         scheduler.process_disagg_prefill_inflight_queue()
-        if not scheduler.disagg_prefill_inflight_queue:
-            return
+        polls += 1
         time.sleep(0.0005)
+    marks["polls"] = polls
+    marks["wait_ms"] = (time.perf_counter() - now) * 1000.0
+    marks["top"] = time.perf_counter()
 '''
 
 

@@ -302,6 +302,7 @@ def _one_load(pf, dc, bootstrap_port, out_dir, mode, rep, seed, n_requests, len_
             "latency_s_median": s["latency_s_median"], "latency_s_max": s["latency_s_max"],
             "errors": [r["error"] for r in s["rows"] if r["error"]][:3],
             "sglang_kv": kv_delta(before, after), "worker": chunk_stats(text), "timeline": tl,
+            "prefill_loop": kvtimeline.iterations(text),
             "prefill_new_tokens": sum(r["new_tokens"] for r in pre),
             "prefill_cached_tokens": sum(r["cached_tokens"] for r in pre)}
     k = load["sglang_kv"]
@@ -309,7 +310,8 @@ def _one_load(pf, dc, bootstrap_port, out_dir, mode, rep, seed, n_requests, len_
           f"{tl['ready_to_seen']['p50']}/{tl['ready_to_seen']['p90']} ms (queue {tl['queue']['p50']}/{tl['queue']['p90']},"
           f" worker {tl['worker']['p50']}/{tl['worker']['p90']}, decode notice {tl['decode_notice']['p50']}); sglang "
           f"latency mean {k['kv_transfer_latency_ms_mean']} ms; queues {tl['queues_used']}; descs/req "
-          f"{tl['descs_per_request_mean']}; prefill new/cached {load['prefill_new_tokens']}/{load['prefill_cached_tokens']}",
+          f"{tl['descs_per_request_mean']}; prefill new/cached {load['prefill_new_tokens']}/{load['prefill_cached_tokens']};"
+          f" prefill loop {load['prefill_loop']}",
           flush=True)
     return load
 
@@ -393,7 +395,7 @@ def _prefill_patched() -> bool:
     for base in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         p = Path(base) / "sglang/srt/disaggregation/prefill.py"
         if p.is_file():
-            return "pd-orchestrator prefill poll patch v2" in p.read_text()
+            return "pd-orchestrator prefill poll patch v3" in p.read_text()
     return False
 
 

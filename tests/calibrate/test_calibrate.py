@@ -191,10 +191,10 @@ def test_prefill_poll_patch_refuses_a_changed_loop():
         nixl_patch.patch_text(src, nixl_patch.PREFILL_EDITS, nixl_patch.PREFILL_TAIL, nixl_patch.PREFILL_MARK)
 
 
-def test_prefill_poll_waits_polling_only_when_on_single_rank_and_transfers_pending(monkeypatch):
-    ns = {}
+def test_prefill_poll_waits_polling_only_when_on_single_rank_and_transfers_pending(monkeypatch, caplog):
+    ns = {"logger": logging.getLogger("pdo-prefill-test")}
     exec(nixl_patch.PREFILL_TAIL, ns)
-    wait = ns["_pdo_wait_polling_transfers"]
+    wait, mark = ns["_pdo_wait_polling_transfers"], ns["_pdo_mark"]
 
     class Event:
         def __init__(self, ready_after):
@@ -224,25 +224,37 @@ def test_prefill_poll_waits_polling_only_when_on_single_rank_and_transfers_pendi
             if self.done_after is not None and self.polls >= self.done_after:
                 self.disagg_prefill_inflight_queue = []
 
+    def queries(s):
+        return s.result_queue[0][1].copy_done.queries
+
     monkeypatch.delenv("PDO_NIXL_PREFILL_POLL_FILE", raising=False)
     monkeypatch.delenv("PDO_NIXL_PREFILL_POLL", raising=False)
     s = Sched()
     wait(s)
-    assert (s.polls, s.result_queue[0][1].copy_done.queries) == (0, 0)      # off: SGLang's loop as shipped
+    assert (s.polls, queries(s), s._pdo_marks["done_at_top"]) == (0, 1, 0)   # off: only looked, as shipped
     monkeypatch.setenv("PDO_NIXL_PREFILL_POLL", "1")
     s = Sched()
     wait(s)
-    assert (s.polls, s.result_queue[0][1].copy_done.queries) == (3, 4)      # on: polled until the batch was done
+    assert (s.polls, queries(s), s._pdo_marks["polls"]) == (2, 4, 2)          # on: polled until the batch was done
     s = Sched(ready_after=100, done_after=2)
     wait(s)
-    assert s.polls == 2 and s.result_queue[0][1].copy_done.queries == 2    # stops once no transfer is left
+    assert (s.polls, queries(s)) == (2, 3)                                     # stops once no transfer is left
     s = Sched(pending=0)
     wait(s)
-    assert s.polls == 0 and s.result_queue[0][1].copy_done.queries == 0    # nothing in flight: no wait
+    assert (s.polls, queries(s)) == (0, 1)                                     # nothing in flight: no wait
     s = Sched()
     s.server_args = type("TP2", (Args,), {"tp_size": 2})()
     wait(s)
-    assert s.polls == 0                                                     # TP 2: every rank must poll alike
+    assert s.polls == 0                                                        # TP 2: every rank must poll alike
+    # the next iteration logs where the one that ran a batch spent its time
+    for name in ("run0", "run1", "res0", "res1", "poll1"):
+        mark(s, name)
+    with caplog.at_level(logging.INFO, logger="pdo-prefill-test"):
+        wait(s)
+    line = next(r.getMessage() for r in caplog.records if "PDO_ITER" in r.getMessage())
+    assert "running_done_at_top=0" in line and "inflight=5" in line and "run_ms=" in line
+    it = kvtimeline.iterations(line + "\n" + line.replace("running_done_at_top=0", "running_done_at_top=1"))
+    assert it["iterations"] == 2 and it["running_done_at_top_frac"] == 0.5 and it["run_ms_p50"] >= 0
 
 
 def test_prometheus_histogram_deltas():
