@@ -38,6 +38,8 @@ def log_case(suite: str, outcome: str) -> None:
     CASE_LOG[suite][outcome] += 1
 
 
+# ---- configs -----------------------------------------------------------------------------------------------------
+
 def sim_config(overrides: dict | None = None, prefill: list[dict] | None = None, decode: list[dict] | None = None,
                tmp_dir: Path | None = None) -> RunConfig:
     """A small simulated PD config: cpu-fast profile, R1 shapes, 1 prefill + 1 decode TP1, free router port.
@@ -76,12 +78,40 @@ def default_sim_config(tmp_path: Path, overrides: list[str] | None = None) -> Ru
     return load_config(path, FAST_SIM + list(overrides or []))
 
 
+def sim_engine_config(mode: str = "pd", kv_transfer: str = "auto", extra_args: tuple[str, ...] = (),
+                      kv_payload: str = "sample") -> RunConfig:
+    """sim_config for engine-level tests: R1 fp8 on H100-shaped TP8 servers, cpu-fast pace at time scale 0.05."""
+    group = {"tp": 8, "extra_args": list(extra_args)}
+    layout = {"mode": "pd", "prefill": [group], "decode": [group]} if mode == "pd" else {
+        "mode": "aggregated", "aggregated": [group]}
+    return sim_config({"cluster.gpu": "H100-SXM", "model.quantization": "fp8", "layout": layout,
+                       "engine.sim.time_scale": 0.05, "engine.sim.kv_transfer": kv_transfer,
+                       "engine.sim.kv_payload": kv_payload})
+
+
 def config_file(cfg: RunConfig, tmp_path: Path, name: str = "sim.yaml") -> Path:
     """`cfg` written out in full, for commands that take --config."""
     path = tmp_path / name
     path.write_text(dump_config(cfg))
     return path
 
+
+def mini_sharegpt(tmp_path: Path, conversations: int = 60) -> str:
+    """A small ShareGPT-format file: enough distinct prompts for SGLang's random dataset in tests."""
+    words = ("harbour lighthouse bakery market ferry island monastery cliffs birds teacher bees "
+             "watercolour cinema storm roof carpenter road landslide fuel flour clinic battery").split()
+    items = []
+    for i in range(conversations):
+        human = " ".join(words[(3 * i + k) % len(words)] for k in range(8 + i % 13))
+        gpt = " ".join(words[(5 * i + k) % len(words)] for k in range(5 + i % 7))
+        items.append({"id": str(i), "conversations": [{"from": "human", "value": f"Question {i}: {human}?"},
+                                                      {"from": "gpt", "value": gpt}]})
+    path = tmp_path / "mini_sharegpt.json"
+    path.write_text(json.dumps(items))
+    return str(path)
+
+
+# ---- simulated engine servers on loopback, and a sim scheduler ---------------------------------------------------
 
 class SimServer:
     """One simulated engine server launched from `cfg` as a worker launches it (backend build_launch ->
@@ -145,21 +175,6 @@ def sim_server(faults: dict | None = None, overrides: list[str] | None = None) -
             server.stop()
 
 
-def mini_sharegpt(tmp_path: Path, conversations: int = 60) -> str:
-    """A small ShareGPT-format file: enough distinct prompts for SGLang's random dataset in tests."""
-    words = ("harbour lighthouse bakery market ferry island monastery cliffs birds teacher bees "
-             "watercolour cinema storm roof carpenter road landslide fuel flour clinic battery").split()
-    items = []
-    for i in range(conversations):
-        human = " ".join(words[(3 * i + k) % len(words)] for k in range(8 + i % 13))
-        gpt = " ".join(words[(5 * i + k) % len(words)] for k in range(5 + i % 7))
-        items.append({"id": str(i), "conversations": [{"from": "human", "value": f"Question {i}: {human}?"},
-                                                      {"from": "gpt", "value": gpt}]})
-    path = tmp_path / "mini_sharegpt.json"
-    path.write_text(json.dumps(items))
-    return str(path)
-
-
 @contextlib.contextmanager
 def sim_pd_pair(cfg: RunConfig) -> Iterator[list]:
     """One sim prefill + one sim decode launched from `cfg` by the sim backend, as WorkerEndpoints."""
@@ -170,17 +185,6 @@ def sim_pd_pair(cfg: RunConfig) -> Iterator[list]:
         finally:
             for s in servers:
                 s.stop()
-
-
-def sim_engine_config(mode: str = "pd", kv_transfer: str = "auto", extra_args: tuple[str, ...] = (),
-                      kv_payload: str = "sample") -> RunConfig:
-    """sim_config for engine-level tests: R1 fp8 on H100-shaped TP8 servers, cpu-fast pace at time scale 0.05."""
-    group = {"tp": 8, "extra_args": list(extra_args)}
-    layout = {"mode": "pd", "prefill": [group], "decode": [group]} if mode == "pd" else {
-        "mode": "aggregated", "aggregated": [group]}
-    return sim_config({"cluster.gpu": "H100-SXM", "model.quantization": "fp8", "layout": layout,
-                       "engine.sim.time_scale": 0.05, "engine.sim.kv_transfer": kv_transfer,
-                       "engine.sim.kv_payload": kv_payload})
 
 
 async def pd_generate(prefill: SimServer, decode: SimServer, body: dict,
@@ -209,6 +213,8 @@ def make_scheduler(max_running: int = 64, kv_tokens: int = 1_000_000, chunk: int
     sched.start()
     return sched
 
+
+# ---- the router's ingress on loopback ----------------------------------------------------------------------------
 
 class Ingress:
     """The router's ingress app for one RouterCore, served by uvicorn in a thread on a free loopback port."""
@@ -244,17 +250,7 @@ def router_core(endpoints, **router):
     return core
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.25, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail naming `what` on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout_s:.0f}s (last: {value!r:.200})")
-        time.sleep(poll_s)
-
+# ---- processes and polling ---------------------------------------------------------------------------------------
 
 def process_tree(pid: int) -> list[int]:
     """`pid` and all its live descendants, from /proc (engines leave their parent's process group)."""
@@ -273,3 +269,15 @@ def pid_listening_on(port: int, candidates: list[int]) -> int | None:
 def cluster_pids(state) -> list[int]:
     """Every live process under a local cluster's `ray start` processes (raylets, workers, engines)."""
     return [pid for node in state.nodes for pid in process_tree(node.pid)]
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.25, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail naming `what` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout_s:.0f}s (last: {value!r:.200})")
+        time.sleep(poll_s)

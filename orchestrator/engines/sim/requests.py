@@ -1,4 +1,4 @@
-"""Simulated /generate: a validated body (orchestrator.api.generate) normalised into one Item per prompt; text <-> ids."""
+"""Simulated /generate: a body validated by orchestrator.api.generate, split into one Item per prompt; text <-> ids."""
 
 from __future__ import annotations
 
