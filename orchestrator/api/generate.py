@@ -3,7 +3,8 @@
 It follows SGLang 0.5.17's `GenerateReqInput` (text or input_ids, one prompt or a batch, per-prompt lists,
 sampling_params, stream, logprob fields, bootstrap_host/port/room for PD) and `SamplingParams.verify`, and is
 stricter where SGLang would fail late or silently: exactly one of text/input_ids (SGLang lets text win), strict
-JSON types (no "5" for 5, no true for 1), a per-prompt list must have one entry per prompt, no empty prompt.
+JSON types (no "5" for 5, no true for 1), a per-prompt list must have one entry per prompt, no empty prompt,
+only n=1 (a PD pair has one bootstrap room per prompt). As SGLang, a batch's rids must be unique.
 Fields SGLang has and we do not model pass through (`extra="allow"`). Every error is one line naming the field.
 """
 
@@ -97,6 +98,9 @@ class GenerateBody(BaseModel):
             if isinstance(value, list) and len(value) != n:
                 raise ValueError(f"{name}: {len(value)} values for a batch of {n} prompts; send one per prompt "
                                  "or one value for all")
+        if isinstance(self.rid, list) and len(set(self.rid)) != len(self.rid):
+            twice = sorted({r for r in self.rid if self.rid.count(r) > 1})
+            raise ValueError(f"rid: {twice} used more than once in the batch; send unique request ids")
         return self
 
     @property

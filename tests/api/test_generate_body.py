@@ -73,6 +73,7 @@ def test_per_prompt_values_for_a_batch():
     ('{"input_ids": [1], "bootstrap_room": -1}', "bootstrap_room: Input should be greater than or equal to 0"),
     ('{"input_ids": [[1], [2]], "rid": ["a"]}', "rid: 1 values for a batch of 2 prompts; send one per prompt"),
     ('{"input_ids": [[1], [2]], "sampling_params": [{}]}', "sampling_params: 1 values for a batch of 2 prompts"),
+    ('{"input_ids": [[1], [2]], "rid": ["a", "a"]}', "rid: ['a'] used more than once in the batch"),
     ('{"input_ids": [1], "bootstrap_room": [1]}', "bootstrap_room: a list is for a batch"),
 ])
 def test_bad_bodies_are_refused_in_one_line_naming_the_field(raw, message):
