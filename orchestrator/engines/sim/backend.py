@@ -112,7 +112,13 @@ class SimBackend(EngineBackend):
         # so the simulated server is built with the same values (engine.sglang.* is not in group.extra_args)
         model = cost_model_for(cfg, role, group)
         argv += ["--mem-fraction-static", repr(model.mem_fraction_static),
-                 "--chunked-prefill-size", str(model.chunked_prefill_tokens)]
+                 "--chunked-prefill-size", str(model.chunked_prefill_tokens),
+                 "--page-size", str(model.page_size), "--sglang-version", model.sglang_version]
+        if model.cuda_graph_max_bs:
+            argv += ["--cuda-graph-max-bs", str(model.cuda_graph_max_bs)]
+        if model.attention_backend:
+            argv += ["--attention-backend", model.attention_backend]
+        argv += ["--disable-cuda-graph"] * (not model.cuda_graph) + ["--disable-prefill-cuda-graph"] * (not model.prefill_graphs)
 
         # the same UCX/NIXL variables as a real server (transfer.ucx.tls, net_devices, ...): KV moves the
         # way the config says; on one machine UCX would otherwise pick shared memory (cma) over the network

@@ -289,11 +289,17 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--incremental-streaming-output", action="store_true")
     for flag in ("--enable-metrics", "--trust-remote-code", "--skip-server-warmup"):
         g.add_argument(flag, action="store_true", help="accepted for compatibility")
-    for flag in ("--page-size", "--kv-cache-dtype", "--load-format", "--node-rank", "--dist-init-addr", "--base-gpu-id"):
+    g.add_argument("--page-size", type=int, default=1)
+    g.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    g.add_argument("--attention-backend", default=None)
+    g.add_argument("--disable-cuda-graph", action="store_true")
+    g.add_argument("--disable-prefill-cuda-graph", action="store_true")
+    for flag in ("--kv-cache-dtype", "--load-format", "--node-rank", "--dist-init-addr", "--base-gpu-id"):
         g.add_argument(flag, default=None, help="accepted for compatibility")
     s = p.add_argument_group("simulator flags")
     s.add_argument("--model-preset", default=None, help=f"architecture preset: {sorted(MODEL_PRESETS)}")
     s.add_argument("--profile", default="H100-SXM", choices=sorted(GPU_SPECS), help="cost-model GPU profile")
+    s.add_argument("--sglang-version", default="0.5.17", help="whose defaults the cost model takes for unset flags")
     s.add_argument("--gpu-memory-gb", type=float, default=None)
     s.add_argument("--efficiency-prefill", type=float, default=0.45)
     s.add_argument("--efficiency-decode", type=float, default=0.6)
@@ -348,6 +354,12 @@ def settings_from_args(a: argparse.Namespace) -> SimSettings:
         max_running_requests=a.max_running_requests,
         chunked_prefill_size=a.chunked_prefill_size,
         mem_fraction_static=a.mem_fraction_static,
+        page_size=a.page_size,
+        cuda_graph_max_bs=a.cuda_graph_max_bs,
+        attention_backend=a.attention_backend,
+        cuda_graph=not a.disable_cuda_graph,
+        prefill_graphs=not a.disable_prefill_cuda_graph,
+        sglang_version=a.sglang_version,
         context_length=a.context_length,
         efficiency_prefill=a.efficiency_prefill,
         efficiency_decode=a.efficiency_decode,

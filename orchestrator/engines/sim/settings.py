@@ -47,6 +47,12 @@ class SimSettings:
     node: str
     incremental_streaming_output: bool
     timeouts: PdTimeouts
+    page_size: int = 1
+    cuda_graph_max_bs: int | None = None
+    attention_backend: str | None = None
+    cuda_graph: bool = True  # False: --disable-cuda-graph
+    prefill_graphs: bool = True  # False: --disable-prefill-cuda-graph
+    sglang_version: str = "0.5.17"  # whose defaults the cost model takes for unset flags
 
     @property
     def engine_type(self) -> str:
@@ -90,4 +96,10 @@ def cost_model_of(settings: SimSettings, arch: ModelArchitecture) -> EngineCostM
         context_length=settings.context_length,
         mem_fraction_static=settings.mem_fraction_static,  # None: SGLang's default, as the planner derives it
         chunked_prefill_tokens=settings.chunked_prefill_size or None,
+        page_size=settings.page_size,
+        cuda_graph_max_bs=settings.cuda_graph_max_bs,
+        attention_backend=settings.attention_backend,
+        cuda_graph=settings.cuda_graph,
+        prefill_graphs=settings.prefill_graphs,
+        sglang_version=settings.sglang_version,
     )

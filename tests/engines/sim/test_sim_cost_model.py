@@ -32,7 +32,11 @@ def what_the_run_sees(model) -> dict:
         "chunked_prefill_tokens": model.chunked_prefill_tokens,
         "mem_fraction_static": model.mem_fraction_static,
         "calibration": model.calibration.profile if model.calibration else None,
-        "decode_step_s": model.decode_step_s(64, 64 * 1000),
+        "page_size": model.page_size,
+        "graph_max_bs": model.graph_max_bs,
+        "attention_backend": model.attention_backend,
+        "sglang_version": model.sglang_version,
+        "decode_step_s": [model.decode_step_s(bs, bs * 1000) for bs in (8, 64, 512)],
         "prefill_time_s": model.prefill_time_s([3000, 500], [0, 100]),
         "kv_transfer_s": model.kv_transfer_s(1000, same_node=False),
     }
@@ -42,6 +46,8 @@ def what_the_run_sees(model) -> dict:
     [],  # the README's default: R1 W4A8, 1 prefill TP8 + 1 decode TP8 on H100
     ["engine.sglang.mem_fraction_static=0.8", "layout.decode.0.max_running_requests=256"],
     ["layout.prefill.0.extra_args=['--chunked-prefill-size', '4096']", "cluster.gpu_memory_gb=70"],
+    ["engine.sglang.page_size=64", "layout.decode.0.cuda_graph_max_bs=64", "layout.decode.0.attention_backend=triton"],
+    ["engine.sglang.extra_args=['--disable-cuda-graph']"],
 ])
 def test_the_sim_server_and_the_planner_build_the_same_cost_model(overrides) -> None:
     cfg = load_config("configs/default.yaml", overrides)
