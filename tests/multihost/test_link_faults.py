@@ -21,6 +21,7 @@ import pytest
 
 from tests.multihost.benchjob import BenchJob, host_config
 from tests.multihost.lab import HostCluster
+from tests.support import wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -123,12 +124,17 @@ def assert_status_says_what_happened(run: FaultRun) -> None:
 
 
 def decode_node_back(hosts: HostCluster) -> None:
-    """Make sure node-b runs a live decode raylet again (a fault may have got it declared dead)."""
+    """Make sure node-b runs a live decode raylet again (a fault may have killed it or got it declared dead)."""
     from orchestrator.cluster.netns import alive_node_count
 
-    if hosts.lab.call("client", alive_node_count, hosts.state.dashboard_url, hosts.token) >= 2:
+    def alive() -> int:
+        return hosts.lab.call("client", alive_node_count, hosts.state.dashboard_url, hosts.token)
+
+    if _raylets(hosts, "node-b") and alive() >= 2:
         return
     hosts.lab.kill("node-b")  # whatever is left of the dead node
+    # until the GCS has declared the old node dead, it still counts as alive (and takes jobs' placements)
+    wait_until(lambda: alive() <= 1, 120, what="the GCS to declare the old decode node dead")
     hosts.cluster.start_node(hosts.cluster.cluster.roles.decode)
 
 
@@ -181,10 +187,14 @@ def test_link_down_for_good(hosts: HostCluster, tmp_path) -> None:
     decode_node_back(hosts)
 
 
-def _raylet_pid(hosts: HostCluster, host: str) -> int:
+def _raylets(hosts: HostCluster, host: str) -> list[int]:
     from tests.multihost.benchjob import _argv
 
-    pids = [p for p in hosts.lab.pids(host) if _argv(p)[:1] and _argv(p)[0].endswith("/raylet")]
+    return [p for p in hosts.lab.pids(host) if _argv(p)[:1] and _argv(p)[0].endswith("/raylet")]
+
+
+def _raylet_pid(hosts: HostCluster, host: str) -> int:
+    pids = _raylets(hosts, host)
     assert len(pids) == 1, f"expected one raylet on {host}, found {pids}"
     return pids[0]
 
