@@ -288,37 +288,46 @@ class PDDispatcher:
         stream = bool(body.get("stream"))
         t0 = time.monotonic()
         # TTFT and e2e count from the request's first send (retries included); kv_wait is this attempt's.
-        decode_task = asyncio.ensure_future(
-            self._decode_leg(pair.decode, sent, stream, pair.decode_tokens, timeout_s, answer.origin, answer))
-        tasks = [decode_task]
+        # The decode leg runs in this task, the prefill leg beside it; a prefill that fails while the
+        # decode waits cancels this task (its decode leg would wait for KV that never comes).
+        me, cut = asyncio.current_task(), [False, False]  # [decoding, cut by the prefill]
         prefill_task = None
         if pair.prefill is not None:
             prefill_task = asyncio.ensure_future(
                 self._prefill_leg(pair.prefill, sent, stream, pair.prefill_tokens, timeout_s))
-            tasks.append(prefill_task)
+
+            def on_prefill_done(t: asyncio.Future) -> None:
+                if cut[0] and not t.cancelled() and t.exception() is not None:
+                    cut[1] = True
+                    me.cancel()  # type: ignore[union-attr]
+
+            prefill_task.add_done_callback(on_prefill_done)
         try:
-            pending = set(tasks)
-            while pending:
+            cut[0] = True
+            try:
+                await self._decode_leg(pair.decode, sent, stream, pair.decode_tokens, timeout_s, answer.origin, answer)
+            except asyncio.CancelledError:
+                if not cut[1] or me.uncancel() > 0:  # type: ignore[union-attr]
+                    raise  # cancelled from outside (too)
+                raise prefill_task.exception() from None  # type: ignore[union-attr,misc]
+            finally:
+                cut[0] = False
+            if prefill_task is not None:
                 # Once the decode has answered, the prefill leg only adds kv_wait: do not let a
                 # prefill that never answers (0.5.17 NIXL has no timeout there) turn success into failure.
-                grace = self.settings.prefill_grace_s if decode_task.done() else None
-                done, pending = await asyncio.wait(pending, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    break
-                for t in done:
-                    if t.exception() is not None:
-                        raise t.exception()  # type: ignore[misc]
-                    if t is prefill_task:
-                        answer.kv_wait_s = t.result() - t0
-            if pending:  # the prefill outlived its decode: free it
-                for t in pending:
-                    t.cancel()
-                if pair.prefill is not None:
-                    self.abort_in_background(pair.prefill, rid)
+                if not prefill_task.done():
+                    await asyncio.wait((prefill_task,), timeout=self.settings.prefill_grace_s)
+                if not prefill_task.done():  # the prefill outlived its decode: free it
+                    prefill_task.cancel()
+                    self.abort_in_background(pair.prefill, rid)  # type: ignore[arg-type]
+                elif prefill_task.exception() is not None:
+                    raise prefill_task.exception()  # type: ignore[misc]
+                else:
+                    answer.kv_wait_s = prefill_task.result() - t0
         except BaseException as exc:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if prefill_task is not None:
+                prefill_task.cancel()
+                await asyncio.gather(prefill_task, return_exceptions=True)
             self.set_progress(answer.progress, "prefill")  # a retry starts over
             for w in (pair.prefill, pair.decode):
                 if w is not None:
