@@ -42,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--prefill-gpu", type=int, default=None, help="--base-gpu-id of the prefill server (default: 0)")
     d.add_argument("--decode-gpu", type=int, default=None, help="--base-gpu-id of the decode server (default: 0)")
     d.add_argument("--flag", action="append", default=[], help="extra SGLang flag for every server (repeat; --flag=--x)")
+    d.add_argument("--prefill-flag", action="append", default=[],
+                   help="extra SGLang flag for the prefill server only (repeat; --prefill-flag=--disable-overlap-schedule)")
 
     n = sub.add_parser("nixl-patch", help="apply the NIXL sender patch to an installed sglang tree")
     n.add_argument("site_dir")
@@ -72,7 +74,7 @@ def run(a: argparse.Namespace) -> int:
                      prefill_frac=a.prefill_frac, decode_frac=a.decode_frac, kv_tokens=a.kv_tokens,
                      n_requests=a.requests, loads_per_mode=a.loads_per_mode, with_agg=not a.no_agg,
                      prefill_gpu=a.prefill_gpu, decode_gpu=a.decode_gpu, extra_flags=a.flag,
-                     modes=[m for m in a.modes.split(",") if m])
+                     modes=[m for m in a.modes.split(",") if m], prefill_flags=a.prefill_flag)
         print(json.dumps(res["logprobs"].get("compare"), indent=1))
         for page in res["pages"]:
             print(f"page {page['page_size']} by mode:", json.dumps(page.get("by_mode"), indent=1))

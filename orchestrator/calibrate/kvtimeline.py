@@ -14,6 +14,10 @@ Per request (times in ms):
   prefill_notice  last chunk DONE -> prefill scheduler's poll sees it
   sglang_like     first chunk enqueued -> prefill poll sees it: what `kv_transfer_latency_ms` measures
   worker_all      post + wait summed over all the request's chunks (NIXL's own time)
+  computed_to_seen  the forward that computed the last chunk's KV was seen done (`PDO_READY`) -> decode sees
+                  the transfer done: the whole per-request transfer time, SGLang's own wait to send included
+  send_delay      that forward seen done -> last chunk enqueued (SGLang sends a batch's KV while processing
+                  its result; in the overlap loop that waits for the next batch)
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ _CHUNK = re.compile(r"PDO_NIXL room=(\d+) chunk=(\d+) last=(\d) slots=(\d+) item
                     r"bytes=(\d+) mode=(\w+) post_ms=([\d.]+) wait_ms=([\d.]+) queue=(-?\d+) depth=(-?\d+) "
                     r"shard=(\w+) t_enq=([\d.]+) t_pop=([\d.]+) t_done=([\d.]+)")
 _EVENT = re.compile(r"PDO_KV event=(\w+) room=(\d+) t=([\d.]+)")
+_READY = re.compile(r"PDO_READY t=([\d.]+) rooms=([\d,None]+)")
 
-PARTS = ("ready_to_seen", "queue", "worker", "decode_notice", "prefill_notice", "sglang_like", "worker_all")
+PARTS = ("ready_to_seen", "queue", "worker", "decode_notice", "prefill_notice", "sglang_like", "worker_all",
+         "computed_to_seen", "send_delay")
 
 
 def chunks(text: str) -> list[dict]:
@@ -48,6 +54,26 @@ def events(text: str, name: str) -> dict[str, float]:
     return seen
 
 
+def ready_times(text: str) -> dict[str, list[tuple[float, frozenset]]]:
+    """room -> [(wall time a batch holding it was seen done, that batch's rooms)], in log order."""
+    out: dict[str, list[tuple[float, frozenset]]] = {}
+    for m in _READY.finditer(text):
+        rooms = frozenset(m.group(2).split(","))
+        for room in rooms:
+            out.setdefault(room, []).append((float(m.group(1)), rooms))
+    return out
+
+
+def computed_at(seen: list[tuple[float, frozenset]], t_enq: float) -> float | None:
+    """When the batch that computed the last chunk was first seen done: of the batches seen done before the
+    last chunk was enqueued, the latest one (by its rooms), at the earliest time it was seen."""
+    before = [(t, rooms) for t, rooms in seen if t <= t_enq]
+    if not before:
+        return None
+    batch = before[-1][1]
+    return min(t for t, rooms in before if rooms == batch)
+
+
 def requests(prefill_text: str, decode_text: str) -> list[dict]:
     """One row per request whose last chunk was logged; missing events leave their parts None."""
     by_room: dict[str, list[dict]] = {}
@@ -55,6 +81,7 @@ def requests(prefill_text: str, decode_text: str) -> list[dict]:
         by_room.setdefault(c["room"], []).append(c)
     polled = events(prefill_text, "prefill_polled")
     seen = events(decode_text, "decode_seen")
+    ready = ready_times(prefill_text)
     rows = []
     for room, cs in by_room.items():
         last = [c for c in cs if c["last"]]
@@ -74,7 +101,9 @@ def requests(prefill_text: str, decode_text: str) -> list[dict]:
                      "decode_notice": ms(last_c["t_done"], seen.get(room)),
                      "prefill_notice": ms(last_c["t_done"], polled.get(room)),
                      "sglang_like": ms(enq_first, polled.get(room)),
-                     "worker_all": round(sum(c["post_ms"] + c["wait_ms"] for c in cs), 3)})
+                     "worker_all": round(sum(c["post_ms"] + c["wait_ms"] for c in cs), 3),
+                     "computed_to_seen": ms(computed_at(ready.get(room, []), last_c["t_enq"]), seen.get(room)),
+                     "send_delay": ms(computed_at(ready.get(room, []), last_c["t_enq"]), last_c["t_enq"])})
     return rows
 
 

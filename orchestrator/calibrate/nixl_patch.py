@@ -26,7 +26,9 @@ changes to the sender, the patch:
      waited there, because by then the batch had already finished.) The prefill also logs one `PDO_ITER`
      line per loop iteration that ran a batch: where the iteration's time went (scheduling, `run_batch`,
      processing the previous result, the poll), whether the running batch had already finished at the top
-     of the next iteration, and how long the poll-wait took.
+     of the next iteration, and how long the poll-wait took. `PDO_READY` lines name the requests of a batch
+     whose forward was seen done (at the top of the next overlap iteration, or when its result is processed):
+     from then on their KV is computed, so that is when a transfer could start.
 A flag is on when the environment has PDO_NIXL_<FLAG>=1, or when the file named by PDO_NIXL_<FLAG>_FILE
 exists (read per transfer, so one server pair can A/B them). Bytes moved and where they land are unchanged;
 outputs must be too (checked on the GPU by comparing top-k logprobs across flags).
@@ -160,7 +162,7 @@ def _pdo_log_chunk(mgr, room, kv_chunk, t_pop, t_wait):
 '''
 
 
-PREFILL_MARK = "# pd-orchestrator prefill poll patch v3"
+PREFILL_MARK = "# pd-orchestrator prefill poll patch v4"
 PREFILL_EDITS = [
     (  # overlap loop: before receiving and scheduling, wait for the in-flight batch while polling transfers
         "    def event_loop_overlap_disagg_prefill(self: Scheduler) -> None:\n"
@@ -194,6 +196,13 @@ PREFILL_EDITS = [
         "            _pdo_mark(self, 'poll1')\n"
         "            self.launch_batch_sample_if_needed(batch_result, batch)\n",
     ),
+    (  # result processing (both loops): poll while waiting for the batch; log its requests' KV as ready
+        "        if copy_done is not None:\n"
+        "            copy_done.synchronize()\n",
+        "        if copy_done is not None:\n"
+        "            _pdo_sync_polling(self, copy_done)\n"
+        "        _pdo_log_ready(batch)\n",
+    ),
 ]
 PREFILL_TAIL = f'''
 
@@ -211,6 +220,31 @@ def _pdo_poll_flag():
 
     flag = os.environ.get("PDO_NIXL_PREFILL_POLL_FILE")
     return os.environ.get("PDO_NIXL_PREFILL_POLL") == "1" or (bool(flag) and os.path.exists(flag))
+
+
+def _pdo_single_rank(scheduler):
+    sa = scheduler.server_args
+    return (sa.tp_size == 1 and sa.pp_size == 1 and (getattr(sa, "attn_cp_size", 1) or 1) == 1
+            and not sa.enable_dp_attention)
+
+
+def _pdo_log_ready(batch):
+    """The batch's forward is done, so its requests' KV (of this chunk) is computed: log when that was seen."""
+    import time
+
+    rooms = [str(getattr(r, "bootstrap_room", None)) for r in getattr(batch, "reqs", None) or []]
+    if rooms:
+        logger.info("PDO_READY t=%.6f rooms=%s", time.time(), ",".join(rooms))
+
+
+def _pdo_sync_polling(scheduler, copy_done):
+    import time
+
+    if _pdo_poll_flag() and _pdo_single_rank(scheduler) and hasattr(copy_done, "query"):
+        while scheduler.disagg_prefill_inflight_queue and not copy_done.query():
+            scheduler.process_disagg_prefill_inflight_queue()
+            time.sleep(0.0005)
+    copy_done.synchronize()
 
 
 def _pdo_wait_polling_transfers(scheduler):
@@ -241,9 +275,10 @@ def _pdo_wait_polling_transfers(scheduler):
     if copy_done is None or not hasattr(copy_done, "query"):
         return
     marks["done_at_top"] = int(copy_done.query())
-    sa = scheduler.server_args
-    if not (_pdo_poll_flag() and sa.tp_size == 1 and sa.pp_size == 1
-            and (getattr(sa, "attn_cp_size", 1) or 1) == 1 and not sa.enable_dp_attention):
+    if marks["done_at_top"] and not getattr(scheduler, "_pdo_ready_logged", None) is scheduler.result_queue[-1][0]:
+        scheduler._pdo_ready_logged = scheduler.result_queue[-1][0]
+        _pdo_log_ready(scheduler.result_queue[-1][0])   # seen done here, before its result is processed
+    if not (_pdo_poll_flag() and _pdo_single_rank(scheduler)):
         return
     polls = 0
     while scheduler.disagg_prefill_inflight_queue and not copy_done.query():

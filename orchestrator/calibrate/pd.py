@@ -156,7 +156,8 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), pre
            topk: int = 5, context_length: int = 16384, agg_frac: float = 0.80, seed: int = 2025,
            ports=(30000, 30001, 30002), bootstrap_port: int = 8998, extra_env: dict | None = None,
            with_agg: bool = True, prefill_gpu: int | None = None, decode_gpu: int | None = None,
-           extra_flags: list[str] | None = None, modes=("base", "coalesce", "shard", "coalesce+shard")) -> dict:
+           extra_flags: list[str] | None = None, modes=("base", "coalesce", "shard", "coalesce+shard"),
+           prefill_flags: list[str] | None = None) -> dict:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"pd modes: unknown {unknown}; choose from {sorted(MODES)}")
@@ -172,7 +173,8 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), pre
                            "n_requests": n_requests, "len_range": list(len_range), "max_new": max_new,
                            "logprob_prompts": logprob_prompts, "logprob_steps": logprob_steps, "topk": topk,
                            "prefill_gpu": prefill_gpu, "decode_gpu": decode_gpu, "extra_flags": extra_flags,
-                           "modes": list(modes), "loads_per_mode": loads_per_mode},
+                           "modes": list(modes), "loads_per_mode": loads_per_mode,
+                           "prefill_flags": prefill_flags},
               "pages": [], "logprobs": {}}
     path = out_dir / "calibration-pd.json"
 
@@ -201,7 +203,8 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), pre
         pf = SglangServer(f"prefill-p{ps}", model_path, ports[0], out_dir / f"pd-prefill-page{ps}.log",
                           common + ["--page-size", str(ps), "--disaggregation-mode", "prefill",
                                     "--disaggregation-bootstrap-port", str(bootstrap_port),
-                                    "--mem-fraction-static", str(prefill_frac), *_gpu_flag(prefill_gpu)],
+                                    "--mem-fraction-static", str(prefill_frac), *_gpu_flag(prefill_gpu),
+                                    *(prefill_flags or [])],
                           env={**env, "UCX_PROTO_INFO": "y"} if ps == page_sizes[0] else env)
         dc = SglangServer(f"decode-p{ps}", model_path, ports[1], out_dir / f"pd-decode-page{ps}.log",
                           common + ["--page-size", str(ps), "--disaggregation-mode", "decode",
@@ -306,7 +309,9 @@ def _one_load(pf, dc, bootstrap_port, out_dir, mode, rep, seed, n_requests, len_
             "prefill_new_tokens": sum(r["new_tokens"] for r in pre),
             "prefill_cached_tokens": sum(r["cached_tokens"] for r in pre)}
     k = load["sglang_kv"]
-    print(f"  {mode:>14} rep {rep}: ok {s['ok']}/{s['n']} wall {s['wall_s']:.2f}s; ready->decode-seen p50/p90 "
+    print(f"  {mode:>14} rep {rep}: ok {s['ok']}/{s['n']} wall {s['wall_s']:.2f}s; KV computed->decode-seen p50/p90 "
+          f"{tl['computed_to_seen']['p50']}/{tl['computed_to_seen']['p90']} ms (send delay {tl['send_delay']['p50']}); "
+          f"enqueued->decode-seen p50/p90 "
           f"{tl['ready_to_seen']['p50']}/{tl['ready_to_seen']['p90']} ms (queue {tl['queue']['p50']}/{tl['queue']['p90']},"
           f" worker {tl['worker']['p50']}/{tl['worker']['p90']}, decode notice {tl['decode_notice']['p50']}); sglang "
           f"latency mean {k['kv_transfer_latency_ms_mean']} ms; queues {tl['queues_used']}; descs/req "
@@ -395,7 +400,7 @@ def _prefill_patched() -> bool:
     for base in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         p = Path(base) / "sglang/srt/disaggregation/prefill.py"
         if p.is_file():
-            return "pd-orchestrator prefill poll patch v3" in p.read_text()
+            return "pd-orchestrator prefill poll patch v4" in p.read_text()
     return False
 
 

@@ -38,19 +38,20 @@ fi
 if [ -f .device/cache/caches.tar.xz ] && [ ! -f /root/.pdo_caches_restored ]; then
   tar -C / -xJf .device/cache/caches.tar.xz && touch /root/.pdo_caches_restored && el "compile caches restored"
 fi
-if [ ! -f $SITE/.nixl_patched_v5 ]; then
-  python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched_v5
+if [ ! -f $SITE/.nixl_patched_v6 ]; then
+  python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched_v6
 fi
 { date -u; nvidia-smi; nvidia-smi topo -m; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, torch.cuda.get_device_name(0))"
   python3 -c "import sglang; print('sglang', sglang.__version__)"
-  echo "compile caches:"; du -sh /root/.triton /root/.cache /tmp/torchinductor_root 2>/dev/null; free -g; nproc; } > $OUT/env-$PHASE.txt 2>&1
-el "env: $(grep -m1 -E 'H100|H200' $OUT/env-$PHASE.txt)"
+  echo "compile caches:"; du -sh /root/.triton /root/.cache /tmp/torchinductor_root 2>/dev/null; free -g; nproc; } > $OUT/env-${PD_NAME:-$PHASE}.txt 2>&1
+el "env: $(grep -m1 -E 'H100|H200' $OUT/env-${PD_NAME:-$PHASE}.txt)"
 
 mkdir -p $W/models/v2lite $W/models/r1s
 cp models/deepseek-v2-lite/config.json $W/models/v2lite/config.json
 cp benchmarks/calibration/r1-shaped/config.json $W/models/r1s/config.json
-D=$W/$PHASE; rm -rf $D; mkdir -p $D
+NAME=${PD_NAME:-$PHASE}   # PD_NAME: a second pd run in the same call keeps its own files (e.g. PD_NAME=pd-nooverlap)
+D=$W/$NAME; rm -rf $D; mkdir -p $D
 case $PHASE in
 v2lite)
   python3 -m orchestrator.calibrate single --model-path $W/models/v2lite --name v2lite --out $D --budget-s $(( $(left) - 25 )) \
@@ -68,8 +69,8 @@ pd)
 esac
 el "harness exit $?"
 du -sh /root/.triton /root/.cache /tmp/torchinductor_root 2>/dev/null | sed 's/^/caches after: /'
-cp $D/calibration-*.json $OUT/ 2>/dev/null
-tar -C $W -cJf $OUT/logs-$PHASE.tar.xz $PHASE
+for f in $D/calibration-*.json; do [ -f "$f" ] && cp "$f" $OUT/$(basename "$f" .json | sed "s/^calibration-$PHASE\$/calibration-$NAME/").json; done
+tar -C $W -cJf $OUT/logs-$NAME.tar.xz $NAME
 if [ "${SAVE_CACHES:-0}" = 1 ]; then
   tar -C / -cJf $OUT/caches.tar.xz $(cd / && ls -d root/.triton root/.cache tmp/torchinductor_root 2>/dev/null) \
     && el "caches saved: $(du -h $OUT/caches.tar.xz | cut -f1)"

@@ -147,6 +147,21 @@ def test_nixl_patch_log_lines_make_a_request_timeline(monkeypatch, caplog):
     assert alone["ready_to_seen"] is None and alone["decode_notice"] is None and alone["queue"] == row["queue"]
 
 
+def test_kv_computed_time_is_the_batch_that_held_the_last_chunk():
+    # request 7 is chunked: its first chunk ran with request 5, its last chunk with request 9
+    text = ("PDO_READY t=10.000000 rooms=5,7\n"
+            "PDO_READY t=10.300000 rooms=7,9\n"      # seen done at the top of the next overlap iteration
+            "PDO_READY t=10.750000 rooms=7,9\n")     # and again when its result was processed
+    seen = kvtimeline.ready_times(text)
+    assert kvtimeline.computed_at(seen["7"], 10.8) == 10.3          # the last batch, first time seen done
+    assert kvtimeline.computed_at(seen["7"], 10.1) == 10.0          # a chunk enqueued before it: the first batch
+    assert kvtimeline.computed_at(seen["9"], 10.2) is None
+    chunk = ("PDO_NIXL room=7 chunk=1 last=1 slots=10 item_bytes=1152 descs=270 bytes=311040 mode=prepped "
+             "post_ms=1.000 wait_ms=2.000 queue=1 depth=0 shard=dst t_enq=10.800000 t_pop=10.810000 t_done=10.813000\n")
+    [row] = kvtimeline.requests(text + chunk, "PDO_KV event=decode_seen room=7 t=10.820000\n")
+    assert round(row["send_delay"]) == 500 and round(row["computed_to_seen"]) == 520 and round(row["ready_to_seen"]) == 20
+
+
 def test_timeline_summary_and_per_mode_table():
     rows = [{"room": str(i), "queue_index": i % 2, "mode": "prepped", "shard": "dst", "descs": 100, "bytes": 10,
              **{p: float(i) for p in kvtimeline.PARTS}} for i in range(1, 11)]
@@ -178,9 +193,10 @@ def test_nixl_patch_applies_to_the_installed_sglang_0_5_17_source(tmp_path):
         src, out = srcs[target], (tmp_path / target).read_text()
         added = sum(new.count("\n") - old.count("\n") for old, new in edits)
         assert len(out.splitlines()) == len(src.splitlines()) + added + len(tail.splitlines())
-        # only added lines: every line of SGLang's source is still there, in order
+        # only added lines, except the batch wait it wraps in prefill.py: SGLang's other lines stay, in order
         it = iter(out.splitlines())
-        assert all(any(line == o for o in it) for line in src.splitlines())
+        kept = [line for line in src.splitlines() if line != "            copy_done.synchronize()"]
+        assert all(any(line == o for o in it) for line in kept)
     assert nixl_patch.apply(tmp_path)    # idempotent
     assert (tmp_path / nixl_patch.PREFILL_TARGET).read_text().count("_pdo_wait_polling_transfers(self)") == 1
 
