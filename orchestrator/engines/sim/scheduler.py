@@ -190,7 +190,8 @@ class Scheduler:
         return self.batch.kv_used
 
     def max_request_tokens(self) -> int:
-        return self.limits.kv_capacity_tokens
+        """Prompts shorter than this can be admitted: prompt + 1 new token + a page below the KV pool."""
+        return self.limits.kv_capacity_tokens - self.limits.page_size - 1
 
     def _clamp(self, req: SimRequest) -> None:
         # admission needs prompt + max_new_tokens + a page below the free KV (SGLang's PrefillAdder)
