@@ -63,6 +63,16 @@ def test_each_raylet_runs_on_its_own_host_and_only_token_holders_get_in(hosts: H
         assert hosts.token not in r.stdout + r.stderr
 
 
+def test_a_driver_on_a_host_attaches_to_that_hosts_raylet(hosts: HostCluster) -> None:
+    """Both raylets are in the machine's one process table, where Ray looks for "local" raylets (and then
+    prefers the head's): a driver on node-b must still get node-b's raylet, or it advertises the head's
+    address and replies to it are lost. The client host has no raylet: Ray's own choice stands."""
+    lab = hosts.lab
+    probe = [sys.executable, "-c", "from orchestrator.cluster.connect import own_node_ip; print(own_node_ip())"]
+    seen = {role: lab.run(role, probe, cwd=REPO, timeout_s=60).stdout.strip() for role in ("node-a", "node-b", "client")}
+    assert seen == {"node-a": lab.hosts["node-a"].ip, "node-b": lab.hosts["node-b"].ip, "client": "None"}
+
+
 PREFLIGHT_RATE_MBIT = 200.0  # 25 MB/s: 8 MiB of KV per transfer takes ~0.3 s
 
 
