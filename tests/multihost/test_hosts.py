@@ -69,7 +69,8 @@ def test_a_driver_on_a_host_attaches_to_that_hosts_raylet(hosts: HostCluster) ->
     address and replies to it are lost. The client host has no raylet: Ray's own choice stands."""
     lab = hosts.lab
     probe = [sys.executable, "-c", "from orchestrator.cluster.connect import own_node_ip; print(own_node_ip())"]
-    seen = {role: lab.run(role, probe, cwd=REPO, timeout_s=60).stdout.strip() for role in ("node-a", "node-b", "client")}
+    seen = {role: lab.run(role, probe, cwd=REPO, timeout_s=60).stdout.strip()
+            for role in ("node-a", "node-b", "client")}
     assert seen == {"node-a": lab.hosts["node-a"].ip, "node-b": lab.hosts["node-b"].ip, "client": "None"}
 
 

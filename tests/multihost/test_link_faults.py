@@ -244,7 +244,8 @@ def test_head_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
     try:
         job.wait_measuring()
         assert job.driver_host() == "node-b", "the job's driver is not on node-b"
-        router_on += [h for h in ("node-a", "node-b") if any("pd-router" in " ".join(_argv(p)) for p in hosts.lab.pids(h))]
+        router_on += [h for h in ("node-a", "node-b")
+                      if any("pd-router" in " ".join(_argv(p)) for p in hosts.lab.pids(h))]
         fault_at = time.time()
         os.kill(_raylet_pid(hosts, "node-a"), signal.SIGKILL)
         client_rc, client_out = job.wait(timeout_s=60)  # the client's stream from the head breaks at once
