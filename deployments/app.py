@@ -1,5 +1,4 @@
-"""Config -> Serve applications: `router (ingress, on router.host's node) -> registry <- EngineWorker[group]`,
-one EngineWorker application per worker group.
+"""Config -> Serve applications: `router (ingress, on router.host's node) -> registry <- EngineWorker[group]`.
 
 Each worker group is its own application (no HTTP route) holding one `EngineWorker` deployment whose
 replicas are pinned to nodes of their role by label, with one placement group per replica reserving
