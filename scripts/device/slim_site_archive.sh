@@ -4,19 +4,23 @@
 #   bash scripts/device/slim_site_archive.sh .device/site/site.tar.xz .device/site-slim/site.tar.xz
 # Drops what `python -m sglang.launch_server` never imports (checked in SGLang 0.5.17's source):
 #   sglang/multimodal_gen (diffusion serving, imported by the `sglang` CLI only), sglang/test (imported only
-#   with SGLANG_TEST_SCRIPTED_RUNTIME=1 or under TYPE_CHECKING), sglang/benchmark, nixl_cu13.scripts (examples)
-# and packs the rest grouped by file type (similar files next to each other) with a 192 MiB xz dictionary.
+#   with SGLANG_TEST_SCRIPTED_RUNTIME=1 or under TYPE_CHECKING), sglang/benchmark, nixl_cu13.scripts (examples),
+#   sgl_kernel/flashmla_ops.abi3.so (FlashMLA attention backend only; sgl_kernel/flash_mla.py imports it inside
+#   try/except; the calibration uses --attention-backend triton)
+# and packs the rest grouped by file type (similar files next to each other). XZ_OPTS overrides the xz preset
+# (default: -9e -T2 with a 192 MiB dictionary, ~8 min on 2 cores; "-9 -T2" takes about half).
 set -eu
 IN=${1:?input site.tar.xz}; OUT=${2:?output site.tar.xz}
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 tar -C "$W" -xJf "$IN"
-rm -rf "$W/sglang/multimodal_gen" "$W/sglang/test" "$W/sglang/benchmark" "$W/nixl_cu13.scripts"
-echo "slimmed $(date -u +%FT%TZ) from $(basename "$IN"): no sglang/multimodal_gen sglang/test sglang/benchmark nixl_cu13.scripts" \
+rm -rf "$W/sglang/multimodal_gen" "$W/sglang/test" "$W/sglang/benchmark" "$W/nixl_cu13.scripts" \
+  "$W/sgl_kernel/flashmla_ops.abi3.so"
+echo "slimmed $(date -u +%FT%TZ) from $(basename "$IN"): no sglang/multimodal_gen sglang/test sglang/benchmark nixl_cu13.scripts sgl_kernel/flashmla_ops.abi3.so" \
   >> "$W/PRUNED_BY_PROBE.txt"
 mkdir -p "$(dirname "$OUT")"
 (cd "$W" && find . \( -type f -o -type l \) | awk -F/ '{n=$NF; i=index(n,"."); e=(i? substr(n, length(n)-index(reverse(n),".")+2) : ""); print e "\t" $0}
   function reverse(s,  r,k){r=""; for(k=length(s);k>0;k--) r=r substr(s,k,1); return r}' \
   | sort -t$'\t' -k1,1 -k2,2 | cut -f2 > "$W.list")
-tar -C "$W" --no-recursion -cf - -T "$W.list" | xz -9e -T2 --lzma2=preset=9e,dict=192MiB > "$OUT"
+tar -C "$W" --no-recursion -cf - -T "$W.list" | xz ${XZ_OPTS:--9e -T2 --lzma2=preset=9e,dict=192MiB} > "$OUT"
 rm -f "$W.list"
 ls -la "$OUT"
