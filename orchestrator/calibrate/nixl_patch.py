@@ -27,8 +27,9 @@ changes to the sender, the patch:
      line per loop iteration that ran a batch: where the iteration's time went (scheduling, `run_batch`,
      processing the previous result, the poll), whether the running batch had already finished at the top
      of the next iteration, and how long the poll-wait took. `PDO_READY` lines name the requests of a batch
-     whose forward was seen done (at the top of the next overlap iteration, or when its result is processed):
-     from then on their KV is computed, so that is when a transfer could start.
+     whose forward was seen done (at the top of the next overlap iteration, and in the result processing once
+     the sampled ids are on the host, which in the non-overlap loop waits for the forward): from then on their
+     KV is computed, so that is when a transfer could start.
 A flag is on when the environment has PDO_NIXL_<FLAG>=1, or when the file named by PDO_NIXL_<FLAG>_FILE
 exists (read per transfer, so one server pair can A/B them). Bytes moved and where they land are unchanged;
 outputs must be too (checked on the GPU by comparing top-k logprobs across flags).
@@ -162,7 +163,7 @@ def _pdo_log_chunk(mgr, room, kv_chunk, t_pop, t_wait):
 '''
 
 
-PREFILL_MARK = "# pd-orchestrator prefill poll patch v4"
+PREFILL_MARK = "# pd-orchestrator prefill poll patch v5"
 PREFILL_EDITS = [
     (  # overlap loop: before receiving and scheduling, wait for the in-flight batch while polling transfers
         "    def event_loop_overlap_disagg_prefill(self: Scheduler) -> None:\n"
@@ -196,11 +197,15 @@ PREFILL_EDITS = [
         "            _pdo_mark(self, 'poll1')\n"
         "            self.launch_batch_sample_if_needed(batch_result, batch)\n",
     ),
-    (  # result processing (both loops): poll while waiting for the batch; log its requests' KV as ready
+    (  # result processing (overlap loop): poll while waiting for the batch
         "        if copy_done is not None:\n"
         "            copy_done.synchronize()\n",
         "        if copy_done is not None:\n"
-        "            _pdo_sync_polling(self, copy_done)\n"
+        "            _pdo_sync_polling(self, copy_done)\n",
+    ),
+    (  # both loops: the sampled ids are on the host, so the batch's forward is done: its KV is computed
+        "        next_token_ids = result.next_token_ids.tolist()\n",
+        "        next_token_ids = result.next_token_ids.tolist()\n"
         "        _pdo_log_ready(batch)\n",
     ),
 ]

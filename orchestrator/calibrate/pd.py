@@ -400,7 +400,7 @@ def _prefill_patched() -> bool:
     for base in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         p = Path(base) / "sglang/srt/disaggregation/prefill.py"
         if p.is_file():
-            return "pd-orchestrator prefill poll patch v4" in p.read_text()
+            return "pd-orchestrator prefill poll patch v5" in p.read_text()
     return False
 
 
