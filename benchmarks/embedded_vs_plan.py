@@ -83,7 +83,7 @@ def plan_prediction(config: str, overrides: list[str]) -> dict:
     """What `plan` prints for the run phase, computed by the same functions on the same batch."""
     from orchestrator.config import load_config
     from orchestrator.plan.deadline import predict_deadline
-    from orchestrator.plan.simulate import sample_batch
+    from orchestrator.plan.simulate import batch_shapes
 
     from orchestrator.plan.simulate import percentile
     from orchestrator.run.bench import max_in_flight
@@ -91,7 +91,7 @@ def plan_prediction(config: str, overrides: list[str]) -> dict:
     from orchestrator.workload.batch import sample_batch as bench_batch
 
     cfg = load_config(config, overrides)
-    batch, source = sample_batch(cfg)
+    batch, source = batch_shapes(cfg)
     budget = predict_deadline(cfg, batch, gpu=cfg.cluster.gpu)
     run = budget.run
     # bench's own model: the exact batch bench sends, in its order and under its admission limit

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.simulate import client_concurrency, percentile, sample_batch, simulate_run  # noqa: E402
+from orchestrator.plan.simulate import batch_shapes, client_concurrency, percentile, simulate_run  # noqa: E402
 from orchestrator.records import BenchRequest
 from orchestrator.workload.batch import order_requests
 
@@ -69,7 +69,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for path in args.configs.split(","):
         cfg = load_config(ROOT / path, [f"benchmark.num_prompts={args.num_prompts}"])
-        batch, source = sample_batch(cfg)
+        batch, source = batch_shapes(cfg)
         ref = None
         for limit_name, limit in limits(cfg, batch, args.limits.split(",")).items():
             for ordering in args.orderings.split(","):

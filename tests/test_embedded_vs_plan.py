@@ -11,13 +11,13 @@ import embedded_vs_plan  # noqa: E402
 
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.plan.deadline import predict_deadline  # noqa: E402
-from orchestrator.plan.simulate import sample_batch  # noqa: E402
+from orchestrator.plan.simulate import batch_shapes  # noqa: E402
 
 
 def test_plan_prediction_is_plans_run_phase_on_plans_batch():
     got = embedded_vs_plan.plan_prediction("configs/default.yaml", ["benchmark.num_prompts=40"])
     cfg = load_config("configs/default.yaml", ["benchmark.num_prompts=40"])
-    batch, source = sample_batch(cfg)
+    batch, source = batch_shapes(cfg)
     budget = predict_deadline(cfg, batch, gpu=cfg.cluster.gpu)
     assert got["prompts"] == 40 and got["batch_source"] == source
     assert got["run_s"] == budget.run.duration_s == budget.phase_s("run")

@@ -14,7 +14,7 @@ from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.proposals import add_search_args, print_search
 from orchestrator.plan.search import PlanError
-from orchestrator.plan.simulate import LABEL, SimulationError, sample_batch
+from orchestrator.plan.simulate import LABEL, SimulationError, batch_shapes
 from orchestrator.rules import verdict_for
 
 
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _batch(cfg: RunConfig, synthetic: bool) -> tuple[list[tuple[int, int]], str]:
-    batch, source = sample_batch(cfg, synthetic)
+    batch, source = batch_shapes(cfg, synthetic)
     inputs, outputs = sum(p for p, _ in batch), sum(o for _, o in batch)
     bench = cfg.benchmark
     return batch, f"{len(batch)} prompts ({source}, seed {bench.seed}): {inputs:,} input + {outputs:,} output tokens"

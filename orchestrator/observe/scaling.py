@@ -148,12 +148,12 @@ def simulated_rows(config_paths: Sequence[str | Path], node_counts: Sequence[int
     """Each config at each node count (where its layout scales to it), on the first config's batch."""
     from orchestrator.config import load_config
     from orchestrator.plan.memory import check_layout_fits
-    from orchestrator.plan.simulate import SimulationError, sample_batch, simulate_run
+    from orchestrator.plan.simulate import SimulationError, batch_shapes, simulate_run
 
     configs = [(Path(p), load_config(p)) for p in config_paths]
     if not configs:
         return []
-    batch, _ = sample_batch(configs[0][1], synthetic=synthetic)
+    batch, _ = batch_shapes(configs[0][1], synthetic=synthetic)
     rows = []
     seen: dict[tuple, ScalingRow] = {}
     for path, base in configs:

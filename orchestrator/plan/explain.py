@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.phases import Phase
 from orchestrator.plan.knobs import DECODING
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def _mechanism(name: str, a: Candidate, b: Candidate) -> str:
         dummy = " (dummy weights: drafts assumed rejected)" if a.config.engine.sglang.load_format == "dummy" else ""
         return f"MTP {acc(ma)} vs {acc(mb)}{dummy}"
     if name == "warmup":
-        return f"warm-up {a.budget.phase_s('warmup'):.1f} vs {b.budget.phase_s('warmup'):.1f} s of the deadline"
+        return f"warm-up {a.budget.phase_s(Phase.WARMUP.value):.1f} vs {b.budget.phase_s(Phase.WARMUP.value):.1f} s of the deadline"
     return name
 
 

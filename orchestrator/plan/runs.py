@@ -1,5 +1,5 @@
 """What a simulated run returns and the batches it runs on (used by plan/simulate.py, deadline, search,
-compare and the back-test): SimulatedRun, percentile, SimulationError, synthetic_batch, sample_batch."""
+compare and the back-test): SimulatedRun, percentile, SimulationError, synthetic_batch, batch_shapes."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def synthetic_batch(num_prompts: int, seed: int) -> list[tuple[int, int]]:
     return batch
 
 
-def sample_batch(cfg: RunConfig, synthetic: bool = False) -> tuple[list[tuple[int, int]], str]:
+def batch_shapes(cfg: RunConfig, synthetic: bool = False) -> tuple[list[tuple[int, int]], str]:
     """The benchmark batch as (prompt_len, output_len) and where it came from (sharegpt | synthetic)."""
     bench = cfg.benchmark
     if synthetic:
