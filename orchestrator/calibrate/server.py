@@ -1,19 +1,20 @@
 """Start, wait for, query and stop one real SGLang server (stdlib only: runs on the bare GPU machine).
 
-The server runs in its own session with its log in a file; `stop()` ends its whole process group.
+The server is an `orchestrator.process.ManagedProcess` (its own session, its log in a file, `stop()` ends its
+whole process tree), the same supervisor the product's engines, raylets and Prometheus run under.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from orchestrator.process import ManagedProcess
 
 # Flags every calibration server gets: dummy weights, token ids in and out (no tokenizer), the Triton
 # attention backend (FA3 is stripped from the carried sgl-kernel), metrics, a decode log line every 10 steps.
@@ -35,21 +36,20 @@ class SglangServer:
         self.argv = [python, "-m", "sglang.launch_server", "--model-path", model_path, "--host", host,
                      "--port", str(port), *BASE_FLAGS, *flags]
         self.env = {**os.environ, **(env or {})}
-        self.proc: subprocess.Popen | None = None
+        self.proc: ManagedProcess | None = None
         self.launched_at: float | None = None
         self.ready_after_s: float | None = None
 
     def start(self) -> "SglangServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
-        self.launched_at = time.time()
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
-        log.close()
+        self.log_path.write_bytes(b"")  # a fresh log per start: wait_log must not find an earlier run's line
+        self.proc = ManagedProcess(self.argv, self.log_path, self.env, what=self.name)
+        self.proc.start()
+        self.launched_at = self.proc.started_at
         return self
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.alive()
 
     def log_text(self) -> str:
         try:
@@ -106,27 +106,8 @@ class SglangServer:
             return r.read().decode(errors="replace")
 
     def stop(self, grace_s: float = 10.0) -> None:
-        if self.proc is None:
-            return
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            end = time.monotonic() + wait_s
-            while time.monotonic() < end:
-                try:
-                    os.killpg(self.proc.pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.2)
-            else:
-                continue
-            break
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        if self.proc is not None:
+            self.proc.stop(grace_s)
 
 
 def derived_limits(info: dict) -> dict:
