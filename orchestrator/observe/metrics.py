@@ -233,7 +233,7 @@ class BenchMetrics:
         self.done_output_tokens.labels(**self._base).set(done_output_tokens)
         self.planned_output_tokens.labels(**self._base).set(total_output_tokens)
         if projected_finish_s is None:
-            run_start = next((p.start_s for p in self.timeline if p.name == "run"), None)
+            run_start = next((p.start_s for p in self.timeline if p.name == Phase.RUN.value), None)
             projected_finish_s = projected_finish(
                 self.elapsed_s(), run_start, done_output_tokens, total_output_tokens
             )

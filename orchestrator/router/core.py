@@ -3,8 +3,8 @@
 `PDRouter` is the Serve deployment; it follows the worker registry (endpoints appear and disappear as
 worker replicas start and stop) and hands every request to a `PDDispatcher`, which talks to the engine
 servers directly over HTTP (a Serve hop per token would cost ~1 ms). Two ways in:
-- the benchmark's handle API: `wait_ready(...)`, then `generate_batch(...)` (stream=True handle), one
-  `RequestResult` per finished request;
+- the benchmark's handle API: `wait_ready(...)`, then `generate_batch_chunks(...)` (stream=True handle), a
+  list of the `RequestResult`s finished within 50 ms per item (`generate_batch`: one result per item);
 - HTTP: SGLang's `/generate`, OpenAI `/v1/completions` and `/v1/chat/completions` (stream or not),
   `/health`, `/v1/models`, `/server_info`, `/model_info`, so `sglang.bench_serving` and the openai
   client work unmodified. Prompts are sent to engines as token ids from the faithful tokenizer.
