@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--prefill-flag", action="append", default=[],
                    help="extra SGLang flag for the prefill server only (repeat; --prefill-flag=--disable-overlap-schedule)")
 
-    n = sub.add_parser("nixl-patch", help="apply the NIXL sender patch to an installed sglang tree")
+    n = sub.add_parser("nixl-patch", help="apply the NIXL sender patch and the early KV indices patch "
+                       "(early_kv.py) to an installed sglang tree")
     n.add_argument("site_dir")
 
     lg = sub.add_parser("parse-log", help="start-up phases and decode lines of a server log, as JSON")
@@ -79,9 +80,10 @@ def run(a: argparse.Namespace) -> int:
         for page in res["pages"]:
             print(f"page {page['page_size']} by mode:", json.dumps(page.get("by_mode"), indent=1))
     elif a.cmd == "nixl-patch":
-        from .nixl_patch import apply
+        from . import early_kv, nixl_patch
 
-        print("patched " + " ".join(str(p) for p in apply(a.site_dir)))
+        paths = nixl_patch.apply(a.site_dir, nixl_patch.PLANS + early_kv.PLANS)
+        print("patched " + " ".join(str(p) for p in paths))
     elif a.cmd == "parse-log":
         from . import logparse
 

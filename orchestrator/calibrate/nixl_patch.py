@@ -314,24 +314,27 @@ def patch_text(src: str, edits=None, tail: str | None = None, mark: str = MARK) 
     return src + tail
 
 
-def apply(site_dir: str | Path) -> list[Path]:
-    """Patch nixl/conn.py and prefill.py of the sglang package under `site_dir`; both or neither is written."""
-    plans = [(TARGET, EDITS, TAIL, MARK), (PREFILL_TARGET, PREFILL_EDITS, PREFILL_TAIL, PREFILL_MARK)]
-    outs = []
-    for target, edits, tail, mark in plans:
+PLANS = [(TARGET, EDITS, TAIL, MARK), (PREFILL_TARGET, PREFILL_EDITS, PREFILL_TAIL, PREFILL_MARK)]
+
+
+def apply(site_dir: str | Path, plans=None) -> list[Path]:
+    """Patch the sglang package under `site_dir` (default: nixl/conn.py and prefill.py); every file or none is
+    written. `plans`: (target, edits, tail, mark) in order; a target named twice gets both patches."""
+    texts: dict[Path, list[str]] = {}
+    for target, edits, tail, mark in (PLANS if plans is None else plans):
         path = Path(site_dir) / target
         if not path.is_file():
             raise PatchError(f"{path} not found: pass the folder that holds the installed sglang package")
-        src = path.read_text()
+        pair = texts.setdefault(path, [path.read_text()] * 2)
         try:
-            out = patch_text(src, edits, tail, mark)
+            pair[1] = patch_text(pair[1], edits, tail, mark)
         except PatchError as exc:
             raise PatchError(f"{target}: {exc}") from None
+    for path, (_, out) in texts.items():
         compile(out, str(path), "exec")
-        outs.append((path, src, out))
-    for path, src, out in outs:
+    for path, (src, out) in texts.items():
         if out != src:
             path.write_text(out)
             for cached in path.parent.glob(f"__pycache__/{path.stem}.*.pyc"):
                 cached.unlink()
-    return [path for path, _, _ in outs]
+    return list(texts)

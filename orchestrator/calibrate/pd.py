@@ -10,6 +10,8 @@ hits) under each sender mode of `nixl_patch` (flags switched per load through fi
   coalesce+shard  both
   poll            the prefill scheduler polls its in-flight transfers while it waits for a batch (not once per batch)
   shard+poll      both
+  early           the prefill takes the KV page indices from a host copy made before the next batch's WAR
+                  barrier (`early_kv`), not from `.cpu()` behind the next forward
 Reps alternate the order of modes (forward, then backward). Per load: wall time and throughput, SGLang's
 `sglang:kv_transfer_*` histograms (delta of the prefill's /metrics) and the per-request timelines of
 `kvtimeline` (KV ready on the prefill -> decode sees it, and its parts). Then top-k logprobs of the first
@@ -27,7 +29,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import kvtimeline, logparse
+from . import early_kv, kvtimeline, logparse
 from .client import generate_body, post_json, random_ids, run_many, summarise
 from .server import ServerDied, SglangServer, derived_limits
 from .single import SCHEMA, Budget, gpu_info, gpu_memory_used_mib
@@ -36,8 +38,8 @@ _CHUNK = re.compile(r"PDO_NIXL room=(\d+) chunk=(\d+) last=(\d) slots=(\d+) item
                     r"bytes=(\d+) mode=(\w+) post_ms=([\d.]+) wait_ms=([\d.]+)")
 MODES = {"base": (), "coalesce": ("COALESCE",), "shard": ("SHARD_BY_ROOM",),
          "coalesce+shard": ("COALESCE", "SHARD_BY_ROOM"), "poll": ("PREFILL_POLL",),
-         "shard+poll": ("SHARD_BY_ROOM", "PREFILL_POLL")}
-FLAGS = ("COALESCE", "SHARD_BY_ROOM", "PREFILL_POLL")
+         "shard+poll": ("SHARD_BY_ROOM", "PREFILL_POLL"), "early": ("EARLY_KV_INDICES",)}
+FLAGS = ("COALESCE", "SHARD_BY_ROOM", "PREFILL_POLL", "EARLY_KV_INDICES")   # EARLY_KV_INDICES: early_kv.py
 KV_HISTOGRAMS = ("kv_transfer_latency_ms", "kv_transfer_speed_gb_s", "kv_transfer_total_mb",
                  "kv_transfer_bootstrap_ms", "kv_transfer_alloc_ms")
 
@@ -400,7 +402,8 @@ def _prefill_patched() -> bool:
     for base in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         p = Path(base) / "sglang/srt/disaggregation/prefill.py"
         if p.is_file():
-            return "pd-orchestrator prefill poll patch v5" in p.read_text()
+            text = p.read_text()
+            return "pd-orchestrator prefill poll patch v5" in text and early_kv.PREFILL_MARK in text
     return False
 
 

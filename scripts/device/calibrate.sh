@@ -38,8 +38,8 @@ fi
 if [ -f .device/cache/caches.tar.xz ] && [ ! -f /root/.pdo_caches_restored ]; then
   tar -C / -xJf .device/cache/caches.tar.xz && touch /root/.pdo_caches_restored && el "compile caches restored"
 fi
-if [ ! -f $SITE/.nixl_patched_v7 ]; then
-  python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched_v7
+if [ ! -f $SITE/.nixl_patched_v8 ]; then
+  python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched_v8
 fi
 { date -u; nvidia-smi; nvidia-smi topo -m; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, torch.cuda.get_device_name(0))"

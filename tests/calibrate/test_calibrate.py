@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.calibrate import kvtimeline, logparse, nixl_patch
-from orchestrator.calibrate.pd import (MODES, _flag_path, _set_mode, by_mode, chunk_stats, compare_logprobs,
+from orchestrator.calibrate.pd import (FLAGS, MODES, _flag_path, _set_mode, by_mode, chunk_stats, compare_logprobs,
                                        cross_prompt_control, kv_delta, prom_sums)
 
 RAW = Path(__file__).resolve().parents[2] / "benchmarks/results/device-h200x2-2026-11-21/raw.tar.xz"
@@ -88,12 +88,12 @@ def _tail_namespace():
 
 def test_nixl_patch_flags_follow_env_and_flag_files(tmp_path, monkeypatch):
     ns = _tail_namespace()
-    for flag in ("COALESCE", "SHARD_BY_ROOM", "PREFILL_POLL"):
+    for flag in FLAGS:
         monkeypatch.delenv(f"PDO_NIXL_{flag}", raising=False)
         monkeypatch.setenv(f"PDO_NIXL_{flag}_FILE", str(_flag_path(tmp_path, flag)))
     for mode, flags in MODES.items():
         _set_mode(tmp_path, mode)
-        assert {f for f in ("COALESCE", "SHARD_BY_ROOM", "PREFILL_POLL") if ns["_pdo_flag"](f)} == set(flags), mode
+        assert {f for f in FLAGS if ns["_pdo_flag"](f)} == set(flags), mode
     _set_mode(tmp_path, "base")
     monkeypatch.setenv("PDO_NIXL_SHARD_BY_ROOM", "1")
     assert ns["_pdo_flag"]("SHARD_BY_ROOM") and not ns["_pdo_flag"]("COALESCE")
