@@ -26,7 +26,8 @@ The patch:
      slots (and frees the request's duplicates); the patch counts that on the request (`_pdo_kv_rewrites`), so a
      copy taken before it is not used. Without prefix hits (the calibration loads) the row is never rewritten.
 Chunking, the state payloads (`state_indices`, e.g. DSA/SWA) and the sender are untouched; only where the host copy
-of the page indices is made moves. The prefill logs `PDO_EARLY used=U fallback=F` every 256 sends.
+of the page indices is made moves. With the switch on, the prefill logs `PDO_EARLY used=U fallback=F` (counts so
+far) at the 1st, 65th, 129th, ... send.
 `python -m orchestrator.calibrate nixl-patch SITE_DIR` applies it together with `nixl_patch` (all or nothing).
 """
 
@@ -122,7 +123,7 @@ def _pdo_early_page_indices(scheduler, req, start_idx, end_idx, page_size):
 
 def _pdo_early_count(i):
     _PDO_EARLY_COUNTS[i] += 1
-    if sum(_PDO_EARLY_COUNTS) % 256 == 0:
+    if sum(_PDO_EARLY_COUNTS) % 64 == 1:
         logger.info("PDO_EARLY used=%d fallback=%d", *_PDO_EARLY_COUNTS)
 '''
 
