@@ -186,11 +186,12 @@ def last_gen_throughput(endpoints: list) -> float:
     return 0.0
 
 
-def run_metadata(cfg: RunConfig, run_id: str, endpoints: list, nodes: list) -> dict:
+def run_metadata(cfg: RunConfig, run_id: str, endpoints: list, nodes: list, started_at: float | None = None) -> dict:
     from dataclasses import asdict
 
     return {
         "run_id": run_id,
+        "started_at": started_at,  # wall clock (time.time()) the phases' start_s/end_s count from
         "config": redacted_config(cfg.model_dump(mode="json")),
         "engine": cfg.engine.kind,
         "simulated": cfg.simulated,
@@ -369,7 +370,7 @@ def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, dur
         time_note=note,
         failure_reasons=failure_reasons(results),
     )
-    result = BenchResult(run_id, None, summary, verdict, results, run_metadata(cfg, run_id, endpoints, nodes))
+    result = BenchResult(run_id, None, summary, verdict, results, run_metadata(cfg, run_id, endpoints, nodes, clock.started_at))
     result.simulation = fidelity(model, duration_s, summary.total_output_tokens,
                                  summary.total_input_tokens + summary.total_output_tokens, pacing or {})
     path = result_root(cfg.benchmark.result_dir) / run_id / "result.json"

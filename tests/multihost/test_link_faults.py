@@ -57,9 +57,7 @@ class FaultRun:
 
     def bench_started_at(self) -> float:
         """Wall clock of the bench's own start (its phases are timed from it, in simulated seconds)."""
-        measured = next(p for p in self.doc["phases"] if p["name"] == "measured run")
-        sent = [r["sent_at"] for r in self.results if r.get("sent_at")]
-        return min(sent) - measured["start_s"] * TIME_SCALE
+        return self.doc["metadata"]["started_at"]
 
     def ended_after_fault_s(self) -> float:
         """Fault -> end of the measured run (the last prompt accounted for), seconds."""
@@ -86,8 +84,12 @@ class FaultRun:
 
 
 def run_with_fault(hosts: HostCluster, tmp_path, name: str, inject: Callable[[], None]) -> FaultRun:
+    # The router on the head (router.host = node-a's address pins its replica there): unpinned, Serve may
+    # place it on node-b, and a fault on node-b's link then takes the router itself away (every prompt
+    # fails with "actor died") instead of testing how the router survives losing its decode host.
     cfg = host_config(hosts, tmp_path, name="fault", overrides={"engine.sim.time_scale": TIME_SCALE,
-                                                             "benchmark.deadline_s": DEADLINE_S})
+                                                             "benchmark.deadline_s": DEADLINE_S,
+                                                             "router.host": hosts.head_ip})
     job = BenchJob(hosts, cfg, tmp_path)
     try:
         job.wait_measuring()
@@ -123,6 +125,15 @@ def assert_status_says_what_happened(run: FaultRun) -> None:
         assert run.rc == 0, run.output[-3000:]
 
 
+@pytest.fixture
+def decode_host_up(hosts: HostCluster) -> HostCluster:
+    """node-b's link up and unshaped and a live decode raylet on it, whatever an earlier test left behind."""
+    hosts.lab.link_up("node-b")
+    hosts.lab.unshape("node-b")
+    decode_node_back(hosts)
+    return hosts
+
+
 def decode_node_back(hosts: HostCluster) -> None:
     """Make sure node-b runs a live decode raylet again (a fault may have killed it or got it declared dead)."""
     from orchestrator.cluster.netns import alive_node_count
@@ -138,7 +149,8 @@ def decode_node_back(hosts: HostCluster) -> None:
     hosts.cluster.start_node(hosts.cluster.cluster.roles.decode)
 
 
-def test_link_down_for_a_few_seconds_then_up(hosts: HostCluster, tmp_path) -> None:
+def test_link_down_for_a_few_seconds_then_up(decode_host_up: HostCluster, tmp_path) -> None:
+    hosts = decode_host_up
     lab = hosts.lab
 
     def flap() -> None:
@@ -152,10 +164,10 @@ def test_link_down_for_a_few_seconds_then_up(hosts: HostCluster, tmp_path) -> No
     assert_every_prompt_accounted_for(run)
     assert_status_says_what_happened(run)
     assert run.doc["counts"]["completed"] > 0
-    decode_node_back(hosts)
 
 
-def test_link_throttled_to_a_trickle_mid_run(hosts: HostCluster, tmp_path) -> None:
+def test_link_throttled_to_a_trickle_mid_run(decode_host_up: HostCluster, tmp_path) -> None:
+    hosts = decode_host_up
     lab = hosts.lab
 
     def trickle() -> None:
@@ -171,10 +183,10 @@ def test_link_throttled_to_a_trickle_mid_run(hosts: HostCluster, tmp_path) -> No
     assert_every_prompt_accounted_for(run)
     assert_status_says_what_happened(run)
     assert run.detect_s() is not None, "no prompt met the trickle; the test did not test anything"
-    decode_node_back(hosts)
 
 
-def test_link_down_for_good(hosts: HostCluster, tmp_path) -> None:
+def test_link_down_for_good(decode_host_up: HostCluster, tmp_path) -> None:
+    hosts = decode_host_up
     lab = hosts.lab
     try:
         run = run_with_fault(hosts, tmp_path, "decode host's link down for good",
@@ -184,7 +196,6 @@ def test_link_down_for_good(hosts: HostCluster, tmp_path) -> None:
     assert_every_prompt_accounted_for(run)
     assert_status_says_what_happened(run)
     assert run.doc["counts"]["failed"] > 0, "every prompt completed with the decode host cut off"
-    decode_node_back(hosts)
 
 
 def _raylets(hosts: HostCluster, host: str) -> list[int]:
@@ -199,10 +210,11 @@ def _raylet_pid(hosts: HostCluster, host: str) -> int:
     return pids[0]
 
 
-def test_decode_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
+def test_decode_raylet_killed_mid_run(decode_host_up: HostCluster, tmp_path) -> None:
     import os
     import signal
 
+    hosts = decode_host_up
     killed: list[int] = []
 
     def kill() -> None:
@@ -215,10 +227,9 @@ def test_decode_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
     assert run.doc["counts"]["failed"] > 0, "every prompt completed without a decode node"
     left = hosts.lab.kill("node-b")
     print(f"  processes left on node-b after its raylet died: {len(left)} (stopped)")
-    decode_node_back(hosts)
 
 
-def test_head_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
+def test_head_raylet_killed_mid_run(decode_host_up: HostCluster, tmp_path) -> None:
     """The head's raylet SIGKILLed: `ray start --block` takes the GCS, dashboard and job API down with it.
 
     A driver on the head would die with it, so the job is submitted the way a run that must survive its
@@ -235,6 +246,7 @@ def test_head_raylet_killed_mid_run(hosts: HostCluster, tmp_path) -> None:
     from orchestrator.cluster.netns import alive_node_count
     from tests.multihost.benchjob import _argv
 
+    hosts = decode_host_up
     b_ip = hosts.lab.hosts["node-b"].ip
     cfg = host_config(hosts, tmp_path, name="fault", overrides={"engine.sim.time_scale": TIME_SCALE,
                                                              "benchmark.deadline_s": DEADLINE_S,

@@ -123,6 +123,11 @@ def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
     assert [p["name"] for p in data["phases"]][:4] == ["preflight", "dataset", "placement", "engine start"]
     assert {w["role"] for w in data["metadata"]["workers"]} == {"prefill", "decode"}
     assert all(r["prefill_worker"] and r["decode_worker"] for r in data["results"])
+    # the phases count from metadata.started_at: the first prompt left when the measured run began
+    run_phase = next(p for p in data["phases"] if p["name"] == "measured run")
+    first_sent = min(r["sent_at"] for r in data["results"])
+    scale = data["metadata"]["time_scale"]
+    assert first_sent - data["metadata"]["started_at"] == pytest.approx(run_phase["start_s"] * scale, abs=0.5)
 
 
 def test_failures_are_grouped_by_reason_with_times_blanked():
