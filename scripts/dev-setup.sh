@@ -20,4 +20,8 @@ fi
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/pip install -q -e ".[test,nixl,mlperf]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import orchestrator, ray, nixl_cu12" >/dev/null
+# SGLang 0.5.17's own source (the wheel only, no dependencies, ~22 MB): the tests apply our SGLang patches
+# (orchestrator/calibrate) to the real files, not only to modules shaped like them.
+ls .whl-sglang/sglang-0.5.17-*.whl >/dev/null 2>&1 || .venv/bin/pip download -q --no-deps -d .whl-sglang \
+  "sglang==0.5.17" 2>&1 | grep -v "^WARNING: Location" || true
 echo "dev-setup: ok ($(.venv/bin/python -c 'import ray; print("ray", ray.__version__)'))"

@@ -29,6 +29,30 @@ HAVE_NIXL = load_nixl_api() is not None
 
 REPO = Path(__file__).resolve().parents[1]
 
+# SGLang 0.5.17's installed source: from the device's site archive where one was built, else from the wheel
+# scripts/dev-setup.sh downloads (both git-ignored; their files are byte-identical)
+SGLANG_SITE_ARCHIVE = REPO / ".device/site/site.tar.xz"
+SGLANG_WHEELS = sorted((REPO / ".whl-sglang").glob("sglang-0.5.17-*.whl"))
+HAVE_SGLANG_SOURCE = SGLANG_SITE_ARCHIVE.is_file() or bool(SGLANG_WHEELS)
+NO_SGLANG_SOURCE = ("SGLang 0.5.17's source is not here: run scripts/dev-setup.sh (downloads its wheel to "
+                    ".whl-sglang/) or build the device site archive")
+
+
+def copy_sglang_source(targets, dest: Path) -> None:
+    """Copy SGLang 0.5.17's files `targets` (paths like sglang/srt/...) under `dest`, keeping their paths."""
+    import tarfile
+    import zipfile
+
+    for target in targets:
+        if SGLANG_SITE_ARCHIVE.is_file():
+            with tarfile.open(SGLANG_SITE_ARCHIVE) as tf:
+                data = tf.extractfile("./" + target).read()
+        else:
+            with zipfile.ZipFile(SGLANG_WHEELS[0]) as zf:
+                data = zf.read(target)
+        (dest / target).parent.mkdir(parents=True, exist_ok=True)
+        (dest / target).write_bytes(data)
+
 # suite -> outcome -> cases: filled by the tests as they run, so the summary counts what really ran
 CASE_LOG: dict[str, Counter] = defaultdict(Counter)
 

@@ -16,6 +16,7 @@ import ordering  # noqa: E402
 
 from orchestrator.config import load_config
 from orchestrator.plan.simulate import synthetic_batch  # noqa: E402
+from tests.support import HAVE_NIXL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,11 +46,7 @@ def test_coalescing_merges_only_runs_contiguous_on_both_sides():
         assert cd[i, 0] + (sa - cs[i, 0]) == da
 
 
-HAVE_NIXL = importlib.util.find_spec("torch") is not None and any(
-    importlib.util.find_spec(m) is not None for m in ("nixl", "nixl_cu12", "nixl_cu13"))
-
-
-@pytest.mark.skipif(not HAVE_NIXL, reason="needs torch and NIXL (nixl-cu12)")
+@pytest.mark.skipif(not (HAVE_NIXL and importlib.util.find_spec("torch")), reason="needs torch and NIXL (nixl-cu12)")
 def test_nixl_transfer_lands_every_page_where_the_layout_says(monkeypatch):
     monkeypatch.setenv("UCX_NET_DEVICES", "lo")
     layouts = [kv_transfer.make_layout(layers=2, tokens=32, page_size=p, run_pages=2, seed=5) for p in (1, 16)]

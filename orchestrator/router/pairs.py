@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.api.generate import SGLANG_DEFAULT_MAX_NEW_TOKENS
 from orchestrator.router.policies import RequestShape, WorkerState
 
 
@@ -60,8 +61,6 @@ def batch_size(body: dict) -> int | None:
         return len(ids)
     return None
 
-
-SGLANG_DEFAULT_MAX_NEW_TOKENS = 128
 
 
 def request_shape(body: dict) -> RequestShape:

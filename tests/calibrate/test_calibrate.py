@@ -13,6 +13,7 @@ import pytest
 from orchestrator.calibrate import kvtimeline, logparse, nixl_patch
 from orchestrator.calibrate.pd import (FLAGS, MODES, _flag_path, _set_mode, by_mode, chunk_stats, compare_logprobs,
                                        cross_prompt_control, kv_delta, prom_sums)
+from tests.support import HAVE_SGLANG_SOURCE, NO_SGLANG_SOURCE, copy_sglang_source
 
 RAW = Path(__file__).resolve().parents[2] / "benchmarks/results/device-h200x2-2026-11-21/raw.tar.xz"
 
@@ -176,16 +177,9 @@ def test_timeline_summary_and_per_mode_table():
     assert table["base"]["ready_to_seen_p50_median"] == 6.0
 
 
-SITE_ARCHIVE = Path(__file__).resolve().parents[2] / ".device/site/site.tar.xz"
-
-
-@pytest.mark.skipif(not SITE_ARCHIVE.is_file(), reason="the git-ignored SGLang 0.5.17 site archive is not built "
-                    "here (PY=python3.12 bash scripts/device/build_site_archive.sh .device/site)")
+@pytest.mark.skipif(not HAVE_SGLANG_SOURCE, reason=NO_SGLANG_SOURCE)
 def test_nixl_patch_applies_to_the_installed_sglang_0_5_17_source(tmp_path):
-    with tarfile.open(SITE_ARCHIVE) as tf:
-        for target in (nixl_patch.TARGET, nixl_patch.PREFILL_TARGET):
-            (tmp_path / target).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / target).write_bytes(tf.extractfile("./" + target).read())
+    copy_sglang_source((nixl_patch.TARGET, nixl_patch.PREFILL_TARGET), tmp_path)
     srcs = {t: (tmp_path / t).read_text() for t in (nixl_patch.TARGET, nixl_patch.PREFILL_TARGET)}
     assert nixl_patch.apply(tmp_path) == [tmp_path / nixl_patch.TARGET, tmp_path / nixl_patch.PREFILL_TARGET]
     for target, edits, tail in ((nixl_patch.TARGET, nixl_patch.EDITS, nixl_patch.TAIL),

@@ -6,9 +6,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import tarfile
 from collections import deque
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,9 +14,7 @@ import torch
 
 from orchestrator.calibrate import early_kv, nixl_patch
 from orchestrator.calibrate.pd import MODES, _flag_path, _set_mode
-
-SITE_ARCHIVE = Path(__file__).resolve().parents[2] / ".device/site/site.tar.xz"
-
+from tests.support import HAVE_SGLANG_SOURCE, NO_SGLANG_SOURCE, copy_sglang_source
 
 def _shaped(edits) -> str:   # the two anchors at their real indentation: overlap loop, send_kv_chunk
     (loop, _), (send, _) = edits
@@ -39,14 +35,10 @@ def test_patch_applies_once_to_a_shaped_module_and_refuses_a_changed_one():
                               early_kv.PREFILL_TAIL, early_kv.PREFILL_MARK)
 
 
-@pytest.mark.skipif(not SITE_ARCHIVE.is_file(), reason="the git-ignored SGLang 0.5.17 site archive is not built "
-                    "here (PY=python3.12 bash scripts/device/build_site_archive.sh .device/site)")
+@pytest.mark.skipif(not HAVE_SGLANG_SOURCE, reason=NO_SGLANG_SOURCE)
 def test_patch_applies_with_the_nixl_patch_to_the_installed_sglang_0_5_17_source(tmp_path):
     targets = (nixl_patch.TARGET, early_kv.PREFILL_TARGET, early_kv.RADIX_TARGET)
-    with tarfile.open(SITE_ARCHIVE) as tf:
-        for target in targets:
-            (tmp_path / target).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / target).write_bytes(tf.extractfile("./" + target).read())
+    copy_sglang_source(targets, tmp_path)
     srcs = {t: (tmp_path / t).read_text() for t in targets}
     plans = nixl_patch.PLANS + early_kv.PLANS
     assert nixl_patch.apply(tmp_path, plans) == [tmp_path / t for t in targets]
