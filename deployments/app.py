@@ -1,4 +1,5 @@
-"""Config -> Serve applications: `router (ingress, on router.host's node) -> registry <- EngineWorker[group]`.
+"""Config -> Serve applications: `router (ingress, on router.host's node or the driver's) -> registry <-
+EngineWorker[group]`.
 
 Each worker group is its own application (no HTTP route) holding one `EngineWorker` deployment whose
 replicas are pinned to nodes of their role by label, with one placement group per replica reserving
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from ray import serve
 from ray.serve.api import RunTarget
 
-from orchestrator.cluster.inventory import router_node_ip
+from orchestrator.cluster.inventory import driver_node_ip, router_pin_ip
 from orchestrator.config import RunConfig, WorkerGroup
 
 ROUTER_APP = "pd-router"
@@ -94,18 +95,19 @@ def build_worker_apps(cfg: RunConfig, run_id: str) -> list[RunTarget]:
     return targets
 
 
-def router_actor_options(cfg: RunConfig) -> dict:
-    """No CPU; pinned to the node whose address router.host names (Ray gives every node a `node:<IP>`
-    resource of 1), else unpinned."""
-    ip = router_node_ip(cfg)
+def router_actor_options(cfg: RunConfig, driver_ip: str | None) -> dict:
+    """No CPU; pinned (Ray gives every node a `node:<IP>` resource of 1) to the node whose address
+    router.host names, or for a wildcard or loopback router.host to the driver's node (`router_pin_ip`)."""
+    ip = router_pin_ip(cfg, driver_ip)
     return {"num_cpus": 0, **({"resources": {f"node:{ip}": 0.001}} if ip else {})}
 
 
 def build_app(cfg: RunConfig, run_id: str) -> serve.Application:
-    """The router application (HTTP ingress + benchmark handle); on router.host's node, takes no CPU."""
+    """The router application (HTTP ingress + benchmark handle); on router.host's node or the driver's,
+    takes no CPU."""
     from deployments.router import PDRouter
 
-    return PDRouter.options(ray_actor_options=router_actor_options(cfg)).bind(cfg, run_id)
+    return PDRouter.options(ray_actor_options=router_actor_options(cfg, driver_node_ip())).bind(cfg, run_id)
 
 
 def start_serve(cfg: RunConfig) -> None:

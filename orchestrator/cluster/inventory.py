@@ -124,6 +124,34 @@ def router_node_ip(cfg: RunConfig) -> str | None:
     return None if ip.is_unspecified or ip.is_loopback else str(ip)
 
 
+def router_pin_ip(cfg: RunConfig, driver_ip: str | None) -> str | None:
+    """The node the router replica runs on: the one whose address router.host names; for a wildcard or
+    loopback router.host, the driver's own node `driver_ip`. Loopback: only there can the driver reach it.
+    Wildcard: left to Serve, the router could land on a worker node and a decode node lost mid-run would
+    take the router, and every prompt in flight, with it. None (unpinned) for a hostname."""
+    import ipaddress
+
+    named = router_node_ip(cfg)
+    if named is not None:
+        return named
+    try:
+        ipaddress.ip_address(cfg.router.host)
+    except ValueError:
+        return None
+    return driver_ip
+
+
+def driver_node_ip() -> str | None:
+    """The address of the node this connected driver runs on (None if Ray does not list it)."""
+    import ray
+
+    try:
+        node_id = ray.get_runtime_context().get_node_id()
+        return next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]), None)
+    except Exception:  # noqa: BLE001 (e.g. a Ray Client driver has no node of its own): the router stays unpinned
+        return None
+
+
 def _router_host_problems(cfg: RunConfig, nodes: list[NodeInfo]) -> list[str]:
     """router.host naming an address no node has: the router replica (pinned there) could never start."""
     ip = router_node_ip(cfg)

@@ -359,7 +359,8 @@ class RouterConfig(Strict):
     policy: Literal["round_robin", "least_outstanding", "least_tokens", "power_of_two", "prefix_aware"] = Field(
         "prefix_aware", description="Pairing policy (docs/router.md): how the router picks the prefill and "
         "the decode of each request; prefix_aware measured best (docs/performance.md, Pairing policies).")
-    host: str = Field("127.0.0.1", description="HTTP ingress bind address (loopback by default).")
+    host: str = Field("127.0.0.1", description="HTTP ingress bind address (loopback by default). The router runs on "
+                      "the node with this address; for a wildcard or loopback address, on the driver's node.")
     port: int = Field(8000, ge=1, le=65535)
     api_key_env: str | None = Field(None, description="Env var holding the ingress API key, if any.")
     max_prompt_tokens: int = Field(131072, ge=1)

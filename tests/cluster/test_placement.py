@@ -94,10 +94,13 @@ def test_router_host_naming_a_node_pins_the_router_there_and_no_such_node_fails_
 
     nodes = [NodeInfo("a", "10.0.0.1", {"role": "prefill"}, 8, 8), NodeInfo("b", "10.0.0.2", {"role": "decode"}, 8, 8)]
     on_b = make_sim_config(overrides={"router.host": "10.0.0.2"})
-    assert router_actor_options(on_b) == {"num_cpus": 0, "resources": {"node:10.0.0.2": 0.001}}
+    assert router_actor_options(on_b, driver_ip="10.0.0.1") == {"num_cpus": 0, "resources": {"node:10.0.0.2": 0.001}}
     check_nodes_fit(on_b, nodes)
-    for anywhere in ("0.0.0.0", "::", "127.0.0.1", "router.example"):  # every node has it, or a name: unpinned
-        assert router_actor_options(make_sim_config(overrides={"router.host": anywhere})) == {"num_cpus": 0}
+    for anywhere in ("0.0.0.0", "::", "127.0.0.1"):  # every node has it: the router goes with the driver
+        assert router_actor_options(make_sim_config(overrides={"router.host": anywhere}), driver_ip="10.0.0.1") == \
+            {"num_cpus": 0, "resources": {"node:10.0.0.1": 0.001}}
+    by_name = make_sim_config(overrides={"router.host": "router.example"})  # a name: unpinned
+    assert router_actor_options(by_name, driver_ip="10.0.0.1") == {"num_cpus": 0}
     with pytest.raises(ClusterError, match=r"router\.host=10\.0\.0\.9 is not the address of any node "
                                            r"\(10\.0\.0\.1, 10\.0\.0\.2\); set router\.host to one node's address"):
         check_nodes_fit(make_sim_config(overrides={"router.host": "10.0.0.9"}), nodes)

@@ -84,15 +84,15 @@ class FaultRun:
 
 
 def run_with_fault(hosts: HostCluster, tmp_path, name: str, inject: Callable[[], None]) -> FaultRun:
-    # The router on the head (router.host = node-a's address pins its replica there): unpinned, Serve may
-    # place it on node-b, and a fault on node-b's link then takes the router itself away (every prompt
-    # fails with "actor died") instead of testing how the router survives losing its decode host.
+    # router.host 0.0.0.0 puts the router on the driver's node, the head: a fault on node-b's link must not
+    # take the router itself away (every prompt failing "actor died", as when Serve once placed it on node-b)
     cfg = host_config(hosts, tmp_path, name="fault", overrides={"engine.sim.time_scale": TIME_SCALE,
-                                                             "benchmark.deadline_s": DEADLINE_S,
-                                                             "router.host": hosts.head_ip})
+                                                             "benchmark.deadline_s": DEADLINE_S})
     job = BenchJob(hosts, cfg, tmp_path)
     try:
         job.wait_measuring()
+        assert job.driver_host() == "node-a" and router_hosts(hosts) == ["node-a"], \
+            f"driver on {job.driver_host()}, router on {router_hosts(hosts)}: both belong on the head"
         fault_at = time.time()
         inject()
         rc, out = job.wait(timeout_s=DEADLINE_S * TIME_SCALE + 120)
@@ -101,6 +101,13 @@ def run_with_fault(hosts: HostCluster, tmp_path, name: str, inject: Callable[[],
     run = FaultRun(name, rc, out, job.result_json(), fault_at, job.started_at_wall)
     print(run.summary())
     return run
+
+
+def router_hosts(hosts: HostCluster) -> list[str]:
+    """The hosts a router replica process runs on."""
+    from tests.multihost.benchjob import _argv
+
+    return [h for h in ("node-a", "node-b") if any("pd-router" in " ".join(_argv(p)) for p in hosts.lab.pids(h))]
 
 
 def assert_every_prompt_accounted_for(run: FaultRun) -> None:
@@ -244,7 +251,6 @@ def test_head_raylet_killed_mid_run(decode_host_up: HostCluster, tmp_path) -> No
     import signal
 
     from orchestrator.cluster.netns import alive_node_count
-    from tests.multihost.benchjob import _argv
 
     hosts = decode_host_up
     b_ip = hosts.lab.hosts["node-b"].ip
@@ -256,8 +262,7 @@ def test_head_raylet_killed_mid_run(decode_host_up: HostCluster, tmp_path) -> No
     try:
         job.wait_measuring()
         assert job.driver_host() == "node-b", "the job's driver is not on node-b"
-        router_on += [h for h in ("node-a", "node-b")
-                      if any("pd-router" in " ".join(_argv(p)) for p in hosts.lab.pids(h))]
+        router_on += router_hosts(hosts)
         fault_at = time.time()
         os.kill(_raylet_pid(hosts, "node-a"), signal.SIGKILL)
         client_rc, client_out = job.wait(timeout_s=60)  # the client's stream from the head breaks at once
