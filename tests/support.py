@@ -29,8 +29,8 @@ HAVE_NIXL = load_nixl_api() is not None
 
 REPO = Path(__file__).resolve().parents[1]
 
-# SGLang 0.5.17's installed source: from the device's site archive where one was built, else from the wheel
-# scripts/dev-setup.sh downloads (both git-ignored; their files are byte-identical)
+# SGLang 0.5.17's installed source: from the wheel scripts/dev-setup.sh downloads, else from the device's site
+# archive where one was built (both git-ignored; their files are byte-identical)
 SGLANG_SITE_ARCHIVE = REPO / ".device/site/site.tar.xz"
 SGLANG_WHEELS = sorted((REPO / ".whl-sglang").glob("sglang-0.5.17-*.whl"))
 HAVE_SGLANG_SOURCE = SGLANG_SITE_ARCHIVE.is_file() or bool(SGLANG_WHEELS)
@@ -43,15 +43,15 @@ def copy_sglang_source(targets, dest: Path) -> None:
     import tarfile
     import zipfile
 
-    for target in targets:
-        if SGLANG_SITE_ARCHIVE.is_file():
-            with tarfile.open(SGLANG_SITE_ARCHIVE) as tf:
-                data = tf.extractfile("./" + target).read()
-        else:
-            with zipfile.ZipFile(SGLANG_WHEELS[0]) as zf:
-                data = zf.read(target)
-        (dest / target).parent.mkdir(parents=True, exist_ok=True)
-        (dest / target).write_bytes(data)
+    # the wheel first: a zip reads one member directly, the .tar.xz decompresses everything before it
+    if SGLANG_WHEELS:
+        archive, read = zipfile.ZipFile(SGLANG_WHEELS[0]), lambda a, t: a.read(t)
+    else:
+        archive, read = tarfile.open(SGLANG_SITE_ARCHIVE), lambda a, t: a.extractfile("./" + t).read()
+    with archive:
+        for target in targets:
+            (dest / target).parent.mkdir(parents=True, exist_ok=True)
+            (dest / target).write_bytes(read(archive, target))
 
 # suite -> outcome -> cases: filled by the tests as they run, so the summary counts what really ran
 CASE_LOG: dict[str, Counter] = defaultdict(Counter)

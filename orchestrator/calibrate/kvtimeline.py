@@ -89,6 +89,7 @@ def requests(prefill_text: str, decode_text: str) -> list[dict]:
             continue
         last_c = last[-1]
         enq_first = min(c["t_enq"] for c in cs if c["t_enq"] > 0) if any(c["t_enq"] > 0 for c in cs) else None
+        computed = computed_at(ready.get(room, []), last_c["t_enq"])
 
         def ms(a, b):
             return None if a is None or b is None or a <= 0 or b <= 0 else round((b - a) * 1000.0, 3)
@@ -102,8 +103,8 @@ def requests(prefill_text: str, decode_text: str) -> list[dict]:
                      "prefill_notice": ms(last_c["t_done"], polled.get(room)),
                      "sglang_like": ms(enq_first, polled.get(room)),
                      "worker_all": round(sum(c["post_ms"] + c["wait_ms"] for c in cs), 3),
-                     "computed_to_seen": ms(computed_at(ready.get(room, []), last_c["t_enq"]), seen.get(room)),
-                     "send_delay": ms(computed_at(ready.get(room, []), last_c["t_enq"]), last_c["t_enq"])})
+                     "computed_to_seen": ms(computed, seen.get(room)),
+                     "send_delay": ms(computed, last_c["t_enq"])})
     return rows
 
 

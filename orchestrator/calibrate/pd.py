@@ -29,7 +29,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import early_kv, kvtimeline, logparse
+from . import early_kv, kvtimeline, logparse, nixl_patch
 from .client import generate_body, post_json, random_ids, run_many, summarise
 from .server import ServerDied, SglangServer, derived_limits
 from .single import SCHEMA, Budget, gpu_info, gpu_memory_used_mib
@@ -215,7 +215,7 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), pre
                           env=env)
         try:
             _start_pair(pf, dc, budget, entry)
-            patched = "pd-orchestrator nixl patch v2" in _conn_source() and _prefill_patched()
+            patched = _patches_installed()
             entry["nixl_patch_installed"] = patched
             page_modes = list(modes) if patched else ["base"]
             rng = random.Random(seed)
@@ -398,18 +398,14 @@ def _set_mode(out_dir: Path, mode: str) -> None:
             _flag_path(out_dir, flag).unlink(missing_ok=True)
 
 
-def _prefill_patched() -> bool:
-    for base in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-        p = Path(base) / "sglang/srt/disaggregation/prefill.py"
-        if p.is_file():
-            text = p.read_text()
-            return "pd-orchestrator prefill poll patch v5" in text and early_kv.PREFILL_MARK in text
-    return False
+def _patches_installed() -> bool:
+    """Every file `calibrate nixl-patch` patches carries its patch's mark in the sglang on PYTHONPATH."""
+    return all(mark in _installed_source(target) for target, _, _, mark in nixl_patch.PLANS + early_kv.PLANS)
 
 
-def _conn_source() -> str:
+def _installed_source(target: str) -> str:
     for base in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-        p = Path(base) / "sglang/srt/disaggregation/nixl/conn.py"
+        p = Path(base) / target
         if p.is_file():
             return p.read_text()
     return ""

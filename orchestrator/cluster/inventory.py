@@ -115,13 +115,7 @@ def check_nodes_fit(cfg: RunConfig, nodes: list[NodeInfo]) -> None:
 def router_node_ip(cfg: RunConfig) -> str | None:
     """The node address `router.host` names, if it names one: the router replica must run on that node to
     bind it. None for a wildcard (0.0.0.0, ::), loopback (every node has it) or a hostname."""
-    import ipaddress
-
-    try:
-        ip = ipaddress.ip_address(cfg.router.host)
-    except ValueError:
-        return None
-    return None if ip.is_unspecified or ip.is_loopback else str(ip)
+    return router_pin_ip(cfg, driver_ip=None)
 
 
 def router_pin_ip(cfg: RunConfig, driver_ip: str | None) -> str | None:
@@ -131,14 +125,11 @@ def router_pin_ip(cfg: RunConfig, driver_ip: str | None) -> str | None:
     take the router, and every prompt in flight, with it. None (unpinned) for a hostname."""
     import ipaddress
 
-    named = router_node_ip(cfg)
-    if named is not None:
-        return named
     try:
-        ipaddress.ip_address(cfg.router.host)
+        ip = ipaddress.ip_address(cfg.router.host)
     except ValueError:
         return None
-    return driver_ip
+    return driver_ip if ip.is_unspecified or ip.is_loopback else str(ip)
 
 
 def driver_node_ip() -> str | None:
@@ -147,9 +138,9 @@ def driver_node_ip() -> str | None:
 
     try:
         node_id = ray.get_runtime_context().get_node_id()
-        return next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]), None)
     except Exception:  # noqa: BLE001 (e.g. a Ray Client driver has no node of its own): the router stays unpinned
         return None
+    return next((n.ip for n in node_inventory() if n.node_id == node_id), None)
 
 
 def _router_host_problems(cfg: RunConfig, nodes: list[NodeInfo]) -> list[str]:

@@ -82,11 +82,11 @@ class RouterMetrics:
             PREFIX + "worker_outstanding_requests", "Requests the router has outstanding at each worker.",
             base + ["role", "worker"], registry=reg,
         )
-        for state in REQUEST_STATES:  # so every state has a series (0) before its first request
-            self.requests_in_flight.labels(**self._base, state=state).set(0)
-        self.requests_completed.labels(**self._base)
         self._lock = threading.Lock()
         self._series: dict[tuple, object] = {}
+        for state in REQUEST_STATES:  # so every state has a series (0) before its first request
+            self._child(self.requests_in_flight, state).set(0)
+        self._child(self.requests_completed)
 
     def _child(self, metric, *values: str):
         """`metric`'s series for this run's labels plus `values`, looked up once: prometheus_client's
@@ -100,10 +100,10 @@ class RouterMetrics:
     def add_worker(self, role: str, worker: str) -> None:
         """Start a worker's series at 0, so rate() and increase() count its first tokens too."""
         if role in ("prefill", "aggregated"):
-            self.input_tokens.labels(**self._base, role=role, worker=worker)
+            self._child(self.input_tokens, role, worker)
         if role in ("decode", "aggregated"):
-            self.output_tokens.labels(**self._base, role=role, worker=worker)
-        self.worker_outstanding_requests.labels(**self._base, role=role, worker=worker).set(0)
+            self._child(self.output_tokens, role, worker)
+        self._child(self.worker_outstanding_requests, role, worker).set(0)
 
     def state_change(self, old: str | None, new: str | None) -> None:
         """A request moved from state `old` to `new`; None means it arrived / left the router."""
