@@ -36,6 +36,10 @@
 set -u
 REPO=$(pwd)
 OUT=${OUT:-/tmp/device_out}; mkdir -p "$OUT"
+# manifest.json: the command with the settings it read; pass PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0|1 in the run() command
+# (the lent machine's copy has no .git). A second call into the same $OUT adds its command (--append).
+python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|PD_[A-Z_]*|PAGE_SIZES|SINGLE_ARGS|R1_FLAGS|SITE_ARCHIVE|SAVE_CACHES|BENCH_ARGS|AGG_CFG|PD_CFG)=' | sort | tr '\n' ' ')bash benchmarks/device_r1_full.sh $*" >/dev/null \
+  || echo "manifest.json not written" >&2
 P=${PDO_DIR:-/root/pdo}; SITE=${SITE_DIR:-/root/site}; mkdir -p $P
 PY=${PY:-python3}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast here

@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.provenance import command_line, write_manifest  # noqa: E402
+
 
 def cli() -> list[str]:
     """`pd-orchestrator` next to this interpreter (the README's `.venv/bin/pd-orchestrator`)."""
@@ -132,6 +134,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="embedded-vs-plan-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    write_manifest(out, command_line())
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"))
     sets = [a for o in args.overrides for a in ("--set", o)]
 

@@ -44,6 +44,7 @@ from orchestrator.records import BenchRequest, WorkerEndpoint  # noqa: E402
 from orchestrator.router.batch import run_batch  # noqa: E402
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher  # noqa: E402
 from orchestrator.router.policies import POLICIES  # noqa: E402
+from orchestrator.provenance import command_line, write_manifest  # noqa: E402
 
 SIM_ARGS = ["--served-model-name", "DeepSeek-R1", "--model-preset", "DeepSeek-R1", "--quantization", "w4a8",
             "--tp-size", "8", "--profile", "H100-SXM", "--kv-transfer", "http", "--startup-s", "0"]
@@ -162,6 +163,8 @@ def main() -> int:
                         help="prefix batch's requests in flight (64 x 8k tokens would not fit the decodes' KV)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.out is not None:
+        write_manifest(args.out, command_line())  # before the run: started_at is its start
     policies = list(POLICIES) if args.policies == "all" else args.policies.split(",")
     unknown = set(policies) - set(POLICIES)
     if unknown:

@@ -38,6 +38,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import router_throughput as paths  # noqa: E402
 
+from orchestrator.provenance import command_line, write_manifest  # noqa: E402
+
 PATHS = ("sglang-router", "smg", "batch", "http", "openai")
 GATEWAY_VERSIONS = {"sglang-router": "sglang-router 0.3.2", "smg": "smg 1.13.0"}
 
@@ -143,6 +145,8 @@ def main() -> int:
                         help="the smg executable ('' to leave it out)")
     parser.add_argument("--out", type=Path, default=None, help="directory for result.json and README.md")
     args = parser.parse_args()
+    if args.out is not None:
+        write_manifest(args.out, command_line())  # before the run: started_at is its start
     wanted = args.paths.split(",")
     unknown = set(wanted) - set(PATHS)
     if unknown or "sglang-router" not in wanted:

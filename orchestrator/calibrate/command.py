@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(a: argparse.Namespace) -> int:
+    if a.cmd in ("single", "pd"):
+        from orchestrator.provenance import command_line, write_manifest
+
+        write_manifest(Path(a.out), command_line())
     if a.cmd == "single":
         from .single import default_plan, run_single
 

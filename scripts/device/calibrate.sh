@@ -23,6 +23,10 @@ set -u
 PHASE=${1:?usage: calibrate.sh v2lite|r1|pd}
 REPO=$(pwd)
 OUT=${OUT:-/tmp/calib_out}; mkdir -p "$OUT"
+# manifest.json: the command with the settings it read; pass PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0|1 in the run() command
+# (the lent machine's copy has no .git). A second call into the same $OUT adds its command (--append).
+python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|PD_[A-Z_]*|PAGE_SIZES|SINGLE_ARGS|R1_FLAGS|SITE_ARCHIVE|SAVE_CACHES|BENCH_ARGS|AGG_CFG|PD_CFG)=' | sort | tr '\n' ' ')bash scripts/device/calibrate.sh $*" >/dev/null \
+  || echo "manifest.json not written" >&2
 SITE=${SITE_DIR:-/root/site}; W=${WORK_DIR:-/root/calib}; mkdir -p $W
 START=$(date +%s); BUDGET=${BUDGET:-540}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # never NVLink multicast
