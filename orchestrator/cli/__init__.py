@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "plan": "orchestrator.cli.plan",
     "compare": "orchestrator.cli.plan",
     "cluster": "orchestrator.cli.cluster",
+    "jobscript": "orchestrator.cli.jobscript",
     "preflight": "orchestrator.cli.preflight",
     "calibrate": "orchestrator.cli.preflight",
     "prepare": "orchestrator.cli.prepare",

@@ -1,0 +1,73 @@
+"""`pd-orchestrator jobscript --scheduler slurm|pbs --config X [--then bench] [--bundle DIR]`: a batch job script
+(printed) that brings up the labelled 2-node Ray cluster on the allocation, runs `prepare` and the work, and
+collects the results; with --bundle, a contest submission folder around it."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from orchestrator.cli.args import add_config_args, config_from_args
+from orchestrator.cluster.bundle import write_bundle
+from orchestrator.cluster.jobscript import DEFAULT_MARGIN_S, PBS_LAUNCHERS, PLANNED_WORKS, SCHEDULERS, WORKS, JobOptions, render
+from orchestrator.observe.report import git_sha
+
+
+def _generated_by(args: argparse.Namespace) -> str:
+    words = ["--scheduler", args.scheduler, "--config", args.config, "--then", args.then]
+    for override in args.overrides:
+        words += ["--set", override]
+    return shlex.join(words)
+
+
+def _cmd_jobscript(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    opts = JobOptions(
+        scheduler=args.scheduler, then=args.then, iface=args.iface, margin_s=args.margin_s,
+        gpus_per_node=args.gpus_per_node, cpus_per_node=args.cpus_per_node, partition=args.partition,
+        account=args.account, launcher=args.launcher, ray_port=args.ray_port, dashboard_port=args.dashboard_port,
+        python=args.python or sys.executable, python_in_submit_dir=bool(args.bundle and not args.python),
+        run_subdir="results" if args.bundle else "pdo-runs", generated_by=_generated_by(args),
+    )
+    text = render(cfg, opts, git_sha=git_sha())
+    if not args.bundle:
+        sys.stdout.write(text)
+        return 0
+    bundle = write_bundle(Path(args.bundle), cfg, text, opts.scheduler, python=args.python, rules=args.rules)
+    print(bundle.summary())
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "jobscript",
+        help="a Slurm/PBS job script: Ray head + worker with role labels, prepare, then the work (> job.sh)",
+    )
+    add_config_args(p)
+    p.add_argument("--scheduler", required=True, choices=SCHEDULERS)
+    p.add_argument("--then", default="bench", metavar="WORK",
+                   help=f"the work after prepare: {', '.join(WORKS)} "
+                   f"(planned: {', '.join(PLANNED_WORKS)})")
+    p.add_argument("--iface", default="auto",
+                   help="fabric interface whose IPv4 address each node's Ray uses (auto: ib*, else the default "
+                   "route's interface; PDO_IFACE overrides at job time)")
+    p.add_argument("--margin-s", type=float, default=DEFAULT_MARGIN_S,
+                   help="walltime beyond benchmark.deadline_s for Ray bring-up, prepare and collecting results")
+    p.add_argument("--gpus-per-node", type=int, default=None,
+                   help="GPUs to request per node (default cluster.gpus_per_node; 0 for the simulated engine)")
+    p.add_argument("--cpus-per-node", type=int, default=None, help="CPUs to request per node (and give Ray)")
+    p.add_argument("--partition", default=None, help="Slurm partition / PBS queue")
+    p.add_argument("--account", default=None, help="account / project to charge")
+    p.add_argument("--launcher", default=None, choices=("srun", *PBS_LAUNCHERS),
+                   help="how one process starts on one node (Slurm: srun; PBS: pbsdsh, or mpirun)")
+    p.add_argument("--ray-port", type=int, default=6379)
+    p.add_argument("--dashboard-port", type=int, default=8265)
+    p.add_argument("--python", default=None,
+                   help="interpreter with pd-orchestrator installed on the nodes (default: this one)")
+    p.add_argument("--bundle", metavar="DIR", default=None,
+                   help="write a submission folder: build/ (environment lock), run/ (this script), results/, rules/; "
+                   "its script runs the folder's .venv (build/install.sh) unless --python names another")
+    p.add_argument("--rules", default=None, help="rules profile for the bundle's verdict (default: the config's rules)")
+    p.set_defaults(func=_cmd_jobscript)

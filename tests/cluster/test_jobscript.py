@@ -1,0 +1,156 @@
+"""`pd-orchestrator jobscript`: the generated Slurm/PBS script's key lines, its bash syntax, the errors a user
+gets for what cannot make a job, the fabric-IP choice, and the `--bundle` submission folder's contents.
+
+The scripts really run in tests/multihost/test_batch_jobs.py (Slurm in network namespaces, PBS's logic)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from orchestrator.cluster.batch import FabricError, fabric_ip
+from orchestrator.cluster.jobscript import JobOptions, JobScriptError, render, walltime
+from orchestrator.config import dump_config, load_config
+from tests.support import sim_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bash_n(text: str, tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def _config_file(tmp_path: Path, overrides: dict | None = None) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(dump_config(sim_config(overrides)))
+    return path
+
+
+def test_slurm_script_requests_the_layout_and_labels_the_nodes(tmp_path, capsys):
+    cfg_path = _config_file(tmp_path, {"engine.kind": "sglang", "cluster.roles.label_key": "pdo-role",
+                                       "benchmark.deadline_s": 420})
+    assert main(["jobscript", "--scheduler", "slurm", "--config", str(cfg_path), "--iface", "ib0",
+                 "--partition", "gpu", "--account", "team7"]) == 0
+    text = capsys.readouterr().out
+    _bash_n(text, tmp_path)
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    directives = [line for line in lines if line.startswith("#SBATCH")]
+    # 420 s + 900 s margin = 22 min; 8 GPUs per node for a real engine; one task (process) per node
+    assert directives == ["#SBATCH --job-name=pdo-test", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+                          "#SBATCH --gpus-per-node=8", "#SBATCH --exclusive", "#SBATCH --time=00:22:00",
+                          "#SBATCH --output=pdo-%x-%j.out", "#SBATCH --partition=gpu", "#SBATCH --account=team7"]
+    # directives come before the first command (sbatch stops reading them there)
+    first_command = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+    assert all(lines.index(d) < first_command for d in directives)
+    assert "PDO_IFACE=${PDO_IFACE:-ib0}" in text
+    assert "LABEL_KEY=pdo-role" in text and "HEAD_ROLE=prefill" in text and "WORKER_ROLE=decode" in text
+    assert '"--labels=$LABEL_KEY=$ROLE"' in text
+    assert 'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")' in text
+    assert 'srun --overlap --nodes=1 --ntasks=1 --nodelist="$node"' in text
+    assert "export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=token" in text
+    assert "(umask 077;" in text and "secrets.token_hex(32)" in text and 'rm -f "$RUN_DIR/ray-token"' in text
+    assert "trap cleanup EXIT" in text and "ray stop" not in text.replace("never `ray stop`", "")
+    # prepare, then the work as a Ray job whose real verdict comes from the job API
+    prepare, submit = text.index("-m orchestrator prepare"), text.index('"$PDO_RAY" job submit')
+    status = text.index("orchestrator.cluster.batch job-status")
+    assert prepare < submit < status and "WORK_RC=${PIPESTATUS[0]}" in text[status:]
+    assert '--result-dir "$RUN_DIR/runs"' in text and 'cp "$RESULT" "$RUN_DIR/result.json"' in text
+    # the embedded config is the resolved one
+    embedded = text.split("<<'PDO_CONFIG'\n", 1)[1].split("\nPDO_CONFIG\n", 1)[0]
+    assert yaml.safe_load(embedded) == yaml.safe_load(dump_config(load_config(cfg_path)))
+
+
+def test_pbs_script_uses_pbs_resources_nodefile_and_launcher(tmp_path):
+    cfg = sim_config({"engine.sim.time_scale": 20.0, "benchmark.deadline_s": 8.0})
+    text = render(cfg, JobOptions(scheduler="pbs", cpus_per_node=4, partition="normal", account="p123"))
+    _bash_n(text, tmp_path)
+    directives = [line for line in text.splitlines() if line.startswith("#PBS")]
+    # the sim asks for no GPUs (its raylets still advertise 8 logical ones); 8 s x 20 = 160 s + 900 s -> 18 min
+    assert directives == ["#PBS -N pdo-test", "#PBS -l select=2:ncpus=4:mpiprocs=1", "#PBS -l place=scatter:excl",
+                          "#PBS -l walltime=00:18:00", "#PBS -j oe", "#PBS -q normal", "#PBS -A p123"]
+    assert "NUM_GPUS=8" in text and "NUM_CPUS=4" in text
+    assert 'mapfile -t _LINES < "${PBS_NODEFILE:?' in text and "JOB_ID=${JOB_ID%%.*}" in text
+    assert '"$PDO_PBSDSH" -n "${NODE_INDEX[$index]}" --' in text and "srun" not in text
+    mpirun = render(cfg, JobOptions(scheduler="pbs", launcher="mpirun"))
+    _bash_n(mpirun, tmp_path)
+    assert '"$PDO_MPIRUN" -np 1 --host "$node"' in mpirun and "pbsdsh -n" not in mpirun
+
+
+def test_walltime_rounds_up_to_whole_minutes():
+    assert walltime(sim_config({"benchmark.deadline_s": 420}), 900) == "00:22:00"
+    assert walltime(sim_config({"benchmark.deadline_s": 3600}), 1) == "01:01:00"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--then", "serve+goodput"], "--then serve+goodput: needs the `serve` command"),
+    (["--then", "train"], "--then train: choose one of bench"),
+    (["--launcher", "mpirun"], "--launcher mpirun: Slurm jobs launch with srun"),
+    (["--iface", "eth0; rm -rf /"], "--iface 'eth0; rm -rf /': an interface name"),
+    (["--set", "cluster.num_nodes=4"], "cluster.num_nodes=4: the job script brings up 2 nodes"),
+])
+def test_what_cannot_make_a_job_is_a_one_line_error(tmp_path, capsys, args, message):
+    cfg_path = _config_file(tmp_path)
+    assert main(["jobscript", "--scheduler", "slurm", "--config", str(cfg_path), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [captured.err.strip()] and message in captured.err
+
+
+def test_fabric_ip_prefers_the_named_then_infiniband_then_the_default_route():
+    ips = {"eth0": ["10.0.0.5"], "ib0": ["192.168.10.5"], "docker0": ["172.17.0.1"]}
+    assert fabric_ip("eth0", ips) == "10.0.0.5"
+    assert fabric_ip("auto", ips, route_iface="eth0") == "192.168.10.5"
+    assert fabric_ip("auto", {k: v for k, v in ips.items() if k != "ib0"}, route_iface="eth0") == "10.0.0.5"
+    assert fabric_ip("auto", {"eth0": ["198.18.0.1"]}, route_iface="") == "198.18.0.1"
+    with pytest.raises(FabricError, match="interface ib1 has no IPv4 address here .*eth0 10.0.0.5"):
+        fabric_ip("ib1", ips)
+    with pytest.raises(FabricError, match="name the fabric one"):
+        fabric_ip("auto", {"eth0": ["10.0.0.5"], "eth1": ["10.1.0.5"]}, route_iface="")
+
+
+def test_bundle_is_a_submission_folder(tmp_path, capsys):
+    cfg_path = REPO / "configs" / "default.yaml"  # rules apac-hpcai-2025: w4a8 is not compliant
+    out = tmp_path / "submission"
+    assert main(["jobscript", "--scheduler", "slurm", "--config", str(cfg_path), "--bundle", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"submission folder {out}" in printed and "NOT COMPLIANT" in printed
+    names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert names == ["README.md", "build/environment.txt", "build/install.sh", "build/pd-orchestrator-src.tar.gz",
+                     "build/requirements.lock", "results/README.md", "rules/verdict.json", "rules/verdict.txt",
+                     "run/config.yaml", "run/job.sh"]
+    script = (out / "run/job.sh").read_text()
+    _bash_n(script, tmp_path)
+    _bash_n((out / "build/install.sh").read_text(), tmp_path)
+    assert (out / "run/job.sh").stat().st_mode & 0o111 and (out / "build/install.sh").stat().st_mode & 0o111
+    # the bundle's job runs the folder's own venv and writes into results/
+    assert 'PDO_PYTHON=${PDO_PYTHON:-"$SUBMIT_DIR/.venv/bin/python"}' in script
+    assert "RUN_DIR=${PDO_RUN_DIR:-$SUBMIT_DIR/results/$JOB_ID}" in script
+    # the lock file is this venv's pip freeze: exact pins, ray among them, our own editable line left out
+    lock = (out / "build/requirements.lock").read_text().splitlines()
+    import ray
+
+    assert f"ray=={ray.__version__}" in lock and all("==" in line or " @ " in line for line in lock)
+    assert not any("pd-orchestrator" in line or "pd_orchestrator" in line or line.startswith("-e") for line in lock)
+    with tarfile.open(out / "build/pd-orchestrator-src.tar.gz") as tar:
+        members = tar.getnames()
+    assert "pyproject.toml" in members and "orchestrator/cluster/jobscript.py" in members
+    assert not any(m.startswith(("tests/", "benchmarks/")) for m in members)
+    env = (out / "build/environment.txt").read_text()
+    assert f"ray {ray.__version__}" in env and "pd-orchestrator commit " in env
+    verdict = json.loads((out / "rules/verdict.json").read_text())
+    assert verdict["profile"] == "apac-hpcai-2025" and verdict["verdict"] == "not compliant"
+    assert any(v["field"] == "model.quantization" for v in verdict["violations"])
+    assert (out / "rules/verdict.txt").read_text().startswith("rules apac-hpcai-2025: NOT COMPLIANT")
+    assert yaml.safe_load((out / "run/config.yaml").read_text())["rules"] == "apac-hpcai-2025"
+    assert "sbatch run/job.sh" in (out / "README.md").read_text()
+
