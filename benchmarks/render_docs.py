@@ -1,0 +1,154 @@
+"""Rewrite the generated regions of README.md and docs/*.md from raw results or the tool's current output.
+
+    .venv/bin/python benchmarks/render_docs.py            # rewrite every region in place
+    .venv/bin/python benchmarks/render_docs.py --check    # exit 1 and show the diff where a page differs
+
+A region is fenced in the page by two HTML comments that name its renderer:
+
+    <!-- render:NAME -->
+    ...generated text: do not edit by hand...
+    <!-- /render:NAME -->
+
+and RENDERERS below says where NAME's text comes from: a file under benchmarks/results/ (raw output, copied
+as it is) or a command of the tool run now in this process (`plan`, `compare --simulate`'s model, `plan
+--backtest`: computed, not run, so seconds of CPU). Volatile text (CPU seconds, this checkout's paths) is
+normalised so the check compares what the model says, not where or how fast it ran. Text outside regions is
+never touched; a page without regions is not read. tests/test_render_docs.py runs --check in CI.
+
+(Not cogapp: its generator code lives inside each page, which every helper editing docs would then have to
+keep intact; here a page holds only two comments per region and the code lives in one reviewed module.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+REGION = re.compile(r"(<!-- render:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /render:(?P=name) -->)", re.S)
+FIX = ".venv/bin/python benchmarks/render_docs.py"
+
+
+def normalise(text: str) -> str:
+    """What changes from run to run or machine to machine, but not with the model."""
+    text = text.replace(str(ROOT) + "/", "").replace(str(ROOT), ".")
+    text = re.sub(r"\d+(\.\d+)? s of CPU", "… s of CPU", text)
+    return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def tool(*argv: str) -> str:
+    """`pd-orchestrator ARGV` in this process (stdout only; the dataset's notes go to stderr)."""
+    from orchestrator.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(list(argv))
+    if code not in (0, 1):  # 1 = a verdict such as does-not-fit, which the docs show on purpose
+        raise RuntimeError(f"pd-orchestrator {' '.join(argv)} exited {code}:\n{out.getvalue()[-2000:]}")
+    return normalise(out.getvalue())
+
+
+def raw(relative: str, *, table_only: bool = False) -> str:
+    """A results file as it is (its markdown table alone with table_only)."""
+    text = (RESULTS / relative).read_text()
+    if table_only:
+        text = "\n".join(line for line in text.splitlines() if line.startswith("|"))
+    return normalise(text.strip())
+
+
+def fenced(text: str) -> str:
+    return f"```\n{text.strip()}\n```"
+
+
+def readme_truth_before_launch() -> str:
+    """README's plan + compare example: the does-not-fit verdict and the compare table, computed now."""
+    plan_argv = ("plan", "--config", "configs/default.yaml", "--set", "model.quantization=fp8")
+    plan = tool(*plan_argv).splitlines()
+    start = next(i for i, line in enumerate(plan) if line.startswith("group "))
+    memory = plan[start:next(i for i, line in enumerate(plan) if line.strip().startswith("layouts that fit")) + 1]
+    configs = [f"configs/{name}.yaml" for name in ("h100-1p1d-tp8", "h100-agg-tp16", "h200-1p1d-tp8", "h200-agg-tp16")]
+    compare = tool("compare", "--configs", *configs).strip().splitlines()
+    return fenced("\n".join([
+        "$ pd-orchestrator " + " ".join(plan_argv), *memory,
+        "$ pd-orchestrator compare --configs configs/{h100-1p1d-tp8,h100-agg-tp16,h200-1p1d-tp8,h200-agg-tp16}.yaml",
+        *compare,
+    ]))
+
+
+def fidelity_backtest() -> str:
+    return tool("plan", "--backtest", "--markdown").strip()
+
+
+RENDERERS: dict[str, Callable[[], str]] = {
+    "readme-truth-before-launch": readme_truth_before_launch,
+    "fidelity-backtest": fidelity_backtest,
+    "performance-router-s5": lambda: raw("2026-11-24-router-vs-sglang-router-s5/stdout.txt", table_only=True),
+    "performance-router-s5-before": lambda: raw("2026-11-24-router-vs-sglang-router-s5/before/stdout.txt",
+                                                table_only=True),
+    "performance-ordering": lambda: raw("2026-11-24-ordering-s5/output.md"),
+    "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
+}
+
+
+def render_page(text: str, cache: dict[str, str]) -> str:
+    """The page with every region's body replaced by its renderer's text (rendered once per run)."""
+    def body(match: re.Match) -> str:
+        name = match["name"]
+        if name not in RENDERERS:
+            raise KeyError(f"render:{name}: no such renderer in benchmarks/render_docs.py ({', '.join(RENDERERS)})")
+        if name not in cache:
+            cache[name] = RENDERERS[name]().strip("\n")
+        return f"{match.group(1)}{cache[name]}\n{match.group(4)}"
+
+    opened = re.findall(r"<!-- render:([a-z0-9-]+) -->", text)
+    closed = [m["name"] for m in REGION.finditer(text)]
+    if opened != closed:
+        raise ValueError(f"unclosed or misnested render regions: opened {opened}, closed {closed}")
+    return REGION.sub(body, text)
+
+
+def differences(pages: list[Path] = PAGES) -> dict[Path, tuple[str, str]]:
+    """{page: (committed, rendered)} for every page whose regions differ from what renders now."""
+    cache: dict[str, str] = {}
+    out = {}
+    for page in pages:
+        text = page.read_text()
+        if "<!-- render:" not in text:
+            continue
+        rendered = render_page(text, cache)
+        if rendered != text:
+            out[page] = (text, rendered)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page would change")
+    args = parser.parse_args(argv)
+    changed = differences()
+    for page, (committed, rendered) in changed.items():
+        name = page.relative_to(ROOT)
+        if args.check:
+            sys.stdout.writelines(difflib.unified_diff(committed.splitlines(True), rendered.splitlines(True),
+                                                       f"{name} (committed)", f"{name} (rendered now)"))
+        else:
+            page.write_text(rendered)
+            print(f"rewrote {name}")
+    if args.check and changed:
+        print(f"\n{len(changed)} page(s) differ from what their sources render now; regenerate with: {FIX}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
