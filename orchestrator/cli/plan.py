@@ -68,6 +68,23 @@ def _batch(cfg: RunConfig, synthetic: bool) -> tuple[list[tuple[int, int]], str]
     return batch, f"{len(batch)} prompts ({source}, seed {bench.seed}): {inputs:,} input + {outputs:,} output tokens"
 
 
+def _search_batch(cfg: RunConfig, args: argparse.Namespace, batch: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The batch the search ranks on: the rules profile's prompt count where it fixes another one (the final
+    2025 rules run 2000 prompts; the embedded default plans 1000), sampled the same way; else `batch`."""
+    name = args.rules or cfg.rules
+    if not name:
+        return batch
+    from orchestrator.rules import load_profile
+
+    wanted = load_profile(name).benchmark.num_prompts
+    if not wanted or wanted == cfg.benchmark.num_prompts:
+        return batch
+    ruled = cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"num_prompts": wanted})})
+    search_batch, about = _batch(ruled, args.synthetic)
+    print(f"search batch (rules {name}: the contest's prompt count): {about}\n")
+    return search_batch
+
+
 def _cmd_backtest(markdown: bool) -> int:
     from orchestrator.plan.backtest import BacktestError, backtest_table, run_backtest, summary
 
@@ -114,6 +131,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             ok = budget.verdict != INVALID
             _print_measured(cfg, budget.run.output_throughput, budget.run.duration_s)
         if args.search:
+            batch = _search_batch(cfg, args, batch)
             ok = print_search(cfg, batch, gpu, rules=args.rules, top=args.top, write_dir=args.write_dir,
                               tune_top=args.tune_top, show=args.show, disk_gb_s=args.disk_gb_s,
                               jit_cached=not args.jit_cold)

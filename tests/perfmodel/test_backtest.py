@@ -37,6 +37,9 @@ def test_every_row_of_the_dataset_is_predicted_and_within_its_documented_bound(r
             continue
         if spec.get("bound") is None:
             continue
+        if spec.get("expect") == "miss":  # outside its bound when first predicted: reported as it is, never widened
+            assert row.within == (abs(row.error) <= spec["bound"]) and row.held, rid
+            continue
         miss = spec.get("miss")
         bound = miss["bound"] if miss else spec["bound"]
         assert abs(row.error) <= bound, f"{rid}: error {row.error:+.1%} outside its documented ±{bound:.0%}"

@@ -20,6 +20,8 @@ def test_plan_search_on_the_embedded_default_states_the_rules_and_writes_complia
     out = capsys.readouterr().out
     assert rc == 0
     assert "batch: 1000 prompts (sharegpt, seed 2025)" in out
+    # the final 2025 rules run 2000 prompts: the search ranks layouts on a 2000-prompt batch sampled the same way
+    assert "search batch (rules apac-hpcai-2025: the contest's prompt count): 2000 prompts (sharegpt, seed 2025)" in out
     assert "rules apac-hpcai-2025: NOT COMPLIANT (" in out and "\n  model.quantization='w4a8': " in out
     assert "memory: fits (DeepSeek-R1 W4A8)" in out
     assert "-> VALID" in out and "(simulated, H100-SXM)" in out
@@ -30,7 +32,7 @@ def test_plan_search_on_the_embedded_default_states_the_rules_and_writes_complia
     assert len(written) == 2 and all(str(p) in out for p in written)
     for path in written:
         cfg = load_config(path)
-        assert cfg.model.quantization == "fp8" and cfg.rules == "apac-hpcai-2025"
+        assert cfg.model.quantization == "fp8" and cfg.rules == "apac-hpcai-2025" and cfg.benchmark.num_prompts == 2000
         # only what no layout can change may remain (the packaged ShareGPT copy is cut off): stated in the file
         remaining = check_config(cfg, load_profile("apac-hpcai-2025")).violations
         assert all(v.field == "benchmark.dataset_path" for v in remaining)
