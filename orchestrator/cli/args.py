@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 
 from orchestrator.config import RunConfig, load_config
 
@@ -22,7 +23,13 @@ def add_config_args(parser: argparse.ArgumentParser, required: bool = True,
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    return load_config(args.config, args.overrides)
+    """The config with its overrides; a config changed by --set gets a name of its own (and so run ids):
+    `default-set-<6 hex of the overrides>`, unless an override sets `name` itself."""
+    cfg = load_config(args.config, args.overrides)
+    if args.overrides and not any(o.split("=", 1)[0].strip() == "name" for o in args.overrides):
+        digest = hashlib.sha1("\n".join(args.overrides).encode()).hexdigest()[:6]
+        cfg = cfg.model_copy(update={"name": f"{cfg.name}-set-{digest}"})
+    return cfg
 
 
 def optional_config_from_args(args: argparse.Namespace) -> RunConfig | None:

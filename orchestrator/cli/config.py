@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 
 from orchestrator.cli.args import add_overrides
-from orchestrator.config import dump_config, load_config
+from orchestrator.cluster.inventory import ClusterError, check_declared_placement
+from orchestrator.config import ConfigError, dump_config, load_config
 
 
 def _cmd_config_validate(args: argparse.Namespace) -> int:
     cfg = load_config(args.file, args.overrides)
+    try:
+        check_declared_placement(cfg)
+    except ClusterError as exc:
+        raise ConfigError(args.file, str(exc).splitlines()) from None
     print(f"{args.file}: OK ({cfg.layout.describe()}, engine={cfg.engine.kind}, model={cfg.model.name})")
     return 0
 

@@ -7,6 +7,7 @@ import sys
 import time
 
 from orchestrator.cli.args import add_config_args, add_overrides, config_from_args
+from orchestrator.cluster.inventory import ClusterError, check_declared_placement, declared_nodes
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.plan.compare import compare, compare_table, find_real_run
@@ -120,11 +121,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         verdict = verdict_for(cfg, args.rules)
         if verdict is not None:
             print(verdict.summary() + "\n")
-        memory = check_layout_fits(cfg, batch, gpu=gpu)
-        print(memory.table())
-        print(memory.summary() + "\n")
-        ok = memory.fits
-        if memory.fits:
+        ok = _print_placement(cfg)
+        memory = check_layout_fits(cfg, batch, gpu=gpu) if ok else None
+        if memory is not None:
+            print(memory.table())
+            print(memory.summary() + "\n")
+            ok = memory.fits
+        if memory is not None and memory.fits:
             budget = predict_deadline(cfg, batch, gpu=gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
             print(f"deadline budget ({LABEL} on {gpu}, engine={cfg.engine.kind}):")
             print(budget.table() + "\n")
@@ -139,6 +142,22 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"plan: {exc}", file=sys.stderr)
         return 2
     return 0 if ok else 1
+
+
+def _print_placement(cfg: RunConfig) -> bool:
+    """GPUs per node and role against the declared cluster, the check bench makes at placement; True if it fits."""
+    try:
+        check_declared_placement(cfg)
+    except ClusterError as exc:
+        for line in str(exc).splitlines():
+            print(f"placement: {line}")
+        print("placement: does not fit -> INVALID (memory and deadline not checked)\n")
+        return False
+    nodes = declared_nodes(cfg)
+    key = cfg.cluster.roles.label_key
+    roles = ", ".join(f"{key}={v}: {sum(n.labels[key] == v for n in nodes)}" for v in dict.fromkeys(n.labels[key] for n in nodes))
+    print(f"placement: fits ({len(nodes)} nodes x {cfg.cluster.gpus_per_node} GPUs by role: {roles})\n")
+    return True
 
 
 def _print_measured(cfg: RunConfig, predicted_tok_s: float, predicted_run_s: float) -> None:

@@ -72,19 +72,56 @@ def node_inventory() -> list[NodeInfo]:
 
 def check_nodes_fit(cfg: RunConfig, nodes: list[NodeInfo]) -> None:
     """Raise ClusterError before placing anything if a role has no node or too few GPUs."""
+    problems = placement_problems(cfg, nodes) + _router_host_problems(cfg, nodes)
+    if problems:
+        raise ClusterError("cluster cannot host the layout:\n  " + "\n  ".join(problems))
+
+
+def check_declared_placement(cfg: RunConfig) -> None:
+    """The same check against the nodes the config declares (`plan`, `config validate`, bench's preflight):
+    ClusterError, one line per group that cannot be placed, naming the group and the fix."""
+    problems = placement_problems(cfg, declared_nodes(cfg))
+    if problems:
+        raise ClusterError("\n".join(problems))
+
+
+def declared_nodes(cfg: RunConfig) -> list[NodeInfo]:
+    """The nodes the config says the cluster has, before any cluster exists. `local`: the two raylets the local
+    cluster starts, one per PD role (cluster.roles.prefill, then decode), cluster.gpus_per_node GPUs each. At an
+    address: cluster.num_nodes nodes of cluster.gpus_per_node GPUs, each role label on as many nodes as its groups
+    need while nodes last (the real labels are checked at placement)."""
+    c = cfg.cluster
+    if c.is_local:
+        labels = [c.roles.prefill, c.roles.decode]
+    else:
+        gpus: dict[str, int] = {}  # role label -> GPUs its servers take on their first node
+        for role, _, group in cfg.layout.groups():
+            value = cfg.node_role(role, group)
+            gpus[value] = gpus.get(value, 0) + group.gpus_per_node * group.count
+        wanted = {value: max(1, -(-n // c.gpus_per_node)) for value, n in gpus.items()}
+        labels = list(wanted)[:c.num_nodes]  # one node per role first, then each role's further nodes in turn
+        labels += [value for value in wanted for _ in range(wanted[value] - 1)][:c.num_nodes - len(labels)]
+        labels += labels[:1] * (c.num_nodes - len(labels))
+    return [NodeInfo(f"declared-{i}", "", {c.roles.label_key: value}, float(c.gpus_per_node), 0.0, c.gpu)
+            for i, value in enumerate(labels)]
+
+
+def placement_problems(cfg: RunConfig, nodes: list[NodeInfo]) -> list[str]:
+    """One line per worker group that the nodes cannot host by role label and GPU count, with the fix."""
     key = cfg.cluster.roles.label_key
-    need: dict[str, list[tuple[str, int, int]]] = {}  # role value -> [(group, per-node GPUs, servers)]
+    need: dict[str, list[tuple[str, int, int]]] = {}  # role value -> [(group path, per-node GPUs, servers)]
     problems = []
     for role, i, group in cfg.layout.groups():
         value = cfg.node_role(role, group)
         per_node = group.gpus_per_node
-        name = group.name or f"{role}-{i}"
+        path = f"layout.{role}.{i}"
         # rank 0 of every server needs a node of its role; further ranks of a multi-node server any node
-        need.setdefault(value, []).append((name, per_node, group.count))
-        if group.nnodes > 1 and sum(n.gpus >= per_node for n in nodes) < group.nnodes:
+        need.setdefault(value, []).append((path, per_node, group.count))
+        wide = sum(n.gpus >= per_node for n in nodes)
+        if group.nnodes > 1 and wide < group.nnodes:
             problems.append(
-                f"{name}: one server spans {group.nnodes} nodes with {per_node} GPUs each, but only "
-                f"{sum(n.gpus >= per_node for n in nodes)} node(s) have that many; add nodes or lower nnodes"
+                f"{path}: one server spans {group.nnodes} nodes with {per_node} GPUs each, but only {wide} node(s) "
+                f"have that many; lower {path}.nnodes or add nodes"
             )
     for value, groups in need.items():
         labelled = [n for n in nodes if n.labels.get(key) == value]
@@ -92,24 +129,39 @@ def check_nodes_fit(cfg: RunConfig, nodes: list[NodeInfo]) -> None:
             problems.append(
                 f"no node labelled {key}={value}; start one with "
                 f"`ray start --address=<head> --labels {key}={value} --num-gpus=<n>`"
+                + ("" if cfg.cluster.is_local else f", or set node_role on the groups that ask for {key}={value}")
             )
             continue
         slots = {n.node_id: int(n.gpus) for n in labelled}
         # first-fit in descending size order: how Ray's STRICT_PACK groups fill nodes, close enough to tell
-        for name, per_node, servers in sorted(groups, key=lambda g: -g[1]):
+        for path, per_node, servers in sorted(groups, key=lambda g: -g[1]):
+            placed = 0
             for _ in range(servers):
                 node = next((nid for nid, free in slots.items() if free >= per_node), None)
                 if node is None:
-                    have = ", ".join(f"{n.ip}:{int(n.gpus)} GPU" for n in labelled)
-                    problems.append(
-                        f"{name}: needs {servers} x {per_node} GPUs on nodes labelled {key}={value}, "
-                        f"but those nodes have {have}; add GPUs/nodes or shrink layout"
-                    )
+                    problems.append(_group_does_not_fit(cfg, path, per_node, servers, placed, value, labelled,
+                                                        shared=len(groups) > 1))
                     break
                 slots[node] -= per_node
-    problems += _router_host_problems(cfg, nodes)
-    if problems:
-        raise ClusterError("cluster cannot host the layout:\n  " + "\n  ".join(problems))
+                placed += 1
+    return problems
+
+
+def _group_does_not_fit(cfg: RunConfig, path: str, per_node: int, servers: int, placed: int, value: str,
+                        labelled: list[NodeInfo], shared: bool) -> str:
+    key = cfg.cluster.roles.label_key
+    if all(n.ip for n in labelled):
+        have = ", ".join(f"{n.ip}: {int(n.gpus)} GPUs" for n in labelled)
+    else:
+        have = f"{len(labelled)} node x {int(labelled[0].gpus)} GPUs" if len(labelled) == 1 else \
+            f"{len(labelled)} nodes x {int(labelled[0].gpus)} GPUs"
+    if shared:
+        have += ", shared with the role's other groups"
+    shrink = f"set {path}.count={placed} or a smaller tp" if placed else f"set a smaller {path}.tp"
+    grow = (f"attach to a cluster with more nodes labelled {key}={value} (cluster.address; `local` starts one "
+            "node per role)") if cfg.cluster.is_local else f"add a node labelled {key}={value}"
+    return (f"{path}: {servers} server(s) x {per_node} GPUs do not fit the nodes labelled {key}={value} ({have}): "
+            f"{placed} fit; {shrink}, or {grow}")
 
 
 def router_node_ip(cfg: RunConfig) -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import difflib
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,23 @@ class ConfigError(ValueError):
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
+def _keys_at(loc: tuple) -> list[str]:
+    """The field names of the config section at `loc` (list indexes skipped); [] where loc is not a section."""
+    model: Any = RunConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = field.annotation
+        while typing.get_args(model):  # list[WorkerGroup], WorkerGroup | None -> WorkerGroup
+            model = next((a for a in typing.get_args(model) if hasattr(a, "model_fields")), None)
+            if model is None:
+                return []
+    return list(getattr(model, "model_fields", {}))
+
+
 def _format_pydantic_errors(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
@@ -28,7 +47,9 @@ def _format_pydantic_errors(err: ValidationError) -> list[str]:
         kind = e["type"]
         value = e.get("input")
         if kind == "extra_forbidden":
-            lines.append(f"{path}: unknown key; remove it or check its spelling")
+            close = difflib.get_close_matches(str(e["loc"][-1]), _keys_at(e["loc"][:-1]), n=1)
+            lines.append(f"{path}: unknown key; " + (f"did you mean {close[0]}?" if close else
+                                                     "remove it or check its spelling"))
             continue
         if kind == "missing":
             lines.append(f"{path}: required field is missing")
@@ -44,6 +65,9 @@ def _format_pydantic_errors(err: ValidationError) -> list[str]:
     return lines
 
 
+APPEND = "+"  # `--set layout.prefill.+={count: 1, tp: 4}` appends an item to a list
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """'layout.prefill.0.count=2' -> (['layout','prefill','0','count'], 2); value parsed as YAML."""
     if "=" not in text:
@@ -52,24 +76,46 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), yaml.safe_load(raw)
 
 
+class OverridePathError(ValueError):
+    """A --set path that does not name a place in the config; the message says what is there and the fix."""
+
+
+def _append_hint(where: str) -> str:
+    example = "{count: 1, tp: 4}" if where.startswith("layout.") else "VALUE"
+    return f"append one with --set '{where}.{APPEND}={example}'"
+
+
 def apply_override(data: dict, path: list[str], value: Any) -> None:
+    """Set data[path] = value; a list takes an index (the next free one appends) or `+` (append)."""
     node: Any = data
-    for i, part in enumerate(path[:-1]):
-        nxt = path[i + 1]
+    for i, part in enumerate(path):
+        where = ".".join(path[:i])
+        last = i == len(path) - 1
         if isinstance(node, list):
-            node = node[int(part)]
-            continue
-        if part not in node or node[part] is None:
-            node[part] = [] if nxt.isdigit() else {}
-        node = node[part]
-    last = path[-1]
-    if isinstance(node, list):
-        idx = int(last)
-        while len(node) <= idx:
-            node.append({})
-        node[idx] = value
-    else:
-        node[last] = value
+            if part == APPEND and last:
+                node.append(value)
+                return
+            if not part.isdigit():
+                raise OverridePathError(f"{where} is a list: name an item by its index (0..{len(node) - 1}) "
+                                        f"or {_append_hint(where)}")
+            idx = int(part)
+            if idx > len(node) or (idx == len(node) and not last):
+                have = f"{len(node)} item(s), index 0..{len(node) - 1}" if node else "no items"
+                raise OverridePathError(f"{where} has {have}, so {where}.{idx} does not exist; {_append_hint(where)}, "
+                                        f"then set its fields with {where}.{len(node)}.KEY=VALUE")
+            if last:
+                node[idx:idx + 1] = [value]
+                return
+            node = node[idx]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+                return
+            if node.get(part) is None:
+                node[part] = [] if path[i + 1].isdigit() or path[i + 1] == APPEND else {}
+            node = node[part]
+        else:
+            raise OverridePathError(f"{where} is a value ({node!r}), not a section; set {where}=VALUE")
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
@@ -92,8 +138,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         keys, value = parse_override(ov)
         try:
             apply_override(data, keys, value)
-        except (ValueError, IndexError, TypeError, KeyError):
-            raise ConfigError("--set", [f"{ov!r}: path {'.'.join(keys)} does not exist"]) from None
+        except OverridePathError as exc:
+            raise ConfigError("--set", [f"{ov!r}: {exc}"]) from None
     return config_from_dict(data, source)
 
 

@@ -240,6 +240,7 @@ def run_bench(
     started_at: float | None = None,
 ) -> BenchResult:
     """Run the whole benchmark; always returns a result (INVALID with a reason when a phase failed)."""
+    from orchestrator.cluster.inventory import check_declared_placement
     from orchestrator.plan.memory import require_fit
 
     if num_prompts is not None:
@@ -273,6 +274,8 @@ def run_bench(
     with signals_raise(), view:
         try:
             with clock.phase(Phase.PREFLIGHT, quiet):
+                if cfg.cluster.is_local:  # its nodes are known before it starts; a cluster's are read at placement
+                    check_declared_placement(cfg)
                 require_fit(cfg, force=force)
             with clock.phase(Phase.DATASET, quiet):
                 requests = sample_batch(cfg, n)

@@ -76,7 +76,7 @@ def test_missing_role_label_fails_naming_the_label_and_the_fix(make_sim_config):
 
 def test_too_few_gpus_on_a_role_fails_before_placing(make_sim_config):
     cfg = make_sim_config(decode=[{"count": 3, "tp": 4}])
-    with pytest.raises(ClusterError, match=r"decode-0: needs 3 x 4 GPUs on nodes labelled role=decode"):
+    with pytest.raises(ClusterError, match=r"layout.decode.0: 3 server\(s\) x 4 GPUs do not fit the nodes labelled role=decode"):
         check_nodes_fit(cfg, _nodes(prefill=8, decode=8))
     check_nodes_fit(cfg, _nodes(prefill=8, decode=8) + [NodeInfo("n-d2", "10.0.0.2", {"role": "decode"}, 8, 64)])
 
