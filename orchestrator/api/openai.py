@@ -1,4 +1,8 @@
-"""OpenAI `/v1/completions` and `/v1/chat/completions` request bodies, and DeepSeek's chat template."""
+"""OpenAI `/v1/completions` and `/v1/chat/completions` request bodies (with SGLang 0.5.17's extra fields), the
+sampling parameters SGLang derives from them, and the chat templates of the models we serve.
+
+One definition for the router's gateway and the simulated engine's OpenAI routes.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.api.generate import SGLANG_DEFAULT_MAX_NEW_TOKENS
+from orchestrator.api.generate import SGLANG_DEFAULT_MAX_NEW_TOKENS, Port, Room
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 
@@ -14,10 +18,22 @@ DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completion
 DEFAULT_CHAT_TOKENS = SGLANG_DEFAULT_MAX_NEW_TOKENS
 
 
-class CompletionBody(BaseModel):
-    """OpenAI `/v1/completions` (the fields engines act on; unknown ones are accepted and ignored)."""
+class SglangExtras(BaseModel):
+    """Fields SGLang's OpenAI routes take beyond OpenAI's: `min_tokens`, `ignore_eos`, a request id, and PD's
+    bootstrap address (one value, or one per prompt of a batch, as SGLang's GenerateReqInput)."""
 
     model_config = ConfigDict(extra="ignore")
+
+    min_tokens: int = Field(0, ge=0)
+    ignore_eos: bool = False
+    rid: str | list[str] | None = None
+    bootstrap_host: str | list[str | None] | None = None
+    bootstrap_port: Port | list[Port | None] | None = None
+    bootstrap_room: Room | list[Room | None] | None = None
+
+
+class CompletionBody(SglangExtras):
+    """OpenAI `/v1/completions` (the fields engines act on; unknown ones are accepted and ignored)."""
 
     model: str | None = None
     prompt: str | list[str] | list[int] | list[list[int]]
@@ -28,7 +44,6 @@ class CompletionBody(BaseModel):
     n: int = Field(1, ge=1, le=1, description="only n=1: PD rooms per sample are not worth the risk")
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    ignore_eos: bool = False
     seed: int | None = None
 
 
@@ -44,10 +59,8 @@ class ChatMessage(BaseModel):
         return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
 
 
-class ChatBody(BaseModel):
+class ChatBody(SglangExtras):
     """OpenAI `/v1/chat/completions` (text content only)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -59,8 +72,53 @@ class ChatBody(BaseModel):
     n: int = Field(1, ge=1, le=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    ignore_eos: bool = False
     seed: int | None = None
+
+
+def requested_max_tokens(body: CompletionBody | ChatBody) -> int | None:
+    """The completion budget the body asks for (chat: `max_completion_tokens` wins, as in SGLang), or None."""
+    if isinstance(body, ChatBody) and body.max_completion_tokens:
+        return body.max_completion_tokens
+    return body.max_tokens
+
+
+def sampling_params(body: CompletionBody | ChatBody, max_new_tokens: int) -> dict[str, Any]:
+    """SGLang `/generate` sampling parameters for an OpenAI body (unset fields stay at SGLang's defaults)."""
+    sp: dict[str, Any] = {"max_new_tokens": max_new_tokens}
+    for key in ("temperature", "top_p", "stop"):
+        value = getattr(body, key)
+        if value is not None:
+            sp[key] = value
+    if body.min_tokens:
+        sp["min_new_tokens"] = body.min_tokens  # above max_new_tokens: SGLang's 400, not a silent clamp
+    if body.ignore_eos:
+        sp["ignore_eos"] = True
+    return sp
+
+
+def include_usage(body: CompletionBody | ChatBody) -> bool:
+    """A stream ends with a usage chunk when `stream_options.include_usage` asks for it."""
+    return bool((body.stream_options or {}).get("include_usage"))
+
+
+def finish_reason_type(meta: dict) -> str | None:
+    """OpenAI's finish_reason from SGLang's meta_info.finish_reason ({"type": "length"|"stop"|"abort", ...})."""
+    reason = meta.get("finish_reason")
+    return reason.get("type") if isinstance(reason, dict) else reason
+
+
+def chat_prompt(messages: list[ChatMessage], template: str) -> str:
+    """The prompt text of a chat under the model's template: "deepseek" (R1, V2) or "chatml" (Qwen)."""
+    return chatml_prompt(messages) if template == "chatml" else deepseek_chat_prompt(messages)
+
+
+def chatml_prompt(messages: list[ChatMessage]) -> str:
+    """Qwen3's chat template for text turns (no tools, no thinking block): ChatML with an open assistant turn."""
+    turns = []
+    for m in messages:
+        role = "system" if m.role == "developer" else m.role
+        turns.append(f"<|im_start|>{role}\n{m.text()}<|im_end|>\n")
+    return "".join(turns) + "<|im_start|>assistant\n"
 
 
 def deepseek_chat_prompt(messages: list[ChatMessage]) -> str:

@@ -15,6 +15,10 @@ from orchestrator.api.openai import (
     ChatBody,
     CompletionBody,
     deepseek_chat_prompt,
+    finish_reason_type,
+    include_usage,
+    requested_max_tokens,
+    sampling_params,
 )
 from orchestrator.api.sse import json_events
 from orchestrator.router.core import HTTPError, RouterCore
@@ -22,24 +26,8 @@ from orchestrator.router.json_response import FastJSONResponse, json_bytes
 
 
 def sampling_from_openai(body: CompletionBody | ChatBody, default_tokens: int) -> dict:
-    max_tokens = body.max_tokens
-    if isinstance(body, ChatBody) and body.max_completion_tokens is not None:
-        max_tokens = body.max_completion_tokens
-    sp: dict[str, Any] = {"max_new_tokens": default_tokens if max_tokens is None else max_tokens}
-    for key in ("temperature", "top_p", "stop"):
-        value = getattr(body, key)
-        if value is not None:
-            sp[key] = value
-    if body.ignore_eos:
-        sp["ignore_eos"] = True
-    return sp
-
-
-def finish_reason(meta: dict) -> str | None:
-    reason = meta.get("finish_reason")
-    if isinstance(reason, dict):
-        return {"length": "length", "stop": "stop"}.get(reason.get("type"), reason.get("type"))
-    return reason
+    max_tokens = requested_max_tokens(body)
+    return sampling_params(body, default_tokens if max_tokens is None else max_tokens)
 
 
 def _sse(obj: Any) -> bytes:
@@ -70,7 +58,7 @@ async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: s
             # SGLang streams cumulative text by default, increments with --incremental-streaming-output
             delta = text[len(sent_text):] if text.startswith(sent_text) else text
             sent_text = text if text.startswith(sent_text) else sent_text + text
-            finish = finish_reason(meta)
+            finish = finish_reason_type(meta)
             if finish == "abort":
                 reason = meta.get("finish_reason") or {}
                 yield _sse({"error": {"message": f"aborted: {reason.get('message')}", "type": "server_error",
@@ -113,10 +101,9 @@ async def completions(core: RouterCore, body: CompletionBody) -> Response:
     if body.stream:
         if len(prompts) != 1:
             raise HTTPError(400, "prompt: streaming takes one prompt; send one request per prompt")
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
         stream = await openai_stream(core, {"input_ids": prompts[0], "sampling_params": sampling,
                                              "stream": True}, "completion", model, rid,
-                                      len(prompts[0]), include_usage)
+                                      len(prompts[0]), include_usage(body))
         return StreamingResponse(stream, media_type="text/event-stream")
     answers = await asyncio.gather(*(
         core.generate({"input_ids": ids, "sampling_params": sampling}) for ids in prompts))
@@ -125,7 +112,7 @@ async def completions(core: RouterCore, body: CompletionBody) -> Response:
         meta = a.get("meta_info") or {}
         completion_tokens += int(meta.get("completion_tokens") or 0)
         text = a.get("text") or (await core.decode_text(a.get("output_ids") or []))
-        choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish_reason(meta)})
+        choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish_reason_type(meta)})
     prompt_tokens = sum(len(ids) for ids in prompts)
     return FastJSONResponse({
         "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
@@ -142,9 +129,8 @@ async def chat_completions(core: RouterCore, body: ChatBody) -> Response:
     rid = "chatcmpl-" + uuid.uuid4().hex
     engine_body = {"input_ids": ids, "sampling_params": sampling}
     if body.stream:
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
         stream = await openai_stream(core, {**engine_body, "stream": True}, "chat", model, rid, len(ids),
-                                      include_usage)
+                                      include_usage(body))
         return StreamingResponse(stream, media_type="text/event-stream")
     answer = await core.generate(engine_body)
     meta = answer.get("meta_info") or {}
@@ -153,7 +139,7 @@ async def chat_completions(core: RouterCore, body: ChatBody) -> Response:
     return FastJSONResponse({
         "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": finish_reason(meta)}],
+                     "finish_reason": finish_reason_type(meta)}],
         "usage": {"prompt_tokens": len(ids), "completion_tokens": completion_tokens,
                   "total_tokens": len(ids) + completion_tokens},
     })

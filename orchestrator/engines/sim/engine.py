@@ -206,6 +206,7 @@ class SimEngine:
             input_ids=item.input_ids,
             max_new_tokens=item.params.max_new_tokens,
             ignore_eos=item.params.ignore_eos,
+            min_new_tokens=item.params.min_new_tokens,
             corrupt=fate.corrupt,
         )
         run = Run(item, req, streaming)

@@ -67,6 +67,7 @@ class SimRequest:
     input_ids: list[int]
     max_new_tokens: int
     ignore_eos: bool = False
+    min_new_tokens: int = 0  # no stop at EOS before this many tokens (SGLang masks EOS until then)
     first_token: int | None = None  # PD decode: sampled by the prefill, arrived with the KV
     corrupt: bool = False
     created_at: float = field(default_factory=time.monotonic)
@@ -386,7 +387,8 @@ class Scheduler:
         """Finish a request at its last token (the model says when: max_new_tokens) or at a stop token."""
         if last:
             self._finish(req, {"type": "length", "length": req.max_new_tokens})
-        elif not req.ignore_eos and req.output_ids[-1] == self.eos_token_id:
+        elif (not req.ignore_eos and req.output_ids[-1] == self.eos_token_id
+              and len(req.output_ids) > req.min_new_tokens):
             self._finish(req, {"type": "stop", "matched": self.eos_token_id})
 
     def _finish(self, req: SimRequest, reason: dict) -> None:

@@ -30,6 +30,7 @@ from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, parse_f
 from orchestrator.engines.base import PdTimeouts
 from orchestrator.engines.sim.kv_transfer import MIB
 from orchestrator.engines.sim.metrics import CONTENT_TYPE
+from orchestrator.engines.sim.openai.routes import SimOpenAiApi
 from orchestrator.engines.sim.requests import Item, normalise
 from orchestrator.engines.sim.settings import SimSettings
 from orchestrator.perfmodel.gpus import GPU_SPECS
@@ -81,6 +82,7 @@ class SimHttpApi:
         r.add_get("/metrics", self.metrics)
         r.add_get("/sim/faults", self.get_faults)
         r.add_post("/sim/faults", self.post_faults)
+        SimOpenAiApi(self.engine).add_routes(app)
         return app
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
