@@ -5,9 +5,11 @@ the captured graphs, activation headroom, cold vs warm start-up) behave as SGLan
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.config import load_config
 from orchestrator.perfmodel import sglang_defaults as sgd
@@ -26,25 +28,82 @@ def rows():
     return {r.id: r for r in run_backtest()}
 
 
-def test_every_row_of_the_dataset_is_predicted_and_within_its_documented_bound(rows) -> None:
+# the goals of issue 14 / 25, set before any row was predicted (1aaf7c7): a bound may be tighter, never wider
+GOALS = {"throughput": 0.15, "ratio": 0.15, "startup": 0.25}
+
+
+def test_every_row_is_predicted_and_every_row_that_was_in_bound_stays_in_bound(rows) -> None:
     data = load_dataset()
     declared = {r["id"]: r for r in data["runs"]} | {d["id"]: d for d in data["derived"]}
     assert set(rows) == set(declared)
     for rid, row in rows.items():
         spec = declared[rid]
-        if row.kind in ("memory", "direction"):
+        assert row.sample in ("in", "out") and row.expect in ("in", "miss"), rid
+        if row.kind == "memory" or (row.kind == "direction" and row.expect == "in"):
             assert row.predicted == row.measured, f"{rid}: predicted {row.predicted}, measured {row.measured}"
             continue
         if spec.get("bound") is None:
             continue
-        if spec.get("expect") == "miss":  # outside its bound when first predicted: reported as it is, never widened
-            assert row.within == (abs(row.error) <= spec["bound"]) and row.held, rid
-            continue
-        miss = spec.get("miss")
-        bound = miss["bound"] if miss else spec["bound"]
-        assert abs(row.error) <= bound, f"{rid}: error {row.error:+.1%} outside its documented ±{bound:.0%}"
-        if miss:  # a documented miss says why and is still outside the goal (else drop the note)
-            assert len(miss["why"]) > 40 and abs(row.error) > spec["bound"], rid
+        assert spec["bound"] <= GOALS[row.kind], f"{rid}: bound ±{spec['bound']:.0%} is wider than the goal"
+        assert spec.get("bound_set") and "bound" not in (spec.get("miss") or {}), rid
+        assert row.within == (abs(row.error) <= spec["bound"]), rid
+        if row.expect == "in":
+            assert row.within, f"{rid}: error {row.error:+.1%} outside its ±{spec['bound']:.0%} (it was inside)"
+            assert not row.regressed
+        else:  # reported as it is, with what the model lacks; the bound set before stays
+            assert len(row.miss_why) > 40 or "expect: miss" in (ROOT / "benchmarks/backtest/runs.yaml").read_text(), rid
+
+
+def test_the_table_and_the_summary_report_misses_and_each_sample_s_mape(rows) -> None:
+    from orchestrator.plan.backtest import backtest_table, mape, summary
+
+    listed = list(rows.values())
+    text = summary(listed)
+    table = backtest_table(listed)
+    for row in listed:
+        line = next(line for line in table.splitlines() if line.startswith(row.id + " "))
+        assert f" {row.sample} " in line
+        if row.within is False:
+            assert ("MISS (reported)" if row.expect == "miss" else "MISS") in line and row.id in text
+    for sample in ("in", "out"):
+        errors = [abs(r.predicted / r.measured - 1) for r in listed if r.sample == sample and r.kind == "throughput"]
+        value, n = mape(listed, sample)
+        assert n == len(errors) > 0 and value == pytest.approx(sum(errors) / n)
+        assert f"throughput {value:.1%} over {n} rows" in text
+    in_line, out_line = text.splitlines()[1:3]
+    assert in_line.startswith("MAPE in-sample") and out_line.startswith("MAPE out-of-sample")
+    # the V2-Lite rows come from the runs its profile was fitted on; the published R1 runs from none
+    assert rows["h200x2-v2lite-agg-dp2"].sample == "in" and rows["h100x16-r1-tp16-batch-caps-1024"].sample == "out"
+    assert rows["h100x16-r1-tp16-organisers-baseline"].sample == "out"
+
+
+def test_error_band_is_the_out_of_sample_throughput_mape(rows) -> None:
+    from orchestrator.plan.backtest import error_band, mape
+
+    band = error_band()
+    value, n = mape(list(rows.values()), "out")
+    assert band is not None and band.rows == n and band.mape == pytest.approx(value)
+    worst = max((r.error for r in rows.values() if r.sample == "out" and r.kind == "throughput"), key=abs)
+    assert band.worst == pytest.approx(worst)
+    assert band.text().startswith(f"±{value:.0%} on out-of-sample rows")
+
+
+def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> None:
+    from orchestrator.plan.backtest import BacktestError, summary
+
+    data = load_dataset()
+    row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-organisers-baseline"))
+    shutil.copy(DATASET.parent / "sharegpt-full-1000-seed2025-v2lite.json", tmp_path)
+    for change, message in (({"miss": {"bound": 0.35, "why": "x"}}, "widens the bound after the fact"),
+                            ({"sample": None}, "sample must be 'in'"), ({"bound_set": None}, "needs bound_set")):
+        path = tmp_path / "runs.yaml"
+        path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [{**row, **change}]}))
+        with pytest.raises(BacktestError, match=message):
+            run_backtest(path)
+    # a row that was inside its bound and falls out is a regression: plan --backtest exits 1 for it
+    path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [{**row, "expect": "in", "bound": 0.0001}]}))
+    (regressed,) = run_backtest(path)
+    assert regressed.regressed and "REGRESSED (inside when first predicted)" in summary([regressed])
 
 
 def test_the_issue_rows_are_all_there_and_use_their_conditions(rows) -> None:
@@ -160,5 +219,6 @@ def test_plan_backtest_prints_the_table_through_the_cli(capsys) -> None:
     code = main(["plan", "--backtest"])
     out = capsys.readouterr().out
     assert "h100x16-r1-tp16-sglang-defaults" in out and "knob-batch-caps-1024" in out
-    assert "rows inside their goal bounds" in out
-    assert code == 0  # every row inside its goal, or a documented miss inside its documented bound
+    assert "rows inside the bounds set before they were predicted" in out
+    assert "MAPE out-of-sample" in out and "reported misses:" in out
+    assert code == 0  # every row that was inside its bound still is; reported misses are findings, not failures
