@@ -18,7 +18,9 @@ fi
 .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 # NIXL depends on an unpinned torch: install the CPU 2.13.0 wheel first so pip does not fetch CUDA builds.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/pip install -q -e ".[test,nixl,mlperf]" 2>&1 | grep -v "^WARNING: Location" || true
+# setuptools' "Editable installation ... folders with the same name as your package" box is about this very layout
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install -q -e ".[test,nixl,mlperf]" 2>&1 \
+  | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import orchestrator, ray, nixl_cu12" >/dev/null
 # SGLang 0.5.17's own source (the wheel only, no dependencies, ~22 MB): the tests apply our SGLang patches
 # (orchestrator/calibrate) to the real files, not only to modules shaped like them.

@@ -17,13 +17,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         logging.getLogger("ray").setLevel(logging.WARNING)
     result = run_bench(cfg, force=args.force, quiet=args.quiet, num_prompts=args.num_prompts,
                        result_dir=args.result_dir, started_at=started_at)
+    first, *detail = (result.verdict.why_invalid() or "").splitlines()
+    if not result.valid:  # the whole reason first, where the eye lands after the live view
+        print("\n".join([f"INVALID: {first}", *detail]) + "\n")
     print(result.text())
     print(f"result: {result.result_path}")
+    if result.report_path is not None:
+        print(f"report: {result.report_path}")
     if not result.valid:
-        first, *detail = (result.verdict.why_invalid() or "").splitlines()
         if detail:
             print("\n".join(detail))
-        print(f"INVALID: {first}", flush=True)  # the reason is the last line of the output (and job log)
+        print(f"INVALID: {first}", flush=True)  # and last: the last line of the output (and job log)
         return 1
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -10,12 +11,13 @@ from orchestrator.cli.args import add_config_args, add_overrides, config_from_ar
 from orchestrator.cluster.inventory import ClusterError, check_declared_placement, declared_nodes
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.gpus import GPU_SPECS
+from orchestrator.plan.backtest import BacktestError, ErrorBand, error_band
 from orchestrator.plan.compare import compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.proposals import add_search_args, print_search
 from orchestrator.plan.search import PlanError
-from orchestrator.plan.simulate import LABEL, SimulationError, batch_shapes
+from orchestrator.plan.simulate import LABEL, SimulatedRun, SimulationError, batch_shapes, percentile
 from orchestrator.rules import verdict_for
 
 
@@ -46,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--markdown", action="store_true", help="with --backtest: a Markdown table (docs/fidelity.md)")
     p.add_argument("--search", action="store_true", help="enumerate layouts of the cluster and rank them")
-    p.add_argument("--top", type=int, default=3, help="how many ranked layouts to write (with --write-dir)")
+    p.add_argument("--top", type=int, default=None,
+                   help="with --search: print the best N layouts, and write them with --write-dir (default: 25 "
+                   "printed, 3 written)")
     p.add_argument("--write-dir", help="write the top layouts here as ready run configs")
     add_search_args(p)
     _add_common(p)
@@ -87,7 +91,7 @@ def _search_batch(cfg: RunConfig, args: argparse.Namespace, batch: list[tuple[in
 
 
 def _cmd_backtest(markdown: bool) -> int:
-    from orchestrator.plan.backtest import BacktestError, backtest_table, run_backtest, summary
+    from orchestrator.plan.backtest import backtest_table, run_backtest, summary
 
     try:
         rows = run_backtest()
@@ -110,9 +114,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.write_dir and not args.search:
         print("--write-dir needs --search (it writes the ranked layouts)", file=sys.stderr)
         return 2
-    if args.top < 1:
+    if args.top is not None and args.top < 1:
         print(f"--top must be >= 1, got {args.top}", file=sys.stderr)
         return 2
+    show = args.show if args.show is not None else (args.top or 25)
     try:
         batch, about = _batch(cfg, args.synthetic)
         cluster = f"{cfg.cluster.num_nodes}x{cfg.cluster.gpus_per_node} {gpu}"
@@ -132,11 +137,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print(f"deadline budget ({LABEL} on {gpu}, engine={cfg.engine.kind}):")
             print(budget.table() + "\n")
             ok = budget.verdict != INVALID
-            _print_measured(cfg, budget.run.output_throughput, budget.run.duration_s)
+            band = _error_band()
+            print(f"back-test error band of this throughput: {band.text() if band else 'none recorded'} "
+                  "(`plan --backtest`)\n")
+            _print_earlier_run(cfg, budget.run, band)
         if args.search:
             batch = _search_batch(cfg, args, batch)
-            ok = print_search(cfg, batch, gpu, rules=args.rules, top=args.top, write_dir=args.write_dir,
-                              tune_top=args.tune_top, show=args.show, disk_gb_s=args.disk_gb_s,
+            ok = print_search(cfg, batch, gpu, rules=args.rules, top=args.top or 3, write_dir=args.write_dir,
+                              tune_top=args.tune_top, show=show, disk_gb_s=args.disk_gb_s,
                               jit_cached=not args.jit_cold)
     except (PlanError, SimulationError, ValueError) as exc:
         print(f"plan: {exc}", file=sys.stderr)
@@ -160,18 +168,39 @@ def _print_placement(cfg: RunConfig) -> bool:
     return True
 
 
-def _print_measured(cfg: RunConfig, predicted_tok_s: float, predicted_run_s: float) -> None:
-    """Predicted vs measured, when a real run of this layout exists under benchmark.result_dir."""
+def _error_band() -> ErrorBand | None:
+    try:
+        return error_band()
+    except (BacktestError, SimulationError, ValueError, OSError):
+        return None
+
+
+TTFT_DISAGREES = 0.25  # TTFT is not back-tested: flag a run whose p50 is this far from the prediction
+
+
+def _print_earlier_run(cfg: RunConfig, predicted: SimulatedRun, band: ErrorBand | None) -> None:
+    """Predicted vs an earlier bench run of this layout under benchmark.result_dir (simulated engine: a simulated
+    run), with every disagreement beyond the back-test's band flagged."""
     found = find_real_run(cfg)
     if found is None:
         return
-    path, measured = found
-    measured_tok_s = measured.output_tokens / measured.duration_s
+    path, run = found
+    what = "simulated run (bench on the sim engine)" if cfg.simulated else "measured run"
+    run_tok_s = run.output_tokens / run.duration_s
+    run_ttft = percentile(run.ttft_s, 50) if run.ttft_s else math.nan
+    error = predicted.output_throughput / run_tok_s - 1
     print(
-        f"measured ({path}): {measured_tok_s:,.0f} out tok/s, run {measured.duration_s:.1f} s; "
-        f"predicted {predicted_tok_s:,.0f} out tok/s, run {predicted_run_s:.1f} s "
-        f"(error {predicted_tok_s / measured_tok_s - 1:+.0%})\n"
+        f"{what} ({path}): {run_tok_s:,.0f} out tok/s, run {run.duration_s:.1f} s, TTFT p50 {run_ttft:.2f} s; "
+        f"predicted {predicted.output_throughput:,.0f} out tok/s, run {predicted.duration_s:.1f} s, TTFT p50 "
+        f"{predicted.ttft_p(50):.2f} s (throughput error {error:+.0%})"
     )
+    if band is not None and abs(error) > band.mape:
+        print(f"  disagreement: output tok/s {error:+.0%}, outside the back-test's ±{band.mape:.0%} band")
+    ttft_error = predicted.ttft_p(50) / run_ttft - 1 if run_ttft > 0 else math.nan
+    if abs(ttft_error) > TTFT_DISAGREES:
+        print(f"  disagreement: TTFT p50 predicted {predicted.ttft_p(50):.2f} s vs {run_ttft:.2f} s in that run "
+              f"({ttft_error:+.0%}; TTFT is not back-tested, so trust the run)")
+    print()
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.cluster.inventory import ClusterError
 from orchestrator.cluster.local import DEFAULT_STATE_PATH, LocalCluster, LocalClusterState, ray_env
 from orchestrator.cluster.ray_loopback import SETUP_HOOK, is_loopback, keep_loopback_in_this_process
 from orchestrator.config import RunConfig
@@ -80,9 +82,23 @@ def own_node_ip() -> str | None:
     return own[0] if len(ips) > 1 and len(own) == 1 else None
 
 
-def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_driver: bool = False) -> None:
-    """`ray.init` this process; on a loopback cluster, keep the address and the Serve replicas on loopback."""
+class _HandleReprFilter(logging.Filter):
+    """Drops Serve's "Started <ray.serve._private.router.SharedRouterLongPollClient object at 0x...>." line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("Started <") and " object at 0x" in message)
+
+
+def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_driver: bool = False,
+                started_here: bool = False) -> None:
+    """`ray.init` this process; on a loopback cluster, keep the address and the Serve replicas on loopback.
+    `started_here`: this process just started the cluster, so Ray's "Connecting to existing Ray cluster" is noise."""
     import ray
+
+    serve_log = logging.getLogger("ray.serve")
+    if not any(isinstance(f, _HandleReprFilter) for f in serve_log.filters):
+        serve_log.addFilter(_HandleReprFilter())
 
     runtime_env = None
     host = (address or "").removeprefix("ray://").rsplit(":", 1)[0]
@@ -91,7 +107,27 @@ def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_
         runtime_env = {"worker_process_setup_hook": SETUP_HOOK}
     node_ip = None if address and address.startswith("ray://") else own_node_ip()
     ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver, runtime_env=runtime_env,
+             logging_level=logging.WARNING if started_here else logging.INFO,
              **({"_node_ip_address": node_ip} if node_ip else {}))
+
+
+_ADDRESS_FIX = ("start the head there (`ray start --head --port=<port> --labels role=prefill`), correct "
+                "cluster.address, or set cluster.address: local to start a cluster on this machine")
+
+
+def require_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """ClusterError in one line, before ray.init, when nothing listens at a host:port cluster.address (ray.init
+    would retry the GCS for a minute and print every failed RPC)."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # `auto` and other forms Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__.lower().replace("error", "")
+        raise ClusterError(f"cluster.address={address}: nothing answers at {host}:{port} ({why}); {_ADDRESS_FIX}") from None
 
 
 def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool = False) -> ClusterSession:
@@ -110,6 +146,7 @@ def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool 
     dashboard_url = None
     if not cfg.cluster.is_local:
         address = cfg.cluster.address
+        require_reachable(address)
     elif os.environ.get("RAY_ADDRESS") and not os.environ["RAY_ADDRESS"].startswith(("http://", "https://")):
         address = os.environ["RAY_ADDRESS"]  # set by Ray inside `ray job submit` jobs: attach
     else:
@@ -120,7 +157,11 @@ def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool 
             state = started.start()
         address, dashboard_url = state.gcs_address, state.dashboard_url
     try:
-        init_driver(address, log_to_driver=log_to_driver)
+        init_driver(address, log_to_driver=log_to_driver, started_here=started is not None)
+    except ConnectionError as exc:  # e.g. `auto` with no cluster on this machine
+        if started is not None:
+            started.stop()
+        raise ClusterError(f"cluster.address={address}: {str(exc).splitlines()[0]}; {_ADDRESS_FIX}") from None
     except Exception:
         if started is not None:
             started.stop()

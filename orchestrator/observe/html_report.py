@@ -50,6 +50,9 @@ class RunData:
 
     time_scale: float = 1.0  # sim runs report phases and latencies in simulated s = wall s / time_scale
     throughput: dict[str, str] = field(default_factory=dict)  # from bench's "summary", when present
+    verdict: str | None = None  # bench's deadline verdict (VALID | INVALID) and its reason
+    reason: str | None = None
+    rules: dict | None = None  # the verdict against the run's rules profile (orchestrator.rules, to_dict())
 
     @classmethod
     def from_result(cls, result: dict) -> "RunData":
@@ -76,7 +79,7 @@ class RunData:
         sim = result.get("simulation")  # sim engine: the measured run against the cost model's run of the batch
         if sim and s.get("duration_s"):
             verdict = ("within the model" if sim.get("within_tolerance") else
-                       "BEHIND THE MODEL: the throughput above is this host's, not the simulated GPUs'"
+                       "behind the model: the throughput above is this host's, not the simulated GPUs'"
                        if sim.get("behind_model") else "faster than the model")
             throughput["vs the cost model"] = (
                 f"measured run {sim['measured_run_s']:.1f} s vs modelled {sim['modelled_run_s']:.1f} s "
@@ -92,7 +95,8 @@ class RunData:
             deadline_s=float(deadline) if deadline is not None else None,
             simulated=result.get("simulated", meta.get("simulated")),
             records=records, phases=phases, started_at=float(started_at or 0.0), time_scale=time_scale,
-            throughput=throughput,
+            throughput=throughput, verdict=result.get("verdict"), reason=result.get("reason"),
+            rules=meta.get("rules"),
         )
 
     def ok(self) -> list[dict]:
@@ -260,7 +264,32 @@ def summary(data: RunData) -> dict[str, str]:
     if data.deadline_s is not None:
         rows["deadline"] = f"{data.deadline_s:.0f} s: " + (
             "-" if finish is None else ("met" if finish <= data.deadline_s else "MISSED"))
+    if data.verdict:
+        rows["verdict"] = data.verdict + (f": {data.reason}" if data.reason else "")
+    if data.rules:
+        rows.update(rules_rows(data.rules))
     return rows
+
+
+def rules_rows(rules: dict) -> dict[str, str]:
+    """The rules verdict as report rows: the profile's verdict, then one row per violation with its fix."""
+    name = f"rules {rules.get('profile', '?')}"
+    if rules.get("error"):
+        return {name: f"not checked: {rules['error']}"}
+    broken = rules.get("violations") or []
+    rows = {name: "compliant" if not broken else f"NOT COMPLIANT ({len(broken)} violation(s))"}
+    for b in broken:
+        rows[f"  {b['field']}={b['value']!r}"] = f"{b['rule']}; {b['fix']}"
+    return rows
+
+
+def phase_table(data: RunData) -> str:
+    """The phases as an HTML table: name, start, end, duration (s since job start, the phases' unit)."""
+    unit = "simulated s" if data.time_scale != 1.0 else "s"
+    head = f"<tr><th>phase</th><th>start ({unit})</th><th>end</th><th>duration</th></tr>"
+    rows = [f"<tr><td>{html.escape(p['name'])}</td><td>{p['start_s']:.2f}</td><td>{p['end_s']:.2f}</td>"
+            f"<td>{p['end_s'] - p['start_s']:.2f}</td></tr>" for p in data.phases if p.get("end_s") is not None]
+    return f'<table id="phases">\n{head}\n' + "\n".join(rows) + "\n</table>"
 
 
 def write_report(result_path: str | Path | None, out_dir: str | Path | None = None,
@@ -291,6 +320,8 @@ def write_report(result_path: str | Path | None, out_dir: str | Path | None = No
 <table>
 {table}
 </table>
+<h2>Phases</h2>
+{phase_table(data)}
 {chr(10).join(sections)}
 </body></html>
 """

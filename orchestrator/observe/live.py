@@ -143,6 +143,8 @@ class LiveView:
 
     def __exit__(self, *exc) -> None:
         if self._live is not None:
+            if self._run_started_s is None:  # never reached the measured run: no empty frame left behind
+                self._live.transient = True
             self._live.stop()
             self._live = None
         else:

@@ -15,7 +15,7 @@ import yaml
 
 from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.plan.deadline import INVALID
-from orchestrator.plan.search import Candidate, search
+from orchestrator.plan.search import Candidate, SearchResult, search
 from orchestrator.plan.simulate import LABEL
 
 
@@ -92,14 +92,33 @@ def write_top_configs(
     return written
 
 
+def missing_mode_note(cfg: RunConfig, found: SearchResult) -> str | None:
+    """Why the ranking holds no layout of the config's own mode (pd or aggregated), e.g. every PD layout pruned
+    by memory once the rules set the checkpoint's precision; None when one is ranked."""
+    mode = cfg.layout.mode
+    if any(c.config.layout.mode == mode and c.budget is not None for c in found.ranked):
+        return None
+    name = "PD" if mode == "pd" else "aggregated"
+    pruned = [c for c in found.ranked if c.config.layout.mode == mode and c.budget is None]
+    if not pruned:
+        return f"no {name} layout in the ranking: none of this cluster's {name} layouts is compliant"
+    lightest = min(pruned, key=lambda c: max(g.weights_gb for g in c.memory.groups))
+    why = next(f"{g.where}: {g.reason}" for g in lightest.memory.groups if g.verdict != "fits")
+    precision = [n for n in found.notes if n.startswith("model.quantization")]
+    because = f", after rules {found.rules} set {precision[0]}" if precision else ""
+    return (f"no {name} layout in the ranking: all {len(pruned)} do not fit in memory{because}; the lightest, "
+            f"{lightest.name}: {why}")
+
+
 def add_search_args(parser) -> None:
     """`plan`'s search options besides --search/--top/--write-dir: rules, how many layouts to tune, rows shown."""
     parser.add_argument(
         "--rules", help="competition rules profile (name or YAML path; default: the config's `rules`), e.g. "
-        "apac-hpcai-2025: plan states the verdict; --search proposes only compliant layouts",
+        "apac-hpcai-2025: plan states the verdict; --search proposes only compliant layouts; `none`: no rules",
     )
     parser.add_argument("--tune-top", type=int, default=4, help="how many of the best layouts get their knobs tuned")
-    parser.add_argument("--show", type=int, default=25, help="rows of the search ranking to print (0 = all)")
+    parser.add_argument("--show", type=int, default=None,
+                        help="rows of the search ranking to print (0 = all; default: --top, else 25)")
 
 
 def print_search(
@@ -109,9 +128,9 @@ def print_search(
     """Run the search and print it as `plan --search` does; True when some layout fits inside the deadline."""
     import time
 
-    from orchestrator.rules import load_profile
+    from orchestrator.rules import load_profile, profile_name
 
-    name = rules or cfg.rules
+    name = profile_name(rules, cfg.rules)
     profile = load_profile(name) if name else None
     started = time.monotonic()
     found = search(cfg, batch, gpu=gpu, disk_gb_s=disk_gb_s, jit_cached=jit_cached, rules=profile, tune_top=tune_top)
@@ -128,6 +147,9 @@ def print_search(
     for v in found.standing:
         print(f"  rules {found.rules}: every layout still needs (the search cannot change it): {v.line()}")
     print(ranking_table(found.ranked, gpu, limit=show or None))
+    missing = missing_mode_note(cfg, found)
+    if missing:
+        print(missing)
     if not found.proposals:
         print("no layout fits inside the deadline" + (f" under rules {found.rules}" if found.rules else ""))
     if write_dir:

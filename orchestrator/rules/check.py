@@ -215,9 +215,19 @@ def check_config(cfg: RunConfig, rules: RulesProfile) -> RulesVerdict:
 
 
 def verdict_for(cfg: RunConfig, rules: str | None = None) -> RulesVerdict | None:
-    """The verdict against `rules` (a profile name or path), else against cfg.rules; None when neither names one.
+    """The verdict against `rules` (a profile name or path), else against cfg.rules; None when neither names one
+    (or the one that counts is `none`).
 
     A bad profile raises RulesError (one line naming the field and the fix).
     """
-    name = rules or cfg.rules
+    name = profile_name(rules, cfg.rules)
     return check_config(cfg, load_profile(name)) if name else None
+
+
+NO_RULES = "none"
+
+
+def profile_name(rules: str | None, configured: str | None) -> str | None:
+    """The profile a command checks: `rules` (plan's --rules), else the config's; `none` in either place: none."""
+    name = rules or configured
+    return None if name is None or name.strip().lower() == NO_RULES else name

@@ -105,7 +105,7 @@ def load_profile(name_or_path: str) -> RulesProfile:
     path = _profile_path(name_or_path)
     if not path.is_file():
         raise RulesError(
-            f"rules={name_or_path!r}: no such profile ({path} not found); use one of {available_profiles()} "
+            f"rules={name_or_path!r}: no such profile ({path} not found); use one of {available_profiles()}, none "
             "or a path to a profile YAML file"
         )
     try:

@@ -94,6 +94,7 @@ class BenchResult:
     metadata: dict = field(default_factory=dict)
     latency: LatencySummary | None = None  # TTFT/TPOT/KV wait/e2e percentiles; computed from results if None
     simulation: SimFidelity | None = None  # sim engine: the measured run against the cost model's run
+    report_path: Path | None = None  # report.html beside result.json, once written
 
     def __post_init__(self) -> None:
         if self.latency is None:
@@ -112,6 +113,8 @@ class BenchResult:
         return self.verdict.total_s
 
     def text(self) -> str:
+        if not self.verdict.completed:  # nothing ran: no block of zeros, no empty latency rows
+            return our_lines(self.verdict, None, self.metadata.get("rules"))
         text = result_block(self.summary) + "\n" + our_lines(self.verdict, self.latency, self.metadata.get("rules"))
         caches = [f"{w['name']} {w['cache_state']}" for w in self.metadata.get("workers", [])
                   if w.get("cache_state", "n/a") != "n/a"]
@@ -343,9 +346,9 @@ def _write_html_report(result: "BenchResult") -> None:
     if result.result_path is None:
         return
     try:
-        write_report(result.result_path)
+        result.report_path = write_report(result.result_path)
     except Exception as exc:  # the JSON result is the record; the HTML report is a view of it
-        log.warning("HTML report not written: %r", exc)
+        log.warning("HTML report not written: %s: %s", type(exc).__name__, exc)
 
 
 def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt,

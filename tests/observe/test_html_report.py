@@ -76,6 +76,23 @@ def test_summary_counts_tokens_and_the_deadline_verdict(tmp_path):
     assert rows["deadline"] == "420 s: MISSED"
 
 
+def test_report_states_the_run_verdict_the_rules_verdict_and_every_phase(tmp_path):
+    rules = {"profile": "apac-hpcai-2025", "verdict": "NOT COMPLIANT", "violations": [
+        {"field": "model.quantization", "value": "w4a8", "rule": "the checkpoint's own precision (fp8)",
+         "fix": "set model.quantization: fp8"}]}
+    path = result_file(tmp_path, pd_records(), verdict="INVALID", reason="3 of 60 prompts failed",
+                       metadata={"rules": rules})
+    page = write_report(path).read_text()
+    assert "<th>verdict</th><td>INVALID: 3 of 60 prompts failed</td>" in page
+    assert "<th>rules apac-hpcai-2025</th><td>NOT COMPLIANT (1 violation(s))</td>" in page
+    assert "<th>  model.quantization=&#x27;w4a8&#x27;</th><td>the checkpoint&#x27;s own precision (fp8); " \
+           "set model.quantization: fp8</td>" in page
+    phases = page[page.index('<table id="phases">'):]
+    phases = phases[:phases.index("</table>")]
+    assert "<tr><td>engine_start</td><td>2.00</td><td>15.00</td><td>13.00</td></tr>" in phases
+    assert phases.count("<tr><td>") == 6  # placement .. done, each once
+
+
 def test_worker_load_splits_prefill_and_decode_work():
     records = pd_records(n=10, failed=0)
     load = worker_load(RunData.from_result({"records": records}))

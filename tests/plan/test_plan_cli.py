@@ -75,15 +75,58 @@ def test_the_console_entry_point_runs_compare() -> None:
     assert "agg:1AxTP16" in proc.stdout and "simulated" in proc.stdout
 
 
-def test_plan_shows_predicted_vs_measured_when_a_run_of_the_layout_exists(tmp_path, capsys) -> None:
+def test_plan_shows_predicted_vs_an_earlier_run_of_the_layout_and_flags_each_disagreement(tmp_path, capsys) -> None:
     cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
     records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
-                "ttft_s": 1.0, "e2e_s": 50.0, "sent_at": 0.0, "done_at": 50.0} for i in range(1000)]
+                "ttft_s": 1.0, "e2e_s": 20.0, "sent_at": 0.0, "done_at": 20.0} for i in range(1000)]
     (tmp_path / "run-1").mkdir()
     (tmp_path / "run-1" / "result.json").write_text(json.dumps(
-        {"verdict": "VALID", "duration_s": 50.0, "total_s": 200.0,
+        {"verdict": "VALID", "duration_s": 20.0, "total_s": 200.0,
          "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
     assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", f"benchmark.result_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
-    assert f"measured ({tmp_path / 'run-1' / 'result.json'}): 2,000 out tok/s, run 50.0 s; predicted" in out
-    assert "(error " in out
+    # the default's engine is simulated: its run is a simulated run, never "measured"
+    assert (f"simulated run (bench on the sim engine) ({tmp_path / 'run-1' / 'result.json'}): 5,000 out tok/s, "
+            "run 20.0 s, TTFT p50 1.00 s; predicted") in out
+    assert "measured" not in out.replace("predicted / measured", "")
+    assert "(throughput error -" in out
+    assert "back-test error band of this throughput: ±" in out and " on out-of-sample rows (MAPE of " in out
+    assert "  disagreement: output tok/s -" in out and ", outside the back-test's ±" in out
+    assert "  disagreement: TTFT p50 predicted " in out and " vs 1.00 s in that run (+" in out
+
+
+def test_plan_search_top_prints_that_many_ranks_and_says_why_no_pd_layout_is_ranked(capsys) -> None:
+    rc = main(["plan", "--config", DEFAULT, "--synthetic", "--search", "--top", "5", "--tune-top", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    table = out[out.index("  # layout + knobs"):]
+    ranks = [line.split()[0] for line in table.splitlines()[1:] if line[:3].strip().isdigit()]
+    assert ranks == ["1", "2", "3", "4", "5"]
+    assert "\n... " in table and " more\n" in table
+    # the config's rules switch W4A8 to FP8, which no PD layout of 2x8 H100 holds: said, with the numbers
+    assert ("no PD layout in the ranking: all " in out and " do not fit in memory, after rules apac-hpcai-2025 set "
+            "model.quantization: 'w4a8' -> 'fp8' (the checkpoint's own precision); the lightest, pd 1PxTP8 / 1DxTP8: "
+            "layout.prefill.0: FP8 DeepSeek-R1 TP8 needs 84.1 GB/GPU for weights alone") in out
+
+
+def test_rules_none_checks_no_profile(capsys) -> None:
+    rc = main(["plan", "--config", DEFAULT, "--synthetic", "--rules", "none"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "no such profile" not in captured.err
+    assert "rules apac-hpcai-2025" not in captured.out and "-> VALID" in captured.out
+    assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", "rules=none"]) == 0
+    assert "rules " not in capsys.readouterr().out.replace("--rules", "")
+
+
+def test_a_dataset_hint_names_only_flags_bench_takes(capsys) -> None:
+    import re
+
+    from orchestrator.cli import build_parser
+
+    rc = main(["plan", "--config", DEFAULT, "--set", "benchmark.dataset_path=/no/such/ShareGPT.json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "benchmark.dataset_path" in err
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]
+    known = {flag for action in bench._actions for flag in action.option_strings}
+    mentioned = set(re.findall(r"(?<![\w.])--[a-z][a-z-]+", err))
+    assert mentioned and mentioned <= known, mentioned - known
