@@ -27,6 +27,9 @@ set -u
 PHASE=${1:?usage: bench_one_gpu.sh site|pd|agg-router|agg|router}
 REPO=$(pwd)
 OUT=${OUT:-/tmp/bench_out}; mkdir -p "$OUT"
+# manifest.json (as calibrate.sh): pass PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0|1 in the run() command (no .git there)
+python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|BENCH_[A-Z_]*|SITE_ARCHIVE)=' | sort | tr '\n' ' ')bash scripts/device/bench_one_gpu.sh $*" >/dev/null \
+  || echo "manifest.json not written" >&2
 P=${PDO_DIR:-/root/pdo}; SITE=${SITE_DIR:-/root/site}; mkdir -p $P $P/bin   # persistent while the lease is warm
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast here
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SGLANG_HOST_IP=127.0.0.1
