@@ -89,6 +89,45 @@ def fidelity_backtest() -> str:
     return tool("plan", "--backtest", "--markdown").strip()
 
 
+FAULT_LINE = re.compile(r"FAULT (?P<fault>.+?): (?P<counts>(batch|prompts) .*)$")
+HIT_LINE = re.compile(r"HIT (?P<fault>.+?): window (?P<window>.+?), in flight on the faulted path (?P<n>\d+) \((?P<how>.*)\)")
+BACK_LINE = re.compile(r"replaced by Serve and back in the router's view after (?P<s>[\d.]+)s")
+
+
+def fault_rows(log: str) -> list[dict[str, str]]:
+    """One row per FAULT line of a fault test run's output (pytest -s), with the HIT / recovery lines after it."""
+    rows: list[dict[str, str]] = []
+    for line in log.splitlines():
+        if m := FAULT_LINE.search(line):
+            counts = m["counts"].split("; last line:")[0]  # the last line names a temporary result path
+            rows.append({"fault": re.sub(r" \(pid \d+\)", "", m["fault"]), "counts": counts})
+        elif rows and (m := HIT_LINE.search(line)):
+            rows[-1]["hit"] = f"{m['n']} ({m['how']}; window {m['window']})"
+        elif rows and (m := BACK_LINE.search(line)):
+            rows[-1]["back"] = f"{m['s']} s"
+    return rows
+
+
+def fault_table(relative: str) -> str:
+    """The fault test run's FAULT/HIT lines as a table, and which file and commit they come from."""
+    import json
+
+    folder = RESULTS / relative
+    manifest = json.loads((folder / "manifest.json").read_text())
+    rows = fault_rows((folder / "output.txt").read_text())
+    if not rows:
+        raise ValueError(f"{relative}/output.txt has no FAULT lines")
+    back = any("back" in r for r in rows)  # the kill tests of the in-process module print their recovery
+    lines = ["| fault | counts (as the test prints them) | in flight on the faulted path when it struck (how they ended) |"
+             + (" back in the router's view |" if back else ""), "|---|---|---|" + ("---|" if back else "")]
+    lines += [f"| {r['fault']} | {r['counts']} | {r.get('hit', 'no HIT line: the check did not run')} |"
+              + (f" {r.get('back', '-')} |" if back else "") for r in rows]
+    commit = manifest["git_commit"][:7] + (" + uncommitted edits" if manifest["git_dirty"] is True else "")
+    lines += ["", f"_Run {manifest['started_at']} at {commit}, `{relative}/` (command, machine and packages in its "
+              f"`manifest.json`, the whole output in `output.txt`)._"]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "readme-truth-before-launch": readme_truth_before_launch,
     "fidelity-backtest": fidelity_backtest,
@@ -96,6 +135,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "performance-router-s5-before": lambda: raw("2026-11-24-router-vs-sglang-router-s5/before/stdout.txt",
                                                 table_only=True),
     "performance-ordering": lambda: raw("2026-11-24-ordering-s5/output.md"),
+    "reliability-link-faults": lambda: fault_table("2026-11-26-link-faults-hit"),
     "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
 }
 

@@ -163,7 +163,7 @@ def test_no_folder_over_the_module_limit():
 # ---- tests: shared code lives in support modules and conftest.py files, never in another test module ----
 
 # Plain helpers shared on purpose; fixtures go in a conftest.py, where pytest finds them without an import.
-TEST_SUPPORT_MODULES = {"tests.support", "tests.multihost.benchjob", "tests.multihost.lab"}
+TEST_SUPPORT_MODULES = {"tests.support", "tests.faultcheck", "tests.multihost.benchjob", "tests.multihost.lab"}
 
 
 def imported_test_modules(source: str, module: str) -> set[str]:

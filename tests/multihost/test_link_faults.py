@@ -10,6 +10,7 @@ prints one `FAULT ...` line; docs/reliability.md quotes them.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Callable
 
 import pytest
 
+from tests.faultcheck import assert_fault_hit_prompts, hit_line
 from tests.multihost.benchjob import BenchJob, host_config
 from tests.multihost.lab import HostCluster
 from tests.support import wait_until
@@ -32,6 +34,9 @@ DEADLINE_S = 12.0
 FLAP_S = 4.0  # how long the link is down in the flap test (a fault's length, not a wait for something)
 TRICKLE_MBIT = 0.2  # 25 kB/s: one prompt's KV (megabytes) takes minutes
 TRICKLE_S = 12.0  # longer than a leg's timeout (router.request_timeout_s = 8 s)
+# what a prompt the link or node fault met may fail with: a leg's timeout, a refused/reset connection, or no
+# healthy worker left to pair with (error prefixes in result.json)
+FAULT_REASONS = ("timeout", "connect", "no_worker")
 
 
 @dataclass
@@ -69,6 +74,12 @@ class FaultRun:
         met = [r["done_at"] for r in self.results
                if (r["status"] == "failed" or r["attempts"] > 1) and r.get("done_at") and r["done_at"] >= self.fault_at]
         return min(met) - self.fault_at if met else None
+
+    def assert_hit(self, window_s: float) -> None:
+        """Prompts were in flight (1P1D: every prompt's path crosses node-b's link and both nodes) while the
+        fault lasted, and each ended completed or failed with a fault's reason; prints the HIT line."""
+        met = assert_fault_hit_prompts(self.results, self.fault_at, self.fault_at + window_s, reasons=FAULT_REASONS)
+        print(hit_line(self.name, met, window_s))
 
     def summary(self) -> str:
         counts = self.doc["counts"]
@@ -170,6 +181,7 @@ def test_link_down_for_a_few_seconds_then_up(decode_host_up: HostCluster, tmp_pa
         lab.link_up("node-b")
     assert_every_prompt_accounted_for(run)
     assert_status_says_what_happened(run)
+    run.assert_hit(FLAP_S)  # TCP may carry them through the outage (no retry), but they must have been there
     assert run.doc["counts"]["completed"] > 0
 
 
@@ -189,6 +201,7 @@ def test_link_throttled_to_a_trickle_mid_run(decode_host_up: HostCluster, tmp_pa
         lab.unshape("node-b")
     assert_every_prompt_accounted_for(run)
     assert_status_says_what_happened(run)
+    run.assert_hit(TRICKLE_S)
     assert run.detect_s() is not None, "no prompt met the trickle; the test did not test anything"
 
 
@@ -202,6 +215,7 @@ def test_link_down_for_good(decode_host_up: HostCluster, tmp_path) -> None:
         lab.link_up("node-b")
     assert_every_prompt_accounted_for(run)
     assert_status_says_what_happened(run)
+    run.assert_hit(math.inf)
     assert run.doc["counts"]["failed"] > 0, "every prompt completed with the decode host cut off"
 
 
@@ -231,6 +245,7 @@ def test_decode_raylet_killed_mid_run(decode_host_up: HostCluster, tmp_path) -> 
     run = run_with_fault(hosts, tmp_path, "decode node's raylet SIGKILLed", kill)
     assert_every_prompt_accounted_for(run)
     assert_status_says_what_happened(run)
+    run.assert_hit(0.0)
     assert run.doc["counts"]["failed"] > 0, "every prompt completed without a decode node"
     left = hosts.lab.kill("node-b")
     print(f"  processes left on node-b after its raylet died: {len(left)} (stopped)")
@@ -280,6 +295,7 @@ def test_head_raylet_killed_mid_run(decode_host_up: HostCluster, tmp_path) -> No
     assert hosts.lab.call("client", alive_node_count, hosts.state.dashboard_url, hosts.token) == 0, \
         "the head's dashboard still answers after its raylet was killed"
     assert_every_prompt_accounted_for(run)
+    run.assert_hit(0.0)
     assert run.doc["counts"]["failed"] > 0, "every prompt completed with the head node gone"
     assert run.bench_last_line().startswith("INVALID:"), f"the driver's last line: {run.bench_last_line()!r}"
     assert client_rc != 0 and "closed unexpectedly" in client_out, client_out[-1500:]

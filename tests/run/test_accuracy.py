@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -15,7 +16,11 @@ SPEC = AccuracyGateSpec(num_prompts=4, max_new_tokens=8)
 
 
 def test_fixed_prompt_set_is_the_same_every_time_and_depends_on_seed():
-    assert accuracy.fixed_prompt_set(4, 7) == accuracy.fixed_prompt_set(4, 7)
+    # pinned: stored references (and every earlier run's gate) were made from exactly these prompts
+    prompts = accuracy.fixed_prompt_set(4, 7)
+    assert [len(p) for p in prompts] == [191, 137, 129, 217]
+    assert prompts[0][:6] == [25896, 17021, 10842, 5799, 20791, 1019]
+    assert hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:16] == "9018e5df6e98bf0b"
     assert accuracy.fixed_prompt_set(4, 7) != accuracy.fixed_prompt_set(4, 8)
     assert all(16 <= len(p) <= 256 for p in accuracy.fixed_prompt_set(20, 1))
 

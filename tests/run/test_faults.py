@@ -40,6 +40,7 @@ from orchestrator.cluster.local import LocalClusterState
 from orchestrator.config import RunConfig, dump_config
 from orchestrator.process import pid_alive
 from orchestrator.records import BenchRequest, RequestResult, WorkerEndpoint
+from tests.faultcheck import assert_fault_hit_prompts, hit_line
 from tests.support import cluster_pids, pid_listening_on, sim_config, wait_until
 
 pytestmark = pytest.mark.ray
@@ -240,12 +241,13 @@ def make_batch(n: int = BATCH_SIZE) -> list[BenchRequest]:
 
 @dataclass
 class RunOutcome:
-    """One batch's results and when it started, ended and had to end (wall clock, time.time())."""
+    """One batch's results and when it started, was faulted, ended and had to end (wall clock, time.time())."""
 
     results: list[RequestResult]
     deadline_at: float
     ended_at: float
     started_at: float
+    fault_at: float
 
     @property
     def completed(self) -> int:
@@ -276,11 +278,14 @@ def run_batch_with_fault(dep: Deployment, inject, batch: list[BenchRequest] | No
     deadline_at = started + DEADLINE_S
     stream = dep.router.options(stream=True).generate_batch.remote(batch, MAX_IN_FLIGHT, deadline_at)
     results: list[RequestResult] = []
+    fault_at = None
     for result in stream:
         results.append(result)
         if len(results) == INJECT_AFTER:
+            fault_at = time.time()
             inject()
-    return RunOutcome(results, deadline_at, time.time(), started)
+    assert fault_at is not None, f"the batch ended after {len(results)} results, before the fault was injected"
+    return RunOutcome(results, deadline_at, time.time(), started, fault_at)
 
 
 def assert_every_prompt_accounted_for_once(out: RunOutcome, batch_size: int = BATCH_SIZE) -> None:
@@ -341,6 +346,10 @@ def kill_mid_run_and_recover(dep: Deployment, role: str) -> None:
     print(out.summary(f"{role} engine {victim.name} SIGKILLed (pid {killed[0]})"))
     assert_every_prompt_accounted_for_once(out)
     assert_every_prompt_completed(out)
+    # in flight at the kill on the victim: retried elsewhere, or (a prefill whose KV was already sent) finished
+    met = assert_fault_hit_prompts(out.results, out.fault_at, on_path=lambda r: r.attempts > 1 or victim.name in (
+        r.prefill_worker, r.decode_worker))
+    print(hit_line(f"{role} engine SIGKILLed", met, 0.0))
     assert out.retried >= 1, f"no request was in flight on the killed {role}; the test did not test anything"
     wait_replaced(dep, victim)
 
@@ -362,6 +371,10 @@ def test_hung_kv_transfer_is_timed_out_and_retried(pd2x2: Deployment) -> None:
     print(out.summary(f"prefill {victim.name} never sends KV (hang=transfer), leg timeout {LEG_TIMEOUT_S:g}s"))
     assert_every_prompt_accounted_for_once(out)
     assert_every_prompt_completed(out)
+    # the hang lasts from the injection to the end of the batch (reset in `finally`)
+    met = assert_fault_hit_prompts(out.results, out.fault_at, out.ended_at,
+                                   on_path=lambda r: r.attempts > 1 or r.prefill_worker == victim.name)
+    print(hit_line("KV transfer hangs", met, out.ended_at - out.fault_at))
     assert out.retried >= 1, "no request met the hung prefill; the test did not test anything"
     slowest = max(r.e2e_s or 0.0 for r in out.results)
     # one attempt per request may wait out the leg timeout, never SGLang's 300 s
@@ -383,6 +396,8 @@ def test_five_percent_random_500s(pd2x2: Deployment) -> None:
     print(out.summary("5% of /generate answered HTTP 500 on every engine (error_rate=0.05)"))
     assert_every_prompt_accounted_for_once(out, len(batch))
     assert_every_prompt_completed(out)
+    met = assert_fault_hit_prompts(out.results, out.fault_at, out.ended_at)  # every engine errs until the end
+    print(hit_line("5% random HTTP 500", met, out.ended_at - out.fault_at))
     assert out.retried >= 1, "no 500 was met; the test did not test anything"
 
 
