@@ -21,10 +21,11 @@
 # Phases (each packs $OUT/<phase>.tar.xz: bench output, result.json, engine logs, /metrics scrapes, KV stats):
 #   site        unpack the carried sglang tree only (SITE_ARCHIVE, default .device/site-slim/site.tar.xz)
 #   pd          install the runtime tree, `bench` PD through the local cluster
+#   pd-nooverlap / pd-early   the same with the prefill's --disable-overlap-schedule / the early-KV patch switched on
 #   agg-router  `bench` aggregated through the local cluster, then sglang-router in front of a PD pair (replay.py)
 #   agg / router  either half alone
 set -u
-PHASE=${1:?usage: bench_one_gpu.sh site|pd|agg-router|agg|router}
+PHASE=${1:?usage: bench_one_gpu.sh site|pd|pd-nooverlap|pd-early|agg-router|agg|router}
 REPO=$(pwd)
 OUT=${OUT:-/tmp/bench_out}; mkdir -p "$OUT"
 # manifest.json (as calibrate.sh): pass PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0|1 in the run() command (no .git there)
@@ -48,6 +49,9 @@ install_site() {
   local a=${SITE_ARCHIVE:-.device/site-slim/site.tar.xz}
   [ -f "$a" ] || { el "sglang tree missing and $a not carried: send the site call first (same warm lease)"; exit 1; }
   el "unpack sglang tree"; rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf "$a" && touch $SITE/.installed_site
+  # the calibration's SGLang patches (as calibrate.sh applies them): timestamps, and candidate changes that stay
+  # off unless switched on (pd-early sets PDO_EARLY_KV_INDICES=1 in the engines' env)
+  [ -f $SITE/.nixl_patched_v8 ] || { python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched_v8; }
 }
 install_chunk() {  # $1 = carried archive, $2 = marker: unpack into $P/rt-<marker>, its site/ into the sglang tree
   [ -f $SITE/.installed_$2 ] && return 0
@@ -84,12 +88,12 @@ scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of ev
 start_scraper() { scrape_engines "$1" & SCRAPER=$!; }
 stop_scraper() { [ -n "$SCRAPER" ] && kill $SCRAPER 2>/dev/null; SCRAPER=""; }
 
-bench_local() {  # $1 = config, $2 = output dir: `bench` starting (and stopping) its own local cluster
-  local cfg=$1 dir=$2; rm -rf $dir; mkdir -p $dir; touch $dir/.started
+bench_local() {  # $1 = config, $2 = output dir, then extra --set args: `bench` starting (and stopping) its own local cluster
+  local cfg=$1 dir=$2; shift 2; rm -rf $dir; mkdir -p $dir; touch $dir/.started
   { nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv; free -g; } > $dir/env.txt 2>&1
   start_scraper $dir/scrape
   el "bench $cfg (cluster.address=local)"
-  timeout $(( $(left) - 25 )) python3 scripts/device/one_command.py orchestrator.cli.bench bench --config $cfg $SETS \
+  timeout $(( $(left) - 25 )) python3 scripts/device/one_command.py orchestrator.cli.bench bench --config $cfg $SETS "$@" \
     --result-dir $dir/runs ${BENCH_ARGS:-} 2>&1 | tee $dir/bench.txt | grep -v -E "^\(|INFO" | tail -45
   el "bench exit ${PIPESTATUS[0]}"
   stop_scraper
@@ -141,6 +145,12 @@ router_pair() {  # SGLang's own PD router in front of a PD pair started outside 
 case $PHASE in
 site) install_site; nvidia-smi -L ;;
 pd) install_runtime; bench_local $PD_CFG $P/pd; pack pd ;;
+pd-nooverlap)  # the prefill server without SGLang's overlap loop (it holds a batch's KV back one forward otherwise)
+  install_runtime
+  bench_local $PD_CFG $P/pd-nooverlap --set 'layout.prefill.0.extra_args=[--disable-prefill-cuda-graph, --disable-overlap-schedule]'
+  pack pd-nooverlap ;;
+pd-early)  # the prefill with the early KV indices patch switched on (orchestrator/calibrate/early_kv.py)
+  install_runtime; bench_local $PD_CFG $P/pd-early --set 'engine.sglang.env.PDO_EARLY_KV_INDICES="1"'; pack pd-early ;;
 agg) install_runtime; bench_local $AGG_CFG $P/agg; pack agg ;;
 router) install_runtime; install_router || exit 1; router_pair; pack router ;;
 agg-router) install_runtime; install_router || exit 1; bench_local $AGG_CFG $P/agg; pack agg; router_pair; pack router ;;
