@@ -28,6 +28,9 @@ class ModelArchitecture:
     max_position_embeddings: int
     bos_token_id: int = 0
     eos_token_id: int = 1
+    # the router's expert choice: "noaux_tc" (V3/R1) adds a per-expert bias to the scores before top-k, so with
+    # dummy (near-zero) weights the bias alone picks the experts and every token gets the same ones
+    topk_method: str = "greedy"
 
     @property
     def moe_layers(self) -> int:
@@ -64,6 +67,7 @@ class ModelArchitecture:
             max_position_embeddings=cfg.get("max_position_embeddings", 4096),
             bos_token_id=cfg.get("bos_token_id", 0),
             eos_token_id=cfg.get("eos_token_id", 1),
+            topk_method=cfg.get("topk_method") or "greedy",
         )
 
 
@@ -87,6 +91,7 @@ DEEPSEEK_R1 = ModelArchitecture(
     max_position_embeddings=163840,
     bos_token_id=0,
     eos_token_id=1,
+    topk_method="noaux_tc",
 )
 
 DEEPSEEK_V2_LITE = ModelArchitecture(

@@ -75,6 +75,7 @@ class Calibration:
     page_ratios: tuple[tuple[int, float], ...] = ()  # (page size, decode step ratio to page_size), measured
     transfer_latency: tuple[tuple[int, float], ...] = ()  # (page size, mean per-request KV transfer s), measured
     shape_matches: bool = True  # False: only the start-up figures apply (a profile of another shape, same GPU)
+    attention_backend: str = "triton"  # the backend the decode points were measured with
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""

@@ -114,6 +114,7 @@ class EngineCostModel(MemoryTerms, TimingTerms):
     page_size: int = 1
     attention_backend: str | None = None  # None: SGLang's pick (FA3/flashinfer on Hopper)
     speculative: Speculative | None = None  # MTP: R1's draft layer (memory, KV, draft + verify steps)
+    load_format: str | None = None  # dummy: every token routes to the same experts (weights.experts_hit_fraction)
     calibration: Calibration | None = None  # from a shipped profile of this GPU and layer shape
     format: WeightFormat = field(init=False, repr=False)
     params: ParamCounts = field(init=False, repr=False)
@@ -218,7 +219,7 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
     shape = replace(arch, num_hidden_layers=m.num_hidden_layers, first_k_dense_replace=m.first_k_dense_replace)
     at_profile = build_cost_model(
         shape, profile.gpu.name, quantization, calibrated=False, tp=e.tp, dp=e.dp, dp_attention=e.dp_attention,
-        sglang_version=e.sglang_version,
+        sglang_version=e.sglang_version, load_format=m.load_format,
         mem_fraction_static=e.mem_fraction_static, chunked_prefill_tokens=e.chunked_prefill_size,
         cuda_graph_max_bs=e.cuda_graph_max_bs, page_size=e.page_size, context_length=e.context_length,
     )
@@ -243,6 +244,7 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
         page_size=e.page_size,
         page_ratios=tuple((x.page_size, x.decode_step_ratio) for x in profile.page_size_effects),
         transfer_latency=tuple((x.page_size, x.time_s) for x in profile.transfer),
+        attention_backend=e.attention_backend,
     )
 
 
@@ -345,4 +347,5 @@ def cost_model_for(
         page_size=cfg.engine.sglang.page_size,
         attention_backend=getattr(group, "attention_backend", None) or cfg.engine.sglang.attention_backend,
         speculative=speculative,
+        load_format=cfg.engine.sglang.load_format,
     )

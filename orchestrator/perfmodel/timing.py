@@ -7,7 +7,8 @@ import math
 from collections.abc import Sequence
 
 from orchestrator.perfmodel.gpus import GB, gpu_spec
-from orchestrator.perfmodel.weights import checkpoint_bytes, experts_hit_fraction
+from orchestrator.perfmodel.parallel import collectives, pipeline
+from orchestrator.perfmodel.weights import checkpoint_bytes, dummy_routing, experts_hit_fraction
 
 # Share of datasheet HBM bandwidth a streaming weight read reaches; the calibration fit subtracts the weight
 # reads at this rate and the model adds them back at the same rate, so only the split depends on it.
@@ -18,6 +19,17 @@ WEIGHT_READ_EFFICIENCY = 0.8
 ATTENTION_BACKEND_SPEED = {"fa3": 1.0, "flashinfer": 1.0, "flashmla": 1.0, "triton": 0.94}
 
 
+# Query heads one pass of the MLA decode kernel covers while reading a request's latent once: SGLang's triton
+# grouped decode kernel tiles 16 heads (BLOCK_H = 16, sglang 0.5.17 kernels/ops/attention/decode_attention.py);
+# FlashMLA tiles 64 query heads per block (deepseek-ai/FlashMLA), taken for FA3 too (not measured here).
+MLA_HEADS_PER_PASS = {"triton": 16, "fa3": 64, "flashmla": 64, "flashinfer": 64}
+
+
+def mla_passes(heads_per_gpu: float, backend: str | None) -> int:
+    """Times one GPU's MLA decode kernel reads a request's latent: once per tile of its query heads."""
+    return max(1, math.ceil(heads_per_gpu / MLA_HEADS_PER_PASS.get(backend or "fa3", 64)))
+
+
 class TimingTerms:
     """Seconds; `self` is an EngineCostModel (fields and shape properties live there)."""
 
@@ -26,18 +38,10 @@ class TimingTerms:
         return tflops * 1e12
 
     def _allreduce_s(self, nbytes: float) -> float:
-        """One NCCL all-reduce over the TP group: ring inside a node, hierarchical across nodes."""
-        tp = self.tp
-        if tp <= 1 or nbytes <= 0:
-            return 0.0
-        nvlink = self.gpu.nvlink_gb_s * GB * self.comm_efficiency
-        if not self._tp_spans_nodes:
-            return self.gpu.collective_latency_s + 2 * (tp - 1) / tp * nbytes / nvlink
-        per_node = self.gpus_per_node
-        ib = self.gpu.ib_gb_s * GB * self.comm_efficiency
-        intra = 2 * (per_node - 1) / per_node * nbytes / nvlink
-        inter = 2 * (self.nnodes - 1) / self.nnodes * (nbytes / per_node) / ib
-        return self.gpu.cross_node_latency_s + intra + inter
+        """One NCCL all-reduce over the TP group, inside a node or across nodes (published NCCL figures:
+        perfmodel/parallel/collectives.py)."""
+        links = collectives.link_figures(self.gpu, self.comm_efficiency)
+        return collectives.allreduce_s(nbytes, self.tp, self.nnodes if self._tp_spans_nodes else 1, links)
 
     def _forward_s(
         self,
@@ -45,27 +49,33 @@ class TimingTerms:
         attention_flops: float,
         kv_read_tokens: float,
         lm_head_tokens: int,
+        stage: bool = False,
     ) -> float:
-        """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs."""
+        """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs. `stage`: one
+        pipeline stage's share (layers / pp, its weights and KV, one send onward; no scheduler step)."""
         if tokens <= 0:
             return 0.0
+        share = 1 / self.pp if stage else 1.0
         p, fmt, arch = self.params, self.format, self.arch
         active_dense = p.attention + p.dense_mlp + p.shared_experts + p.router
         routed_active = tokens * arch.num_experts_per_tok * arch.moe_layers * p.one_expert_per_layer
         flops = 2 * (tokens * active_dense + routed_active + lm_head_tokens * p.lm_head) + attention_flops
-        compute_s = flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
+        compute_s = share * flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
 
         bytes_read = self._weight_bytes_read(tokens) + kv_read_tokens * self.kv_bytes_per_token() / self.attn_dp
-        memory_s = bytes_read / (self.gpu.hbm_tb_s * 1e12 * self.efficiency_decode)
-        fixed_s = self.gpu.step_overhead_s + arch.num_hidden_layers * self.gpu.layer_overhead_s
-        return max(compute_s, memory_s) + self._comm_s(tokens) + fixed_s
+        memory_s = share * bytes_read / (self.gpu.hbm_tb_s * 1e12 * self.efficiency_decode)
+        fixed_s = (0.0 if stage else self.gpu.step_overhead_s) + share * arch.num_hidden_layers * self.gpu.layer_overhead_s
+        return max(compute_s, memory_s) + self._comm_s(tokens, stage) + fixed_s
 
     def _weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit)."""
         p, fmt, arch = self.params, self.format, self.arch
         w = self.weight_bytes_breakdown()
         pp = self.pp  # timing walks every stage in turn, so count all layers' bytes on one stage's GPUs
-        hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts)
+        # dummy routing is what the R1-shaped calibration measured; a TP group across nodes has no calibrated
+        # step (see _decode_pass_s) and keeps the uniform-routing roofline of issue 14
+        same = dummy_routing(self.load_format, arch.topk_method) and not self._tp_spans_nodes
+        hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same)
         return (
             (w["attention"] + w["dense_mlp_shared"]) * pp
             + w["routed_experts"] * pp * hit
@@ -76,14 +86,18 @@ class TimingTerms:
         """Weight/expert read time of one forward at WEIGHT_READ_EFFICIENCY of datasheet HBM."""
         return self._weight_bytes_read(tokens) / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
 
-    def _comm_s(self, tokens: int) -> float:
-        """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens."""
+    def _comm_s(self, tokens: int, stage: bool = False) -> float:
+        """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens (`stage`: one
+        stage's layers and its one send onward). With DP attention the all-reduce after attention becomes a
+        gather of every rank's tokens before the MoE and a scatter after it: the same bytes per GPU."""
         arch = self.arch
         activation_bytes = tokens * arch.hidden_size * 2
-        comm_s = 2 * arch.num_hidden_layers * self._allreduce_s(activation_bytes)
+        layers = arch.num_hidden_layers / self.pp if stage else arch.num_hidden_layers
+        comm_s = 2 * layers * self._allreduce_s(activation_bytes)
         if self.pp > 1:
-            send = activation_bytes / (self.gpu.ib_gb_s * GB * self.comm_efficiency)
-            comm_s += (self.pp - 1) * (self.gpu.cross_node_latency_s + send)
+            links = collectives.link_figures(self.gpu, self.comm_efficiency)
+            send = collectives.p2p_send_s(activation_bytes, self.nnodes > 1, links)
+            comm_s += send if stage else (self.pp - 1) * send
         return comm_s
 
     def _prefill_args(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None) -> dict:
@@ -117,16 +131,20 @@ class TimingTerms:
     def prefill_time_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float:
         """One prefill forward (a batch or a chunk): new_tokens[i] computed on top of cached_tokens[i].
 
-        With a calibration profile the share of peak FLOPs is the one measured for this layer shape."""
+        With a calibration profile the share of peak FLOPs is the one measured for this layer shape. With
+        pipeline parallelism the chunk's stages pipeline behind each other (perfmodel/parallel/pipeline.py)."""
         a = self._prefill_args(new_tokens, cached_tokens)
-        if self.calibration is not None and self.calibration.efficiency_prefill and not self._tp_spans_nodes:
-            saved = self.efficiency_prefill
+        calibrated = self.calibration is not None and self.calibration.efficiency_prefill
+        saved = self.efficiency_prefill
+        if calibrated:
             self.efficiency_prefill = self.calibration.efficiency_prefill
-            try:
-                return self._forward_s(**a)
-            finally:
-                self.efficiency_prefill = saved
-        return self._forward_s(**a) / self.attention_speed
+        try:
+            forward = self._forward_s(**a, stage=self.pp > 1)
+        finally:
+            self.efficiency_prefill = saved
+        if self.pp > 1:
+            forward = pipeline.prefill_chunk_s(forward, self.pp, self.gpu.step_overhead_s)
+        return forward if calibrated else forward / self.attention_speed
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch).
@@ -161,9 +179,20 @@ class TimingTerms:
         share = self.replicas
         bs = math.ceil(batch_size * tokens_per_request / share)
         ctx = context_tokens / share
+        if self.pp > 1:  # micro-batches: each holds 1/pp of the requests and runs 1/pp of the layers per stage
+            requests = math.ceil(batch_size / share)
+            micro = pipeline.micro_batches(requests, self.pp)
+            stage = self._decode_pass_s(math.ceil(bs / micro), ctx / micro, eager, tokens_per_request, stage=True)
+            return pipeline.decode_round_s(stage, self.pp, requests, self.gpu.step_overhead_s)
+        return self._decode_pass_s(bs, ctx, eager, tokens_per_request)
+
+    def _decode_pass_s(self, bs: int, ctx: float, eager: bool, tokens_per_request: int, stage: bool = False) -> float:
+        """One decode forward of `bs` tokens over `ctx` context tokens on one model copy (`stage`: one
+        pipeline stage's share of the layers, without the scheduler's step)."""
         cal = self.calibration
         if cal is not None and cal.decode is not None and not self._tp_spans_nodes:
-            return self._calibrated_decode_s(bs, ctx, eager)
+            full = self._calibrated_decode_s(bs, ctx, eager)
+            return full / self.pp if stage else full
         arch = self.arch
         # absorbed MLA in decode: scores over kv_lora+rope and the weighted sum over kv_lora, per head
         ctx_flops = 2 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
@@ -172,23 +201,30 @@ class TimingTerms:
             attention_flops=ctx_flops * arch.num_hidden_layers * ctx * tokens_per_request,
             kv_read_tokens=ctx,
             lm_head_tokens=bs,
+            stage=stage,
         )
         if eager:
-            step += arch.num_hidden_layers * self.gpu.eager_layer_s
+            step += arch.num_hidden_layers * self.gpu.eager_layer_s / (self.pp if stage else 1)
         return step / self.attention_speed
 
     def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool) -> float:
         """Measured per-layer terms (profile GPU, one GPU's share) + weight reads and collectives (physics).
 
-        Per-request and per-context terms are divided over the TP ranks (heads and expert slices split);
-        the per-context term is HBM-bound and scales with the profile GPU's / this GPU's bandwidth."""
+        The per-request term is divided over the TP ranks (heads and expert slices split). The per-context
+        term is the attention kernel reading each request's MLA latent once per pass over its query heads
+        (mla_passes): one GPU reads the latents of its attention-DP rank's requests (ctx / attn_dp), as many
+        times as its share of the heads needs passes; it scales with the profile GPU's / this GPU's HBM."""
         cal = self.calibration
         assert cal is not None and cal.decode is not None
         c = cal.decode
         layers = self.arch.num_hidden_layers
         split = self.tp / max(1, cal.tp)
         hbm_ratio = gpu_spec(cal.gpu).hbm_tb_s / self.gpu.hbm_tb_s
-        per_layer = c.layer_s + c.layer_per_req_s * bs / split + c.layer_per_ctx_s * ctx / split * hbm_ratio
+        heads = self.arch.num_attention_heads
+        passes = mla_passes(heads * self.attn_dp / self.tp, self.attention_backend) / mla_passes(
+            heads / max(1, cal.tp), cal.attention_backend)
+        ctx_term = c.layer_per_ctx_s * ctx / self.attn_dp * passes * hbm_ratio
+        per_layer = c.layer_s + c.layer_per_req_s * bs / split + ctx_term
         if eager:
             per_layer += (c.eager_layer_s if c.eager_layer_s is not None else self.gpu.eager_layer_s)
             per_layer += (c.eager_layer_per_req_s or 0.0) * bs / split

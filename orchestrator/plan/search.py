@@ -158,6 +158,9 @@ def enumerate_layouts(cfg: RunConfig) -> list[tuple[str, dict]]:
             f"agg 1AxTP{per_node}xPP2",
             {"mode": "aggregated", "aggregated": [{"count": 1, "tp": per_node, "pp": 2, "nnodes": 2}]},
         ))
+        for dp in sorted({2, per_node} - {1}):  # TP inside each node x PP2 over the nodes x DP attention
+            base = {"count": 1, "tp": per_node, "pp": 2, "dp": dp, "dp_attention": True, "nnodes": 2}
+            out.append((f"agg 1AxTP{per_node}xPP2DP{dp}-attn", {"mode": "aggregated", "aggregated": [base]}))
     return out
 
 

@@ -164,7 +164,10 @@ def test_the_shipped_profile_is_loaded_by_default_for_its_gpu_and_shape_only() -
     assert cost_model_for(cfg, role, group, calibrated=False).calibration is None
     r1 = load_config(ROOT / "configs/h100-agg-tp16.yaml")
     role, _, group = next(iter(r1.layout.groups()))
-    assert cost_model_for(r1, role, group).calibration is None or not cost_model_for(r1, role, group).calibration.decode
+    # the R1-shaped H100 decode points fit (RMS under 10 %) once dummy weights route every token to the same
+    # experts; fitted with uniform routing they did not (29.6 %) and the fit was refused
+    r1_model = cost_model_for(r1, role, group)
+    assert r1_model.calibration.decode is not None and r1_model.calibration.decode.graph_rms_rel < 0.10
 
 
 def test_activation_headroom_refuses_the_fraction_that_oomed_and_keeps_the_one_that_ran() -> None:

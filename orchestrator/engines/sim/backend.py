@@ -118,6 +118,8 @@ class SimBackend(EngineBackend):
             argv += ["--cuda-graph-max-bs", str(model.cuda_graph_max_bs)]
         if model.attention_backend:
             argv += ["--attention-backend", model.attention_backend]
+        if model.load_format:  # dummy weights route every token to the same experts (perfmodel/weights.py)
+            argv += ["--load-format", model.load_format]
         argv += ["--disable-cuda-graph"] * (not model.cuda_graph) + ["--disable-prefill-cuda-graph"] * (not model.prefill_graphs)
 
         # the same UCX/NIXL variables as a real server (transfer.ucx.tls, net_devices, ...): KV moves the

@@ -362,6 +362,7 @@ def settings_from_args(a: argparse.Namespace) -> SimSettings:
         cuda_graph=not a.disable_cuda_graph,
         prefill_graphs=not a.disable_prefill_cuda_graph,
         sglang_version=a.sglang_version,
+        load_format=a.load_format,
         context_length=a.context_length,
         efficiency_prefill=a.efficiency_prefill,
         efficiency_decode=a.efficiency_decode,

@@ -53,6 +53,7 @@ class SimSettings:
     cuda_graph: bool = True  # False: --disable-cuda-graph
     prefill_graphs: bool = True  # False: --disable-prefill-cuda-graph
     sglang_version: str = "0.5.17"  # whose defaults the cost model takes for unset flags
+    load_format: str | None = None  # --load-format: dummy weights change the experts a decode step reads
 
     @property
     def engine_type(self) -> str:
@@ -102,4 +103,5 @@ def cost_model_of(settings: SimSettings, arch: ModelArchitecture) -> EngineCostM
         cuda_graph=settings.cuda_graph,
         prefill_graphs=settings.prefill_graphs,
         sglang_version=settings.sglang_version,
+        load_format=settings.load_format,
     )

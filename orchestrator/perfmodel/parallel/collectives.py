@@ -1,0 +1,90 @@
+"""Collective times on Hopper nodes from published NCCL measurements (nccl-tests), as latency + size / bus
+bandwidth: an all-reduce of S bytes over n ranks takes alpha + 2 (n - 1) / n x S / busbw; an all-to-all
+alpha + (n - 1) / n x S / busbw; a point-to-point send alpha + S / bw.
+
+One GPU cannot measure these: every figure below cites where it was published. The two-GPU calibration
+script (orchestrator/calibrate/twogpu.py) measures the intra-node ones on the lent machines when it runs.
+
+GPUs without published figures here (the cpu-fast test profile) use their GpuSpec link fields instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.perfmodel.gpus import GB, GpuSpec
+
+
+@dataclass(frozen=True)
+class LinkFigures:
+    """alpha (s) and bus bandwidth (B/s) of NCCL collectives inside one node and across two nodes."""
+
+    intra_latency_s: float
+    intra_allreduce_busbw: float
+    intra_alltoall_busbw: float
+    inter_latency_s: float
+    inter_allreduce_busbw: float
+    inter_alltoall_busbw: float  # per GPU: all-to-all cannot aggregate a node's NICs
+    inter_p2p_bw: float  # one GPU's NIC
+
+
+# Hopper HGX nodes (8 x H100 / H200 SXM, NVLink 4 through NVSwitch, 8 x ConnectX-7 NDR 400 Gb/s per node):
+HOPPER = LinkFigures(
+    # ~10.5 us for the smallest messages of nccl-tests inside an 8-GPU NVLink-4 node
+    # (deepseek-ai/DeepEP issue 303, H20 node: NVLink 4 / NVSwitch like HGX H100)
+    intra_latency_s=10.5e-6,
+    # ring all-reduce busbw 365-370 GB/s on 8 x H100 SXM (NVIDIA/nccl issue 1455, NCCL_ALGO=RING; ~80 % of the
+    # 450 GB/s line rate, NVIDIA/nccl-tests issue 212). NVLink SHARP (NVLS) reaches ~480 GB/s but stays off on
+    # the lent machines (NCCL_NVLS_ENABLE=0), so the ring figure is used.
+    intra_allreduce_busbw=368 * GB,
+    # non-all-reduce collectives see the same ~370 GB/s effective NVLink bandwidth (nccl-tests issue 212)
+    intra_alltoall_busbw=368 * GB,
+    # 46-48 us for 4 B - 1 KB all-reduces over 2 nodes x 8 GPUs with one CX-7 NDR per GPU
+    # (NVIDIA/nccl issue 1244, NCCL 2.21.5, NVLSTree)
+    inter_latency_s=47e-6,
+    # ~380 GB/s multi-node all-reduce busbw without SHARP / NVLS (NVIDIA/nccl issue 1649, quoting NVIDIA's GTC 2024
+    # figures; with NVLS ~470 GB/s is expected on 2 x 8 H100 with 8 x 400G, NVIDIA/nccl issue 2409 citing
+    # nccl-tests issue 309 - NVLS stays off here, as inside a node)
+    inter_allreduce_busbw=380 * GB,
+    # NDR 400 Gb/s: 46-49 GB/s per NIC (NVIDIA/nccl-tests issues 290 and 267); all-to-all gets one NIC per GPU
+    inter_alltoall_busbw=48 * GB,
+    inter_p2p_bw=48 * GB,
+)
+PUBLISHED = {"H100-SXM": HOPPER, "H200": HOPPER}
+
+
+def link_figures(gpu: GpuSpec, efficiency: float = 0.8) -> LinkFigures:
+    """The published figures for this GPU's nodes, else ones derived from its GpuSpec link fields."""
+    if gpu.name in PUBLISHED:
+        return PUBLISHED[gpu.name]
+    nvlink, ib = gpu.nvlink_gb_s * GB * efficiency, gpu.ib_gb_s * GB * efficiency
+    return LinkFigures(gpu.collective_latency_s, nvlink, nvlink, gpu.cross_node_latency_s, ib * 8, ib, ib)
+
+
+def allreduce_s(nbytes: float, ranks: int, nodes: int, links: LinkFigures) -> float:
+    """One all-reduce of `nbytes` over `ranks` GPUs on `nodes` nodes (1 or 2)."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    factor = 2 * (ranks - 1) / ranks
+    if nodes <= 1:
+        return links.intra_latency_s + factor * nbytes / links.intra_allreduce_busbw
+    return links.inter_latency_s + factor * nbytes / links.inter_allreduce_busbw
+
+
+def alltoall_s(nbytes: float, ranks: int, nodes: int, links: LinkFigures) -> float:
+    """One all-to-all in which every GPU sends `nbytes` in total, spread over `ranks` GPUs."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    share = (ranks - 1) / ranks * nbytes
+    if nodes <= 1:
+        return links.intra_latency_s + share / links.intra_alltoall_busbw
+    return links.inter_latency_s + share / links.inter_alltoall_busbw
+
+
+def p2p_send_s(nbytes: float, cross_node: bool, links: LinkFigures) -> float:
+    """One point-to-point send (a pipeline stage boundary), across nodes or inside one."""
+    if nbytes <= 0:
+        return 0.0
+    if cross_node:
+        return links.inter_latency_s + nbytes / links.inter_p2p_bw
+    return links.intra_latency_s + nbytes / links.intra_alltoall_busbw
