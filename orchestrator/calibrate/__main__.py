@@ -1,4 +1,4 @@
-"""`python -m orchestrator.calibrate {single,pd,nixl-patch,parse-log}` (see the package docstring)."""
+"""`python -m orchestrator.calibrate {single,pd,twogpu,nixl-patch,parse-log}` (see the package docstring)."""
 
 import sys
 

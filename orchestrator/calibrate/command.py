@@ -1,4 +1,4 @@
-"""Arguments and dispatch of `calibrate {single,pd,nixl-patch,parse-log}`.
+"""Arguments and dispatch of `calibrate {single,pd,twogpu,nixl-patch,parse-log}`.
 
 Used by `python -m orchestrator.calibrate` (stdlib only, on the bare GPU machine) and by
 `pd-orchestrator calibrate` (orchestrator/cli/preflight.py registers it).
@@ -45,6 +45,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--prefill-flag", action="append", default=[],
                    help="extra SGLang flag for the prefill server only (repeat; --prefill-flag=--disable-overlap-schedule)")
 
+    t = sub.add_parser("twogpu", help="two GPUs of one node: TP2, DP-attention 2 + EP2, PP2 step costs, NCCL "
+                       "all-reduce / all-to-all / send times, PP bubble (orchestrator/calibrate/twogpu.py)")
+    t.add_argument("--model-path", required=True, help="a model folder with config.json (the R1-shaped one)")
+    t.add_argument("--out", required=True)
+    t.add_argument("--budget-s", type=float, required=True, help="wall seconds for everything (one device call: <= 600)")
+    t.add_argument("--layouts", default="tp2,dpattn2-ep2,pp2", help="comma-separated: tp2, dpattn2-ep2, pp2")
+    t.add_argument("--collective-tokens", default="1,8,32,64,128,256,512,1024,2048,4096,8192",
+                   help="token counts of the collectives (bytes = tokens x hidden x 2)")
+    t.add_argument("--no-collectives", action="store_true", help="skip the NCCL micro-benchmark")
+    t.add_argument("--port", type=int, default=30000)
+    t.add_argument("--flag", action="append", default=[], help="extra SGLang flag for every server (repeat; --flag=--x)")
+    t.add_argument("--dry-run", action="store_true", help="print the plan and commands; start nothing")
+
     n = sub.add_parser("nixl-patch", help="apply the NIXL sender patch and the early KV indices patch "
                        "(early_kv.py) to an installed sglang tree")
     n.add_argument("site_dir")
@@ -61,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(a: argparse.Namespace) -> int:
+    if a.cmd == "twogpu":
+        return _twogpu(a)
     if a.cmd in ("single", "pd"):
         from orchestrator.provenance import command_line, write_manifest
 
@@ -115,3 +130,27 @@ def _print_summary(res: dict) -> None:
             print(f"    prefill k={r.get('concurrency')} L={r.get('input_tokens')}: {r.get('latency_s_median')} s "
                   f"{r.get('skipped') or ''}")
 
+
+def _twogpu(a: argparse.Namespace) -> int:
+    import sys
+
+    from .twogpu import TwoGpuArgsError, check_budget, dry_run, parse_layouts, parse_tokens, run_twogpu
+
+    try:
+        layouts, tokens = parse_layouts(a.layouts), parse_tokens(a.collective_tokens)
+        check_budget(a.budget_s)
+        if not (Path(a.model_path) / "config.json").is_file():
+            raise TwoGpuArgsError(f"--model-path {a.model_path}: no config.json there; give the R1-shaped model folder")
+    except TwoGpuArgsError as exc:
+        print(f"calibrate twogpu: {exc}", file=sys.stderr)
+        return 2
+    if a.dry_run:
+        print(dry_run(a.model_path, Path(a.out), layouts, tokens, a.flag))
+        return 0
+    from orchestrator.provenance import command_line, write_manifest
+
+    write_manifest(Path(a.out), command_line())
+    res = run_twogpu(a.model_path, Path(a.out), a.budget_s, layouts, tokens, collectives=not a.no_collectives,
+                     flags=a.flag, port=a.port)
+    _print_summary(res)
+    return 0

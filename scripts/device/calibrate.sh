@@ -12,6 +12,9 @@
 #           decode sweeps, warm start, knobs start (--mem-fraction-static 0.70, caps raised) + decode past the graphs
 #   r1      R1-shaped (benchmarks/calibration/r1-shaped/config.json: R1 dims, FP8 block quant, 6 layers), same plan,
 #           with --triton-attention-split-tile-size 256 (R1_FLAGS overrides; see the note at the r1 case)
+#   twogpu  two GPUs (kind nvidia-h100-x2): the R1-shaped model under TP2, DP-attention 2 + EP2 and PP2 (step costs,
+#           prefill one chunk vs k chunks: the PP bubble) and NCCL all-reduce / all-to-all / send times
+#           (orchestrator/calibrate/twogpu.py; TWOGPU_LAYOUTS picks a subset when 600 s do not hold all three)
 #   pd      one-GPU PD on the V2-Lite shape: page 1 (PAGE_SIZES), loads under each sender mode of the NIXL patch
 #           (PD_MODES, default base,coalesce,shard,coalesce+shard), per-request KV timelines, top-k logprobs
 #           across modes (PD_ARGS=--no-agg skips the aggregated reference)
@@ -20,12 +23,12 @@
 # BUDGET (s, default 540) bounds the harness; everything it measured is saved as it goes. SITE_ARCHIVE picks another
 # carried archive (e.g. .device/site-slim/site.tar.xz from slim_site_archive.sh, when the tree + 59 MB no longer fit).
 set -u
-PHASE=${1:?usage: calibrate.sh v2lite|r1|pd}
+PHASE=${1:?usage: calibrate.sh v2lite|r1|pd|twogpu}
 REPO=$(pwd)
 OUT=${OUT:-/tmp/calib_out}; mkdir -p "$OUT"
 # manifest.json: the command with the settings it read; pass PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0|1 in the run() command
 # (the lent machine's copy has no .git). A second call into the same $OUT adds its command (--append).
-python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|PD_[A-Z_]*|PAGE_SIZES|SINGLE_ARGS|R1_FLAGS|SITE_ARCHIVE|SAVE_CACHES|BENCH_ARGS|AGG_CFG|PD_CFG)=' | sort | tr '\n' ' ')bash scripts/device/calibrate.sh $*" >/dev/null \
+python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|TWOGPU_LAYOUTS|PD_[A-Z_]*|PAGE_SIZES|SINGLE_ARGS|R1_FLAGS|SITE_ARCHIVE|SAVE_CACHES|BENCH_ARGS|AGG_CFG|PD_CFG)=' | sort | tr '\n' ' ')bash scripts/device/calibrate.sh $*" >/dev/null \
   || echo "manifest.json not written" >&2
 SITE=${SITE_DIR:-/root/site}; W=${WORK_DIR:-/root/calib}; mkdir -p $W
 START=$(date +%s); BUDGET=${BUDGET:-540}
@@ -69,11 +72,16 @@ pd)
   python3 -m orchestrator.calibrate pd --model-path $W/models/v2lite --out $D --budget-s $(( $(left) - 25 )) \
     --page-sizes ${PAGE_SIZES:-1} --loads-per-mode ${PD_LOADS:-2} --modes ${PD_MODES:-base,coalesce,shard,coalesce+shard} \
     ${PD_ARGS:-} ;;
+twogpu)   # two GPUs of one node (nvidia-h100-x2 / nvidia-h200-x2; issue 29 runs it): TP2, DP-attention 2 + EP2, PP2
+  python3 -m orchestrator.calibrate twogpu --model-path $W/models/r1s --out $D --budget-s $(( $(left) - 25 )) \
+    --layouts ${TWOGPU_LAYOUTS:-tp2,dpattn2-ep2,pp2} --flag=--trust-remote-code \
+    ${R1_FLAGS:---flag=--triton-attention-split-tile-size --flag=256} ;;
 *) el "unknown phase $PHASE"; exit 2 ;;
 esac
 el "harness exit $?"
 du -sh /root/.triton /root/.cache /tmp/torchinductor_root 2>/dev/null | sed 's/^/caches after: /'
 for f in $D/calibration-*.json; do [ -f "$f" ] && cp "$f" $OUT/$(basename "$f" .json | sed "s/^calibration-$PHASE\$/calibration-$NAME/").json; done
+[ -f $D/collectives.json ] && cp $D/collectives.json $OUT/collectives.json   # twogpu
 tar -C $W -cJf $OUT/logs-$NAME.tar.xz $NAME
 if [ "${SAVE_CACHES:-0}" = 1 ]; then
   tar -C / -cJf $OUT/caches.tar.xz $(cd / && ls -d root/.triton root/.cache tmp/torchinductor_root 2>/dev/null) \
