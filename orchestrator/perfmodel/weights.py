@@ -111,9 +111,10 @@ def experts_hit_fraction(tokens: int, top_k: int, n_experts: int, same_experts: 
 
 
 def dummy_routing(load_format: str | None, topk_method: str) -> bool:
-    """Whether every token routes to the same experts: dummy (near-zero random) weights leave the router's scores
-    near zero, and a router that adds a per-expert bias before top-k (V3/R1's noaux_tc) then picks by the bias
-    alone - the same experts for every token. What the R1-shaped H100 calibration's decode steps show (fitted with
-    it: 6.8 % RMS on its 15 points; with uniform routing 29.6 %, docs/fidelity.md); V2-Lite's greedy softmax
-    router has no bias, and its profile fits either way (9 %)."""
+    """Whether every token routes to the same experts. Measured indirectly: the R1-shaped H100 calibration's
+    decode steps (dummy weights, R1's noaux_tc router) fit at 6.8 % RMS with it and at 29.6 % with uniform
+    routing (docs/fidelity.md). The suspected cause - near-zero dummy scores, so the per-expert bias that
+    noaux_tc adds before top-k decides - is a hypothesis the one-GPU probe (scripts/device/dummy_routing.sh)
+    checks by counting the experts a batch touches. V2-Lite's greedy softmax router has no such bias and its
+    profile fits either way (9 %), so it keeps uniform routing."""
     return load_format == "dummy" and topk_method == "noaux_tc"
