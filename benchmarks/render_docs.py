@@ -123,7 +123,7 @@ def fault_table(relative: str) -> str:
     lines += [f"| {r['fault']} | {r['counts']} | {r.get('hit', 'no HIT line: the check did not run')} |"
               + (f" {r.get('back', '-')} |" if back else "") for r in rows]
     commit = manifest["git_commit"][:7] + (" + uncommitted edits" if manifest["git_dirty"] is True else "")
-    lines += ["", f"_Run {manifest['started_at']} at {commit}, `{relative}/` (command, machine and packages in its "
+    lines += ["", f"_Run {manifest['started_at']} at {commit}, `benchmarks/results/{relative}/` (command, machine and packages in its "
               f"`manifest.json`, the whole output in `output.txt`)._"]
     return "\n".join(lines)
 
@@ -135,6 +135,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "performance-router-s5-before": lambda: raw("2026-11-24-router-vs-sglang-router-s5/before/stdout.txt",
                                                 table_only=True),
     "performance-ordering": lambda: raw("2026-11-24-ordering-s5/output.md"),
+    "reliability-faults-inprocess": lambda: fault_table("2026-11-26-faults-inprocess"),
     "reliability-link-faults": lambda: fault_table("2026-11-26-link-faults-hit"),
     "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
 }
