@@ -17,7 +17,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         logging.getLogger("ray").setLevel(logging.WARNING)
     result = run_bench(cfg, force=args.force, quiet=args.quiet, num_prompts=args.num_prompts,
                        result_dir=args.result_dir, started_at=started_at)
-    first, *detail = (result.verdict.why_invalid() or "").splitlines()
+    first, *detail = (result.verdict.why_invalid() or "").splitlines() or [""]  # VALID: no reason
     if not result.valid:  # the whole reason first, where the eye lands after the live view
         print("\n".join([f"INVALID: {first}", *detail]) + "\n")
     print(result.text())

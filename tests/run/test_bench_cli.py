@@ -55,3 +55,24 @@ def test_a_layout_the_local_cluster_cannot_place_is_refused_at_preflight_before_
     assert lines[-1] == lines[0] and "placement ..." not in proc.stderr
     # a run made with --set is named for it
     assert next(tmp_path.glob("*/result.json")).parent.name.startswith("default-set-")
+
+
+def test_a_valid_run_prints_its_block_result_and_report_and_exits_zero(monkeypatch, tmp_path, capsys) -> None:
+    """The printing of a VALID result (the whole run is the Ray job test's): no reason line, both paths."""
+    from orchestrator.cli import main
+    from orchestrator.observe.report import PhaseTime, RunVerdict, ThroughputSummary
+    from orchestrator.records import RequestResult
+    from orchestrator.run.bench import BenchResult
+
+    records = [RequestResult(index=i, status="ok", prompt_len=10, output_len=4, completion_tokens=4, ttft_s=0.1,
+                             e2e_s=0.5, sent_at=0.0, done_at=0.5) for i in range(2)]
+    verdict = RunVerdict(engine="sim", layout="1PxTP8/1DxTP8", deadline_s=420, total_s=100.0,
+                         phases=[PhaseTime("measured run", 90, 100)], num_prompts=2, completed=2, failed=0)
+    result = BenchResult("r1", tmp_path / "r1" / "result.json", ThroughputSummary.from_results(records, 1.0),
+                         verdict, records, report_path=tmp_path / "r1" / "report.html")
+    monkeypatch.setattr("orchestrator.cli.bench.run_bench", lambda *a, **kw: result)
+    assert main(["bench", "--config", DEFAULT]) == 0
+    out = capsys.readouterr().out
+    assert "INVALID" not in out and "Successful requests:                     2" in out
+    assert out.splitlines()[-2:] == [f"result: {tmp_path / 'r1' / 'result.json'}",
+                                     f"report: {tmp_path / 'r1' / 'report.html'}"]
