@@ -134,6 +134,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "performance-router-s5": lambda: raw("2026-11-24-router-vs-sglang-router-s5/stdout.txt", table_only=True),
     "performance-router-s5-before": lambda: raw("2026-11-24-router-vs-sglang-router-s5/before/stdout.txt",
                                                 table_only=True),
+    "performance-pairing": lambda: raw("2026-11-24-router-pairing/README.md", table_only=True),
     "performance-ordering": lambda: raw("2026-11-24-ordering-s5/output.md"),
     "reliability-faults-inprocess": lambda: fault_table("2026-11-26-faults-inprocess"),
     "reliability-link-faults": lambda: fault_table("2026-11-26-link-faults-hit"),
