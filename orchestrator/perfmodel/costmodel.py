@@ -26,8 +26,9 @@ Assumptions (calibration knobs, not measurements; documented in docs/planning.md
   rank, so TP does not multiply KV capacity; DP attention does (each rank holds its own requests).
 - MoE: routed experts are sharded over all TP ranks (by EP or by TP, the bytes per GPU are the same).
   A decode step reads only the experts its batch hits: E x (1 - (1 - k/E)^tokens), uniform routing.
-- Pipeline parallel (`--pp-size` in extra_args) splits layers: it adds memory, not speed (no
-  micro-batch overlap modelled), and adds one activation send per stage boundary.
+- Pipeline parallel (`--pp-size` in extra_args) splits layers over stages that pp micro-batches keep busy,
+  one activation send per stage boundary (perfmodel/parallel/pipeline.py); collectives are published NCCL
+  figures (perfmodel/parallel/collectives.py).
 - Weight formats: bf16 = 2 B; fp8 = 1 B + one fp32 scale per 128x128 block; w4a8 = int4 routed
   experts + one fp32 scale per 128 weights, attention/dense/shared experts kept at fp8; awq = int4 for
   every linear layer + fp16 scale and int4 zero per 128 weights, GEMMs in bf16. Embedding and lm_head
