@@ -27,12 +27,14 @@ import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
 
 from orchestrator.transfer.nixl import NIXL_MISSING, load_nixl_api
+from orchestrator.provenance import recorded  # noqa: E402
 
 LAYERS = {"r1": 61, "v2-lite": 27}  # DeepSeek-R1 / DeepSeek-V2-Lite MLA layers
 ELEMS_PER_TOKEN = 576  # kv_lora_rank 512 + qk_rope_head_dim 64
@@ -317,39 +319,41 @@ def main() -> int:
     parser.add_argument("--knobs", default="default,rndv-get,rndv-put,thresh-8k,rails-1,rails-4,threads-4",
                         help=f"comma-separated, from: {', '.join(KNOBS)}")
     parser.add_argument("--iters", type=int, default=3, help="timed transfers per case (median), after one warm-up")
+    parser.add_argument("--out", type=Path, default=None, help="results folder: manifest.json + stdout in output.txt")
     args = parser.parse_args()
-    knobs = args.knobs.split(",")
-    for k in knobs:
-        if k not in KNOBS:
-            raise SystemExit(f"--knobs: unknown knob {k!r}; choose from {', '.join(KNOBS)}")
-    if args.device == "cpu":
-        os.environ.setdefault("UCX_NET_DEVICES", "lo")
-    layers = LAYERS[args.model]
-    layouts = [make_layout(layers, args.tokens, int(p), args.run_pages, seed=2025) for p in args.page_sizes.split(",")]
-    nbytes = layouts[0].transfer_bytes
-    copy_gbs = plain_copy_gbs(args.device, nbytes, max(args.iters, 3))
-    rows = []
-    for knob in knobs:
-        got = run_knob(knob, args.device, layouts, args.iters)
-        rows += got
-        for r in got:  # partial results survive a run cut short
-            print(f"{knob} page {r['page_bytes']} B {r['mode']}: {r['bytes'] / r['s'] / 1e9:.2f} GB/s "
-                  f"(copy {copy_gbs:.2f})", file=sys.stderr, flush=True)
-    copy_after = plain_copy_gbs(args.device, nbytes, max(args.iters, 3))  # bracket: the machine is shared
-    print(f"\nKV transfer, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine_line(args.device)}; "
-          f"{args.model}: {layers} layers x {ELEMS_PER_TOKEN} x {BYTES_PER_ELEM} B, {args.tokens} tokens = "
-          f"{nbytes / 1e6:.1f} MB per transfer; target pages in runs of {args.run_pages}; median of {args.iters}.")
-    print(f"Plain copy of the same bytes ({'torch cuda:0 -> cuda:1' if args.device == 'cuda' else 'memcpy'}): "
-          f"{copy_gbs:.2f} GB/s before, {copy_after:.2f} GB/s after; ratios use the mean {((copy_gbs + copy_after) / 2):.2f}.\n")
-    ref = (copy_gbs + copy_after) / 2
-    print("| knob | page size (tokens) | descriptors | mode | GB/s (incl. descriptor build) | ratio | GB/s (post only) | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        page_tokens = r["page_bytes"] // (ELEMS_PER_TOKEN * BYTES_PER_ELEM)
-        gbs, post_gbs = r["bytes"] / r["s"] / 1e9, r["bytes"] / r["post_s"] / 1e9
-        print(f"| {r['knob']} | {page_tokens} | {r['descs']} | {r['mode']} | {gbs:.2f} | {gbs / ref:.2f}x "
-              f"| {post_gbs:.2f} | {post_gbs / ref:.2f}x |")
-    return 0
+    with recorded(args.out):
+        knobs = args.knobs.split(",")
+        for k in knobs:
+            if k not in KNOBS:
+                raise SystemExit(f"--knobs: unknown knob {k!r}; choose from {', '.join(KNOBS)}")
+        if args.device == "cpu":
+            os.environ.setdefault("UCX_NET_DEVICES", "lo")
+        layers = LAYERS[args.model]
+        layouts = [make_layout(layers, args.tokens, int(p), args.run_pages, seed=2025) for p in args.page_sizes.split(",")]
+        nbytes = layouts[0].transfer_bytes
+        copy_gbs = plain_copy_gbs(args.device, nbytes, max(args.iters, 3))
+        rows = []
+        for knob in knobs:
+            got = run_knob(knob, args.device, layouts, args.iters)
+            rows += got
+            for r in got:  # partial results survive a run cut short
+                print(f"{knob} page {r['page_bytes']} B {r['mode']}: {r['bytes'] / r['s'] / 1e9:.2f} GB/s "
+                      f"(copy {copy_gbs:.2f})", file=sys.stderr, flush=True)
+        copy_after = plain_copy_gbs(args.device, nbytes, max(args.iters, 3))  # bracket: the machine is shared
+        print(f"\nKV transfer, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine_line(args.device)}; "
+              f"{args.model}: {layers} layers x {ELEMS_PER_TOKEN} x {BYTES_PER_ELEM} B, {args.tokens} tokens = "
+              f"{nbytes / 1e6:.1f} MB per transfer; target pages in runs of {args.run_pages}; median of {args.iters}.")
+        print(f"Plain copy of the same bytes ({'torch cuda:0 -> cuda:1' if args.device == 'cuda' else 'memcpy'}): "
+              f"{copy_gbs:.2f} GB/s before, {copy_after:.2f} GB/s after; ratios use the mean {((copy_gbs + copy_after) / 2):.2f}.\n")
+        ref = (copy_gbs + copy_after) / 2
+        print("| knob | page size (tokens) | descriptors | mode | GB/s (incl. descriptor build) | ratio | GB/s (post only) | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            page_tokens = r["page_bytes"] // (ELEMS_PER_TOKEN * BYTES_PER_ELEM)
+            gbs, post_gbs = r["bytes"] / r["s"] / 1e9, r["bytes"] / r["post_s"] / 1e9
+            print(f"| {r['knob']} | {page_tokens} | {r['descs']} | {r['mode']} | {gbs:.2f} | {gbs / ref:.2f}x "
+                  f"| {post_gbs:.2f} | {post_gbs / ref:.2f}x |")
+        return 0
 
 
 if __name__ == "__main__":

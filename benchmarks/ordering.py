@@ -30,6 +30,7 @@ from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulate import batch_shapes, client_concurrency, percentile, simulate_run  # noqa: E402
 from orchestrator.records import BenchRequest
 from orchestrator.workload.batch import order_requests
+from orchestrator.provenance import recorded  # noqa: E402
 
 
 def ordered(batch: list[tuple[int, int]], ordering: str) -> list[tuple[int, int]]:
@@ -61,26 +62,28 @@ def main() -> int:
     parser.add_argument("--orderings", default="arrival,longest-first,interleave")
     parser.add_argument("--limits", default="auto,kv/4,kv/2,kv,all")
     parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument("--out", type=Path, default=None, help="results folder: manifest.json + stdout in output.txt")
     args = parser.parse_args()
-    print(f"Ordering and admission, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, virtual-time simulation "
-          f"(orchestrator/plan/simulate.py; {platform.machine()}, {os.cpu_count()} cores; numbers are simulated).\n")
-    print("| config | GPU | batch | decode KV tokens | limit | in flight | ordering | duration s | output tok/s "
-          "| TTFT p50 s | TTFT p99 s | vs arrival/auto |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for path in args.configs.split(","):
-        cfg = load_config(ROOT / path, [f"benchmark.num_prompts={args.num_prompts}"])
-        batch, source = batch_shapes(cfg)
-        ref = None
-        for limit_name, limit in limits(cfg, batch, args.limits.split(",")).items():
-            for ordering in args.orderings.split(","):
-                run = simulate_run(cfg, ordered(batch, ordering), max_concurrency=limit)
-                if ref is None:  # first cell = today's default (arrival order, auto limit)
-                    ref = run.duration_s
-                print(f"| {Path(path).name} | {run.gpu} | {len(batch)} {source} | {decode_kv_tokens(cfg)} | {limit_name} "
-                      f"| {limit if limit is not None else len(batch)} | {ordering} | {run.duration_s:.1f} "
-                      f"| {run.output_tokens / run.duration_s:.0f} | {percentile(run.ttft_s, 50):.2f} "
-                      f"| {percentile(run.ttft_s, 99):.2f} | {ref / run.duration_s:.3f}x |", flush=True)
-    return 0
+    with recorded(args.out):
+        print(f"Ordering and admission, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, virtual-time simulation "
+              f"(orchestrator/plan/simulate.py; {platform.machine()}, {os.cpu_count()} cores; numbers are simulated).\n")
+        print("| config | GPU | batch | decode KV tokens | limit | in flight | ordering | duration s | output tok/s "
+              "| TTFT p50 s | TTFT p99 s | vs arrival/auto |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for path in args.configs.split(","):
+            cfg = load_config(ROOT / path, [f"benchmark.num_prompts={args.num_prompts}"])
+            batch, source = batch_shapes(cfg)
+            ref = None
+            for limit_name, limit in limits(cfg, batch, args.limits.split(",")).items():
+                for ordering in args.orderings.split(","):
+                    run = simulate_run(cfg, ordered(batch, ordering), max_concurrency=limit)
+                    if ref is None:  # first cell = today's default (arrival order, auto limit)
+                        ref = run.duration_s
+                    print(f"| {Path(path).name} | {run.gpu} | {len(batch)} {source} | {decode_kv_tokens(cfg)} | {limit_name} "
+                          f"| {limit if limit is not None else len(batch)} | {ordering} | {run.duration_s:.1f} "
+                          f"| {run.output_tokens / run.duration_s:.0f} | {percentile(run.ttft_s, 50):.2f} "
+                          f"| {percentile(run.ttft_s, 99):.2f} | {ref / run.duration_s:.3f}x |", flush=True)
+        return 0
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 from orchestrator.observe.metrics import RouterMetrics
 from orchestrator.records import RequestResult
+from orchestrator.provenance import recorded  # noqa: E402
 
 
 def one_round(requests: int) -> float:
@@ -39,10 +41,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=50000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=None, help="results folder: manifest.json + stdout in output.txt")
     args = parser.parse_args()
-    rounds = [one_round(args.requests) for _ in range(args.rounds)]
-    print("rounds (us/request): " + " ".join(f"{r:.1f}" for r in rounds))
-    print(f"median: {statistics.median(rounds):.1f} us of RouterMetrics per request")
+    with recorded(args.out):
+        rounds = [one_round(args.requests) for _ in range(args.rounds)]
+        print("rounds (us/request): " + " ".join(f"{r:.1f}" for r in rounds))
+        print(f"median: {statistics.median(rounds):.1f} us of RouterMetrics per request")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from orchestrator.config import RunConfig, load_config
 from orchestrator.records import BenchRequest
 from orchestrator.router.batch import run_batch
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
+from orchestrator.provenance import recorded  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -204,37 +205,39 @@ def main() -> int:
     parser.add_argument("--modes", default="direct,handle,http")
     parser.add_argument("--sglang-router", metavar="PYTHON", default=None,
                         help="interpreter with sglang-router 0.3.2 installed: adds the 'rust' mode")
+    parser.add_argument("--out", type=Path, default=None, help="results folder: manifest.json + stdout in output.txt")
     args = parser.parse_args()
-    rows = []
-    modes = args.modes.split(",") + (["rust"] if args.sglang_router else [])
-    with deployed_router("router-bench", args.sglang_router) as bench:
-        for c in (int(x) for x in args.concurrency.split(",")):
-            baseline: tuple[float, float] | None = None
-            for mode in modes:
-                reqs = make_requests(args.requests, args.output_len)
-                if mode == "direct":
-                    elapsed, lat = asyncio.run(run_direct(bench.endpoints, reqs, c))
-                elif mode == "handle":
-                    elapsed, lat = run_handle(bench.router, reqs, c)
-                elif mode in bench.urls:
-                    elapsed, lat = asyncio.run(run_http(bench.urls[mode], reqs, c))
-                else:
-                    raise SystemExit(f"--modes: unknown mode {mode!r}; use direct, handle, http")
-                p50, p99 = percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
-                if mode == "direct":
-                    baseline = (p50, p99)
-                added = (f"{p50 - baseline[0]:+.1f}", f"{p99 - baseline[1]:+.1f}") if baseline and mode != "direct" else ("", "")
-                rows.append((mode, c, len(lat), len(lat) / elapsed, p50, p99, *added))
-                print(f"{mode:7s} c={c:<4d} {len(lat) / elapsed:8.1f} req/s  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms",
-                      file=sys.stderr)
-    load = os.getloadavg()
-    print(f"\nRouter throughput, {os.cpu_count()} cores, load average {load[0]:.1f} at the end; sim workers "
-          f"at time_scale=1e-4, {args.output_len} output tokens, 64-token prompts, 1 prefill + 1 decode.\n")
-    print("| path | concurrency | requests | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for mode, c, n, rps, p50, p99, a50, a99 in rows:
-        print(f"| {mode} | {c} | {n} | {rps:.1f} | {p50:.1f} | {p99:.1f} | {a50} | {a99} |")
-    return 0
+    with recorded(args.out):
+        rows = []
+        modes = args.modes.split(",") + (["rust"] if args.sglang_router else [])
+        with deployed_router("router-bench", args.sglang_router) as bench:
+            for c in (int(x) for x in args.concurrency.split(",")):
+                baseline: tuple[float, float] | None = None
+                for mode in modes:
+                    reqs = make_requests(args.requests, args.output_len)
+                    if mode == "direct":
+                        elapsed, lat = asyncio.run(run_direct(bench.endpoints, reqs, c))
+                    elif mode == "handle":
+                        elapsed, lat = run_handle(bench.router, reqs, c)
+                    elif mode in bench.urls:
+                        elapsed, lat = asyncio.run(run_http(bench.urls[mode], reqs, c))
+                    else:
+                        raise SystemExit(f"--modes: unknown mode {mode!r}; use direct, handle, http")
+                    p50, p99 = percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
+                    if mode == "direct":
+                        baseline = (p50, p99)
+                    added = (f"{p50 - baseline[0]:+.1f}", f"{p99 - baseline[1]:+.1f}") if baseline and mode != "direct" else ("", "")
+                    rows.append((mode, c, len(lat), len(lat) / elapsed, p50, p99, *added))
+                    print(f"{mode:7s} c={c:<4d} {len(lat) / elapsed:8.1f} req/s  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms",
+                          file=sys.stderr)
+        load = os.getloadavg()
+        print(f"\nRouter throughput, {os.cpu_count()} cores, load average {load[0]:.1f} at the end; sim workers "
+              f"at time_scale=1e-4, {args.output_len} output tokens, 64-token prompts, 1 prefill + 1 decode.\n")
+        print("| path | concurrency | requests | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms |")
+        print("|---|---|---|---|---|---|---|---|")
+        for mode, c, n, rps, p50, p99, a50, a99 in rows:
+            print(f"| {mode} | {c} | {n} | {rps:.1f} | {p50:.1f} | {p99:.1f} | {a50} | {a99} |")
+        return 0
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from orchestrator.provenance import recorded  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -111,39 +112,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/default.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", type=Path, default=None, help="results folder: manifest.json + stdout in output.txt")
     args = parser.parse_args()
-    run = run_bench_cli(args.config, args.overrides, Path(tempfile.mkdtemp(prefix="startup-")))
-    if run.result.get("time_unit") != "s":
-        print("note: time_scale != 1, phase times are simulated seconds", file=sys.stderr)
-    zero = job_started_at(run)
-    print(f"Start-up, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.config} "
-          f"{' '.join(args.overrides)}; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-          f"verdict {run.result['verdict']}, exit {run.exit_code}.\n")
-    print("| phase | start s | end s | duration s |")
-    print("|---|---|---|---|")
-    print(f"| interpreter + imports (spawn -> job clock zero) | {run.spawned_at - zero:.2f} | 0.00 | {zero - run.spawned_at:.2f} |")
-    for p in run.result["phases"]:
-        print(f"| {p['name']} | {p['start_s']:.2f} | {p['end_s']:.2f} | {p['duration_s']:.2f} |")
-    ftt = first_token_at(run)
-    print(f"| **first measured token** | | {ftt - zero:.2f} | **{ftt - run.spawned_at:.2f} from spawn** |")
-    print("\n| engine | role | process up s | ready s | start-up s |")
-    print("|---|---|---|---|---|")
-    intervals = []
-    for w in run.result["metadata"].get("workers", []):
-        up, ready = log_times(str(run.result_dir / "engine-logs" / Path(w.get("log_path") or "?").name))
-        if up is None or ready is None:
-            print(f"| {w['name']} | {w['role']} | ? | ? | log {w.get('log_path')} has no timestamps |")
-            continue
-        intervals.append((w["role"], up - zero, ready - zero))
-        print(f"| {w['name']} | {w['role']} | {up - zero:.2f} | {ready - zero:.2f} | {ready - up:.2f} |")
-    roles = {r for r, _, _ in intervals}
-    if {"prefill", "decode"} <= roles:
-        pre = [i for i in intervals if i[0] == "prefill"]
-        dec = [i for i in intervals if i[0] == "decode"]
-        overlap = min(max(e for _, _, e in pre), max(e for _, _, e in dec)) - max(min(s for _, s, _ in pre), min(s for _, s, _ in dec))
-        print(f"\nPrefill and decode start-up intervals overlap by {overlap:.2f} s "
-              f"({'concurrent' if overlap > 0 else 'SERIAL'}).")
-    return 0
+    with recorded(args.out):
+        run = run_bench_cli(args.config, args.overrides, Path(tempfile.mkdtemp(prefix="startup-")))
+        if run.result.get("time_unit") != "s":
+            print("note: time_scale != 1, phase times are simulated seconds", file=sys.stderr)
+        zero = job_started_at(run)
+        print(f"Start-up, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.config} "
+              f"{' '.join(args.overrides)}; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+              f"verdict {run.result['verdict']}, exit {run.exit_code}.\n")
+        print("| phase | start s | end s | duration s |")
+        print("|---|---|---|---|")
+        print(f"| interpreter + imports (spawn -> job clock zero) | {run.spawned_at - zero:.2f} | 0.00 | {zero - run.spawned_at:.2f} |")
+        for p in run.result["phases"]:
+            print(f"| {p['name']} | {p['start_s']:.2f} | {p['end_s']:.2f} | {p['duration_s']:.2f} |")
+        ftt = first_token_at(run)
+        print(f"| **first measured token** | | {ftt - zero:.2f} | **{ftt - run.spawned_at:.2f} from spawn** |")
+        print("\n| engine | role | process up s | ready s | start-up s |")
+        print("|---|---|---|---|---|")
+        intervals = []
+        for w in run.result["metadata"].get("workers", []):
+            up, ready = log_times(str(run.result_dir / "engine-logs" / Path(w.get("log_path") or "?").name))
+            if up is None or ready is None:
+                print(f"| {w['name']} | {w['role']} | ? | ? | log {w.get('log_path')} has no timestamps |")
+                continue
+            intervals.append((w["role"], up - zero, ready - zero))
+            print(f"| {w['name']} | {w['role']} | {up - zero:.2f} | {ready - zero:.2f} | {ready - up:.2f} |")
+        roles = {r for r, _, _ in intervals}
+        if {"prefill", "decode"} <= roles:
+            pre = [i for i in intervals if i[0] == "prefill"]
+            dec = [i for i in intervals if i[0] == "decode"]
+            overlap = min(max(e for _, _, e in pre), max(e for _, _, e in dec)) - max(min(s for _, s, _ in pre), min(s for _, s, _ in dec))
+            print(f"\nPrefill and decode start-up intervals overlap by {overlap:.2f} s "
+                  f"({'concurrent' if overlap > 0 else 'SERIAL'}).")
+        return 0
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from startup import first_token_at, job_started_at, run_bench_cli  # noqa: E402
+from orchestrator.provenance import recorded  # noqa: E402
 
 
 def phase(result: dict, name: str) -> float:
@@ -48,35 +49,37 @@ def main() -> int:
     parser.add_argument("--policies", default="none,sglang,dataset")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--modelled-only", action="store_true", help="only the virtual-time table (no Ray runs)")
+    parser.add_argument("--out", type=Path, default=None, help="results folder: manifest.json + stdout in output.txt")
     args = parser.parse_args()
-    print("| warm-up policy | prompts | prompt tokens | output tokens | modelled warm-up s (virtual time) |")
-    print("|---|---|---|---|---|")
-    for policy in args.policies.split(","):
-        n, p, o, s = modelled_warmup(args.config, args.overrides, policy)
-        print(f"| {policy} | {n} | {p} | {o} | {s:.2f} |", flush=True)
-    print()
-    if args.modelled_only:
+    with recorded(args.out):
+        print("| warm-up policy | prompts | prompt tokens | output tokens | modelled warm-up s (virtual time) |")
+        print("|---|---|---|---|---|")
+        for policy in args.policies.split(","):
+            n, p, o, s = modelled_warmup(args.config, args.overrides, policy)
+            print(f"| {policy} | {n} | {p} | {o} | {s:.2f} |", flush=True)
+        print()
+        if args.modelled_only:
+            return 0
+        rows = []
+        for policy in args.policies.split(","):
+            if policy not in ("none", "sglang", "dataset"):
+                raise SystemExit(f"--policies: unknown {policy!r}; choose from none, sglang, dataset")
+            run = run_bench_cli(args.config, [*args.overrides, f"benchmark.warmup.policy={policy}"],
+                                Path(tempfile.mkdtemp(prefix=f"warmup-{policy}-")))
+            r = run.result
+            rows.append((policy, r["verdict"], phase(r, "engine start"), phase(r, "warm-up"), phase(r, "measured run"),
+                         r["summary"].get("output_throughput", 0.0), first_token_at(run) - job_started_at(run),
+                         r["total_s"], r["deadline_s"], r["time_unit"]))
+            print(f"{policy}: {r['verdict']} total {r['total_s']:.1f} {r['time_unit']}", file=sys.stderr, flush=True)
+        print(f"Warm-up, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.config} {' '.join(args.overrides)}; "
+              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; simulated engine.\n")
+        print("| warm-up policy | verdict | engine start | warm-up | measured run | output tok/s | first measured token "
+              "| total | deadline | margin | unit |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for policy, verdict, start, warm, measured, tps, ftt, total, deadline, unit in rows:
+            print(f"| {policy} | {verdict} | {start:.1f} | {warm:.1f} | {measured:.1f} | {tps:.0f} | {ftt:.1f} | {total:.1f} "
+                  f"| {deadline:.0f} | {deadline - total:.1f} | {unit} |")
         return 0
-    rows = []
-    for policy in args.policies.split(","):
-        if policy not in ("none", "sglang", "dataset"):
-            raise SystemExit(f"--policies: unknown {policy!r}; choose from none, sglang, dataset")
-        run = run_bench_cli(args.config, [*args.overrides, f"benchmark.warmup.policy={policy}"],
-                            Path(tempfile.mkdtemp(prefix=f"warmup-{policy}-")))
-        r = run.result
-        rows.append((policy, r["verdict"], phase(r, "engine start"), phase(r, "warm-up"), phase(r, "measured run"),
-                     r["summary"].get("output_throughput", 0.0), first_token_at(run) - job_started_at(run),
-                     r["total_s"], r["deadline_s"], r["time_unit"]))
-        print(f"{policy}: {r['verdict']} total {r['total_s']:.1f} {r['time_unit']}", file=sys.stderr, flush=True)
-    print(f"Warm-up, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.config} {' '.join(args.overrides)}; "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; simulated engine.\n")
-    print("| warm-up policy | verdict | engine start | warm-up | measured run | output tok/s | first measured token "
-          "| total | deadline | margin | unit |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for policy, verdict, start, warm, measured, tps, ftt, total, deadline, unit in rows:
-        print(f"| {policy} | {verdict} | {start:.1f} | {warm:.1f} | {measured:.1f} | {tps:.0f} | {ftt:.1f} | {total:.1f} "
-              f"| {deadline:.0f} | {deadline - total:.1f} | {unit} |")
-    return 0
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -203,3 +205,41 @@ def folder_problems(folder: Path) -> list[str]:
     except ValueError as exc:
         return [f"{folder.name}/{MANIFEST}: not JSON ({exc})"]
     return [f"{folder.name}/{MANIFEST}: {p}" for p in manifest_problems(document)]
+
+
+class _Tee:
+    """sys.stdout that also writes to a file."""
+
+    def __init__(self, stream, copy) -> None:
+        self.stream, self.copy = stream, copy
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.copy.flush()
+        self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def recorded(folder: Path | str | None, output: str = "output.txt") -> Iterator[None]:
+    """A benchmark's `--out DIR`: manifest.json before it starts, its stdout copied to DIR/output, and
+    finished_at + exit_code (0, or 1 when it raised) added at the end. No folder: nothing is written."""
+    if folder is None:
+        yield
+        return
+    folder = Path(folder)
+    write_manifest(folder, command_line())
+    code = 1
+    with open(folder / output, "w") as copy:
+        stdout, sys.stdout = sys.stdout, _Tee(sys.stdout, copy)
+        try:
+            yield
+            code = 0
+        finally:
+            sys.stdout = stdout
+            update_manifest(folder, finished_at=utc_now(), exit_code=code)

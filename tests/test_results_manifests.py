@@ -91,3 +91,21 @@ def test_record_runs_the_command_under_a_manifest_and_check_finds_a_folder_witho
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 1
     assert "2026-11-26-bare: no manifest.json" in check.stdout and "example" not in check.stdout.split("fix:")[0]
+
+
+def test_a_benchmarks_out_folder_gets_its_manifest_output_and_exit(tmp_path: Path, capsys) -> None:
+    from orchestrator.provenance import recorded
+
+    with recorded(tmp_path / "ok"):
+        print("| row | 1 |")
+    assert capsys.readouterr().out == "| row | 1 |\n"  # still printed
+    assert (tmp_path / "ok" / "output.txt").read_text() == "| row | 1 |\n"
+    document = json.loads((tmp_path / "ok" / "manifest.json").read_text())
+    assert document["exit_code"] == 0 and manifest_problems(document) == []
+
+    with pytest.raises(RuntimeError), recorded(tmp_path / "broke"):
+        raise RuntimeError("mid-run")
+    assert json.loads((tmp_path / "broke" / "manifest.json").read_text())["exit_code"] == 1
+    with recorded(None):  # no --out: nothing written anywhere
+        print("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broke", "ok"]
