@@ -98,6 +98,8 @@ def fault_rows(log: str) -> list[dict[str, str]]:
     """One row per FAULT line of a fault test run's output (pytest -s), with the HIT / recovery lines after it."""
     rows: list[dict[str, str]] = []
     for line in log.splitlines():
+        if "{" in line.split(":")[0] or line.lstrip().startswith("return"):  # the test's source in a traceback
+            continue
         if m := FAULT_LINE.search(line):
             counts = m["counts"].split("; last line:")[0]  # the last line names a temporary result path
             rows.append({"fault": re.sub(r" \(pid \d+\)", "", m["fault"]), "counts": counts})
@@ -128,6 +130,16 @@ def fault_table(relative: str) -> str:
     return "\n".join(lines)
 
 
+def fault_history(pattern: str) -> str:
+    """Every FAULT line of every archived log matching `pattern` (under benchmarks/results/), one row each."""
+    logs = sorted(RESULTS.glob(pattern))
+    rows = [(log.relative_to(RESULTS), r) for log in logs for r in fault_rows(log.read_text(errors="replace"))]
+    lines = [f"<details><summary>Every archived <code>FAULT</code> line: {len(rows)} faults in {len(logs)} logs "
+             "(benchmarks/results/)</summary>", "", "| log | fault | counts (as the test printed them) |", "|---|---|---|"]
+    lines += [f"| `{log}` | {r['fault']} | {r['counts']} |" for log, r in rows]
+    return "\n".join([*lines, "", "</details>"])
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "readme-truth-before-launch": readme_truth_before_launch,
     "fidelity-backtest": fidelity_backtest,
@@ -138,6 +150,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "performance-ordering": lambda: raw("2026-11-24-ordering-s5/output.md"),
     "reliability-faults-inprocess": lambda: fault_table("2026-11-26-faults-inprocess"),
     "reliability-link-faults": lambda: fault_table("2026-11-26-link-faults-hit"),
+    "reliability-link-faults-history": lambda: fault_history("*multihost-faults*/*.log"),
     "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
 }
 
