@@ -167,7 +167,7 @@ def _filled(value: object) -> bool:
     if isinstance(value, str):
         return bool(value.strip())
     if isinstance(value, (list, dict)):
-        return bool(value) and all(_filled(v) for v in (value.values() if isinstance(value, dict) else value))
+        return any(_filled(v) for v in (value.values() if isinstance(value, dict) else value))
     return True
 
 
