@@ -305,3 +305,13 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, poll_s: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not met within {timeout_s:.0f}s (last: {value!r:.200})")
         time.sleep(poll_s)
+
+
+def qwen3_sim_config(mode: str = "aggregated") -> RunConfig:
+    """The 2026 model (qwen3-235b-a22b-fp8) on simulated H100 TP4 servers, context 8192, at time scale 0.05."""
+    group = {"tp": 4, "ep": 4}
+    layout = {"mode": "pd", "prefill": [group], "decode": [group]} if mode == "pd" else {
+        "mode": "aggregated", "aggregated": [group]}
+    return sim_config({"cluster.gpu": "H100-SXM", "model.preset": "qwen3-235b-a22b-fp8", "model.quantization": "fp8",
+                       "model.context_length": 8192, "engine.sglang.mem_fraction_static": 0.9, "layout": layout,
+                       "engine.sim.time_scale": 0.05})

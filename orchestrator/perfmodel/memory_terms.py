@@ -59,17 +59,23 @@ class MemoryTerms:
         return self.static_pool_bytes() - self.weights_bytes_per_gpu()
 
     def kv_bytes_per_token(self) -> int:
-        """MLA latent bytes of one token over all layers: layers x (kv_lora_rank + rope) x dtype (+ the MTP layer)."""
+        """KV bytes of one token over all layers and ranks: layers x (MLA: kv_lora_rank + rope; GQA: 2 x KV heads x
+        head_dim) x dtype (+ the MTP layer)."""
         layers = self.arch.num_hidden_layers
         extra = 1 if self.speculative is not None else 0
         return self.arch.kv_bytes_per_token(self.kv_dtype_bytes) * (layers + extra) // layers
 
+    def kv_bytes_per_gpu_token(self) -> float:
+        """One token's KV bytes on one GPU: all of it under MLA (replicated over TP), a share of the KV heads
+        under GQA (split over the attention-TP ranks)."""
+        return self.kv_bytes_per_token() * self.arch.kv_share_per_rank(self.tp // self.attn_dp)
+
     def kv_capacity_tokens(self) -> int:
-        """Tokens of KV one server holds: MLA replicates KV over TP; DP attention and replicas add."""
+        """Tokens of KV one server holds: MLA replicates KV over TP (GQA splits it); DP attention and replicas add."""
         free = self.kv_bytes_per_gpu()
         if free <= 0:
             return 0
-        per_gpu_token = self.kv_bytes_per_token() / self.pp  # each stage holds its layers' KV
+        per_gpu_token = self.kv_bytes_per_gpu_token() / self.pp  # each stage holds its layers' KV
         return int(free // per_gpu_token) * self.attn_dp * self.replicas
 
     def max_running(self) -> int:
@@ -123,7 +129,7 @@ class MemoryTerms:
         if self.attention_backend != "triton":
             return 0.0
         heads = self.arch.num_attention_heads / max(1, self.tp // self.attn_dp)
-        return batch * heads * self._triton_kv_splits() * self.arch.kv_lora_rank * 4
+        return batch * heads * self._triton_kv_splits() * (self.arch.kv_lora_rank or self.arch.head_dim) * 4
 
     def activation_peak_bytes(self, running: int | None = None) -> float:
         """Peak transient memory of one forward on one GPU outside the static pool: the larger of a
@@ -137,7 +143,7 @@ class MemoryTerms:
         topk = arch.num_experts_per_tok if arch.n_routed_experts else 0
         prefill = (
             chunk * arch.hidden_size * 2 * 4
-            + chunk * heads * (2 * (arch.qk_nope_head_dim + arch.qk_rope_head_dim) + 2 * arch.v_head_dim) * 2
+            + chunk * heads * (2 * arch.qk_head_dim + 2 * arch.value_head_dim) * 2
             + chunk * topk * (3 * arch.moe_intermediate_size / self.tp + arch.hidden_size) * 2
         )
         running = self.max_running() if running is None else min(running, self.max_running())

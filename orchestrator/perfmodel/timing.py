@@ -62,7 +62,7 @@ class TimingTerms:
         flops = 2 * (tokens * active_dense + routed_active + lm_head_tokens * p.lm_head) + attention_flops
         compute_s = share * flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
 
-        bytes_read = self._weight_bytes_read(tokens) + kv_read_tokens * self.kv_bytes_per_token() / self.attn_dp
+        bytes_read = self._weight_bytes_read(tokens) + kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp
         memory_s = share * bytes_read / (self.gpu.hbm_tb_s * 1e12 * self.efficiency_decode)
         fixed_s = (0.0 if stage else self.gpu.step_overhead_s) + share * arch.num_hidden_layers * self.gpu.layer_overhead_s
         return max(compute_s, memory_s) + self._comm_s(tokens, stage) + fixed_s
@@ -105,10 +105,8 @@ class TimingTerms:
         if len(cached) != len(new_tokens):
             raise ValueError(f"cached_tokens has {len(cached)} entries, new_tokens {len(new_tokens)}")
         arch = self.arch
-        # non-absorbed MLA in prefill: per (query, key) pair, QK^T over nope+rope dims and PV over v dims
-        pair_flops = 2 * arch.num_attention_heads * (
-            arch.qk_nope_head_dim + arch.qk_rope_head_dim + arch.v_head_dim
-        )
+        # per (query, key) pair: QK^T over the q/k head dims and PV over the v dims (non-absorbed MLA, or GQA)
+        pair_flops = 2 * arch.num_attention_heads * (arch.qk_head_dim + arch.value_head_dim)
         pairs = sum(n * (c + (n + 1) / 2) for n, c in zip(new_tokens, cached))
         share = self.replicas
         total = sum(new_tokens)
@@ -194,8 +192,11 @@ class TimingTerms:
             full = self._calibrated_decode_s(bs, ctx, eager)
             return full / self.pp if stage else full
         arch = self.arch
-        # absorbed MLA in decode: scores over kv_lora+rope and the weighted sum over kv_lora, per head
-        ctx_flops = 2 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+        # absorbed MLA in decode: scores over kv_lora+rope and the weighted sum over kv_lora, per head (GQA: q/k, v)
+        if arch.is_mla:
+            ctx_flops = 2 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+        else:
+            ctx_flops = 2 * arch.num_attention_heads * (arch.qk_head_dim + arch.value_head_dim)
         step = self._forward_s(
             tokens=bs,
             attention_flops=ctx_flops * arch.num_hidden_layers * ctx * tokens_per_request,
@@ -238,7 +239,7 @@ class TimingTerms:
     def kv_transfer_link_s(self, num_tokens: int, same_node: bool) -> float:
         """Link time of one request's KV latent over NVLink (same node) or one GPU's IB rail."""
         link_gb_s = self.gpu.nvlink_gb_s if same_node else self.gpu.ib_gb_s
-        nbytes = num_tokens * self.kv_bytes_per_token()
+        nbytes = num_tokens * self.kv_bytes_per_gpu_token()  # each rank sends its share on its own rail
         return nbytes / (link_gb_s * GB * self.comm_efficiency)
 
     def kv_transfer_delay_s(self) -> float:

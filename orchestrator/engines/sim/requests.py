@@ -16,13 +16,13 @@ log = logging.getLogger("orchestrator.engines.sim.server")
 class TextCodec:
     """The model's tokenizer (orchestrator.workload.tokenizer) when it loads, else bytes (labelled in /server_info)."""
 
-    def __init__(self, model_path: str | None):
+    def __init__(self, model_path: str | None, preset: str | None = None):
         self.kind = "bytes"
         self._tok: Any = None
         try:
             from orchestrator.workload.tokenizer import load_tokenizer
 
-            self._tok = load_tokenizer(model_path)
+            self._tok = load_tokenizer(model_path, preset)
             self.kind = "tokenizer"
         except Exception as exc:  # no tokenizer available must not stop a simulator; ids still work
             log.warning("tokenizer unavailable (%s); text prompts are tokenized as UTF-8 bytes", exc)

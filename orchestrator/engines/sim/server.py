@@ -180,8 +180,8 @@ class SimHttpApi:
                 "weight_version": "default",
                 "has_image_understanding": False,
                 "has_audio_understanding": False,
-                "model_type": "deepseek_v3",
-                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "deepseek_v3" if self.engine.arch.is_mla else "qwen3_moe",
+                "architectures": ["DeepseekV3ForCausalLM" if self.engine.arch.is_mla else "Qwen3MoeForCausalLM"],
                 "simulated": True,
             }
         )

@@ -13,7 +13,8 @@ import httpx
 import openai
 import pytest
 
-from tests.support import SimServer, sim_engine_config, start_servers
+from orchestrator.workload.tokenizer import load_tokenizer
+from tests.support import SimServer, qwen3_sim_config, sim_engine_config, start_servers
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
@@ -122,3 +123,18 @@ async def test_pd_pair_serves_chat_with_bootstrap_fields_like_mini_lb(pd_pair):
         missing_room = await client.post(f"{decode.url}/v1/chat/completions",
                                          json={k: v for k, v in body.items() if k != "bootstrap_room"})
     assert missing_room.status_code == 400 and "bootstrap room" in missing_room.json()["message"]
+
+
+def test_qwen3_worker_applies_chatml_and_counts_prompts_with_qwens_tokenizer(tmp_path):
+    (server,) = start_servers(qwen3_sim_config(), ["aggregated"], tmp_path)
+    try:
+        info = httpx.get(f"{server.url}/model_info").json()
+        assert info["architectures"] == ["Qwen3MoeForCausalLM"]
+        text = "Write one line about the sea."
+        r = httpx.post(f"{server.url}/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": text}], "max_tokens": 4, "ignore_eos": True})
+        tok = load_tokenizer(None, "qwen3-235b-a22b-fp8")
+        templated = tok.encode(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
+        assert r.json()["usage"]["prompt_tokens"] == len(templated) == len(tok.encode(text)) + 8
+    finally:
+        server.stop()

@@ -1,0 +1,66 @@
+"""The qwen3-235b-a22b-fp8 preset (GQA MoE) in the memory and cost models, and `plan` on the 2026 reference layout."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.model_presets import DEEPSEEK_R1, QWEN3_235B_A22B_FP8, ModelArchitecture
+from orchestrator.perfmodel.costmodel import build_cost_model
+from orchestrator.perfmodel.weights import checkpoint_bytes, param_counts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_preset_equals_the_config_json_in_models():
+    parsed = ModelArchitecture.from_hf_config(ROOT / "models" / "qwen3-235b-a22b-fp8" / "config.json")
+    assert dataclasses.replace(parsed, name=QWEN3_235B_A22B_FP8.name) == QWEN3_235B_A22B_FP8
+    assert not parsed.is_mla and parsed.qk_head_dim == parsed.value_head_dim == 128
+
+
+def test_parameter_counts_match_the_model_card():
+    """235B total, 22B activated (Qwen3-235B-A22B's card)."""
+    arch, p = QWEN3_235B_A22B_FP8, param_counts(QWEN3_235B_A22B_FP8)
+    assert 234.5e9 < p.total < 235.5e9
+    active = (p.attention + p.router + p.embedding + p.lm_head
+              + arch.num_experts_per_tok * arch.moe_layers * p.one_expert_per_layer)
+    assert 21.5e9 < active < 22.5e9
+    # block FP8 (one fp32 scale per 128x128) with BF16 embeddings/lm_head: ~236 GB of checkpoint
+    assert 235e9 < checkpoint_bytes(arch, "fp8") < 238e9
+
+
+def test_gqa_kv_is_split_over_tp_ranks_and_mla_is_replicated():
+    full = 94 * 2 * 4 * 128 * 2  # layers x (K, V) x KV heads x head_dim x BF16
+    tp4 = build_cost_model(QWEN3_235B_A22B_FP8, "H100-SXM", "fp8", tp=4, mem_fraction_static=0.9,
+                           context_length=8192)
+    tp8 = build_cost_model(QWEN3_235B_A22B_FP8, "H100-SXM", "fp8", tp=8, mem_fraction_static=0.9,
+                           context_length=8192)
+    assert tp4.kv_bytes_per_token() == tp8.kv_bytes_per_token() == full
+    assert tp4.kv_bytes_per_gpu_token() == full / 4  # one KV head per rank
+    assert tp8.kv_bytes_per_gpu_token() == full / 4  # 4 KV heads cannot split 8 ways: replicated
+    assert tp4.kv_capacity_tokens() == int(tp4.kv_bytes_per_gpu() // (full / 4))
+    r1 = build_cost_model(DEEPSEEK_R1, "H200", "fp8", tp=8)
+    assert r1.kv_bytes_per_gpu_token() == r1.kv_bytes_per_token()  # MLA's latent lives on every rank
+
+
+def test_decode_reads_each_ranks_kv_share_every_step():
+    """A decode step reads its rank's KV share (48 KiB/token at TP4, not the whole 188 KiB) on top of weights."""
+    cost = build_cost_model(QWEN3_235B_A22B_FP8, "H100-SXM", "fp8", tp=4, ep=4, mem_fraction_static=0.9,
+                            context_length=8192, role="decode", max_running_requests=256)
+    short, long = cost.decode_step_s(64, 64 * 100), cost.decode_step_s(64, 64 * 4200)
+    kv_read_s = 64 * 4100 * cost.kv_bytes_per_gpu_token() / (cost.gpu.hbm_tb_s * 1e12 * cost.efficiency_decode)
+    assert long - short == pytest.approx(kv_read_s, rel=0.05)
+
+
+def test_plan_fits_the_2026_reference_layout():
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "plan", "--config", "configs/qwen3-pd-2026.yaml"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "memory: fits (qwen3-235b-a22b-fp8 FP8)" in out.stdout
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("layout.")]
+    assert [(r[0], r[1], r[3], r[-1]) for r in rows] == [("layout.prefill.0", "2", "TP4", "fits"),
+                                                      ("layout.decode.0", "2", "TP4", "fits")]
