@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "orchestrator.cli.preflight",
     "prepare": "orchestrator.cli.prepare",
     "bench": "orchestrator.cli.bench",
+    "serve": "orchestrator.cli.bench",
     "report": "orchestrator.cli.report",
     "scaling": "orchestrator.cli.report",
     "monitor": "orchestrator.cli.monitor",

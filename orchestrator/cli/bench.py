@@ -1,4 +1,5 @@
-"""`pd-orchestrator bench --config X`: the offline benchmark; prints SGLang's result block and the verdict."""
+"""`pd-orchestrator bench --config X`: the offline benchmark; prints SGLang's result block and the verdict.
+`pd-orchestrator serve --config X`: the same deployment kept up as an OpenAI gateway until SIGTERM / Ctrl-C."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 from orchestrator.cli.args import add_config_args, config_from_args
 from orchestrator.run.bench import run_bench
+from orchestrator.run.serve import run_serve
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -40,3 +42,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-prompts", type=int, default=None, help="override benchmark.num_prompts")
     p.add_argument("--result-dir", default=None, help="override benchmark.result_dir (result.json goes below)")
     p.set_defaults(func=_cmd_bench)
+    register_serve(sub)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    return run_serve(config_from_args(args), drain_s=args.drain_s, say=lambda line: print(line, flush=True))
+
+
+def register_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve: place workers and the router as bench does, warm every PD pair, keep "
+                                     "the OpenAI gateway up until SIGTERM/Ctrl-C, then drain and tear down")
+    add_config_args(p)
+    p.add_argument("--drain-s", type=float, default=30.0,
+                   help="on SIGTERM/Ctrl-C, wait up to this long for in-flight requests before tearing down")
+    p.set_defaults(func=_cmd_serve)
