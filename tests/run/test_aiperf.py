@@ -4,6 +4,8 @@ SLA), but short."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,8 +13,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.cluster.ports import free_port
 from orchestrator.run.aiperf import AiperfMissing, ClosedLoad, find_aiperf, profile_command, run_profile
-from tests.support import SimServer, qwen3_sim_config, start_servers
+from tests.support import SimServer, qwen3_sim_config, start_servers, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +66,47 @@ def test_real_aiperf_against_one_simulated_worker(worker, tmp_path, monkeypatch)
     # the worker tokenizes what AIPerf sent with the same Qwen tokenizer, inside Qwen's chat template (+8 tokens)
     prompt_tokens = served(worker, "sglang:prompt_tokens_total") - before["sglang:prompt_tokens_total"]
     assert prompt_tokens / requests == pytest.approx(summary.input_tokens_avg + 8, abs=1)
+
+
+@pytest.fixture
+def sglang_router_pd(tmp_path) -> Iterator[tuple[str, SimServer, SimServer]]:
+    """sglang-router 0.3.2 in PD mode (`launch_router --pd-disaggregation`, as the contest's reference stack) in front
+    of a simulated qwen3 prefill + decode pair."""
+    prefill, decode = start_servers(qwen3_sim_config("pd"), ["prefill", "decode"], tmp_path)
+    port = free_port()
+    log = (tmp_path / "sglang-router.log").open("wb")
+    router = subprocess.Popen(
+        [sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "127.0.0.1",
+         "--port", str(port), "--policy", "round_robin", "--prometheus-host", "127.0.0.1",
+         "--prometheus-port", str(free_port()), "--prefill", prefill.url, str(prefill.bootstrap_port),
+         "--decode", decode.url], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert router.poll() is None, (tmp_path / "sglang-router.log").read_text()[-2000:]
+        try:
+            return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, 60, what="sglang-router /health")
+        yield url, prefill, decode
+    finally:
+        router.terminate()
+        router.wait(timeout=30)
+        log.close()
+        for s in (prefill, decode):
+            s.stop()
+
+
+def test_real_aiperf_through_sglang_router_in_pd_mode(sglang_router_pd, tmp_path):
+    url, prefill, decode = sglang_router_pd
+    load = ClosedLoad(url=url, model="sim-model", concurrency=2, input_tokens=64, output_tokens=8,
+                      warmup_s=0, window_s=2, grace_s=10, num_dataset_entries=16)
+    summary = run_profile(find_aiperf(), load, tmp_path / "aiperf", timeout_s=240)
+    assert summary.error_count == 0 and summary.request_count > 0 and summary.output_tok_s > 0
+    # every request went through both legs: the prefill computed its prompt, the decode generated its tokens
+    for leg in (prefill, decode):
+        assert served(leg, "sglang:num_requests_total") >= summary.request_count
+    assert served(decode, "sglang:generation_tokens_total") >= 8 * summary.request_count
