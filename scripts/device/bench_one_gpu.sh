@@ -62,6 +62,8 @@ install_chunk() {  # $1 = carried archive, $2 = marker: unpack into $P/rt-<marke
 install_runtime() {  # Ray + data (.device/rt/runtime.tar.xz)
   install_site
   install_chunk .device/rt/runtime.tar.xz rt || exit 1
+  # wheels carried beside it (2026-11-26: httptools, which our router's engine client imports, was not in runtime.tar.xz)
+  for w in .device/rt/whl/*.whl; do [ -f "$w" ] && python3 -m zipfile -e "$w" $SITE; done
   cp $P/rt-rt/sharegpt.json $P/rt-rt/tokenizer.json.zip $P/ 2>/dev/null
   [ -f $MODEL/tokenizer.json ] || python3 $MODEL/make_tokenizer.py $P/tokenizer.json.zip
   # the archive drops Ray's console scripts; the local cluster runs `ray start`
@@ -82,6 +84,8 @@ scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of ev
       curl -s -m 2 http://127.0.0.1:$port/metrics -o $dir/${mode}_$port.prom.tmp && mv $dir/${mode}_$port.prom.tmp $dir/${mode}_$port.prom
       [ -s $dir/${mode}_$port.server_info.json ] || curl -s -f -m 2 http://127.0.0.1:$port/server_info -o $dir/${mode}_$port.server_info.json 2>/dev/null
     done
+    # engine logs of the local cluster's run (its temp dir is removed when bench stops the cluster)
+    for f in /tmp/pdo-ray-*/*/session_*/logs/pd-engines/*/*.log; do [ -f "$f" ] && cp "$f" $dir/; done
     sleep 3
   done
 }

@@ -21,7 +21,7 @@ PKGS="ray==2.60.0 sglang-router==0.3.2
  google-auth==2.62.2 googleapis-common-protos==1.76.0 proto-plus==1.29.0 pyasn1==0.6.5 pyasn1-modules==0.4.2
  opentelemetry-sdk==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-semantic-conventions==0.66b2
  opentelemetry-exporter-prometheus==0.66b2 grpcio-reflection==1.84.0 mmh3==5.3.1 smart-open==9.0.2
- watchfiles==1.3.0 ijson==3.6.0"
+ watchfiles==1.3.0 ijson==3.6.0 httptools==0.9.0"
 mkdir -p $W/dl
 $PY -m pip download -q --no-deps $PLAT -d $W/dl $PKGS
 ls -la $W/dl | awk '{print $5, $9}' | sort -k2 > $OUT/wheels_in_runtime.txt
