@@ -58,6 +58,7 @@ class PDRouter:
         self.metrics, self.exporter = _make_metrics(self.cfg, run_id)
         self.core = RouterCore(self.cfg, run_id, self.metrics)
         self._follower: asyncio.Task | None = None
+        self._batch_stops: dict[str, asyncio.Event] = {}  # generate_batch_chunks' batch_id -> its stop
         self._ensure_following()
         self.http_server, self.http_task = await serve_http(self.core, self.cfg.router.host, self.cfg.router.port)
 
@@ -108,13 +109,23 @@ class PDRouter:
             await asyncio.sleep(0.5)
 
     async def generate_batch_chunks(self, requests: list[BenchRequest], max_in_flight: int,
-                                    deadline_at: float | None) -> AsyncIterator[list[RequestResult]]:
+                                    deadline_at: float | None,
+                                    batch_id: str | None = None) -> AsyncIterator[list[RequestResult]]:
         """Lists of RequestResults in completion order, those finished within RESULT_FLUSH_S together
-        (call with a stream=True handle); the bench driver's path: one Serve item per list, not per result."""
+        (call with a stream=True handle); the bench driver's path: one Serve item per list, not per result.
+        `stop_batch(batch_id)` ends it early: in-flight requests aborted, finished ones still sent."""
         self._ensure_following()
-        async for chunk in run_batch_chunks(self.core.dispatcher, requests, max_in_flight, deadline_at,
-                                            flush_s=RESULT_FLUSH_S):
-            yield chunk
+        stop = self._batch_stops.setdefault(batch_id, asyncio.Event()) if batch_id else None
+        try:
+            async for chunk in run_batch_chunks(self.core.dispatcher, requests, max_in_flight, deadline_at,
+                                                flush_s=RESULT_FLUSH_S, stop=stop):
+                yield chunk
+        finally:
+            self._batch_stops.pop(batch_id, None)
+
+    async def stop_batch(self, batch_id: str) -> None:
+        """The driver was interrupted: end that batch, keeping what finished (a stop may come before the batch)."""
+        self._batch_stops.setdefault(batch_id, asyncio.Event()).set()
 
     async def generate_batch(self, requests: list[BenchRequest], max_in_flight: int,
                              deadline_at: float | None) -> AsyncIterator[RequestResult]:

@@ -14,6 +14,22 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   fi
 fi
 
+# Node + npm: the dashboard test type-checks dashboards/*.json against Grafana's schema (@grafana/schema + tsc)
+if ! command -v npm >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  else
+    echo "note: npm not installed (needs root: apt-get install nodejs npm); the dashboard schema test will fail" >&2
+  fi
+fi
+SCHEMA=build/grafana-schema  # git-ignored
+if command -v npm >/dev/null && { [ ! -x $SCHEMA/node_modules/.bin/tsc ] ||
+                                 ! cmp -s dashboards/schema-check/package.json $SCHEMA/package.json; }; then
+  mkdir -p $SCHEMA && cp dashboards/schema-check/package.json $SCHEMA/
+  npm install -s --no-audit --no-fund --prefix $SCHEMA || echo "note: npm install into $SCHEMA failed" >&2
+fi
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 # NIXL depends on an unpinned torch: install the CPU 2.13.0 wheel first so pip does not fetch CUDA builds.

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import tempfile
 import threading
 import time
@@ -315,3 +316,28 @@ def qwen3_sim_config(mode: str = "aggregated") -> RunConfig:
     return sim_config({"cluster.gpu": "H100-SXM", "model.preset": "qwen3-235b-a22b-fp8", "model.quantization": "fp8",
                        "model.context_length": 8192, "engine.sglang.mem_fraction_static": 0.9, "layout": layout,
                        "engine.sim.time_scale": 0.05})
+
+
+def engine_metric(url: str, name: str) -> float | None:
+    """Sum of one metric over its label sets on an engine's /metrics; None once the engine is gone."""
+    try:
+        text = httpx.get(url + "/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return None
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def sim_engines_finished(doc: dict, role: str) -> int:
+    """Requests a run's sim `role` engines finished and did not abort, by each engine's last log line (the sim
+    server logs its own tally when it stops): an independent count of what the run's result.json must keep."""
+    logs = {name: where.split(":", 1)[1] for name, where in doc["metadata"]["engine_logs"].items()
+            if name.startswith(role)}
+    assert logs, f"no {role} engine logs in {doc['metadata']['engine_logs']}"
+    total = 0
+    for name, path in logs.items():
+        tally = [line for line in Path(path).read_text().splitlines() if "stopped: " in line]
+        assert tally, f"{name}: the engine logged no final tally in {path}"
+        finished, aborted = re.search(r"(\d+) requests finished, (\d+) of them aborted", tally[-1]).groups()
+        total += int(finished) - int(aborted)
+    return total

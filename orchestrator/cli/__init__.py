@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from orchestrator.config import ConfigError
+from orchestrator.run.driver import BenchInterrupted
 
 # Every command, in --help order, with the module that declares its arguments and runs it.
 COMMANDS: dict[str, str] = {
@@ -57,6 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except (KeyboardInterrupt, BenchInterrupted) as exc:  # BenchInterrupted: SIGINT/SIGTERM once Ray is up
+        print(f"interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
         return 130

@@ -30,7 +30,11 @@ from orchestrator.process import ManagedProcess, descendants, pid_alive, reap, t
 DEFAULT_STATE_PATH = Path("runs/local-cluster.json")
 # defaults for every Ray process and client we start; the caller's environment wins, so a cluster with
 # token auth works with RAY_AUTH_MODE=token (docs/running.md §4)
-RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+# RAY_JOB_STOP_WAIT_TIME_S: `ray job stop` SIGKILLs a job this long after its SIGTERM (Ray's default 3 s); a
+# stopped bench writes its result within that, but needs longer to stop Serve and the engines (docs/running.md)
+RAY_JOB_STOP_WAIT_S = 60
+RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+                    "RAY_JOB_STOP_WAIT_TIME_S": str(RAY_JOB_STOP_WAIT_S)}
 NODE_START_TIMEOUT_S = 180.0
 
 

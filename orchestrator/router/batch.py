@@ -66,13 +66,16 @@ async def run_batch(dispatcher: PDDispatcher, requests: list[BenchRequest], max_
 
 
 async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest], max_in_flight: int,
-                           deadline_at: float | None = None, flush_s: float = 0.0) -> AsyncIterator[list[RequestResult]]:
+                           deadline_at: float | None = None, flush_s: float = 0.0,
+                           stop: asyncio.Event | None = None) -> AsyncIterator[list[RequestResult]]:
     """Yield every request's RequestResult as it completes, at most `max_in_flight` in flight; results done
     within `flush_s` of the first one not yet yielded come together in one list.
 
     Requests are admitted in the order given. Requests still waiting at the deadline fail at once
     with a "deadline" error, so the lists add up to exactly len(requests) results. Result timings are the
     router's own (sent_at/done_at), so holding a result back for `flush_s` changes none of them.
+    Once `stop` is set (the driver was interrupted), the requests in flight are cancelled (their legs
+    aborted on the servers), the results finished by then are yielded, and the lists end short.
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight={max_in_flight}: must be >= 1")
@@ -91,14 +94,22 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
             ready.append(result)  # not ready.append(await ...): that would append to the list of before the await
             wake.set()
 
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
+
     lanes = [asyncio.ensure_future(lane()) for _ in range(min(max_in_flight, len(requests)))]
     for t in lanes:
         t.add_done_callback(lambda _t: wake.set())
+    stop_watch = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    if stop_watch is not None:
+        stop_watch.add_done_callback(lambda _t: wake.set())
     left = len(requests)
     try:
-        while left:
+        while left and not stopped():
             await wake.wait()
             wake.clear()
+            if stopped():
+                break  # what is ready goes out first (below), before the lanes are cancelled
             if flush_s > 0 and ready and len(ready) < left:
                 flush_at = time.monotonic() + flush_s
                 while len(ready) < left and (wait_s := flush_at - time.monotonic()) > 0:
@@ -114,10 +125,17 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
             chunk, ready = ready, []
             left -= len(chunk)
             yield chunk
+        if ready:  # stopped: the results finished by now, sent before cancelling the rest (which takes a while)
+            chunk, ready = ready, []
+            yield chunk
     finally:
-        for t in lanes:  # the consumer stopped early: cancelling aborts their legs on the servers
+        for t in lanes:  # the consumer (or `stop`) ended the batch early: cancelling aborts their legs
             t.cancel()
+        if stop_watch is not None:
+            stop_watch.cancel()
         await asyncio.gather(*lanes, return_exceptions=True)
         if dispatcher.metrics is not None:
             for _ in waiting:
                 dispatcher.metrics.state_change("queued", None)
+    if ready:  # stopped: requests that finished while the others were being cancelled
+        yield ready

@@ -257,6 +257,7 @@ def run_bench(
     n = cfg.benchmark.num_prompts
     requests: list[BenchRequest] = []
     results: list[RequestResult] = []
+    finished: dict[int, RequestResult] = {}  # the measured run's results as they arrive (kept on interrupt)
     endpoints: list = []
     nodes: list = []
     reason: str | None = None
@@ -301,19 +302,23 @@ def run_bench(
                         print(f"warm-up: {len(bad)}/{len(warm)} failed, first: {bad[0].error}", file=sys.stderr)
             with clock.phase(Phase.RUN, quiet):
                 t = time.perf_counter()
-                results = stream_batch(router, requests, max_in_flight(cfg, len(requests)), deadline_at,
-                                       on_result=view.update)
-                duration_s = (time.perf_counter() - t) / time_scale
+                try:
+                    results = stream_batch(router, requests, max_in_flight(cfg, len(requests)), deadline_at,
+                                           on_result=view.update, got=finished)
+                finally:  # an interrupted run's throughput is over the time it ran
+                    duration_s = (time.perf_counter() - t) / time_scale
             lgt = last_gen_throughput(endpoints)
             if model is not None:
                 pacing = engine_pacing(endpoints)
-        except (KeyboardInterrupt, BenchInterrupted) as exc:
-            reason = f"interrupted during {clock.failed_in or 'start-up'}: {exc or 'Ctrl-C'}"
+        except (KeyboardInterrupt, BenchInterrupted):
+            reason = _interrupted(clock, finished, quiet)
+            results = list(finished.values())
         except Exception as exc:
             from orchestrator.plan.memory import LayoutDoesNotFit
 
             if stop_reason():  # our handler's exception raised inside Ray's C code comes back mangled
-                reason = f"interrupted during {clock.failed_in or 'start-up'}: {stop_reason()}"
+                reason = _interrupted(clock, finished, quiet)
+                results = list(finished.values())
             elif isinstance(exc, LayoutDoesNotFit):
                 verdict_line = exc.report.summary().splitlines()[0]
                 reason = f"memory preflight: {verdict_line}; pass --force to run anyway\n{exc.report.summary()}"
@@ -327,6 +332,14 @@ def run_bench(
                 _write_html_report(result)
             deployment.close()
     return result
+
+
+def _interrupted(clock: PhaseClock, finished: dict, quiet: bool) -> str:
+    """The reason of a run stopped by a signal (KeyboardInterrupt: someone else's SIGINT handler raised)."""
+    reason = f"interrupted during {clock.failed_in or 'start-up'}: {stop_reason() or 'received SIGINT'}"
+    if not quiet:
+        print(f"{reason}; writing the result ({len(finished)} prompts finished)", file=sys.stderr, flush=True)
+    return reason
 
 
 def _export_driver_metrics(cfg: RunConfig, run_id: str, metrics: BenchMetrics) -> None:
@@ -355,7 +368,9 @@ def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, dur
             model=None, pacing=None) -> BenchResult:
     if requests and len(results) != len(requests):
         got = {r.index: r for r in results}
-        results = complete_results(requests, got, f"not run: {reason or 'run ended early'}")
+        started = any(p.name == Phase.RUN.title for p in clock.phases)
+        results = complete_results(requests, got, f"{'not finished' if started else 'not run'}: "
+                                                  f"{reason or 'run ended early'}")
     if clock.time_scale != 1.0:
         results = [_scaled(r, clock.time_scale) for r in results]
     completed = sum(r.status == "ok" for r in results)

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from orchestrator.cluster.ports import free_port, port_free
 from orchestrator.config import RunConfig
-from orchestrator.run.driver import arm_sigterm, check_stop
+from orchestrator.run.driver import arm_signals, check_stop
 
 
 def with_free_router_port(cfg: RunConfig) -> RunConfig:
@@ -58,7 +58,7 @@ class Deployment:
         from orchestrator.cluster.registry import get_registry
 
         self.session = connect(self.cfg, self.state_path)
-        arm_sigterm()  # ray.init installed its own SIGTERM handler
+        arm_signals()  # ray.init installed its own SIGTERM handler
         try:
             self.nodes = node_inventory()
             check_nodes_fit(self.cfg, self.nodes)

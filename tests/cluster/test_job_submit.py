@@ -15,20 +15,21 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import dump_config
-from tests.support import sim_config
+from tests.support import engine_metric, sim_config, sim_engines_finished, wait_until
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parents[2]
 UPLOAD_EXCLUDES = [".venv*/", ".device/", "build/", "runs/", ".hypothesis/", "*.egg-info/"]
 
 
-def _submit(dashboard_url: str, config_path: Path, *bench_args: str) -> tuple[str, subprocess.CompletedProcess]:
+def _submit(dashboard_url: str, config_path: Path, *bench_args: str,
+            wait: bool = True) -> tuple[str, subprocess.CompletedProcess]:
     job_id = f"pdo-test-{uuid.uuid4().hex[:8]}"
     ray = str(Path(sys.executable).parent / "ray")
     argv = [
         ray, "job", "submit", "--address", dashboard_url, "--working-dir", str(REPO), "--submission-id", job_id,
         # Ray reads .gitignore files but not .git/info/exclude; keep local venvs/build output out of the upload
-        "--runtime-env-json", json.dumps({"excludes": UPLOAD_EXCLUDES}),
+        "--runtime-env-json", json.dumps({"excludes": UPLOAD_EXCLUDES}), *([] if wait else ["--no-wait"]),
         "--", sys.executable, "-m", "orchestrator", "bench", "--config", str(config_path), "--quiet", *bench_args,
     ]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -140,3 +141,51 @@ def test_readme_job_submit_line_works_as_printed_and_the_result_stays(tmp_path):
     assert out.count("ShareGPT ") <= 1
     # nor noise: Ray's upload packing per .gitignore, a Serve object's repr
     assert "Ignoring upload" not in out and " object at 0x" not in out
+
+
+def test_ray_job_stop_mid_run_keeps_every_finished_prompt(ray_driver, make_sim_config, tmp_path):
+    """`ray job stop` (SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S) during the measured run: the job's
+    result.json keeps every prompt the decode engine finished, the rest fail naming the phase and the signal,
+    and the run tore down (its HTML report written: the clusters we start give a job time to finish that)."""
+    import ray
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from orchestrator.cluster.registry import get_registry
+
+    num_prompts = 200  # ~tens of seconds at time_scale 20: the stop surely lands mid-run
+    cfg = make_sim_config(overrides={"name": "jobstop", "engine.sim.time_scale": 20.0,
+                                     "benchmark.num_prompts": num_prompts, "benchmark.max_in_flight": 16,
+                                     "benchmark.deadline_s": 60.0})
+    config_path = tmp_path / "job.yaml"
+    config_path.write_text(dump_config(cfg))
+    job_id, proc = _submit(ray_driver.dashboard_url, config_path, wait=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    client = JobSubmissionClient(ray_driver.dashboard_url)
+
+    def decode_finished() -> float:
+        if client.get_job_status(job_id).is_terminal():
+            raise AssertionError(f"the job ended before the stop:\n{client.get_job_logs(job_id)[-3000:]}")
+        _, endpoints = ray.get(get_registry().snapshot.remote())
+        return sum(engine_metric(e.url, "sglang:num_requests_total") or 0 for e in endpoints if e.role == "decode")
+
+    wait_until(lambda: decode_finished() >= 4, 180, 0.1, "the job's decode engine to finish a few requests")
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    stop = subprocess.run([ray_cli, "job", "stop", "--address", ray_driver.dashboard_url, job_id],
+                          capture_output=True, text=True, timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    wait_until(lambda: client.get_job_status(job_id).is_terminal(), 60, 0.2, "the job to stop")
+    assert client.get_job_status(job_id) == JobStatus.STOPPED
+    log = client.get_job_logs(job_id)
+
+    results = list(tmp_path.glob("*/result.json"))
+    assert len(results) == 1, log[-3000:]
+    doc = json.loads(results[0].read_text())
+    counts = doc["counts"]
+    assert doc["verdict"] == "INVALID" and "interrupted during measured run: received SIGTERM" in doc["reason"]
+    assert counts["completed"] > 0, f"the prompts finished before the stop were dropped: {counts}"
+    assert counts["completed"] == sim_engines_finished(doc, "decode"), log[-3000:]
+    assert counts["completed"] + counts["failed"] == num_prompts
+    assert all("interrupted during measured run: received SIGTERM" in r["error"]
+               for r in doc["results"] if r["status"] == "failed")
+    assert (results[0].parent / "report.html").exists(), f"teardown did not finish before SIGKILL:\n{log[-3000:]}"
+    assert log.strip().splitlines()[-1] == "INVALID: interrupted during measured run: received SIGTERM", log[-3000:]

@@ -30,7 +30,6 @@ import build as dashboard_build  # noqa: E402  (dashboards/build.py is a script,
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO / "build" / "grafana-schema"  # git-ignored; npm installs Grafana's types here
-SCHEMA_PACKAGES = ["@grafana/schema@13.2.3", "typescript@5.9.3"]
 VARIABLES = {"run_id": "r1", "worker": ".*", "node": ".*"}
 
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
@@ -119,16 +118,17 @@ def test_promtool_check_catches_a_broken_expression(tmp_path):
 
 
 def _schema_toolchain() -> Path:
-    """tsc + @grafana/schema in a git-ignored folder, installed from npm on first use."""
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed, so Grafana's schema types (@grafana/schema) cannot be fetched")
+    """tsc + @grafana/schema (versions in dashboards/schema-check/package.json) in the git-ignored
+    build/grafana-schema, which scripts/dev-setup.sh installs (with Debian's nodejs/npm when missing)."""
     tsc = SCHEMA_DIR / "node_modules" / ".bin" / "tsc"
-    if not tsc.exists():
+    wanted = (DASHBOARD_DIR / "schema-check" / "package.json").read_text()
+    installed = SCHEMA_DIR / "package.json"
+    if not tsc.exists() or not installed.exists() or installed.read_text() != wanted:
+        assert shutil.which("npm"), "npm is not installed: run scripts/dev-setup.sh (as root it installs nodejs/npm)"
         SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(SCHEMA_DIR), *SCHEMA_PACKAGES],
-            capture_output=True, text=True, timeout=600,
-        )
+        installed.write_text(wanted)
+        result = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(SCHEMA_DIR)],
+                                capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"npm install failed:\n{result.stderr[-2000:]}"
     return tsc
 

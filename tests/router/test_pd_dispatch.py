@@ -383,3 +383,30 @@ async def test_a_prefill_that_never_answers_after_its_decode_finished_does_not_f
     [result] = await collect(d, bench(1))
     assert result.status == "ok" and result.kv_wait_s is None
     assert servers["prefill-0/0"].aborted == [servers["prefill-0/0"].bodies[0]["rid"]]  # freed, not left waiting
+
+
+async def test_a_stopped_batch_sends_what_finished_then_ends_and_aborts_the_requests_in_flight(servers):
+    """What the bench driver's Ctrl-C / SIGTERM does to the router's batch (PDRouter.stop_batch)."""
+    from orchestrator.router.batch import run_batch_chunks
+
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"])
+    decode = servers["decode-0/0"]
+    stop = asyncio.Event()
+    got = []
+    try:
+        async for chunk in run_batch_chunks(d, bench(20, output_len=64), 2, stop=stop):
+            got.extend(chunk)
+            if len(got) >= 3 and not decode.hang:
+                decode.hang = True  # the next requests never finish: in flight when the stop comes
+                for _ in range(200):
+                    if decode.in_flight == 2:
+                        break
+                    await asyncio.sleep(0.01)
+                assert decode.in_flight == 2
+                stop.set()
+    finally:
+        await d.close()
+    assert len(got) >= 3 and all(r.status == "ok" for r in got), got
+    assert len({r.index for r in got}) == len(got) < 20
+    hung = [b["rid"] for b in decode.bodies[len(got):]]
+    assert len(hung) == 2 and sorted(decode.aborted) == sorted(hung), "the requests in flight were not aborted"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from orchestrator.config import RunConfig, dump_config
 from orchestrator.process import pid_alive
 from orchestrator.records import BenchRequest, RequestResult, WorkerEndpoint
 from tests.faultcheck import assert_fault_hit_prompts, hit_line
-from tests.support import cluster_pids, pid_listening_on, sim_config, wait_until
+from tests.support import cluster_pids, engine_metric, pid_listening_on, sim_config, sim_engines_finished, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -119,16 +120,6 @@ class BenchProcess:
         return json.loads(paths[0].read_text())
 
 
-def engine_metric(url: str, name: str) -> float | None:
-    """Sum of one metric over its label sets on an engine's /metrics; None once the engine is gone."""
-    try:
-        text = httpx.get(url + "/metrics", timeout=2).text
-    except httpx.HTTPError:
-        return None
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_mid_run_aborts_both_legs_stops_engines_and_writes_partial_result(ray_driver, tmp_path, sig):
     import ray
@@ -191,7 +182,20 @@ def test_signal_mid_run_aborts_both_legs_stops_engines_and_writes_partial_result
     counts = doc["counts"]
     assert counts["completed"] + counts["failed"] == num_prompts
     assert counts["failed"] > 0, "a run interrupted mid-way cannot have finished every prompt"
-    assert all(r["error"] for r in doc["results"] if r["status"] == "failed")
+    # nothing lost: every prompt the decode engine finished is completed, with its timings; every other
+    # prompt failed with a reason naming the phase and the signal
+    assert counts["completed"] > 0, f"the prompts finished before {sig.name} were dropped: {counts}"
+    assert counts["completed"] == sim_engines_finished(doc, "decode"), "result.json and the decode engine disagree"
+    ok = [r for r in doc["results"] if r["status"] == "ok"]
+    assert all(r["ttft_s"] > 0 and r["e2e_s"] >= r["ttft_s"] and r["completion_tokens"] == r["output_len"]
+               for r in ok), ok[:3]
+    reasons = {r["error"] for r in doc["results"] if r["status"] == "failed"}
+    assert all(f"interrupted during measured run: received {sig.name}" in reason for reason in reasons), reasons
+    summary = doc["summary"]  # throughput over the time the run ran, not zero
+    assert summary["successful_requests"] == counts["completed"] and summary["output_throughput"] > 0
+    assert re.search(rf"prompts\s+{counts['completed']}/{num_prompts}\b", bench.output), "the live view's last frame"
+    report = (bench.result_dir / doc["run_id"] / "report.html").read_text()
+    assert f"{counts['completed']} / {counts['failed']}" in report, "the HTML report shows the partial run"
 
     # in-flight requests aborted (each engine counted aborts before it was stopped). Every in-flight
     # request has a live decode leg, so the decode must count aborts; a prefill leg ends once its KV is

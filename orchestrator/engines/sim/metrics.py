@@ -200,6 +200,14 @@ class SimMetrics:
             self.time_to_first_token.labels(**t).observe(ttft_s)
         self.e2e_request_latency.labels(**t).observe(e2e_s)
 
+    def finished_tally(self) -> tuple[int, int]:
+        """(requests finished, of them aborted) since start: what the server's last log line reports."""
+        tok = self.labels.tokenizer
+        finished = sum(self.registry.get_sample_value("sglang:num_requests_total", {**tok, "is_streaming": s}) or 0
+                       for s in ("false", "true"))
+        aborted = self.registry.get_sample_value("sglang:num_aborted_requests_total", tok) or 0
+        return int(finished), int(aborted)
+
     def observe_kv_transfer(self, nbytes: int, latency_s: float) -> None:
         s = self.labels.scheduler
         self.kv_transfer_latency_ms.labels(**s).observe(latency_s * 1e3)

@@ -257,6 +257,9 @@ async def serve(settings: SimSettings) -> None:
         for runner in runners:
             await runner.cleanup()
         await engine.stop()
+        finished, aborted = engine.metrics.finished_tally()
+        # the engine's own count, read after the run (e.g. to check a benchmark interrupted mid-run kept them all)
+        log.info("stopped: %d requests finished, %d of them aborted", finished, aborted)
 
 
 async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, port: int) -> None:
