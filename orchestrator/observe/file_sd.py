@@ -84,11 +84,12 @@ class TargetFile:
         self.path = Path(path)
         self._groups: dict[str, dict] = {}
         self._lock = threading.Lock()
+        self._closed = False
         self._write()
 
     def set(self, key: str, group: dict) -> None:
         with self._lock:
-            if self._groups.get(key) == group:
+            if self._closed or self._groups.get(key) == group:
                 return
             self._groups[key] = group
             self._write()
@@ -103,9 +104,16 @@ class TargetFile:
         with self._lock:
             kept = {k: g for k, g in self._groups.items() if not k.startswith(prefix)}
             new = {**kept, **groups}
-            if new != self._groups:
+            if new != self._groups and not self._closed:
                 self._groups = new
                 self._write()
+
+    def clear(self) -> None:
+        """Empty the file for good: later set()/replace_prefix() calls (a poll in flight) write nothing."""
+        with self._lock:
+            self._closed = True
+            self._groups = {}
+            self._write()
 
     def groups(self) -> list[dict]:
         with self._lock:
@@ -143,7 +151,9 @@ def _scrape_targets_actor_class():
             return str(self._file.path)
 
         def stop(self) -> None:
+            """The run is over: stop following the registry and leave an empty list (no dead targets)."""
             self._stop.set()
+            self._file.clear()
 
         def _follow_worker_registry(self) -> None:
             from orchestrator.cluster.registry import get_registry

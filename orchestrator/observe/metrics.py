@@ -38,6 +38,12 @@ LATENCY_BUCKETS_S = (
 )
 
 
+# The router's failure reasons (first word of its DispatchError messages, orchestrator/router/failures.py);
+# each starts at 0, so a dashboard's failures-by-reason panel shows 0 for a run without failures, not nothing.
+# http_<status> and other words still get their own series when they happen.
+KNOWN_FAILURE_REASONS = ("timeout", "connect", "aborted", "error", "empty", "bad_json", "no_worker", "deadline")
+
+
 class RouterMetrics:
     """Request-level metrics recorded by a router replica: states, outcomes, tokens, latencies."""
 
@@ -87,6 +93,8 @@ class RouterMetrics:
         for state in REQUEST_STATES:  # so every state has a series (0) before its first request
             self._child(self.requests_in_flight, state).set(0)
         self._child(self.requests_completed)
+        for reason in KNOWN_FAILURE_REASONS:
+            self._child(self.requests_failed, reason)
 
     def _child(self, metric, *values: str):
         """`metric`'s series for this run's labels plus `values`, looked up once: prometheus_client's

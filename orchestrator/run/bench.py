@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 import sys
 import time
@@ -40,7 +39,7 @@ from orchestrator.observe.report import (
 )
 from orchestrator.phases import Phase
 from orchestrator.records import BenchRequest, RequestResult
-from orchestrator.run.deployment import Deployment, with_free_router_port
+from orchestrator.run.deployment import Deployment, job_path, with_free_router_port
 from orchestrator.run.driver import BenchInterrupted, complete_results, signals_raise, stop_reason, stream_batch
 from orchestrator.run.fidelity import SimFidelity, engine_pacing, fidelity, modelled_run
 from orchestrator.workload.batch import sample_batch, warmup_batch
@@ -343,11 +342,10 @@ def _interrupted(clock: PhaseClock, finished: dict, quiet: bool) -> str:
 
 
 def _export_driver_metrics(cfg: RunConfig, run_id: str, metrics: BenchMetrics) -> None:
-    """Driver exporter + the run's Prometheus file_sd (engines, router, driver); an aid, never fatal."""
-    from orchestrator.observe.file_sd import serve_metrics, start_scrape_targets
+    """The driver's exporter, listed in the run's Prometheus file_sd (Deployment.place started it); an aid."""
+    from orchestrator.observe.file_sd import serve_metrics
 
     try:
-        start_scrape_targets(cfg.metrics.file_sd_path, run_id)
         serve_metrics(metrics.registry, "driver", run_id, cfg.metrics)
     except Exception as exc:
         log.warning("driver metrics not exported: %r", exc)
@@ -399,21 +397,9 @@ def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, dur
     return result
 
 
-RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray for the entrypoint of `ray job submit`
-JOB_RESULT_ROOT = "~/pd-orchestrator"
-
-
 def result_root(result_dir: str | Path) -> Path:
-    """Where results go. A relative benchmark.result_dir is relative to the working directory, except inside
-    a Ray job, whose working directory is a temporary copy that disappears with the cluster: there it is
-    relative to $PD_ORCHESTRATOR_RESULT_ROOT (which `cluster up --local` gives its raylets: the directory it
-    ran in), else to ~/pd-orchestrator on the node that runs the job."""
-    from orchestrator.cluster.local import RESULT_ROOT_ENV
-
-    path = Path(result_dir).expanduser()
-    if path.is_absolute() or not os.environ.get(RAY_JOB_ENV):
-        return path
-    return (Path(os.environ.get(RESULT_ROOT_ENV) or JOB_RESULT_ROOT).expanduser() / path).resolve()
+    """Where results go (a Ray job's relative benchmark.result_dir: see deployment.job_path)."""
+    return job_path(result_dir)
 
 
 def _scaled(r: RequestResult, scale: float) -> RequestResult:

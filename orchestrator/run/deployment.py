@@ -20,6 +20,22 @@ from orchestrator.cluster.ports import free_port, port_free
 from orchestrator.config import RunConfig
 from orchestrator.run.driver import arm_signals, check_stop
 
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray for the entrypoint of `ray job submit`
+JOB_RESULT_ROOT = "~/pd-orchestrator"
+
+
+def job_path(path: str | Path) -> Path:
+    """Where a configured path (benchmark.result_dir, metrics.file_sd_path) is. A relative one is relative to
+    the working directory, except inside a Ray job, whose working directory is a temporary copy that
+    disappears with the cluster: there it is relative to $PD_ORCHESTRATOR_RESULT_ROOT (which `cluster up
+    --local` gives its raylets: the directory it ran in), else to ~/pd-orchestrator on the node that runs the job."""
+    from orchestrator.cluster.local import RESULT_ROOT_ENV
+
+    path = Path(path).expanduser()
+    if path.is_absolute() or not os.environ.get(RAY_JOB_ENV):
+        return path
+    return (Path(os.environ.get(RESULT_ROOT_ENV) or JOB_RESULT_ROOT).expanduser() / path).resolve()
+
 
 def with_free_router_port(cfg: RunConfig) -> RunConfig:
     """On a local cluster a busy router port (another run on this box) moves to a free one."""
@@ -40,6 +56,7 @@ class Deployment:
         self.state_path = state_path
         self.session = None  # the cluster connection (and the local cluster, if we started it)
         self.nodes: list = []
+        self.scrape_targets = None  # the ScrapeTargets actor writing metrics.file_sd_path (this handle keeps it alive)
 
     @property
     def url(self) -> str:
@@ -63,11 +80,39 @@ class Deployment:
             self.nodes = node_inventory()
             check_nodes_fit(self.cfg, self.nodes)
             ray.get(get_registry().clear.remote())  # endpoints of an earlier run on this cluster are stale
+            self._list_targets()  # before the router deploys: its replicas list their exporters there
             deploy(self.cfg, self.run_id, timeout_s=self._time_left_s())
         except BaseException:
             self.close()
             raise
         return self.nodes
+
+    def _list_targets(self) -> None:
+        """Start the run's ScrapeTargets actor: metrics.file_sd_path lists the engines and our exporters while
+        the deployment is up (Prometheus, e.g. `monitor up`, follows it). An aid: a failure is logged."""
+        import ray
+
+        from orchestrator.observe.file_sd import start_scrape_targets
+
+        try:
+            self.scrape_targets = start_scrape_targets(job_path(self.cfg.metrics.file_sd_path), self.run_id)
+            ray.get(self.scrape_targets.path.remote(), timeout=60)
+        except Exception as exc:
+            print(f"metrics: scrape targets not written to {self.cfg.metrics.file_sd_path}: {exc}", file=sys.stderr)
+            self.scrape_targets = None
+
+    def _unlist_targets(self) -> None:
+        """Empty the targets file (the run's processes are going away) and stop the actor."""
+        if self.scrape_targets is None:
+            return
+        import ray
+
+        try:
+            ray.get(self.scrape_targets.stop.remote(), timeout=10)
+            ray.kill(self.scrape_targets)
+        except Exception as exc:
+            print(f"teardown: scrape targets not cleared: {exc}", file=sys.stderr)
+        self.scrape_targets = None
 
     def router(self):
         """The router's Serve handle (the bench driver streams its batch through it)."""
@@ -97,6 +142,7 @@ class Deployment:
             if ray.is_initialized():
                 from orchestrator.cluster.connect import hide_serve_self_kill_errors
 
+                self._unlist_targets()
                 hide_serve_self_kill_errors()  # Serve's controller kills itself; Ray calls that a failure
                 serve.shutdown()
         except Exception as exc:

@@ -155,7 +155,8 @@ def test_ray_job_stop_mid_run_keeps_every_finished_prompt(ray_driver, make_sim_c
     num_prompts = 200  # ~tens of seconds at time_scale 20: the stop surely lands mid-run
     cfg = make_sim_config(overrides={"name": "jobstop", "engine.sim.time_scale": 20.0,
                                      "benchmark.num_prompts": num_prompts, "benchmark.max_in_flight": 16,
-                                     "benchmark.deadline_s": 60.0})
+                                     "benchmark.deadline_s": 60.0, "metrics.exporter_port": 0,
+                                     "metrics.file_sd_path": str(tmp_path / "targets.json")})
     config_path = tmp_path / "job.yaml"
     config_path.write_text(dump_config(cfg))
     job_id, proc = _submit(ray_driver.dashboard_url, config_path, wait=False)
@@ -169,6 +170,10 @@ def test_ray_job_stop_mid_run_keeps_every_finished_prompt(ray_driver, make_sim_c
         return sum(engine_metric(e.url, "sglang:num_requests_total") or 0 for e in endpoints if e.role == "decode")
 
     wait_until(lambda: decode_finished() >= 4, 180, 0.1, "the job's decode engine to finish a few requests")
+    # the job keeps Prometheus's targets file current: both engines, the router replica and the driver
+    listed = json.loads((tmp_path / "targets.json").read_text())
+    assert {g["labels"].get("role") or g["labels"]["component"].split("-")[0] for g in listed} == {
+        "prefill", "decode", "router", "driver"}, listed
     ray_cli = str(Path(sys.executable).parent / "ray")
     stop = subprocess.run([ray_cli, "job", "stop", "--address", ray_driver.dashboard_url, job_id],
                           capture_output=True, text=True, timeout=120)
@@ -182,10 +187,15 @@ def test_ray_job_stop_mid_run_keeps_every_finished_prompt(ray_driver, make_sim_c
     doc = json.loads(results[0].read_text())
     counts = doc["counts"]
     assert doc["verdict"] == "INVALID" and "interrupted during measured run: received SIGTERM" in doc["reason"]
+    engine_finished = sim_engines_finished(doc, "decode")
+    print(f"KEPT ray job stop: result.json completed {counts['completed']} / failed {counts['failed']} of "
+          f"{num_prompts}; the decode engine's own tally: {engine_finished} finished (not aborted); "
+          f"job {client.get_job_info(job_id).status}")
     assert counts["completed"] > 0, f"the prompts finished before the stop were dropped: {counts}"
-    assert counts["completed"] == sim_engines_finished(doc, "decode"), log[-3000:]
+    assert counts["completed"] == engine_finished, log[-3000:]
     assert counts["completed"] + counts["failed"] == num_prompts
     assert all("interrupted during measured run: received SIGTERM" in r["error"]
                for r in doc["results"] if r["status"] == "failed")
     assert (results[0].parent / "report.html").exists(), f"teardown did not finish before SIGKILL:\n{log[-3000:]}"
+    assert json.loads((tmp_path / "targets.json").read_text()) == [], "the stopped run's targets are still listed"
     assert log.strip().splitlines()[-1] == "INVALID: interrupted during measured run: received SIGTERM", log[-3000:]

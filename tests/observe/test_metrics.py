@@ -259,3 +259,24 @@ def test_scrape_targets_actor_follows_the_worker_registry_and_exporters(ray_driv
         ray.get(actor.stop.remote())
         ray.kill(actor)
         ray.get(registry.clear.remote())
+
+
+def test_failure_counters_start_at_zero_for_every_reason_the_router_can_give():
+    """A run without failures shows 0 per reason on the dashboard, not an empty panel; the reasons are the
+    first words of the router's error messages, so every kind its code raises must be among them."""
+    import re
+    from pathlib import Path
+
+    from orchestrator.observe.metrics import KNOWN_FAILURE_REASONS
+    from orchestrator.router import failures
+
+    exporter = start_exporter("127.0.0.1", 0, RouterMetrics(**RUN).registry)
+    try:
+        samples = scrape(exporter.address)
+    finally:
+        exporter.close()
+    for reason in KNOWN_FAILURE_REASONS:
+        assert samples[("pdorch_requests_failed_total", frozenset({**RUN, "reason": reason}.items()))] == 0
+    source = "\n".join(p.read_text() for p in Path(failures.__file__).parent.glob("*.py"))
+    raised = set(re.findall(r'LegFailure\("(\w+)"', source)) | set(re.findall(r'DispatchError\(\s*f?"(\w+): ', source))
+    assert raised and raised <= set(KNOWN_FAILURE_REASONS), raised - set(KNOWN_FAILURE_REASONS)
