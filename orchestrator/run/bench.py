@@ -40,7 +40,14 @@ from orchestrator.observe.report import (
 from orchestrator.phases import Phase
 from orchestrator.records import BenchRequest, RequestResult
 from orchestrator.run.deployment import Deployment, job_path, with_free_router_port
-from orchestrator.run.driver import BenchInterrupted, complete_results, signals_raise, stop_reason, stream_batch
+from orchestrator.run.driver import (
+    BenchInterrupted,
+    complete_results,
+    signals_deferred,
+    signals_raise,
+    stop_reason,
+    stream_batch,
+)
 from orchestrator.run.fidelity import SimFidelity, engine_pacing, fidelity, modelled_run
 from orchestrator.workload.batch import sample_batch, warmup_batch
 
@@ -325,7 +332,7 @@ def run_bench(
                 reason = f"{clock.failed_in or 'run'} failed: {type(exc).__name__}: {exc}"
             log.debug("bench failed", exc_info=True)
         finally:
-            with clock.phase(Phase.REPORT, True):
+            with signals_deferred(), clock.phase(Phase.REPORT, True):
                 result = _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt,
                                  model if reason is None else None, pacing)
                 _write_html_report(result)

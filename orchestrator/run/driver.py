@@ -126,11 +126,14 @@ def complete_results(requests: list[BenchRequest], got: dict[int, RequestResult]
 
 _STOP_REASON: list[str] = []  # set by the signal handler; survives exceptions mangled inside Ray's C code
 _ACTIVE_STOPPER: _Stopper | None = None  # the batch streaming now, which a first signal stops softly
+_WRITING_RESULT = False  # set while result.json and the report are written (signals_deferred)
 
 
 def _on_signal(signum, frame):
     first = not _STOP_REASON
     _STOP_REASON.append(f"received {signal.Signals(signum).name}")
+    if _WRITING_RESULT:  # noted only: an exception now would lose the result being written
+        return
     stopper = _ACTIVE_STOPPER
     if first and stopper is not None:
         stopper.requested.set()  # the stream ends once the router has stopped the batch
@@ -171,6 +174,17 @@ def signals_raise() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """While the result is written, a signal (a second Ctrl-C, `ray job stop`) is noted, not raised."""
+    global _WRITING_RESULT
+    _WRITING_RESULT = True
+    try:
+        yield
+    finally:
+        _WRITING_RESULT = False
 
 
 def stop_reason() -> str | None:
