@@ -378,6 +378,8 @@ def test_monitor_up_sees_a_bench_run_and_every_panel_has_data(ray_driver, make_s
         completed = prom.query_range(f'max(pdorch_bench_done_prompts{{run_id="{run_id}"}})', started, ended)
         assert completed and max(float(v) for _, v in completed[0]["values"]) == doc["counts"]["completed"]
 
+        # the cluster dashboard's series come from Ray's node agents, scraped every 5 s (job "ray")
+        wait_until(lambda: prom.query('ray_node_cpu_utilization{job="ray"}'), 60, 0.2, "Ray node metrics")
         values = {"run_id": run_id, "worker": ".*", "node": ".*"}
         empty, checked = [], 0
         for q in dashboard_queries(load_dashboards()):
