@@ -2,11 +2,13 @@
 # Calibration calls on a lent single-GPU machine (nvidia-h100-x1 preferred), back to back in one warm lease.
 # Built here first (git-ignored carry folder, never committed):
 #   PY=<python3.12 with pip+wheel> bash scripts/device/build_site_archive.sh .device/site   (sglang 0.5.17 + NIXL)
+#   bash scripts/device/slim_site_archive.sh .device/site/site.tar.xz .device/site-slim/site.tar.xz   (59 -> 47 MB: the
+#   tracked tree (~13 MB) + 59 MB no longer fit the 64 MiB carry; the default below is the slim one; scripts/device/README.md)
 # Calls (each writes $OUT/main.log, $OUT/calibration-*.json, $OUT/logs-<phase>.tar.xz, $OUT/env-<phase>.txt):
-#   run(kind="nvidia-h100-x1", carry=[".device/site"], timeout_s=600,
+#   run(kind="nvidia-h100-x1", carry=[".device/site-slim"], timeout_s=600,
 #       command="set -o pipefail; bash scripts/device/calibrate.sh v2lite 2>&1 | tee $OUT/main.log")
-#   run(carry=[".device/site"], timeout_s=600, command="... calibrate.sh r1 ...")    # same lease: site kept
-#   run(carry=[".device/site"], timeout_s=600, command="... calibrate.sh pd ...")
+#   run(carry=[".device/site-slim"], timeout_s=600, command="... calibrate.sh r1 ...")    # same lease: site kept
+#   run(carry=[".device/site-slim"], timeout_s=600, command="... calibrate.sh pd ...")
 # Phases:
 #   v2lite  DeepSeek-V2-Lite shape (models/deepseek-v2-lite): cold start (compile caches wiped), prefill and
 #           decode sweeps, warm start, knobs start (--mem-fraction-static 0.70, caps raised) + decode past the graphs
@@ -40,7 +42,7 @@ left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 
 if [ ! -f $SITE/.installed_site ]; then
   el "unpack sglang tree"
-  rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site/site.tar.xz} && touch $SITE/.installed_site || { el "unpack failed"; exit 1; }
+  rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site-slim/site.tar.xz} && touch $SITE/.installed_site || { el "unpack failed"; exit 1; }
 fi
 if [ -f .device/cache/caches.tar.xz ] && [ ! -f /root/.pdo_caches_restored ]; then
   tar -C / -xJf .device/cache/caches.tar.xz && touch /root/.pdo_caches_restored && el "compile caches restored"
