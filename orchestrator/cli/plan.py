@@ -164,7 +164,8 @@ def _print_placement(cfg: RunConfig) -> bool:
     nodes = declared_nodes(cfg)
     key = cfg.cluster.roles.label_key
     roles = ", ".join(f"{key}={v}: {sum(n.labels[key] == v for n in nodes)}" for v in dict.fromkeys(n.labels[key] for n in nodes))
-    print(f"placement: fits ({len(nodes)} nodes x {cfg.cluster.gpus_per_node} GPUs by role: {roles})\n")
+    declared = "" if cfg.cluster.is_local else "; as declared: bench checks the real labels at placement"
+    print(f"placement: fits ({len(nodes)} nodes x {cfg.cluster.gpus_per_node} GPUs by role: {roles}{declared})\n")
     return True
 
 

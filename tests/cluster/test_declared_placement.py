@@ -103,3 +103,9 @@ def test_a_run_changed_by_set_has_a_name_and_run_id_of_its_own(capsys) -> None:
     assert first.startswith("plan: default-set-") and len(first.split()[1]) == len("default-set-") + 6
     main(["plan", "--config", DEFAULT, "--synthetic", *README_RATIO, "--set", "name=ratio21"])
     assert capsys.readouterr().out.startswith("plan: ratio21 (")
+
+
+def test_plan_of_a_cluster_at_an_address_says_the_labels_are_as_declared(capsys) -> None:
+    assert main(["plan", "--config", str(ROOT / "configs/h100-agg-tp16.yaml"), "--synthetic"]) == 0
+    assert ("placement: fits (2 nodes x 8 GPUs by role: role=prefill: 2; as declared: bench checks the real labels "
+            "at placement)") in capsys.readouterr().out
