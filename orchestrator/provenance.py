@@ -41,10 +41,13 @@ def _git(repo: Path, *args: str) -> str | None:
 
 
 def git_state(repo: Path = REPO) -> tuple[str, bool | str, list[str]]:
-    """(commit, dirty, changed paths). Dirty = tracked files differ from the commit or untracked files exist."""
-    head = _git(repo, "rev-parse", "HEAD")
+    """(commit, dirty, changed paths). Dirty = tracked files differ from the commit or untracked files exist.
+    A commit the caller passes wins: the lent GPU machine's copy of the tree can hold a stale .git (2026-11-26: it
+    reported the session's first commit for every call)."""
+    passed = os.environ.get(COMMIT_ENV)
+    head = None if passed else _git(repo, "rev-parse", "HEAD")
     if head is None:
-        commit = os.environ.get(COMMIT_ENV) or f"unknown (no git checkout here; set {COMMIT_ENV})"
+        commit = passed or f"unknown (no git checkout here; set {COMMIT_ENV})"
         dirty_env = os.environ.get(DIRTY_ENV)
         dirty: bool | str = {"1": True, "0": False}.get(dirty_env or "", "unknown")
         return commit, dirty, []

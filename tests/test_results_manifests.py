@@ -47,7 +47,8 @@ def test_the_check_wants_every_key() -> None:
     assert manifest_problems(GOOD | {"git_commit": "unknown (reconstructed)"}) == []
 
 
-def test_written_manifest_records_the_commit_that_ran_and_a_dirty_tree(tmp_path: Path) -> None:
+def test_written_manifest_records_the_commit_that_ran_and_a_dirty_tree(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("PDO_GIT_COMMIT", raising=False)
     repo = tmp_path / "repo"
     repo.mkdir()
     git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
@@ -63,6 +64,11 @@ def test_written_manifest_records_the_commit_that_ran_and_a_dirty_tree(tmp_path:
     dirty = json.loads(write_manifest(tmp_path / "dirty", ["run it"], repo=repo).read_text())
     assert (dirty["git_commit"], dirty["git_dirty"], dirty["dirty_paths"]) == (head, True, ["a.txt"])
     assert manifest_problems(dirty) == []
+    # a commit passed by the caller wins over the checkout's own (a lent machine's copy may carry a stale .git)
+    monkeypatch.setenv("PDO_GIT_COMMIT", "0123456789abcdef0123456789abcdef01234567")
+    monkeypatch.setenv("PDO_GIT_DIRTY", "0")
+    passed = json.loads(write_manifest(tmp_path / "passed", "run it", repo=repo).read_text())
+    assert (passed["git_commit"], passed["git_dirty"]) == ("0123456789abcdef0123456789abcdef01234567", False)
 
 
 def test_outside_a_checkout_the_commit_comes_from_the_caller(tmp_path: Path, monkeypatch) -> None:
