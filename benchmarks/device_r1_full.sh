@@ -17,13 +17,15 @@
 #
 # Built here first (git-ignored carry folders; a call carries at most 64 MiB):
 #   PY=<python3.12 with pip+wheel> bash scripts/device/build_site_archive.sh .device/site   (sglang + NIXL, ~59 MB)
+#   bash scripts/device/slim_site_archive.sh .device/site/site.tar.xz .device/site-slim/site.tar.xz   (47 MB: the
+#   59 MB archive no longer fits beside the ~13 MB tree; SITE_ARCHIVE picks another; scripts/device/README.md)
 #   PY=<python3.12 with pip+wheel> bash scripts/device/build_runtime_archive.sh .device/rt  (Ray, deps, ShareGPT)
 #   bash benchmarks/device_r1_full.sh r1-carry        (.device/r1tok/tokenizer-r1.json.zip: R1's tokenizer, 2 MB;
 #   .device/r1/ holds the 41 MB ShareGPT copy the predictions were planned on: never carry it)
 # Calls, back to back in ONE warm lease (/root persists while it is warm); each writes $OUT/main.log and
 # $OUT/<phase>.tar.xz (raw logs, result.json, scrapes); a phase that would not finish in the call's time is
 # skipped with a line saying so (run it in the next call):
-#   run(kind="nvidia-h200-x8", carry=[".device/site"], timeout_s=600,
+#   run(kind="nvidia-h200-x8", carry=[".device/site-slim"], timeout_s=600,
 #       command="set -o pipefail; bash benchmarks/device_r1_full.sh site 2>&1 | tee $OUT/main.log")
 #   run(carry=[".device/rt", ".device/r1tok"], timeout_s=600, command="... device_r1_full.sh rt agg-cold ...")
 #   run(timeout_s=600, command="... device_r1_full.sh agg-warm ...")
@@ -134,7 +136,7 @@ r1-carry)  # on the CPU machine: the R1 tokenizer for the carry folder .device/r
   ls -la .device/r1tok ;;
 site)
   el "install sglang tree"
-  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site; fi
+  if [ ! -f $SITE/.installed_site ]; then rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site-slim/site.tar.xz} && touch $SITE/.installed_site; fi
   D=$P/site; mkdir -p $D
   { date -u; nvidia-smi -L; nvidia-smi topo -m; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     $PY -c "import sys,torch; print(sys.version); print('torch', torch.__version__, torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])"
@@ -174,7 +176,7 @@ pd-l38)
   need_rt; bench_run configs/h200-r1-pd-4p4d-fp8-l38.yaml pd-l38 400; pack pd-l38 ;;
 pdcheck)
   if [ ! -f $SITE/.installed_site ]; then
-    el "unpack sglang tree"; rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf .device/site/site.tar.xz && touch $SITE/.installed_site || exit 1
+    el "unpack sglang tree"; rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site-slim/site.tar.xz} && touch $SITE/.installed_site || exit 1
   fi
   $PY -m orchestrator.calibrate pd --help | grep -q -- "--prefill-gpu" \
     || { el "orchestrator.calibrate pd has no --prefill-gpu/--decode-gpu (needs commit 240ce9c): cross-GPU check not run"; exit 3; }
