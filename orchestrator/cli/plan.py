@@ -11,7 +11,7 @@ from orchestrator.cli.args import add_config_args, add_overrides, config_from_ar
 from orchestrator.cluster.inventory import ClusterError, check_declared_placement, declared_nodes
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.gpus import GPU_SPECS
-from orchestrator.plan.backtest import BacktestError, ErrorBand, error_band
+from orchestrator.plan.backtest import BacktestError, ErrorBand, error_band, out_of_sample_models
 from orchestrator.plan.compare import compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits
@@ -137,8 +137,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print(f"deadline budget ({LABEL} on {gpu}, engine={cfg.engine.kind}):")
             print(budget.table() + "\n")
             ok = budget.verdict != INVALID
-            band = _error_band()
-            print(f"back-test error band of this throughput: {band.text() if band else 'none recorded'} "
+            band = _error_band(cfg)
+            print(f"back-test error band of this throughput: {band.text() if band else _no_band(cfg)} "
                   "(`plan --backtest`)\n")
             _print_earlier_run(cfg, budget.run, band)
         if args.search:
@@ -169,11 +169,23 @@ def _print_placement(cfg: RunConfig) -> bool:
     return True
 
 
-def _error_band() -> ErrorBand | None:
+def _error_band(cfg: RunConfig) -> ErrorBand | None:
+    """The back-test's out-of-sample band, when it has rows of this config's model (None otherwise)."""
     try:
+        if cfg.model.architecture().name not in out_of_sample_models():
+            return None
         return error_band()
     except (BacktestError, SimulationError, ValueError, OSError):
         return None
+
+
+def _no_band(cfg: RunConfig) -> str:
+    name = cfg.model.architecture().name
+    try:
+        measured = out_of_sample_models()
+    except (BacktestError, ValueError, OSError):
+        return "none recorded"
+    return "none recorded" if name in measured else f"no out-of-sample rows yet for {name}"
 
 
 TTFT_DISAGREES = 0.25  # TTFT is not back-tested: flag a run whose p50 is this far from the prediction

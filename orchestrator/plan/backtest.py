@@ -332,3 +332,12 @@ def _error_band_cached(path: str, _mtime: int) -> ErrorBand | None:
     if not errors:
         return None
     return ErrorBand(mape=statistics.mean(abs(e) for e in errors), worst=max(errors, key=abs), rows=len(errors))
+
+
+def out_of_sample_models(path: str | Path = DATASET) -> set[str]:
+    """Architecture names the out-of-sample throughput rows were measured on (a band from them says nothing
+    about another model)."""
+    data = load_dataset(path)
+    base = Path(path).parent.parent.parent  # rows name their configs relative to the repository root
+    return {load_config(base / row["config"]).model.architecture().name for row in data["runs"]
+            if row.get("sample") == "out" and row.get("kind") == "throughput"}
