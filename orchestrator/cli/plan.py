@@ -14,7 +14,7 @@ from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.plan.backtest import BacktestError, ErrorBand, error_band, out_of_sample_models
 from orchestrator.plan.compare import compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
-from orchestrator.plan.memory import check_layout_fits
+from orchestrator.plan.memory import check_layout_fits, sglang_defaults_text
 from orchestrator.plan.proposals import add_search_args, print_search
 from orchestrator.plan.search import PlanError
 from orchestrator.plan.simulate import LABEL, SimulatedRun, SimulationError, batch_shapes, percentile
@@ -130,7 +130,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         memory = check_layout_fits(cfg, batch, gpu=gpu) if ok else None
         if memory is not None:
             print(memory.table())
-            print(memory.summary() + "\n")
+            print(memory.summary())
+            print(sglang_defaults_text(cfg, gpu) + "\n")
             ok = memory.fits
         if memory is not None and memory.fits:
             budget = predict_deadline(cfg, batch, gpu=gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)

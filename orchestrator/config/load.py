@@ -56,7 +56,7 @@ def _format_pydantic_errors(err: ValidationError) -> list[str]:
             continue
         msg = e["msg"].removeprefix("Value error, ")
         if kind == "value_error" and not e["loc"]:
-            lines.append(msg)  # cross-section checks already name their field path
+            lines.extend(msg.split("\n"))  # cross-section checks already name their field path, one line each
             continue
         shown = repr(value)
         if len(shown) > 80:

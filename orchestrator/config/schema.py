@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
+from orchestrator.config.sglang_versions import PINNED_SGLANG, installed_sglang_version
 
 GpuType = Literal["H100-SXM", "H200", "cpu-fast"]
 Quantization = Literal["bf16", "fp8", "w4a8", "awq"]
@@ -76,9 +77,7 @@ class ModelConfig(Strict):
         if self.preset is None and self.path is None:
             raise ValueError("set model.preset or model.path")
         if self.preset is not None and self.preset not in MODEL_PRESETS:
-            raise ValueError(
-                f"model.preset={self.preset!r} is unknown; allowed: {sorted(MODEL_PRESETS)}"
-            )
+            raise ValueError(f"model.preset={self.preset!r} is unknown; allowed: {sorted(MODEL_PRESETS)}")
         return self
 
     @property
@@ -118,6 +117,9 @@ class SimEngineConfig(Strict):
 
 class SglangEngineConfig(Strict):
     python: str = Field("python3", description="Interpreter that has sglang installed.")
+    version: str = Field(default_factory=installed_sglang_version, pattern=r"^\d+\.\d+\.\d+$", description="SGLang "
+                         "release the servers run: plan and the simulator apply its defaults (config/sglang_versions.py); "
+                         f"default: the installed sglang, else {PINNED_SGLANG}.")
     load_format: str | None = Field("dummy", description="--load-format; null = real weights.")
     page_size: int = Field(1, ge=1, description="--page-size, equal on both roles.")
     kv_cache_dtype: str = Field("auto", description="--kv-cache-dtype, equal on both roles.")
@@ -214,10 +216,10 @@ class WorkerGroup(Strict):
         None, description=f"--attention-backend of this group, one of {MLA_ATTENTION_BACKENDS}; "
         "null = engine.sglang.attention_backend, else SGLang's default (fa3 on Hopper)."
     )
-    speculative: SpeculativeConfig | None = Field(
-        None, description="Speculative decoding with the model's MTP layer; null = off."
-    )
-    extra_args: list[str] = Field(default_factory=list, description="Extra SGLang flags.")
+    disable_cuda_graph: bool = Field(False, description="--disable-cuda-graph: every decode step runs eagerly.")
+    disable_prefill_cuda_graph: bool = Field(False, description="--disable-prefill-cuda-graph (SGLang >= 0.5).")
+    speculative: SpeculativeConfig | None = Field(None, description="Speculative decoding with the model's MTP layer; null = off.")
+    extra_args: list[str] = Field(default_factory=list, description="Extra SGLang flags (not those of typed fields).")
 
     @model_validator(mode="after")
     def _parallel_shape(self) -> "WorkerGroup":
@@ -255,9 +257,7 @@ class LayoutConfig(Strict):
     def _groups_match_mode(self) -> "LayoutConfig":
         if self.mode == "pd":
             if not self.prefill or not self.decode:
-                raise ValueError(
-                    "layout.mode=pd needs at least one group in layout.prefill and in layout.decode"
-                )
+                raise ValueError("layout.mode=pd needs at least one group in layout.prefill and in layout.decode")
             if self.aggregated:
                 raise ValueError("layout.aggregated must be empty when layout.mode=pd")
         else:
@@ -407,7 +407,7 @@ class RunConfig(Strict):
                 raise ValueError(
                     f"layout.{role}.{i}.nnodes={g.nnodes} exceeds cluster.num_nodes={self.cluster.num_nodes}"
                 )
-            if self.attention_backend(g) == "flashmla" and self.engine.sglang.page_size != 64:
+            if (g.attention_backend or self.engine.sglang.attention_backend) == "flashmla" and self.engine.sglang.page_size != 64:
                 raise ValueError(
                     f"layout.{role}.{i}: attention_backend flashmla runs with page size 64 (SGLang forces it); "
                     f"set engine.sglang.page_size: 64"
@@ -421,13 +421,12 @@ class RunConfig(Strict):
                 )
         return self
 
-    def attention_backend(self, group: WorkerGroup) -> str | None:
-        """The group's --attention-backend: its own field, else engine.sglang.attention_backend."""
-        return group.attention_backend or self.engine.sglang.attention_backend
-
-    def mem_fraction_static(self, group: WorkerGroup) -> float | None:
-        """The group's --mem-fraction-static: its own field, else engine.sglang.mem_fraction_static."""
-        return group.mem_fraction_static if group.mem_fraction_static is not None else self.engine.sglang.mem_fraction_static
+    @model_validator(mode="after")
+    def _one_value_per_knob(self) -> "RunConfig":
+        from orchestrator.config.server_spec import spec_problems  # it reads this model's fields
+        if problems := spec_problems(self):
+            raise ValueError("\n".join(problems))
+        return self
 
     def node_role(self, role: str, group: WorkerGroup) -> str:
         return group.node_role or getattr(self.cluster.roles, role)

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from orchestrator.config import RunConfig, WorkerGroup
+from orchestrator.config.server_spec import PdTimeouts, ServerSpec, server_spec
 from orchestrator.process import ManagedProcess, ProcessError
 
 
@@ -50,25 +51,6 @@ def engine_addresses(cfg: RunConfig, node_ip: str) -> tuple[str, str]:
         return cfg.cluster.local.bind_host, cfg.cluster.local.bind_host
     advertise = cfg.transfer.host_ip or node_ip
     return cfg.engine.bind_host or advertise, advertise
-
-
-@dataclass(frozen=True)
-class PdTimeouts:
-    """SGLang's PD waits in wall seconds (defaults = SGLang 0.5.17's); one set for the sim and real SGLang."""
-
-    waiting_timeout_s: float = 300.0  # decode: metadata sent -> KV complete
-    bootstrap_timeout_s: float = 300.0  # prefill: request arrived -> decode's KV indices
-    heartbeat_interval_s: float = 5.0  # decode -> prefill bootstrap /health
-    heartbeat_max_failures: int = 2  # a prefill is dead after interval x failures (~10 s: the router assumes it)
-    bootstrap_retries: int = 15  # decode: GET /route attempts before the handshake fails
-    bootstrap_retry_interval_s: float = 1.0
-
-    @classmethod
-    def for_deadline(cls, deadline_s: float) -> "PdTimeouts":
-        """A stuck transfer fails while the run's deadline still allows a retry: a quarter of the run's
-        budget, within [30 s, SGLang's 300 s default] (105 s for the 420 s run)."""
-        wait = float(int(min(300, max(30, deadline_s / 4))))
-        return cls(waiting_timeout_s=wait, bootstrap_timeout_s=wait)
 
 
 @dataclass
@@ -155,6 +137,10 @@ class EngineBackend(ABC):
     def pd_timeouts(self, cfg: RunConfig) -> PdTimeouts:
         """The PD waits the server is given, sized from the run's deadline."""
         return PdTimeouts.for_deadline(cfg.benchmark.deadline_s)
+
+    def server_spec(self, cfg: RunConfig, role: str, group: WorkerGroup) -> ServerSpec:
+        """The settings every server of `group` in `role` is launched with (its PD waits from pd_timeouts)."""
+        return server_spec(cfg, role, group, self.pd_timeouts(cfg))
 
     def rank_processes(self, group: WorkerGroup) -> int:
         """Node ranks > 0 of one server that need a process of their own (on their own node)."""

@@ -26,7 +26,7 @@ Assumptions (calibration knobs, not measurements; documented in docs/planning.md
   rank, so TP does not multiply KV capacity; DP attention does (each rank holds its own requests).
 - MoE: routed experts are sharded over all TP ranks (by EP or by TP, the bytes per GPU are the same).
   A decode step reads only the experts its batch hits: E x (1 - (1 - k/E)^tokens), uniform routing.
-- Pipeline parallel (`--pp-size` in extra_args) splits layers over stages that pp micro-batches keep busy,
+- Pipeline parallel (a group's `pp`) splits layers over stages that pp micro-batches keep busy,
   one activation send per stage boundary (perfmodel/parallel/pipeline.py); collectives are published NCCL
   figures (perfmodel/parallel/collectives.py).
 - Weight formats: bf16 = 2 B; fp8 = 1 B + one fp32 scale per 128x128 block; w4a8 = int4 routed
@@ -46,12 +46,12 @@ memory_terms.py (bytes, KV, limits, headroom), timing.py (seconds), weights.py a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.model_presets import ModelArchitecture
+from orchestrator.config.server_spec import ServerSpec, server_spec
 from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.calibration import (
     Calibration,
@@ -82,7 +82,7 @@ __all__ = [  # names other modules import from here (the terms live in the modul
     "ACTIVATION_HEADROOM", "ATTENTION_BACKEND_SPEED", "GB", "MTP_ACCEPT_DECAY", "MTP_FIRST_ACCEPT",
     "WEIGHT_FORMATS", "WEIGHT_READ_EFFICIENCY", "Calibration", "EngineCostModel", "ParamCounts", "Speculative",
     "WeightFormat", "build_cost_model", "calibration_for", "checkpoint_bytes", "cost_model_for", "experts_hit_fraction",
-    "find_calibration", "mtp_accept_length", "param_counts", "weight_format",
+    "find_calibration", "mtp_accept_length", "param_counts", "spec_fields", "weight_format",
 ]
 
 
@@ -177,35 +177,20 @@ def build_cost_model(
     quantization: str,
     gpu_memory_gb: float | None = None,
     calibrated: bool = True,
+    spec: ServerSpec | None = None,
     **server: Any,
 ) -> EngineCostModel:
     """The one constructor of a server's cost model: the GPU by name (`gpu_memory_gb` overrides its memory),
     the shipped calibration for that GPU and layer shape unless `calibrated` is False (never for cpu-fast),
-    and `server`'s EngineCostModel fields (tp, role, flags; unset flags take SGLang's defaults).
+    the server's settings from `spec` (a ServerSpec: the planner's from a config, the simulated server's from
+    its command line; unset flags take SGLang's defaults) and `server`'s other EngineCostModel fields.
 
-    cost_model_for (a config's group: planner, bench) and engines/sim/settings.py (a simulated server's
-    command line) both build through it, as do the calibration fits (their profile's own server)."""
-    spec = gpu_spec(gpu, gpu_memory_gb)
-    calibration = find_calibration(spec.name, arch, quantization) if calibrated and gpu != "cpu-fast" else None
-    return EngineCostModel(arch=arch, gpu=spec, quantization=quantization, calibration=calibration, **server)
-
-
-def _flag_value(extra_args: Sequence[str], flag: str) -> str | None:
-    """Value of `--flag V` or `--flag=V` in an SGLang argument list."""
-    for i, arg in enumerate(extra_args):
-        if arg == flag and i + 1 < len(extra_args):
-            return extra_args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _flag_int(extra_args: Sequence[str], *flags: str) -> int | None:
-    for flag in flags:
-        value = _flag_value(extra_args, flag)
-        if value is not None:
-            return int(value)
-    return None
+    cost_model_for (a config's group) and engines/sim/settings.py (a simulated server) build through it, as do the calibration fits (their profile's own server)."""
+    if spec is not None:
+        server = {**spec_fields(spec), **server}
+    hardware = gpu_spec(gpu, gpu_memory_gb)
+    calibration = find_calibration(hardware.name, arch, quantization) if calibrated and gpu != "cpu-fast" else None
+    return EngineCostModel(arch=arch, gpu=hardware, quantization=quantization, calibration=calibration, **server)
 
 
 def calibration_for(profile: CalibrationProfile, arch: ModelArchitecture, quantization: str) -> Calibration:
@@ -299,54 +284,38 @@ def cost_model_for(
 ) -> EngineCostModel:
     """The cost model of one server of `group`; GPU = `gpu`, else the sim profile (sim) or cluster.gpu.
 
-    Unset SGLang flags take SGLang's own defaults (sglang_version, default 0.5.17); `calibrated` loads the
-    shipped calibration profile for this GPU and layer shape (the same shape on another GPU if none)."""
+    The server is its ServerSpec (config/server_spec.py); unset SGLang flags take the defaults of `sglang_version`
+    (default: engine.sglang.version); `calibrated` loads the shipped calibration profile for this GPU and layer
+    shape (the same shape on another GPU if none)."""
     if gpu is None:
         gpu = cfg.sim_profile if cfg.engine.kind == "sim" else cfg.cluster.gpu
-    memory_override = cfg.cluster.gpu_memory_gb if gpu == cfg.cluster.gpu else None
-    args = list(cfg.engine.sglang.extra_args) + list(group.extra_args)
-    pp = _flag_int(args, "--pp-size", "--pp") or int(getattr(group, "pp", 1) or 1)
-    chunk = _flag_int(args, "--chunked-prefill-size") or getattr(group, "chunked_prefill_size", None)
-    mem_fraction = (
-        _flag_value(args, "--mem-fraction-static") or getattr(group, "mem_fraction_static", None)
-        or cfg.engine.sglang.mem_fraction_static
+    spec = server_spec(cfg, role, group)
+    if sglang_version is not None:
+        spec = replace(spec, sglang_version=sglang_version)
+    return build_cost_model(
+        cfg.model.architecture(), gpu, cfg.model.quantization,
+        gpu_memory_gb=cfg.cluster.gpu_memory_gb if gpu == cfg.cluster.gpu else None, calibrated=calibrated, spec=spec,
+        efficiency_prefill=cfg.engine.sim.efficiency_prefill, efficiency_decode=cfg.engine.sim.efficiency_decode,
+        context_length=cfg.model.context_length,
     )
-    graph_max = _flag_int(args, "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")
-    graph_max = graph_max or getattr(group, "cuda_graph_max_bs", None)
-    arch = cfg.model.architecture()
-    version = sglang_version or getattr(cfg.engine.sglang, "version", None) or "0.5.17"
-    draft = getattr(group, "speculative", None)
+
+
+def spec_fields(spec: ServerSpec) -> dict[str, Any]:
+    """The EngineCostModel fields a ServerSpec sets (the rest are assumptions: efficiencies, context length)."""
+    draft = spec.speculative
     speculative = None
-    if draft is not None:
+    if draft.algorithm is not None and draft.num_steps and draft.num_draft_tokens:
         accept = draft.accept_length or mtp_accept_length(
-            draft.num_steps, draft.num_draft_tokens, dummy_weights=cfg.engine.sglang.load_format == "dummy"
+            draft.num_steps, draft.num_draft_tokens, dummy_weights=spec.load_format == "dummy"
         )
         speculative = Speculative(draft.num_steps, draft.num_draft_tokens, min(accept, float(draft.num_draft_tokens)))
-    return build_cost_model(
-        arch,
-        gpu,
-        cfg.model.quantization,
-        gpu_memory_gb=memory_override,
-        calibrated=calibrated,
-        tp=group.tp,
-        dp=group.dp,
-        ep=group.ep,
-        efficiency_prefill=cfg.engine.sim.efficiency_prefill,
-        efficiency_decode=cfg.engine.sim.efficiency_decode,
-        mem_fraction_static=float(mem_fraction) if mem_fraction is not None else None,
-        max_running_requests=group.max_running_requests,
-        dp_attention=group.dp_attention,
-        pp=pp,
-        nnodes=group.nnodes,
-        role=role,
-        chunked_prefill_tokens=chunk if chunk and chunk > 0 else None,
-        context_length=cfg.model.context_length,
-        sglang_version=version,
-        cuda_graph_max_bs=graph_max,
-        cuda_graph="--disable-cuda-graph" not in args,
-        prefill_graphs="--disable-prefill-cuda-graph" not in args,
-        page_size=cfg.engine.sglang.page_size,
-        attention_backend=getattr(group, "attention_backend", None) or cfg.engine.sglang.attention_backend,
-        speculative=speculative,
-        load_format=cfg.engine.sglang.load_format,
+    p, m, b = spec.parallel, spec.memory, spec.batching
+    return dict(
+        tp=p.tp, dp=p.dp, ep=p.ep, pp=p.pp, dp_attention=p.dp_attention, nnodes=p.nnodes, role=spec.role,
+        mem_fraction_static=m.mem_fraction_static, page_size=m.page_size,
+        max_running_requests=b.max_running_requests, chunked_prefill_tokens=b.chunked_prefill_size,
+        cuda_graph_max_bs=b.cuda_graph_max_bs, cuda_graph=not b.disable_cuda_graph,
+        prefill_graphs=not b.disable_prefill_cuda_graph,
+        sglang_version=spec.sglang_version, attention_backend=spec.attention_backend, speculative=speculative,
+        load_format=spec.load_format,
     )

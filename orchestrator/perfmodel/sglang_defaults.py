@@ -28,15 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from orchestrator.config.sglang_versions import version_tuple
+
 MIB_PER_GIB = 1024
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """'0.5.17' -> (0, 5, 17); bad text -> ValueError naming it."""
-    try:
-        return tuple(int(x) for x in version.split(".")[:3])
-    except ValueError:
-        raise ValueError(f"sglang_version={version!r} is not like '0.5.17'") from None
 
 
 def _new(version: str) -> bool:

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig, WorkerGroup, config_from_dict
+from orchestrator.config.server_spec import server_spec
+from orchestrator.config.sglang_versions import release_for
 from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM, GB, EngineCostModel, cost_model_for
 
 FITS = "fits"
@@ -195,6 +197,28 @@ def group_memory(
     )
 
 
+def sglang_defaults_text(cfg: RunConfig, gpu: str | None = None) -> str:
+    """What each group's servers take from SGLang's own defaults: the flags its ServerSpec leaves unset, valued as
+    engine.sglang.version derives them on `gpu` (the table of config/sglang_versions.py, perfmodel/sglang_defaults)."""
+    version = cfg.engine.sglang.version
+    release = release_for(version)
+    table = "" if release.version == version else f", the {release.version} table"
+    lines = [f"SGLang {version} defaults (engine.sglang.version{table}) for the flags left unset:"]
+    for role, i, group in cfg.layout.groups():
+        spec = server_spec(cfg, role, group)
+        model = cost_model_for(cfg, role, group, gpu=gpu or cfg.cluster.gpu)
+        unset = {
+            "chunked_prefill_size": (spec.batching.chunked_prefill_size, model.chunked_prefill_tokens),
+            "mem_fraction_static": (spec.memory.mem_fraction_static, model.mem_fraction_static),
+            "cuda_graph_max_bs": (spec.batching.cuda_graph_max_bs, model.graph_max_bs if role != "prefill" else None),
+            "max_running_requests": (spec.batching.max_running_requests, model.max_running()),
+        }
+        shown = [f"{name} {value}" for name, (given, value) in unset.items() if given is None and value is not None]
+        lines.append(f"  layout.{role}.{i}: " + (", ".join(shown) or "every such flag is set"))
+    lines.append(f"  ({release.version}: {release.defaults_note})")
+    return "\n".join(lines)
+
+
 def check_layout_fits(
     cfg: RunConfig,
     batch: Sequence[tuple[int, int]] | None = None,
@@ -247,7 +271,7 @@ def nearest_fitting_layouts(cfg: RunConfig, gpu: str | None = None) -> list[str]
         candidates.append(("H200 nodes", _with(cfg, cluster__gpu="H200", cluster__gpu_memory_gb=None), None))
     if cfg.cluster.num_nodes >= 2:
         span = {"count": 1, "tp": per_node * 2, "nnodes": 2}
-        pipe = {"count": 1, "tp": per_node, "nnodes": 2, "extra_args": ["--pp-size", "2"]}
+        pipe = {"count": 1, "tp": per_node, "nnodes": 2, "pp": 2}
         for label, group in ((f"aggregated TP{per_node * 2} over both nodes", span),
                              (f"aggregated TP{per_node}xPP2 over both nodes", pipe)):
             candidates.append((label, _with(cfg, layout={"mode": "aggregated", "aggregated": [group]}), gpu))

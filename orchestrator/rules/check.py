@@ -131,14 +131,10 @@ def _model(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:
 
 
 def _speculative_uses(cfg: RunConfig) -> Iterator[tuple[str, str]]:
+    # the typed field only: --speculative-algorithm in extra_args is a config error (config/server_spec.py)
     for role, i, group in cfg.layout.groups():
-        spec = getattr(group, "speculative", None)  # typed field, where the schema has it
-        if spec is not None and getattr(spec, "algorithm", None):
-            yield f"layout.{role}.{i}.speculative.algorithm", str(spec.algorithm)
-    for where, args in _extra_args_fields(cfg):
-        for flag, value in _flag_uses(args):
-            if flag == "--speculative-algorithm" and value:
-                yield where, value
+        if group.speculative is not None:
+            yield f"layout.{role}.{i}.speculative.algorithm", str(group.speculative.algorithm)
 
 
 def _engine(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:

@@ -151,7 +151,7 @@ site) install_site; nvidia-smi -L ;;
 pd) install_runtime; bench_local $PD_CFG $P/pd; pack pd ;;
 pd-nooverlap)  # the prefill server without SGLang's overlap loop (it holds a batch's KV back one forward otherwise)
   install_runtime
-  bench_local $PD_CFG $P/pd-nooverlap --set 'layout.prefill.0.extra_args=[--disable-prefill-cuda-graph, --disable-overlap-schedule]'
+  bench_local $PD_CFG $P/pd-nooverlap --set 'layout.prefill.0.extra_args=[--disable-overlap-schedule]'
   pack pd-nooverlap ;;
 pd-early)  # the prefill with the early KV indices patch switched on (orchestrator/calibrate/early_kv.py)
   install_runtime; bench_local $PD_CFG $P/pd-early --set 'engine.sglang.env.PDO_EARLY_KV_INDICES="1"'; pack pd-early ;;

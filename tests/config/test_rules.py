@@ -160,9 +160,8 @@ def test_forbidden_flags_are_violations_naming_their_field(where, args, flag):
 
 def test_allowed_flags_stay_compliant():
     data = _compliant_data()
-    data["layout"]["aggregated"][0]["extra_args"] = [
-        "--speculative-algorithm", "NEXTN", "--cuda-graph-max-bs-decode", "512", "--enable-dp-lm-head",
-    ]
+    data["layout"]["aggregated"][0].update(speculative={"algorithm": "NEXTN"}, cuda_graph_max_bs=512,
+                                           extra_args=["--enable-dp-lm-head"])
     assert check_config(config_from_dict(data), load_profile(PROFILE)).compliant
 
 
@@ -170,7 +169,7 @@ def test_benchmark_and_engine_rules():
     data = _compliant_data()
     data["benchmark"].update(num_prompts=200, seed=1, deadline_s=600, context_len=1024)
     data["engine"]["sglang"].update(load_format=None, kv_cache_dtype="fp8_e4m3")
-    data["layout"]["aggregated"][0]["extra_args"] = ["--speculative-algorithm", "EAGLE3"]
+    data["layout"]["aggregated"][0]["extra_args"] = ["--speculative-draft-model-path", "some/distilled-draft"]
     verdict = check_config(config_from_dict(data), load_profile(PROFILE))
     assert {v.field for v in verdict.violations} == {
         "benchmark.num_prompts", "benchmark.seed", "benchmark.deadline_s", "benchmark.context_len",

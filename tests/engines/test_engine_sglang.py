@@ -52,15 +52,18 @@ def common_env(ip: str, visible: str = "0,1,2,3,4,5,6,7") -> dict[str, str]:
 
 def server_argv(host: str, port: int, tp: int, base_gpu: int, role: str | None, bootstrap: int = 8998,
                 quantization: str | None = None) -> list[str]:
-    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--load-format", "dummy"]
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1"]
     if quantization:  # the TP4-prefill presets use a W4A8 checkpoint (FP8 R1 does not fit 4 H200s)
         argv += ["--quantization", quantization]
-    argv += ["--host", host, "--port", str(port),
-            "--tp-size", str(tp), "--pp-size", "1", "--dp-size", "1", "--ep-size", "1", "--base-gpu-id", str(base_gpu)]
+    argv += ["--host", host, "--port", str(port), "--load-format", "dummy",  # then the ServerSpec's flags
+             "--tp-size", str(tp), "--pp-size", "1", "--dp-size", "1", "--ep-size", "1",
+             "--kv-cache-dtype", "auto", "--page-size", "1"]
     if role:
-        argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl",
-                 "--disaggregation-bootstrap-port", str(bootstrap)]
-    return argv + ["--page-size", "1", "--kv-cache-dtype", "auto", "--enable-metrics"]
+        argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
+    argv += ["--base-gpu-id", str(base_gpu)]
+    if role:
+        argv += ["--disaggregation-bootstrap-port", str(bootstrap)]
+    return argv + ["--enable-metrics"]
 
 
 def under_dist_store(argv: list[str], host: str = "0.0.0.0") -> list[str]:
@@ -121,8 +124,8 @@ def test_1p_tp4_with_1d_tp8_keeps_page_size_and_kv_dtype_equal_on_both_roles():
     dec = backend.build_launch(cfg, cfg.layout.decode[0], placement("decode", DECODE_IP, 30001, range(8)))
 
     def swap_kv(argv):
-        i = argv.index("--page-size")
-        return argv[:i] + ["--page-size", "64", "--kv-cache-dtype", "fp8_e4m3"] + argv[i + 4:]
+        i = argv.index("--kv-cache-dtype")
+        return argv[:i] + ["--kv-cache-dtype", "fp8_e4m3", "--page-size", "64"] + argv[i + 4:]
 
     assert pre.argv == under_dist_store(swap_kv(server_argv("0.0.0.0", 30000, 4, 0, "prefill", quantization="w4afp8")))
     assert dec.argv == under_dist_store(swap_kv(server_argv("0.0.0.0", 30001, 8, 0, "decode", quantization="w4afp8")))
@@ -141,8 +144,9 @@ def test_aggregated_tp16_spans_two_nodes_with_one_launch_per_node_rank():
     ]
     for r, launch in enumerate(ranks):
         expected = server_argv("0.0.0.0", 30000, 16, 0, None)
+        expected[expected.index("--kv-cache-dtype"):expected.index("--kv-cache-dtype")] = ["--nnodes", "2"]
         i = expected.index("--base-gpu-id")
-        expected[i:i] = ["--nnodes", "2", "--node-rank", str(r), "--dist-init-addr", dist]
+        expected[i:i] = ["--node-rank", str(r), "--dist-init-addr", dist]
         assert launch.argv == expected
         assert launch.env == common_env((PREFILL_IP, DECODE_IP)[r])
     assert readiness_urls(ranks[0]) == [f"http://{PREFILL_IP}:30000/health"]
@@ -154,7 +158,7 @@ def test_transfer_and_engine_settings_reach_argv_and_env_with_engine_env_last():
         "model.path=/models/dsv2lite", "model.quantization=w4a8", "model.context_length=16384",
         "engine.sglang.python=/opt/py/bin/python3", "engine.sglang.attention_backend=triton",
         "engine.sglang.mem_fraction_static=0.85", "engine.sglang.extra_args=[--sampling-backend, pytorch]",
-        "layout.decode.0.max_running_requests=256", "layout.decode.0.extra_args=[--cuda-graph-max-bs, '256']",
+        "layout.decode.0.max_running_requests=256", "layout.decode.0.cuda_graph_max_bs=256",
         "layout.decode.0.dp=8", "layout.decode.0.dp_attention=true", "layout.decode.0.ep=8",
         "transfer.host_ip=192.168.1.9", "transfer.nixl_backend_params={device_list: mlx5_0}",
         "transfer.ucx.rndv_scheme=put_zcopy", "transfer.ucx.max_rma_rails=4", "transfer.ucx.extra={LOG_LEVEL: info}",
@@ -165,13 +169,14 @@ def test_transfer_and_engine_settings_reach_argv_and_env_with_engine_env_last():
     dec = SglangBackend().build_launch(cfg, cfg.layout.decode[0], placement("decode", DECODE_IP, 30001, range(8)))
     assert dec.argv == under_dist_store([
         "/opt/py/bin/python3", "-m", "sglang.launch_server", "--model-path", "/models/dsv2lite",
-        "--load-format", "dummy", "--quantization", "w4afp8", "--context-length", "16384",
-        "--host", "0.0.0.0", "--port", "30001", "--tp-size", "8", "--pp-size", "1", "--dp-size", "8", "--ep-size", "8",
-        "--enable-dp-attention", "--base-gpu-id", "0",
+        "--quantization", "w4afp8", "--context-length", "16384", "--host", "0.0.0.0", "--port", "30001",
+        "--load-format", "dummy", "--attention-backend", "triton",
+        "--tp-size", "8", "--pp-size", "1", "--dp-size", "8", "--ep-size", "8", "--enable-dp-attention",
+        "--mem-fraction-static", "0.85", "--kv-cache-dtype", "auto", "--page-size", "1",
+        "--max-running-requests", "256", "--cuda-graph-max-bs-decode", "256",
         "--disaggregation-mode", "decode", "--disaggregation-transfer-backend", "nixl",
-        "--disaggregation-bootstrap-port", "8998", "--page-size", "1", "--kv-cache-dtype", "auto",
-        "--attention-backend", "triton", "--mem-fraction-static", "0.85", "--max-running-requests", "256",
-        "--enable-metrics", "--cuda-graph-max-bs", "256", "--sampling-backend", "pytorch",
+        "--base-gpu-id", "0", "--disaggregation-bootstrap-port", "8998",
+        "--enable-metrics", "--sampling-backend", "pytorch",
     ])
     assert dec.env == {
         **common_env("192.168.1.9", visible="0,1"),

@@ -54,7 +54,7 @@ def test_simulated_server_models_the_pipeline():
     parser = argparse.ArgumentParser()
     add_server_args(parser)
     settings = settings_from_args(parser.parse_args(launch.argv[3:]))
-    assert settings.pp == 2
+    assert settings.spec.parallel.pp == 2
     cost = cost_model_of(settings, architecture_of(settings))
     flat = cost_model_of(settings_from_args(parser.parse_args([*launch.argv[3:], "--pp-size", "1"])),
                          architecture_of(settings))

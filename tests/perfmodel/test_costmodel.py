@@ -111,8 +111,7 @@ def test_cost_model_for_reads_group_parallelism_overrides_and_engine_settings() 
         "model": {"quantization": "w4a8"},
         "engine": {"kind": "sglang", "sglang": {"mem_fraction_static": 0.8}, "sim": {"efficiency_decode": 0.5}},
         "layout": {"mode": "aggregated", "aggregated": [
-            {"tp": 8, "nnodes": 2, "extra_args": ["--pp-size", "2", "--chunked-prefill-size=4096"],
-             "max_running_requests": 64}]},
+            {"tp": 8, "nnodes": 2, "pp": 2, "chunked_prefill_size": 4096, "max_running_requests": 64}]},
     })
     m = cost_model_for(cfg, "aggregated", cfg.layout.aggregated[0])
     assert (m.tp, m.pp, m.nnodes, m.gpus) == (8, 2, 2, 16)

@@ -62,7 +62,7 @@ def test_shape_ignores_ports_gpus_and_wrapper_but_not_flags(tmp_path):
     assert shape_id(a.argv, "H200") != shape_id(a.argv, "H100-SXM")
     prefill = launch_of(cfg, "prefill", 30000, 0)
     assert shape_id(prefill.argv, "H200") != shape_id(a.argv, "H200")  # other role, other kernels
-    bigger = sglang_config(str(tmp_path), extra_args=["--cuda-graph-max-bs", "512"])
+    bigger = sglang_config(str(tmp_path), extra_args=["--enable-torch-compile"])
     assert shape_id(launch_of(bigger, "decode", 30000, 0).argv, "H200") != shape_id(a.argv, "H200")
     with pytest.raises(ValueError, match="not an SGLang launch"):
         launch_shape(["python", "-m", "orchestrator.engines.sim.server"])

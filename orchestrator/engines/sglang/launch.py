@@ -1,4 +1,5 @@
-"""Real SGLang backend: config + placement -> `python -m sglang.launch_server` argv, env and readiness URLs.
+"""Real SGLang backend: config + placement -> `python -m sglang.launch_server` argv (the ServerSpec's flags), env
+and readiness URLs.
 
 GPU choice (why it is done this way): on a host that runs both a prefill and a decode server, NIXL's UCX
 backend moves KV with `cuda_ipc` only when each process can see the peer's GPU. So every server sees the
@@ -17,9 +18,9 @@ from pathlib import Path
 import httpx
 
 from orchestrator.config import RunConfig, WorkerGroup
+from orchestrator.config.server_spec import ServerSpec, server_spec
 from orchestrator.engines.base import EngineBackend, EngineLaunch, EngineProcess, PdTimeouts, WorkerPlacement
 from orchestrator.engines.sglang.caches import cache_env, cache_state, record_warm, sglang_version
-from orchestrator.engines.sglang.knobs import knob_flags
 from orchestrator.transfer.env import transport_env
 
 # Checkpoint each preset stands for when model.path is not set (only config.json is read with dummy weights).
@@ -66,39 +67,32 @@ def _gpu_flags(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -
     return ["--base-gpu-id", str(ids[0])], visible
 
 
-def build_argv(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> list[str]:
-    """The exact `launch_server` command line for one server (one node of it when nnodes > 1)."""
+def build_argv(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement, spec: ServerSpec | None = None) -> list[str]:
+    """The exact `launch_server` command line for one server (one node of it when nnodes > 1): the model, where it
+    listens, the ServerSpec's flags (`spec`, default: the group's), the node rank, GPUs, bootstrap port, metrics,
+    then extra_args (flags of no typed field: a repeat of one is a config error)."""
     eng = cfg.engine.sglang
+    spec = spec or server_spec(cfg, placement.role, group)
     argv = [eng.python, "-m", "sglang.launch_server", "--model-path", model_path(cfg)]
     if cfg.model.served_model_name:
         argv += ["--served-model-name", cfg.model.served_model_name]
-    if eng.load_format:
-        argv += ["--load-format", eng.load_format]
     if cfg.model.quantization in QUANTIZATION_FLAGS:
         argv += ["--quantization", QUANTIZATION_FLAGS[cfg.model.quantization]]
     if cfg.model.context_length:
         argv += ["--context-length", str(cfg.model.context_length)]
     argv += ["--host", placement.host, "--port", str(placement.port)]
-    argv += ["--tp-size", str(group.tp), "--pp-size", str(group.pp), "--dp-size", str(group.dp),
-             "--ep-size", str(group.ep)]
-    if group.dp_attention:
-        argv.append("--enable-dp-attention")
+    argv += spec.to_sglang_argv()
     if group.nnodes > 1:
         if not placement.dist_init_addr:
             raise SglangLaunchError(
                 f"{placement.role}-{placement.group_index}: nnodes={group.nnodes} needs placement.dist_init_addr "
                 "(host:port of node rank 0 for torch.distributed)"
             )
-        argv += ["--nnodes", str(group.nnodes), "--node-rank", str(placement.node_rank)]
-        argv += ["--dist-init-addr", placement.dist_init_addr]
+        argv += ["--node-rank", str(placement.node_rank), "--dist-init-addr", placement.dist_init_addr]
     gpu_argv, _ = _gpu_flags(cfg, group, placement)
     argv += gpu_argv
     if placement.role != "aggregated":
-        argv += ["--disaggregation-mode", placement.role]
-        argv += ["--disaggregation-transfer-backend", cfg.transfer.backend]
         argv += ["--disaggregation-bootstrap-port", str(_bootstrap_port(cfg, placement))]
-    argv += ["--page-size", str(eng.page_size), "--kv-cache-dtype", eng.kv_cache_dtype]
-    argv += knob_flags(cfg, group)
     argv.append("--enable-metrics")
     return argv + list(group.extra_args) + list(eng.extra_args)
 
@@ -126,10 +120,11 @@ def _bootstrap_port(cfg: RunConfig, placement: WorkerPlacement) -> int:
 
 def build_env(cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement,
               timeouts: PdTimeouts | None = None) -> dict[str, str]:
-    """Environment for one server: routable IP, NIXL/UCX/NCCL transport, PD timeouts, GPU visibility."""
+    """Environment for one server: routable IP, NIXL/UCX/NCCL transport, PD timeouts (the ServerSpec's, which
+    SGLang reads from these variables), GPU visibility."""
     t = cfg.transfer
     _, visible = _gpu_flags(cfg, group, placement)
-    timeouts = timeouts or PdTimeouts.for_deadline(cfg.benchmark.deadline_s)
+    timeouts = timeouts or server_spec(cfg, placement.role, group).pd.timeouts
     env: dict[str, str] = {
         "CUDA_VISIBLE_DEVICES": visible,
         "SGLANG_HOST_IP": t.host_ip or placement.node_ip,
@@ -192,10 +187,11 @@ class SglangBackend(EngineBackend):
     name = "sglang"
 
     def build_launch(self, cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> EngineLaunch:
-        argv = build_argv(cfg, group, placement)
+        spec = self.server_spec(cfg, placement.role, group)
+        argv = build_argv(cfg, group, placement, spec)
         if wraps_dist_store(cfg, group, argv):
             argv = [cfg.engine.sglang.python, str(DIST_STORE_WRAPPER), "--host", placement.host, "--", *argv]
-        env = build_env(cfg, group, placement, self.pd_timeouts(cfg))
+        env = build_env(cfg, group, placement, spec.pd.timeouts)
         url = f"http://{placement.advertise_host}:{placement.port}"
         bootstrap = _bootstrap_port(cfg, placement) if placement.role == "prefill" else None
         return EngineLaunch(

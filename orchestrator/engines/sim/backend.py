@@ -1,6 +1,7 @@
 """Sim engine backend: the command line of one simulated SGLang server (orchestrator.engines.sim.server) per worker.
 
-(RunConfig, WorkerGroup, WorkerPlacement) -> EngineLaunch(argv=[python, -m, orchestrator.engines.sim.server, ...])
+(RunConfig, WorkerGroup, WorkerPlacement) -> EngineLaunch(argv=[python, -m, orchestrator.engines.sim.server,
+sim flags..., ServerSpec.to_sim_argv()..., the group's extra_args the simulator knows])
 """
 
 from __future__ import annotations
@@ -11,10 +12,7 @@ import sys
 
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.engines.base import EngineBackend, EngineLaunch, WorkerPlacement
-from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.transfer.env import transport_env
-
-SIM_MODE = {"prefill": "prefill", "decode": "decode", "aggregated": "null"}
 
 
 def worker_name(role: str, group: WorkerGroup, placement: WorkerPlacement) -> str:
@@ -66,15 +64,9 @@ class SimBackend(EngineBackend):
             sys.executable, "-m", "orchestrator.engines.sim.server",
             "--host", placement.host,
             "--port", str(placement.port),
-            "--disaggregation-mode", SIM_MODE[role],
             "--disaggregation-bootstrap-port", str(bootstrap_port),
             "--served-model-name", cfg.model.name,
             "--quantization", cfg.model.quantization,
-            "--tp-size", str(group.tp),
-            "--pp-size", str(group.pp),
-            "--dp-size", str(group.dp),
-            "--ep-size", str(group.ep),
-            "--nnodes", str(group.nnodes),
             "--profile", cfg.sim_profile,
             "--time-scale", repr(sim.time_scale),
             "--efficiency-prefill", repr(sim.efficiency_prefill),
@@ -93,34 +85,15 @@ class SimBackend(EngineBackend):
             argv += ["--context-length", str(cfg.model.context_length)]
         if cfg.cluster.gpu_memory_gb and cfg.sim_profile == cfg.cluster.gpu:
             argv += ["--gpu-memory-gb", repr(cfg.cluster.gpu_memory_gb)]
-        if group.dp_attention:
-            argv.append("--enable-dp-attention")
-        if group.max_running_requests:
-            argv += ["--max-running-requests", str(group.max_running_requests)]
         if sim.startup_s is not None:
             argv += ["--startup-s", repr(sim.startup_s)]
-        timeouts = self.pd_timeouts(cfg)
-        argv += ["--waiting-timeout-s", repr(timeouts.waiting_timeout_s),
-                 "--bootstrap-timeout-s", repr(timeouts.bootstrap_timeout_s),
-                 "--heartbeat-interval-s", repr(timeouts.heartbeat_interval_s),
-                 "--heartbeat-max-failures", str(timeouts.heartbeat_max_failures)]
         faults = faults_for(cfg, role, group, placement)
         if faults:
             argv += ["--faults", json.dumps(faults)]
+        # the server's SGLang flags as the real server gets them, + the sim-only ones (version, PD waits): the
+        # simulated server parses them back into the same ServerSpec and builds the planner's cost model from it
+        argv += self.server_spec(cfg, role, group).to_sim_argv()
         argv += supported_extra_args(group.extra_args)
-        # the flags the planner's cost model of this server resolved (config, extra_args, SGLang's defaults),
-        # so the simulated server is built with the same values (engine.sglang.* is not in group.extra_args)
-        model = cost_model_for(cfg, role, group)
-        argv += ["--mem-fraction-static", repr(model.mem_fraction_static),
-                 "--chunked-prefill-size", str(model.chunked_prefill_tokens),
-                 "--page-size", str(model.page_size), "--sglang-version", model.sglang_version]
-        if model.cuda_graph_max_bs:
-            argv += ["--cuda-graph-max-bs", str(model.cuda_graph_max_bs)]
-        if model.attention_backend:
-            argv += ["--attention-backend", model.attention_backend]
-        if model.load_format:  # dummy weights route every token to the same experts (perfmodel/weights.py)
-            argv += ["--load-format", model.load_format]
-        argv += ["--disable-cuda-graph"] * (not model.cuda_graph) + ["--disable-prefill-cuda-graph"] * (not model.prefill_graphs)
 
         # the same UCX/NIXL variables as a real server (transfer.ucx.tls, net_devices, ...): KV moves the
         # way the config says; on one machine UCX would otherwise pick shared memory (cma) over the network

@@ -67,7 +67,7 @@ class SimEngine:
         if capacity < 1:
             raise ValueError(
                 f"{self.arch.name} ({settings.quantization}) weights need "
-                f"{self.cost.weights_bytes_per_gpu() / 2**30:.1f} GiB per GPU at tp={settings.tp}, more than "
+                f"{self.cost.weights_bytes_per_gpu() / 2**30:.1f} GiB per GPU at tp={settings.spec.parallel.tp}, more than "
                 f"{self.cost.mem_fraction_static:.2f} x {self.cost.gpu.memory_gb:g} GiB of {settings.profile}: "
                 "no room for KV cache; raise --tp-size or use a smaller weight format (--quantization)"
             )

@@ -226,9 +226,6 @@ class SimMetrics:
 
 
 # ----- /server_info (functions of a SimEngine: `self` is the engine) ---------------------------------------
-SGLANG_VERSION = "0.5.17"
-
-
 def kv_payload_stats(self: SimEngine) -> dict[str, Any]:
     """What the KV transfers really moved against the model's bytes (prefill: sent; decode: verified)."""
     s = self.settings
@@ -244,10 +241,11 @@ def kv_payload_stats(self: SimEngine) -> dict[str, Any]:
 def prefill_server_info(self: SimEngine) -> dict[str, Any]:
     """The prefill bootstrap server's PrefillServerInfo (GET /route with every rank -1)."""
     s = self.settings
+    p = s.spec.parallel
     return {
-        "attn_tp_size": s.tp // (s.dp if s.dp_attention else 1),
+        "attn_tp_size": p.tp // (p.dp if p.dp_attention else 1),
         "attn_cp_size": 1,
-        "dp_size": s.dp,
+        "dp_size": p.dp,
         "pp_size": 1,
         "page_size": 1,
         "kv_cache_dtype": "auto",
@@ -264,6 +262,7 @@ def prefill_server_info(self: SimEngine) -> dict[str, Any]:
 def server_info(self: SimEngine) -> dict[str, Any]:
     """SGLang's /server_info body, plus the simulator's own `sim` block."""
     s = self.settings
+    p = s.spec.parallel
     stats = self.scheduler.stats()
     args = {
         "model_path": s.model_path or s.model_preset,
@@ -272,20 +271,21 @@ def server_info(self: SimEngine) -> dict[str, Any]:
         "port": s.port,
         "disaggregation_mode": s.mode,
         "disaggregation_bootstrap_port": s.bootstrap_port,
-        "disaggregation_transfer_backend": "nixl",
-        "tp_size": s.tp,
-        "dp_size": s.dp,
-        "ep_size": s.ep,
-        "enable_dp_attention": s.dp_attention,
-        "nnodes": s.nnodes,
+        "disaggregation_transfer_backend": s.spec.pd.transfer_backend or "mooncake",
+        "tp_size": p.tp,
+        "pp_size": p.pp,
+        "dp_size": p.dp,
+        "ep_size": p.ep,
+        "enable_dp_attention": p.dp_attention,
+        "nnodes": p.nnodes,
         "quantization": s.quantization,
         "max_running_requests": self.scheduler.limits.max_running_requests,
         "chunked_prefill_size": self.scheduler.limits.chunked_prefill_tokens,
         "mem_fraction_static": self.cost.mem_fraction_static,
         "context_length": s.context_length or self.arch.max_position_embeddings,
-        "page_size": 1,
-        "kv_cache_dtype": "auto",
-        "load_format": "dummy",
+        "page_size": self.cost.page_size,
+        "kv_cache_dtype": s.spec.memory.kv_cache_dtype,
+        "load_format": s.spec.load_format or "auto",
         "enable_metrics": True,
     }
     startup_time = {**self.startup_phases, "cuda_graph": {"decode": self.startup_phases["cuda_graph"]}}
@@ -312,7 +312,7 @@ def server_info(self: SimEngine) -> dict[str, Any]:
                 "effective_max_running_requests_per_dp": self.scheduler.limits.max_running_requests,
             }
         ],
-        "version": f"{SGLANG_VERSION}-sim",
+        "version": f"{s.spec.sglang_version}-sim",
         "kv_events": None,
         "simulated": True,
         "sim": {

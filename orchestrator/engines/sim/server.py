@@ -1,6 +1,6 @@
 """Simulated SGLang engine server: one process is one worker speaking SGLang 0.5.17's HTTP API.
 
-argv -> SimSettings -> SimEngine (scheduler + metrics + faults + PD transfer) -> aiohttp app on --port
+argv -> SimSettings (a ServerSpec parsed from SGLang's flags + sim-only knobs) -> SimEngine (scheduler + metrics + faults + PD transfer) -> aiohttp app on --port
         (+ on a prefill: the bootstrap app on --disaggregation-bootstrap-port, see kv_transfer.py)
 
 Every answer is labelled simulated (`meta_info.simulated`, `/server_info.simulated`, `sglang:simulated`).
@@ -25,9 +25,9 @@ from aiohttp import web
 
 from orchestrator.api.generate import BadRequest, SamplingParams, parse_generate_body
 from orchestrator.config.model_presets import MODEL_PRESETS
+from orchestrator.config.server_spec import add_spec_args, spec_from_args
 from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine, crash
 from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, parse_fault_spec
-from orchestrator.engines.base import PdTimeouts
 from orchestrator.engines.sim.kv_transfer import MIB
 from orchestrator.engines.sim.metrics import CONTENT_TYPE
 from orchestrator.engines.sim.openai.routes import SimOpenAiApi
@@ -271,40 +271,24 @@ async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, p
 
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
-    """Flags: SGLang's names where SGLang has the flag, sim-only ones otherwise."""
-    g = p.add_argument_group("SGLang flags")
+    """Flags: the ServerSpec's (SGLang's names, parsed as SGLang gets them), SGLang's launch flags, sim-only ones."""
+    add_spec_args(p)
+    g = p.add_argument_group("SGLang launch flags")
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=30000)
-    g.add_argument("--disaggregation-mode", "--mode", dest="mode", choices=["null", "prefill", "decode"], default="null")
     g.add_argument("--disaggregation-bootstrap-port", dest="bootstrap_port", type=int, default=8998)
-    g.add_argument("--disaggregation-transfer-backend", default="nixl", help="accepted; the sim moves KV per --kv-transfer")
     g.add_argument("--model-path", default=None, help="model directory with config.json (and tokenizer.json)")
     g.add_argument("--served-model-name", default=None)
-    g.add_argument("--tp-size", "--tp", dest="tp", type=int, default=1)
-    g.add_argument("--pp-size", "--pp", dest="pp", type=int, default=1)
-    g.add_argument("--dp-size", "--dp", dest="dp", type=int, default=1)
-    g.add_argument("--ep-size", "--ep", dest="ep", type=int, default=1)
-    g.add_argument("--enable-dp-attention", action="store_true")
-    g.add_argument("--nnodes", type=int, default=1)
-    g.add_argument("--max-running-requests", type=int, default=None)
-    g.add_argument("--chunked-prefill-size", type=int, default=None)
-    g.add_argument("--mem-fraction-static", type=float, default=None)
     g.add_argument("--context-length", type=int, default=None)
     g.add_argument("--quantization", default="fp8", help="weight format: bf16, fp8, w4a8, awq")
     g.add_argument("--incremental-streaming-output", action="store_true")
     for flag in ("--enable-metrics", "--trust-remote-code", "--skip-server-warmup"):
         g.add_argument(flag, action="store_true", help="accepted for compatibility")
-    g.add_argument("--page-size", type=int, default=1)
-    g.add_argument("--cuda-graph-max-bs", type=int, default=None)
-    g.add_argument("--attention-backend", default=None)
-    g.add_argument("--disable-cuda-graph", action="store_true")
-    g.add_argument("--disable-prefill-cuda-graph", action="store_true")
-    for flag in ("--kv-cache-dtype", "--load-format", "--node-rank", "--dist-init-addr", "--base-gpu-id"):
+    for flag in ("--node-rank", "--dist-init-addr", "--base-gpu-id"):
         g.add_argument(flag, default=None, help="accepted for compatibility")
     s = p.add_argument_group("simulator flags")
     s.add_argument("--model-preset", default=None, help=f"architecture preset: {sorted(MODEL_PRESETS)}")
     s.add_argument("--profile", default="H100-SXM", choices=sorted(GPU_SPECS), help="cost-model GPU profile")
-    s.add_argument("--sglang-version", default="0.5.17", help="whose defaults the cost model takes for unset flags")
     s.add_argument("--gpu-memory-gb", type=float, default=None)
     s.add_argument("--efficiency-prefill", type=float, default=0.45)
     s.add_argument("--efficiency-decode", type=float, default=0.6)
@@ -320,29 +304,20 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                         "(full); the modelled transfer time is always the whole KV's")
     s.add_argument("--kv-sample-bytes", type=int, default=1 * MIB, help="bytes moved per request with --kv-payload sample")
     s.add_argument("--sim-node", default=None, help="node identity for same-node transfers; default --host")
-    d = PdTimeouts()
-    s.add_argument("--waiting-timeout-s", type=float, default=d.waiting_timeout_s)
-    s.add_argument("--bootstrap-timeout-s", type=float, default=d.bootstrap_timeout_s)
-    s.add_argument("--heartbeat-interval-s", type=float, default=d.heartbeat_interval_s)
-    s.add_argument("--heartbeat-max-failures", type=int, default=d.heartbeat_max_failures)
-    s.add_argument("--bootstrap-retries", type=int, default=d.bootstrap_retries)
-    s.add_argument("--bootstrap-retry-interval-s", type=float, default=d.bootstrap_retry_interval_s)
     s.add_argument("--log-level", default="info")
 
 
 def settings_from_args(a: argparse.Namespace) -> SimSettings:
     preset = a.model_preset or (None if a.model_path else "DeepSeek-R1")
-    for name in ("tp", "pp", "dp", "ep", "nnodes", "kv_buffer_mb", "kv_sample_bytes", "bootstrap_retries",
-                 "heartbeat_max_failures"):
+    for name in ("kv_buffer_mb", "kv_sample_bytes"):
         if getattr(a, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(a, name)}: must be >= 1")
-    for name in ("time_scale", "waiting_timeout_s", "bootstrap_timeout_s", "heartbeat_interval_s"):
-        if getattr(a, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')}={getattr(a, name)}: must be > 0")
+    if a.time_scale <= 0:
+        raise ValueError(f"--time-scale={a.time_scale}: must be > 0")
     return SimSettings(
+        spec=spec_from_args(a),
         host=a.host,
         port=a.port,
-        mode=a.mode,
         bootstrap_port=a.bootstrap_port,
         model_preset=preset,
         model_path=a.model_path,
@@ -350,22 +325,6 @@ def settings_from_args(a: argparse.Namespace) -> SimSettings:
         quantization=a.quantization,
         profile=a.profile,
         gpu_memory_gb=a.gpu_memory_gb,
-        tp=a.tp,
-        pp=a.pp,
-        dp=a.dp,
-        ep=a.ep,
-        dp_attention=a.enable_dp_attention,
-        nnodes=a.nnodes,
-        max_running_requests=a.max_running_requests,
-        chunked_prefill_size=a.chunked_prefill_size,
-        mem_fraction_static=a.mem_fraction_static,
-        page_size=a.page_size,
-        cuda_graph_max_bs=a.cuda_graph_max_bs,
-        attention_backend=a.attention_backend,
-        cuda_graph=not a.disable_cuda_graph,
-        prefill_graphs=not a.disable_prefill_cuda_graph,
-        sglang_version=a.sglang_version,
-        load_format=a.load_format,
         context_length=a.context_length,
         efficiency_prefill=a.efficiency_prefill,
         efficiency_decode=a.efficiency_decode,
@@ -379,14 +338,6 @@ def settings_from_args(a: argparse.Namespace) -> SimSettings:
         kv_sample_bytes=a.kv_sample_bytes,
         node=a.sim_node or a.host,
         incremental_streaming_output=a.incremental_streaming_output,
-        timeouts=PdTimeouts(
-            bootstrap_retries=a.bootstrap_retries,
-            bootstrap_retry_interval_s=a.bootstrap_retry_interval_s,
-            heartbeat_interval_s=a.heartbeat_interval_s,
-            heartbeat_max_failures=a.heartbeat_max_failures,
-            waiting_timeout_s=a.waiting_timeout_s,
-            bootstrap_timeout_s=a.bootstrap_timeout_s,
-        ),
     )
 
 

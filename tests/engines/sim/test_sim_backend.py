@@ -15,8 +15,8 @@ def config(**sim):
     return config_from_dict({
         "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", **sim}},
         "layout": {"mode": "pd",
-                   "prefill": [{"tp": 4, "extra_args": ["--chunked-prefill-size", "4096", "--enable-two-batch-overlap",
-                                                        "--waiting-timeout-s=30"]}],
+                   "prefill": [{"tp": 4, "chunked_prefill_size": 4096,
+                                "extra_args": ["--enable-two-batch-overlap", "--waiting-timeout-s=30"]}],
                    "decode": [{"name": "dec", "tp": 8, "dp": 2, "dp_attention": True, "max_running_requests": 64}]},
     })
 
@@ -39,8 +39,8 @@ def test_prefill_launch_is_a_sim_server_with_sglang_flags():
     launch = backend_for(cfg).build_launch(cfg, cfg.layout.prefill[0], placement("prefill", bootstrap_port=8999))
     assert launch.argv[1:3] == ["-m", "orchestrator.engines.sim.server"]
     s = parsed(launch.argv)
-    assert (s.mode, s.tp, s.bootstrap_port, s.time_scale, s.profile) == ("prefill", 4, 8999, 0.5, "cpu-fast")
-    assert s.chunked_prefill_size == 4096 and s.timeouts.waiting_timeout_s == 30
+    assert (s.mode, s.spec.parallel.tp, s.bootstrap_port, s.time_scale, s.profile) == ("prefill", 4, 8999, 0.5, "cpu-fast")
+    assert s.spec.batching.chunked_prefill_size == 4096 and s.timeouts.waiting_timeout_s == 30
     assert "--enable-two-batch-overlap" not in launch.argv  # an SGLang flag the simulator has no use for
     assert launch.url == "http://10.0.0.5:31000" and launch.bootstrap_port == 8999
     assert launch.env["UCX_NET_DEVICES"] == "lo"
@@ -51,7 +51,8 @@ def test_decode_launch_carries_parallelism_and_limits():
     cfg = config()
     launch = backend_for(cfg).build_launch(cfg, cfg.layout.decode[0], placement("decode"))
     s = parsed(launch.argv)
-    assert (s.mode, s.tp, s.dp, s.dp_attention, s.max_running_requests) == ("decode", 8, 2, True, 64)
+    p = s.spec.parallel
+    assert (s.mode, p.tp, p.dp, p.dp_attention, s.spec.batching.max_running_requests) == ("decode", 8, 2, True, 64)
     assert launch.bootstrap_port is None
 
 

@@ -36,6 +36,8 @@ def what_the_run_sees(model) -> dict:
         "graph_max_bs": model.graph_max_bs,
         "attention_backend": model.attention_backend,
         "sglang_version": model.sglang_version,
+        "graphs": (model.cuda_graph, model.prefill_graphs),
+        "speculative": model.speculative,
         "decode_step_s": [model.decode_step_s(bs, bs * 1000) for bs in (8, 64, 512)],
         "prefill_time_s": model.prefill_time_s([3000, 500], [0, 100]),
         "kv_transfer_s": model.kv_transfer_s(1000, same_node=False),
@@ -45,9 +47,11 @@ def what_the_run_sees(model) -> dict:
 @pytest.mark.parametrize("overrides", [
     [],  # the README's default: R1 W4A8, 1 prefill TP8 + 1 decode TP8 on H100
     ["engine.sglang.mem_fraction_static=0.8", "layout.decode.0.max_running_requests=256"],
-    ["layout.prefill.0.extra_args=['--chunked-prefill-size', '4096']", "cluster.gpu_memory_gb=70"],
+    ["layout.prefill.0.chunked_prefill_size=4096", "cluster.gpu_memory_gb=70"],
     ["engine.sglang.page_size=64", "layout.decode.0.cuda_graph_max_bs=64", "layout.decode.0.attention_backend=triton"],
-    ["engine.sglang.extra_args=['--disable-cuda-graph']"],
+    ["layout.decode.0.disable_cuda_graph=true", "engine.sglang.version=0.4.10"],
+    ["layout.prefill.0.disable_prefill_cuda_graph=true", "layout.prefill.0.speculative={num_steps: 2, num_draft_tokens: 3}",
+     "layout.decode.0.speculative={num_steps: 2, num_draft_tokens: 3, accept_length: 2.5}"],
 ])
 def test_the_sim_server_and_the_planner_build_the_same_cost_model(overrides) -> None:
     cfg = load_config("configs/default.yaml", overrides)
