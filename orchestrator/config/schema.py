@@ -218,6 +218,7 @@ class WorkerGroup(Strict):
     )
     disable_cuda_graph: bool = Field(False, description="--disable-cuda-graph: every decode step runs eagerly.")
     disable_prefill_cuda_graph: bool = Field(False, description="--disable-prefill-cuda-graph (SGLang >= 0.5).")
+    enable_two_batch_overlap: bool = Field(False, description="--enable-two-batch-overlap (cost model: not modelled).")
     speculative: SpeculativeConfig | None = Field(None, description="Speculative decoding with the model's MTP layer; null = off.")
     extra_args: list[str] = Field(default_factory=list, description="Extra SGLang flags (not those of typed fields).")
 

@@ -64,6 +64,7 @@ class Batching:
     disable_cuda_graph: bool = knob("--disable-cuda-graph", "group.disable_cuda_graph", default=False)
     disable_prefill_cuda_graph: bool = knob(
         "--disable-prefill-cuda-graph", "group.disable_prefill_cuda_graph", default=False)
+    enable_two_batch_overlap: bool = knob("--enable-two-batch-overlap", "group.enable_two_batch_overlap", default=False)
 
 
 @dataclass(frozen=True)

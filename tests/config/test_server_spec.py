@@ -97,6 +97,19 @@ def test_the_pipeline_example_is_one_line_naming_the_group_the_flag_and_the_fiel
     ]
 
 
+def test_a_knob_is_one_field_plus_its_flag_two_batch_overlap() -> None:
+    """--enable-two-batch-overlap was added as a WorkerGroup field and one knob() line: it reaches the real argv,
+    the simulated server's spec, and its extra_args repeat is an error, with no other code."""
+    data = _pd()
+    data["layout"]["decode"][0].update(enable_two_batch_overlap=True, moe_a2a_backend="deepep", ep=8)
+    cfg = config_from_dict(data)
+    spec = server_spec(cfg, "decode", cfg.layout.decode[0])
+    assert "--enable-two-batch-overlap" in spec.to_sglang_argv()
+    assert sim_parse(spec.to_sim_argv()).batching.enable_two_batch_overlap
+    with pytest.raises(ConfigError, match="layout.prefill.0.enable_two_batch_overlap"):
+        config_from_dict(_pd(extra_prefill=["--enable-two-batch-overlap"]))
+
+
 def test_untyped_flags_pass_through_to_the_real_argv() -> None:
     cfg = config_from_dict(_pd(extra_prefill=["--enable-dp-lm-head"], engine_extra=["--sampling-backend", "pytorch"]))
     placement = WorkerPlacement(role="prefill", group_index=0, replica_index=0, host="127.0.0.1",

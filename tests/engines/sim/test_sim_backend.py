@@ -16,7 +16,7 @@ def config(**sim):
         "engine": {"kind": "sim", "sim": {"profile": "cpu-fast", **sim}},
         "layout": {"mode": "pd",
                    "prefill": [{"tp": 4, "chunked_prefill_size": 4096,
-                                "extra_args": ["--enable-two-batch-overlap", "--waiting-timeout-s=30"]}],
+                                "extra_args": ["--enable-dp-lm-head", "--waiting-timeout-s=30"]}],
                    "decode": [{"name": "dec", "tp": 8, "dp": 2, "dp_attention": True, "max_running_requests": 64}]},
     })
 
@@ -41,7 +41,7 @@ def test_prefill_launch_is_a_sim_server_with_sglang_flags():
     s = parsed(launch.argv)
     assert (s.mode, s.spec.parallel.tp, s.bootstrap_port, s.time_scale, s.profile) == ("prefill", 4, 8999, 0.5, "cpu-fast")
     assert s.spec.batching.chunked_prefill_size == 4096 and s.timeouts.waiting_timeout_s == 30
-    assert "--enable-two-batch-overlap" not in launch.argv  # an SGLang flag the simulator has no use for
+    assert "--enable-dp-lm-head" not in launch.argv  # an SGLang flag the simulator has no use for
     assert launch.url == "http://10.0.0.5:31000" and launch.bootstrap_port == 8999
     assert launch.env["UCX_NET_DEVICES"] == "lo"
     assert launch.worker_name == "prefill-0/1"
