@@ -27,6 +27,7 @@ from orchestrator.router.http_app import serve_http
 log = logging.getLogger(__name__)
 
 REGISTRY_POLL_S = 1.0
+REGISTRY_TIMEOUT_S = 10.0  # a registry call that hangs (actor restarting, GCS hiccup) must not freeze the view
 RESULT_FLUSH_S = 0.05  # batch results finished within this window travel as one Serve item
 
 
@@ -72,11 +73,12 @@ class PDRouter:
         registry = get_registry()
         while True:
             try:
-                version, endpoints = await registry.snapshot.remote()
+                version, endpoints = await asyncio.wait_for(registry.snapshot.remote(), REGISTRY_TIMEOUT_S)
                 self.core.follow(version, endpoints)
                 await self.core.maybe_check_health()
             except Exception as exc:  # keep following: a registry restart must not stop routing
                 log.warning("router: registry poll failed: %r", exc)
+                registry = get_registry()  # a handle to a dead registry would freeze the view for good
             await asyncio.sleep(REGISTRY_POLL_S)
 
     async def check_health(self) -> None:
@@ -92,9 +94,14 @@ class PDRouter:
 
         registry = get_registry()
         deadline = time.monotonic() + timeout_s
+        endpoints: list[WorkerEndpoint] = []
         while True:
-            version, endpoints = await registry.snapshot.remote()
-            self.core.follow(version, endpoints)
+            try:
+                version, endpoints = await asyncio.wait_for(registry.snapshot.remote(), REGISTRY_TIMEOUT_S)
+                self.core.follow(version, endpoints)
+            except Exception as exc:  # a hung or dead registry: ask again (a new one if it died)
+                log.warning("router: registry poll failed: %r", exc)
+                registry = get_registry()
             health = await self.core.dispatcher.check_health()
             ready = [w.endpoint for w in self.core.dispatcher.workers.values() if health.get(w.name)]
             counts = {role: sum(1 for e in ready if e.role == role) for role in expected}

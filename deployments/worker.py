@@ -3,8 +3,9 @@
 Lifecycle: __init__ learns its GPUs from the placement group, picks free ports on its node, starts the
 engine and returns at once (so Serve's "replica running" marks placement done, not engine start-up);
 a background thread waits until the engine's /health is 200 and then registers the endpoint in the
-worker registry. Serve's periodic `check_health` polls /health and re-registers; `__del__` unregisters
-and stops the engine's process group.
+worker registry under a name the registry hands out (unique among live replicas) and this replica's actor
+as its owner (the registry drops the entry once that actor is gone). Serve's periodic `check_health` polls
+/health and re-registers; `__del__` unregisters and stops the engine's process group.
 """
 
 from __future__ import annotations
@@ -101,9 +102,12 @@ class EngineWorker:
         self.group = getattr(cfg.layout, role)[group_index]
         self.group_index = group_index
         ctx = serve.get_replica_context()
-        replica_index = ctx.rank.rank if ctx.rank is not None else 0
-        self.name = f"{ctx.deployment}/{replica_index}"
         runtime = ray.get_runtime_context()
+        # the registry entry belongs to this replica's actor: dropped when the actor is gone, even unannounced
+        self.owner = runtime.get_actor_name() or None
+        preferred = ctx.rank.rank if ctx.rank is not None else 0
+        self.name = ray.get(get_registry().claim_name.remote(ctx.deployment, preferred, self.owner), timeout=60)
+        replica_index = int(self.name.rsplit("/", 1)[1])
         node_ip = ray.util.get_node_ip_address()
         bind_host, advertise = engine_addresses(cfg, node_ip)
         nnodes = self.group.nnodes
@@ -178,7 +182,7 @@ class EngineWorker:
             cache_state=self.cache_state,
         )
         if not self._stopped:
-            ray.get(get_registry().register.remote(self.endpoint))
+            ray.get(get_registry().register.remote(self.endpoint, self.owner), timeout=60)
 
     def check_health(self) -> None:
         """Serve's health probe: the engine process lives and answers /health; keep the registry fresh."""
@@ -199,7 +203,10 @@ class EngineWorker:
         if self._health_failures >= HEALTH_FAILURES_TOLERATED:
             raise RuntimeError(f"{self.name}: /health failed {self._health_failures} times in a row")
         if ok:
-            ray.get(get_registry().register.remote(self.endpoint))
+            try:
+                ray.get(get_registry().register.remote(self.endpoint, self.owner), timeout=10)
+            except ray.exceptions.GetTimeoutError:  # a slow registry is not a sick engine: next check retries
+                logger.warning("%s: worker registry did not answer within 10 s", self.name)
 
     def endpoint_info(self) -> dict:
         """Where this replica runs and how its engine is doing (for tests and the run report)."""
@@ -221,7 +228,7 @@ class EngineWorker:
             return
         self._stopped = True
         try:
-            ray.get(get_registry().unregister.remote(self.name), timeout=5)
+            ray.get(get_registry().unregister.remote(self.name, self.owner), timeout=5)
         except Exception:  # registry already gone with the cluster: nothing to unregister from
             pass
         for actor in self.ranks:

@@ -3,10 +3,19 @@
 Serve handles route to *some* replica; a PD router must know *each* server's URL and bootstrap port.
 Worker replicas register on start (and again on every Serve health check), unregister on shutdown;
 the router reads `snapshot()` and so follows Serve's view of which replicas are alive.
+
+A replica cannot be trusted to unregister itself: Serve force-kills one whose graceful shutdown overruns
+(20 s; a loaded node gets there), a node can die with its replicas. So every entry names its owner (the
+replica's Ray actor name) and `snapshot()` drops entries whose owner actor is gone. Names are claimed
+here too: Serve reuses and compacts replica ranks, so `{deployment}/{rank}` alone can name two live
+replicas at once (a replacement placed while its predecessor drains, then ranks compacted) and one's
+unregister would remove the other's entry.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 
 import ray
 
@@ -14,33 +23,94 @@ from orchestrator.records import WorkerEndpoint
 
 REGISTRY_NAME = "pd_worker_registry"
 NAMESPACE = "pd-orchestrator"
+REPLICA_NAMESPACE = "serve"  # Serve names every replica actor in this namespace
+LIVENESS_EVERY_S = 2.0  # owner actors are looked up in the GCS at most this often
 
 
-@ray.remote(num_cpus=0)
-class WorkerRegistry:
-    def __init__(self) -> None:
+def actor_alive(name: str, namespace: str = REPLICA_NAMESPACE) -> bool:
+    """Whether the named actor still exists (the GCS frees a dead actor's name)."""
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    except Exception:  # the GCS did not answer: cannot tell, so keep the entry
+        return True
+    return True
+
+
+class Registry:
+    """The registry's state and rules; `WorkerRegistry` is this class as a Ray actor. `alive` says whether an
+    owner (a replica's actor name) still exists."""
+
+    def __init__(self, alive: Callable[[str], bool] = actor_alive) -> None:
+        self._alive = alive
         self._workers: dict[str, WorkerEndpoint] = {}
-        self._version = 0
+        self._owners: dict[str, str] = {}  # worker name -> owning replica actor (none: registered by hand)
+        self._claims: dict[str, str] = {}  # worker name -> the replica actor that claimed it
+        # versions start from the clock: a registry re-created after the old one died never repeats a version
+        # its followers already saw (they update on a version change only)
+        self._version = time.time_ns() // 1_000_000
+        self._checked_at = 0.0
 
-    def register(self, endpoint: WorkerEndpoint) -> int:
-        changed = self._workers.get(endpoint.name) != endpoint
+    def claim_name(self, deployment: str, preferred: int, owner: str) -> str:
+        """`{deployment}/{preferred}` unless another live replica holds it; then the lowest free index."""
+        candidates = [preferred, *(i for i in range(preferred + len(self._claims) + 2) if i != preferred)]
+        for index in candidates:  # the last one is always free
+            name = f"{deployment}/{index}"
+            holder = self._claims.get(name)
+            if holder in (None, owner) or not self._alive(holder):
+                self._claims[name] = owner
+                return name
+        raise AssertionError("unreachable: more candidate names than claims")
+
+    def register(self, endpoint: WorkerEndpoint, owner: str | None = None) -> int:
+        changed = self._workers.get(endpoint.name) != endpoint or self._owners.get(endpoint.name) != owner
         self._workers[endpoint.name] = endpoint
+        if owner is None:
+            self._owners.pop(endpoint.name, None)
+        else:
+            self._owners[endpoint.name] = owner
         if changed:
             self._version += 1
         return self._version
 
-    def unregister(self, name: str) -> int:
+    def unregister(self, name: str, owner: str | None = None) -> int:
+        """Remove `name`; with `owner`, only while that replica still owns it (not its successor's entry)."""
+        if owner is not None and self._owners.get(name) not in (None, owner):
+            return self._version
         if self._workers.pop(name, None) is not None:
             self._version += 1
+        self._owners.pop(name, None)
+        if owner is not None and self._claims.get(name) == owner:
+            del self._claims[name]
         return self._version
 
     def snapshot(self) -> tuple[int, list[WorkerEndpoint]]:
-        """(version, endpoints); the version changes whenever the set or an endpoint changes."""
+        """(version, endpoints) of live replicas; the version changes whenever the set or an endpoint changes."""
+        if time.monotonic() - self._checked_at >= LIVENESS_EVERY_S:
+            self._checked_at = time.monotonic()
+            self.drop_dead_owners()
         return self._version, list(self._workers.values())
+
+    def drop_dead_owners(self) -> list[str]:
+        """Remove the entries whose replica actor is gone; returns their names."""
+        dead = [name for name, owner in self._owners.items() if not self._alive(owner)]
+        for name in dead:
+            self._workers.pop(name, None)
+            del self._owners[name]
+            self._claims.pop(name, None)
+        if dead:
+            self._version += 1
+        return dead
 
     def clear(self) -> None:
         self._workers.clear()
+        self._owners.clear()
+        self._claims.clear()
         self._version += 1
+
+
+WorkerRegistry = ray.remote(num_cpus=0)(Registry)
 
 
 def get_registry() -> "ray.actor.ActorHandle":

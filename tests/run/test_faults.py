@@ -72,6 +72,33 @@ class Deployment:
     def wait_all_healthy(self) -> list[WorkerEndpoint]:
         return self.router.wait_ready.remote(self.expected, RECOVERY_S).result(timeout_s=RECOVERY_S + 30)
 
+    def settled(self) -> bool:
+        """The router sees exactly the expected workers per role and every one of them answers /health."""
+        try:
+            view = self.workers()
+        except Exception:  # the router replica itself is down or restarting: not settled
+            return False
+        return Counter(w.role for w in view) == self.expected and all(answers_health(w.url) for w in view)
+
+
+def answers_health(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def deploy_2x2(cfg: RunConfig, cluster: LocalClusterState) -> Deployment:
+    from ray import serve
+
+    from deployments.app import ROUTER_APP, deploy, expected_workers
+
+    deploy(cfg, f"faults-{uuid.uuid4().hex[:8]}", timeout_s=120)
+    dep = Deployment(cfg, cluster, serve.get_app_handle(ROUTER_APP), expected_workers(cfg))
+    ready = dep.wait_all_healthy()
+    assert Counter(w.role for w in ready) == {"prefill": 2, "decode": 2}
+    return dep
+
 
 # ---- graceful shutdown (must run before `pd2x2` deploys: the bench subprocess shuts Serve down) --------
 
@@ -212,11 +239,9 @@ def test_signal_mid_run_aborts_both_legs_stops_engines_and_writes_partial_result
 
 
 @pytest.fixture(scope="module")
-def pd2x2(ray_driver, tmp_path_factory) -> Deployment:
+def pd2x2_module(ray_driver, tmp_path_factory) -> list[Deployment]:
     """2 prefill + 2 decode sim workers (cpu-fast, slowed x20 so a batch takes seconds) and the router."""
     from ray import serve
-
-    from deployments.app import ROUTER_APP, deploy, expected_workers
 
     cfg = sim_config(
         {
@@ -229,14 +254,29 @@ def pd2x2(ray_driver, tmp_path_factory) -> Deployment:
         decode=[{"count": 2, "tp": 1}],
         tmp_dir=tmp_path_factory.mktemp("faults"),
     )
-    deploy(cfg, f"faults-{uuid.uuid4().hex[:8]}", timeout_s=120)
+    holder: list[Deployment] = []
     try:
-        dep = Deployment(cfg, ray_driver, serve.get_app_handle(ROUTER_APP), expected_workers(cfg))
-        ready = dep.wait_all_healthy()
-        assert Counter(w.role for w in ready) == {"prefill": 2, "decode": 2}
-        yield dep
+        holder.append(deploy_2x2(cfg, ray_driver))
+        yield holder
     finally:
         serve.shutdown()
+
+
+@pytest.fixture
+def pd2x2(pd2x2_module: list[Deployment]) -> Deployment:
+    """The module's deployment as every test expects it: 2 prefills and 2 decodes in the router's view, all
+    answering, none other. A test that failed mid-recovery (a killed worker not yet replaced) must not hand its
+    dead worker to the next test: if the view does not settle within RECOVERY_S, everything is deployed afresh."""
+    from ray import serve
+
+    dep = pd2x2_module[0]
+    try:
+        wait_until(dep.settled, RECOVERY_S, poll_s=1.0, what="2 live prefills + 2 live decodes in the router's view")
+    except AssertionError as exc:
+        print(f"  deployment not settled before the test ({exc}); deploying it afresh")
+        serve.shutdown()
+        pd2x2_module[0] = dep = deploy_2x2(dep.cfg, dep.cluster)
+    return dep
 
 
 def make_batch(n: int = BATCH_SIZE) -> list[BenchRequest]:
@@ -341,9 +381,19 @@ def wait_replaced(dep: Deployment, killed: WorkerEndpoint) -> float:
             print(f"  {killed.name} replaced by Serve and back in the router's view after {took:.1f}s")
             return took
         time.sleep(1.0)
+    import ray
+    from ray import serve
+
+    from orchestrator.cluster.registry import get_registry
+
+    version, registered = ray.get(get_registry().snapshot.remote(), timeout=30)
+    replicas = {name: {d: dict(st.replica_states) for d, st in app.deployments.items()}
+                for name, app in serve.status().applications.items()}
     raise AssertionError(
         f"{killed.name} ({killed.url}) was killed {RECOVERY_S:.0f}s ago but the router still sees: "
         + ", ".join(f"{w.name}={w.url}" for w in sorted(view, key=lambda w: w.name))
+        + f"; registry v{version}: " + ", ".join(f"{w.name}={w.url}" for w in sorted(registered, key=lambda w: w.name))
+        + f"; Serve replicas: {replicas}"
     )
 
 
@@ -436,3 +486,32 @@ def _seeds_with_spread_errors(n: int, draws: int = 48, first_within: int = 6, ap
             taken.extend(found)
         seed += 1
     return seeds
+
+
+def test_router_follows_a_registry_that_was_lost(pd2x2: Deployment) -> None:
+    """The registry actor dies (an OOM kill, its node lost): the replicas re-register with a new one at their next
+    health check, and the router must follow the new registry, not keep its last view for good (then a replaced
+    worker would never reach it and its dead predecessor would stay listed)."""
+    import ray
+
+    from orchestrator.cluster.registry import get_registry
+
+    ray.kill(get_registry())
+    probe = WorkerEndpoint(role="decode", name="probe/0", url="http://127.0.0.1:9")  # registered after the loss
+
+    def registered_in_a_new_registry() -> bool:
+        try:
+            ray.get(get_registry().register.remote(probe), timeout=10)
+        except ray.exceptions.RayError:  # the killed one may still answer to its name for a moment
+            return False
+        return True
+
+    wait_until(registered_in_a_new_registry, 30, poll_s=0.5, what="a new registry to take a registration")
+    try:
+        wait_until(lambda: probe.name in {w.name for w in pd2x2.workers()}, 30, poll_s=0.5,
+                   what="the router to follow the new registry")
+        wait_until(lambda: Counter(w.role for w in pd2x2.workers() if w.name != probe.name) == pd2x2.expected,
+                   60, poll_s=1.0, what="every live worker re-registered with the new registry")
+    finally:
+        ray.get(get_registry().unregister.remote(probe.name), timeout=10)
+    print("  registry lost and re-created: the router followed the new one")

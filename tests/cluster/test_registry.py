@@ -1,0 +1,95 @@
+"""The worker registry follows which replicas are alive, not which ones remembered to say goodbye.
+
+A replica killed without unregistering (Serve force-kills one whose graceful shutdown overruns; a node dies)
+leaves the router's view; a successor with the same name keeps its entry when its predecessor's late
+unregister arrives; a name is never handed to two live replicas (Serve reuses and compacts ranks, so the
+rank alone can collide). The rules run on the plain class with a set of live owners; one Ray test checks
+the liveness lookup itself on real actors in Serve's namespace.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from orchestrator.cluster import registry as registry_module
+from orchestrator.cluster.registry import REPLICA_NAMESPACE, Registry, actor_alive
+from orchestrator.records import WorkerEndpoint
+
+
+class Owners(set):
+    def alive(self, name: str) -> bool:
+        return name in self
+
+
+def endpoint(name: str, port: int) -> WorkerEndpoint:
+    return WorkerEndpoint(role="prefill", name=name, url=f"http://127.0.0.1:{port}")
+
+
+@pytest.fixture
+def owners() -> Owners:
+    return Owners({"replica-a", "replica-b", "replica-c"})
+
+
+@pytest.fixture
+def reg(owners: Owners, monkeypatch) -> Registry:
+    monkeypatch.setattr(registry_module, "LIVENESS_EVERY_S", 0.0)  # look owners up on every snapshot
+    return Registry(alive=owners.alive)
+
+
+def names(reg: Registry) -> set[str]:
+    return {e.name for e in reg.snapshot()[1]}
+
+
+def test_a_replica_killed_without_unregistering_leaves_the_view(reg: Registry, owners: Owners) -> None:
+    reg.register(endpoint("prefill-0/0", 31000), "replica-a")
+    reg.register(endpoint("prefill-0/1", 31001), "replica-b")
+    reg.register(endpoint("manual/0", 31002))  # no owner (registered by hand, as the metrics test does): kept
+    version = reg.snapshot()[0]
+    assert names(reg) == {"prefill-0/0", "prefill-0/1", "manual/0"}
+
+    owners.discard("replica-a")  # force-killed: no __del__, no unregister
+    assert names(reg) == {"prefill-0/1", "manual/0"}
+    assert reg.snapshot()[0] > version, "the router and the scrape targets follow version changes only"
+
+
+def test_a_late_unregister_does_not_remove_the_successors_entry(reg: Registry) -> None:
+    reg.register(endpoint("prefill-0/0", 31000), "replica-a")
+    reg.register(endpoint("prefill-0/0", 31002), "replica-b")  # the successor took the name
+    reg.unregister("prefill-0/0", "replica-a")  # the predecessor's __del__, arriving late
+    assert [e.url for e in reg.snapshot()[1]] == ["http://127.0.0.1:31002"]
+    reg.unregister("prefill-0/0", "replica-b")
+    assert names(reg) == set()
+
+
+def test_a_name_is_never_held_by_two_live_replicas(reg: Registry, owners: Owners) -> None:
+    assert reg.claim_name("decode-0", 0, "replica-a") == "decode-0/0"
+    assert reg.claim_name("decode-0", 0, "replica-a") == "decode-0/0"  # a retry keeps it
+    # Serve handed rank 0 to a second live replica (ranks compacted while the first one was still up)
+    assert reg.claim_name("decode-0", 0, "replica-b") == "decode-0/1"
+    assert reg.claim_name("decode-0", 2, "replica-c") == "decode-0/2"
+    owners.discard("replica-a")
+    owners.add("replica-d")
+    assert reg.claim_name("decode-0", 1, "replica-d") == "decode-0/0"  # 1 is held; 0 is free once its holder died
+
+
+@pytest.mark.ray
+def test_liveness_is_the_replica_actor_itself(ray_driver) -> None:
+    """actor_alive on real actors: named in Serve's namespace, alive until killed, then gone at once."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class FakeReplica:
+        def ping(self) -> bool:
+            return True
+
+    name = f"pdo-test-replica-{uuid.uuid4().hex[:8]}"
+    actor = FakeReplica.options(name=name, namespace=REPLICA_NAMESPACE).remote()
+    ray.get(actor.ping.remote())
+    assert actor_alive(name)
+    ray.kill(actor)
+    from tests.support import wait_until
+
+    wait_until(lambda: not actor_alive(name), 30, what=f"the killed actor {name} to be gone from the GCS")
+    assert not actor_alive(f"pdo-test-never-existed-{uuid.uuid4().hex[:8]}")
