@@ -89,6 +89,27 @@ def fidelity_backtest() -> str:
     return tool("plan", "--backtest", "--markdown").strip()
 
 
+PLANNING_EXAMPLES = "2026-11-26-planning-examples"
+DATASET_NOTE = re.compile(r"ShareGPT \S+: [\d,]+ conversations from ")  # stderr, only when the parse cache is cold
+
+
+def planning_example(name: str) -> str:
+    """One example of docs/planning.md as its run.sh recorded it: the command line and its whole output (the
+    trailing `exit N` and the dataset's cold-cache parse note left out; the venv's path made relative).
+    Read from the raw file, not recomputed: the searches take minutes of CPU on a CI box."""
+    text = raw(f"{PLANNING_EXAMPLES}/{name}.txt")
+    text = re.sub(r"/\S*?/(\.venv/lib/)", r"\1", text)
+    lines = [line for line in text.splitlines() if not DATASET_NOTE.match(line) and not re.fullmatch(r"exit \d+", line)]
+    return fenced("\n".join(lines))
+
+
+PLANNING_REGIONS = {
+    f"planning-{name}": name
+    for name in ("fp8-h100-1p1d", "default-search", "h100-fp8-agg-search", "h200-fp8-search", "h200-w4a8-search",
+                 "compare-presets", "h200-real-weights-cold")
+}
+
+
 FAULT_LINE = re.compile(r"FAULT (?P<fault>.+?): (?P<counts>(batch|prompts) .*)$")
 HIT_LINE = re.compile(r"HIT (?P<fault>.+?): window (?P<window>.+?), in flight on the faulted path (?P<n>\d+) \((?P<how>.*)\)")
 BACK_LINE = re.compile(r"replaced by Serve and back in the router's view after (?P<s>[\d.]+)s")
@@ -152,6 +173,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "reliability-link-faults": lambda: fault_table("2026-11-26-link-faults-hit"),
     "reliability-link-faults-history": lambda: fault_history("*multihost-faults*/*.log"),
     "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
+    **{region: (lambda name=name: planning_example(name)) for region, name in PLANNING_REGIONS.items()},
 }
 
 

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Regenerates every example output in docs/planning.md (virtual time: the box's load does not change them);
+# docs/planning.md's example blocks are rendered from these files by benchmarks/render_docs.py.
+# Usage, from the repo root (writes manifest.json with the command, commit, machine and packages):
+#   python3 benchmarks/manifest.py record --out benchmarks/results/2026-11-26-planning-examples --stdout '' -- \
+#       bash benchmarks/results/2026-11-26-planning-examples/run.sh
+set -uo pipefail
+D=benchmarks/results/2026-11-26-planning-examples
+P=".venv/bin/pd-orchestrator"
+run() { local name=$1; shift; echo "\$ pd-orchestrator $*" > $D/$name.txt; $P "$@" >> $D/$name.txt 2>&1; echo "exit $?" >> $D/$name.txt; }
+run fp8-h100-1p1d plan --config configs/default.yaml --set model.quantization=fp8
+run default-search plan --config configs/default.yaml --search --show 8
+run h100-fp8-agg-search plan --config configs/h100-agg-tp16.yaml --search --show 8
+run h200-fp8-search plan --config configs/h200-1p1d-tp8.yaml --search --show 8
+run h200-w4a8-search plan --config configs/h200-1p1d-tp8.yaml --set model.quantization=w4a8 --search --show 8
+run compare-presets compare --configs configs/h100-1p1d-tp8.yaml configs/h100-agg-tp16.yaml configs/h100-2p1d-tp4.yaml configs/h200-1p1d-tp8.yaml configs/h200-agg-tp16.yaml configs/h200-agg-2xtp8.yaml configs/h200-1p1d-tp4-tp8.yaml configs/h200-2p1d-tp4.yaml
+run h200-2p1d-tp4-fp8 plan --config configs/h200-2p1d-tp4.yaml --set model.quantization=fp8
+run h200-real-weights-cold plan --config configs/h200-1p1d-tp8.yaml --set engine.sglang.load_format=null --disk-gb-s 2 --jit-cold
