@@ -13,7 +13,9 @@ and RENDERERS below says where NAME's text comes from: a file under benchmarks/r
 as it is) or a command of the tool run now in this process (`plan`, `compare --simulate`'s model, `plan
 --backtest`: computed, not run, so seconds of CPU). Volatile text (CPU seconds, this checkout's paths) is
 normalised so the check compares what the model says, not where or how fast it ran. Text outside regions is
-never touched; a page without regions is not read. tests/test_render_docs.py runs --check in CI.
+never touched; a page without regions is not read. tests/test_render_docs.py runs --check in CI, and also
+recomputes the docs/planning.md examples that cost seconds (`planning_drift`): a planner change that moves
+their figures fails there until the raw folder is re-recorded (the searches are not recomputed: minutes of CPU).
 
 (Not cogapp: its generator code lives inside each page, which every helper editing docs would then have to
 keep intact; here a page holds only two comments per region and the code lives in one reviewed module.)
@@ -97,10 +99,31 @@ def planning_example(name: str) -> str:
     """One example of docs/planning.md as its run.sh recorded it: the command line and its whole output (the
     trailing `exit N` and the dataset's cold-cache parse note left out; the venv's path made relative).
     Read from the raw file, not recomputed: the searches take minutes of CPU on a CI box."""
-    text = raw(f"{PLANNING_EXAMPLES}/{name}.txt")
-    text = re.sub(r"/\S*?/(\.venv/lib/)", r"\1", text)
-    lines = [line for line in text.splitlines() if not DATASET_NOTE.match(line) and not re.fullmatch(r"exit \d+", line)]
-    return fenced("\n".join(lines))
+    return fenced("\n".join(planning_body(raw(f"{PLANNING_EXAMPLES}/{name}.txt"))))
+
+
+# the examples cheap enough to recompute in CI (seconds in-process); the four searches take minutes of CPU there
+PLANNING_RECHECKED = ("fp8-h100-1p1d", "h200-2p1d-tp4-fp8", "h200-real-weights-cold", "compare-presets")
+
+
+def planning_drift(names: tuple[str, ...] = PLANNING_RECHECKED) -> dict[str, tuple[str, str]]:
+    """{example: (recorded, printed now)} for each example whose command prints something else today than its
+    raw file holds: the planner moved, so the raw folder (its run.sh) and the page must be regenerated."""
+    import shlex
+
+    drift = {}
+    for name in names:
+        recorded = planning_example(name).strip("`\n").splitlines()
+        argv = shlex.split(recorded[0].removeprefix("$ "))[1:]
+        now = planning_body(tool(*argv))
+        if recorded[1:] != now:
+            drift[name] = ("\n".join(recorded[1:]), "\n".join(now))
+    return drift
+
+
+def planning_body(text: str) -> list[str]:
+    text = re.sub(r"/\S*?/(\.venv/lib/)", r"\1", normalise(text.strip()))
+    return [line for line in text.splitlines() if not DATASET_NOTE.match(line) and not re.fullmatch(r"exit \d+", line)]
 
 
 PLANNING_REGIONS = {

@@ -53,3 +53,19 @@ def test_a_broken_region_is_an_error_not_a_silent_pass(page: str, complaint: str
 def test_volatile_text_is_normalised() -> None:
     text = f"{render_docs.ROOT}/configs/x.yaml, 0.2 s of CPU  \n"
     assert render_docs.normalise(text) == "configs/x.yaml, … s of CPU"
+
+
+def test_planning_examples_are_what_the_planner_prints_now() -> None:
+    """docs/planning.md renders its examples from recorded raw files; the ones cheap to recompute (plan without
+    --search, compare: seconds) must still be what the tool prints, or a planner change would leave the page's
+    figures silently stale. The four searches are not recomputed here (minutes of CPU on the CI box)."""
+    drift = render_docs.planning_drift()
+    diff = "".join(
+        line
+        for name, (recorded, now) in drift.items()
+        for line in difflib.unified_diff(recorded.splitlines(True), now.splitlines(True),
+                                         f"{name}.txt (recorded)", f"{name} (printed now)", n=0)
+    )
+    assert not drift, ("the planner now prints other figures than benchmarks/results/"
+                       f"{render_docs.PLANNING_EXAMPLES}/ holds: re-run its run.sh (as its manifest.json says), then "
+                       f"`{render_docs.FIX}`, and update docs/planning.md's prose around the changed figures:\n{diff[:6000]}")
