@@ -94,14 +94,15 @@ class Registry:
 
     def drop_dead_owners(self) -> list[str]:
         """Remove the entries whose replica actor is gone; returns their names."""
-        dead = [name for name, owner in self._owners.items() if not self._alive(owner)]
-        for name in dead:
+        dead = {name: owner for name, owner in self._owners.items() if not self._alive(owner)}
+        for name, owner in dead.items():
             self._workers.pop(name, None)
             del self._owners[name]
-            self._claims.pop(name, None)
+            if self._claims.get(name) == owner:  # a successor may have claimed the name already: keep its claim
+                del self._claims[name]
         if dead:
             self._version += 1
-        return dead
+        return list(dead)
 
     def clear(self) -> None:
         self._workers.clear()

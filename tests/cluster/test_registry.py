@@ -74,6 +74,15 @@ def test_a_name_is_never_held_by_two_live_replicas(reg: Registry, owners: Owners
     assert reg.claim_name("decode-0", 1, "replica-d") == "decode-0/0"  # 1 is held; 0 is free once its holder died
 
 
+def test_pruning_a_dead_entry_keeps_the_successors_claim(reg: Registry, owners: Owners) -> None:
+    assert reg.claim_name("prefill-0", 0, "replica-a") == "prefill-0/0"
+    reg.register(endpoint("prefill-0/0", 31000), "replica-a")
+    owners.discard("replica-a")  # killed without unregistering; its successor claims the name before any snapshot
+    assert reg.claim_name("prefill-0", 0, "replica-b") == "prefill-0/0"
+    assert names(reg) == set()  # the dead entry is pruned ...
+    assert reg.claim_name("prefill-0", 0, "replica-c") == "prefill-0/1"  # ... but the live successor keeps the name
+
+
 @pytest.mark.ray
 def test_liveness_is_the_replica_actor_itself(ray_driver) -> None:
     """actor_alive on real actors: named in Serve's namespace, alive until killed, then gone at once."""
