@@ -17,6 +17,7 @@ from ray.serve.api import RunTarget
 
 from orchestrator.cluster.inventory import driver_node_ip, router_pin_ip
 from orchestrator.config import RunConfig, WorkerGroup
+from orchestrator.config.server_spec import server_spec
 
 ROUTER_APP = "pd-router"
 HEALTH_CHECK_PERIOD_S = 10.0
@@ -62,16 +63,16 @@ def worker_deployment_options(cfg: RunConfig, role: str, group: WorkerGroup) -> 
     and only supervises the engine process.
     """
     selector = {cfg.cluster.roles.label_key: cfg.node_role(role, group)}
-    if group.nnodes == 1:
-        bundles = [{"GPU": 1, "CPU": 0}] * group.gpus_per_server
+    shape = server_spec(cfg, role, group).parallel  # the GPUs the launched server's flags ask for
+    if shape.nnodes == 1:
+        bundles = [{"GPU": 1, "CPU": 0}] * shape.gpus
         strategy = "STRICT_PACK"
     else:
-        per_node = group.gpus_per_node
-        bundles = [{"GPU": per_node, "CPU": 0}] * group.nnodes
+        bundles = [{"GPU": shape.gpus_per_node, "CPU": 0}] * shape.nnodes
         strategy = "STRICT_SPREAD"
     # node rank 0 (bundle 0, where the replica runs) sits on a node of the group's role; the other
     # ranks of a multi-node server take whole other nodes, whatever their label
-    bundle_selectors = [selector] + [{}] * (len(bundles) - 1) if group.nnodes > 1 else [selector]
+    bundle_selectors = [selector] + [{}] * (len(bundles) - 1) if shape.nnodes > 1 else [selector]
     return {
         "num_replicas": group.count,
         "ray_actor_options": {"num_cpus": 0, "label_selector": selector},

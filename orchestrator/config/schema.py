@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
+from orchestrator.config.server_spec import Parallelism
 from orchestrator.config.sglang_versions import PINNED_SGLANG, installed_sglang_version
 
 GpuType = Literal["H100-SXM", "H200", "cpu-fast"]
@@ -239,13 +240,12 @@ class WorkerGroup(Strict):
         return self
 
     @property
-    def gpus_per_server(self) -> int:
-        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
+    def parallel(self) -> Parallelism:
+        """This group's parallel shape as its servers' ServerSpec holds it (GPUs per server and per node)."""
+        return Parallelism(self.tp, self.pp, self.dp, self.ep, self.dp_attention, self.nnodes, self.moe_a2a_backend)
 
-    @property
-    def gpus_per_node(self) -> int:
-        """GPUs one server takes on each of its nodes (a server spanning nodes splits them evenly)."""
-        return -(-self.gpus_per_server // self.nnodes)
+    gpus_per_server = property(lambda self: self.parallel.gpus, doc="GPUs of one server (Parallelism.gpus).")
+    gpus_per_node = property(lambda self: self.parallel.gpus_per_node, doc="Its GPUs on each of its nodes.")
 
 
 class LayoutConfig(Strict):

@@ -46,6 +46,16 @@ class Parallelism:
     nnodes: int = knob("--nnodes", "group.nnodes", default=1, unwritten=1)
     moe_a2a_backend: str | None = knob("--moe-a2a-backend", "group.moe_a2a_backend")
 
+    @property
+    def gpus(self) -> int:
+        """GPUs of one server: tp x pp per model copy, dp copies unless DP attention splits one copy's attention."""
+        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs one server takes on each of its nodes (a server spanning nodes splits them evenly)."""
+        return -(-self.gpus // self.nnodes)
+
 
 @dataclass(frozen=True)
 class Memory:
