@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Installs everything pd-orchestrator and its tests need on a fresh CPU machine into ./.venv
-# (plus Debian's prometheus/promtool when run as root). Idempotent; safe to re-run.
+# (plus Debian's prometheus/promtool and slurm-wlm when run as root). Idempotent; safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+# Debian packages the tests run for real: prometheus/promtool, and Slurm (tests/multihost/test_batch_jobs.py
+# runs slurmctld + one slurmd per network-namespace host; its daemons are started by the test, not as services).
+APT=()
+{ command -v prometheus && command -v promtool; } >/dev/null || APT+=(prometheus)
+{ command -v slurmctld && command -v slurmd && command -v sbatch; } >/dev/null || APT+=(slurm-wlm)
+if [ "${#APT[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${APT[@]}" >/dev/null
   else
-    echo "note: prometheus/promtool not installed (needs root: apt-get install prometheus); their tests will skip" >&2
+    echo "note: ${APT[*]} not installed (needs root: apt-get install ${APT[*]}); their tests will skip" >&2
   fi
 fi
 

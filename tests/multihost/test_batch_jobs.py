@@ -1,0 +1,267 @@
+"""The generated job scripts run under a batch system on the two-host lab (network namespaces node-a, node-b,
+client), and bring back a VALID bench.
+
+Slurm is real: Debian's slurmctld on the client host and one slurmd per node host, each in its own UTS and
+network namespace (hostname = node name; its own spool and pid files), `AuthType=auth/none` (Debian's package
+ships it), no GPU gres; the script goes in with `sbatch`. PBS cannot be installed here (no Debian package,
+OpenPBS needs its own server): its script runs on node-a with the PBS_* variables a job gets, and a stand-in
+for `pbsdsh -n INDEX` that runs the command in the lab host of that PBS_NODEFILE line.
+
+The daemons and the job's processes enter a host with `nsenter --net` (not `ip netns exec`, which remounts /sys
+without /sys/fs/cgroup, where slurmd refuses to start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cluster.netns import NETNS_DIR, NetnsLab, cleanup_leftovers
+from orchestrator.config import dump_config
+from tests.support import sim_config, wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(420)]
+REPO = Path(__file__).resolve().parents[2]
+NODES = ("node-a", "node-b")
+NUM_PROMPTS = 24
+
+
+def _enter(lab: NetnsLab, role: str) -> list[str]:
+    return ["nsenter", f"--net={NETNS_DIR / lab.hosts[role].netns}"]
+
+
+def _job_config(tmp_path: Path, name: str) -> Path:
+    """A 1P1D sim bench: engines on their node's address, KV by NIXL over TCP on eth0 (as tests/multihost)."""
+    cfg = sim_config({
+        "name": name,
+        "transfer.ucx.net_devices": "eth0",
+        "transfer.ucx.tls": "tcp",
+        "router.host": "0.0.0.0",  # the router runs on the driver's node, the head
+        "benchmark.num_prompts": NUM_PROMPTS,
+        "benchmark.fixed_output_len": 16,
+        "benchmark.deadline_s": 240,
+    })
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(dump_config(cfg))
+    return path
+
+
+def _jobscript(config: Path, scheduler: str, *extra: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "jobscript", "--scheduler", scheduler,
+                           "--config", str(config), "--cpus-per-node", "4", *extra],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _others_on_node(lab: NetnsLab, role: str, keep: set[int]) -> list[str]:
+    """Command lines of processes on host `role` other than `keep` (the scheduler's daemons)."""
+    out = []
+    for pid in lab.pids(role):
+        if pid in keep:
+            continue
+        try:
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
+        except OSError:
+            pass
+    return out
+
+
+def _check_run_dir(run_dir: Path, lab: NetnsLab, job_output: str) -> dict:
+    """What every scheduler's job must leave: a VALID result copied, the nodes as Ray saw them, timings, logs."""
+    a, b = lab.hosts["node-a"].ip, lab.hosts["node-b"].ip
+    assert (run_dir / "result.json").is_file(), f"no result.json in {run_dir}:\n{job_output[-4000:]}"
+    doc = json.loads((run_dir / "result.json").read_text())
+    assert doc["verdict"] == "VALID", (doc.get("reason"), job_output[-3000:])
+    assert doc["counts"]["completed"] == NUM_PROMPTS
+    # Ray's own view: the head on node-a labelled prefill, the worker on node-b labelled decode; an address
+    # exists only inside its own namespace, so each raylet ran there
+    nodes = {n["ip"]: n["labels"].get("role") for n in doc["metadata"]["nodes"]}
+    assert nodes == {a: "prefill", b: "decode"}, nodes
+    workers = {w["role"]: w["node_ip"] for w in doc["metadata"]["workers"]}
+    assert workers == {"prefill": a, "decode": b}
+    timings = json.loads((run_dir / "timings.json").read_text())
+    assert timings["head_ip"] == a and timings["prepare_exit"] == 0 and timings["work_exit"] == 0
+    assert timings["ray_bringup_s"] > 0 and timings["prepare_s"] > 0 and timings["work_s"] > 0
+    assert (run_dir / "report" / "report.html").is_file() and "VALID" in (run_dir / "report.txt").read_text()
+    assert f"ip {a} (eth0), role=prefill" in (run_dir / "logs/ray-head.log").read_text()
+    assert f"ip {b} (eth0), role=decode" in (run_dir / "logs/ray-worker.log").read_text()
+    # each node's engine log came back from that node's Ray session
+    engine_logs = {p.name for p in (run_dir / "logs").rglob("pd-engines/*/*.log")}
+    assert any(n.startswith("prefill") for n in engine_logs) and any(n.startswith("decode") for n in engine_logs), \
+        engine_logs
+    assert not (run_dir / "ray-token").exists(), "the Ray token outlived the job"
+    return timings
+
+
+# ---- Slurm ------------------------------------------------------------------------------------------------
+
+SLURM_CONF = """\
+ClusterName=pdolab
+SlurmctldHost=pdo-ctl({ctl_ip})
+AuthType=auth/none
+CredType=cred/none
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={d}/ctld-state
+SlurmdSpoolDir={d}/spool-%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd-%n.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd-%n.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+NodeName=node-a NodeAddr={a} CPUs=4 RealMemory=1000 State=UNKNOWN
+NodeName=node-b NodeAddr={b} CPUs=4 RealMemory=1000 State=UNKNOWN
+PartitionName=lab Nodes=node-a,node-b Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@pytest.fixture
+def slurm_lab():
+    """A fresh lab with slurmctld on the client and slurmd on node-a and node-b; yields (lab, env, slurmd pids)."""
+    if not shutil.which("slurmctld") or not shutil.which("slurmd") or not shutil.which("sbatch"):
+        pytest.skip("Slurm is not installed: apt-get install slurm-wlm (scripts/dev-setup.sh does, as root)")
+    cleanup_leftovers()
+    state = Path(tempfile.mkdtemp(prefix="pdo-slurm-", dir="/tmp"))
+    with NetnsLab() as lab:
+        conf = state / "slurm.conf"
+        conf.write_text(SLURM_CONF.format(d=state, ctl_ip=lab.hosts["client"].ip, a=lab.hosts["node-a"].ip,
+                                          b=lab.hosts["node-b"].ip))
+        for sub in ("ctld-state", "spool-node-a", "spool-node-b"):
+            (state / sub).mkdir()
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, "SLURM_CONF": str(conf)}
+
+        def daemon(role: str, hostname: str, argv: list[str]) -> subprocess.Popen:
+            proc = subprocess.Popen([*_enter(lab, role), "unshare", "--uts", "sh", "-c",
+                                     f'hostname {hostname} && exec "$@"', "pdo-daemon", *argv], env=env,
+                                    start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            lab.started.append(proc)
+            return proc
+
+        daemon("client", "pdo-ctl", ["slurmctld", "-D", "-i", "-f", str(conf)])
+        slurmds = {role: daemon(role, role, ["slurmd", "-D", "-N", role, "-f", str(conf)]) for role in NODES}
+
+        def idle() -> bool:
+            done = lab.run("client", ["sinfo", "-h", "-N", "-o", "%N %t"], env=env, timeout_s=30)
+            return done.stdout.split().count("idle") == 2
+
+        try:
+            wait_until(idle, 60, poll_s=0.5, what="both slurmd nodes idle in sinfo")
+        except AssertionError as exc:
+            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(state.glob("*.log")))
+            raise AssertionError(f"{exc}\n{logs}") from None
+        yield lab, env, {role: p.pid for role, p in slurmds.items()}, state
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.mark.slurm
+def test_sbatch_of_the_generated_script_runs_a_valid_bench_across_the_hosts(slurm_lab, tmp_path):
+    lab, env, slurmds, state = slurm_lab
+    submit_dir = tmp_path / "submit"
+    submit_dir.mkdir()
+    script = submit_dir / "job.sh"
+    script.write_text(_jobscript(_job_config(tmp_path, "slurmjob"), "slurm", "--iface", "eth0"))
+    ray_tmp = Path(tempfile.mkdtemp(prefix="pdo-sl-", dir="/tmp"))  # short: Ray's socket paths must fit
+    job_env = {**env, "PDO_RAY_TMP": str(ray_tmp)}
+    done = subprocess.run([*_enter(lab, "client"), "sbatch", "--parsable", str(script)], env=job_env,
+                          cwd=submit_dir, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip().split(";")[0]
+
+    def finished() -> str | None:
+        show = lab.run("client", ["scontrol", "show", "job", job_id], env=env, timeout_s=30).stdout
+        fields = dict(word.split("=", 1) for word in show.split() if "=" in word)
+        return fields.get("JobState") if fields.get("JobState") not in (None, "PENDING", "RUNNING",
+                                                                          "CONFIGURING", "COMPLETING") else None
+
+    try:
+        job_state = wait_until(finished, 360, poll_s=1, what=f"Slurm job {job_id} to finish")
+    finally:
+        output_file = submit_dir / f"pdo-pdo-slurmjob-{job_id}.out"
+        output = output_file.read_text() if output_file.exists() else f"(no {output_file.name})"
+        print(f"SLURM job {job_id} output (tail):\n{output[-2500:]}")
+    assert job_state == "COMPLETED", f"{job_state}:\n{output[-4000:]}"
+    timings = _check_run_dir(submit_dir / "pdo-runs" / job_id, lab, output)
+    print(f"SLURM timings: {timings}")
+    assert "Ray bring-up:" in output and "prepare:" in output and "stopping Ray on every node" in output
+    # Ray stopped on every node: nothing but slurmd is left on the node hosts
+    for role in NODES:
+        wait_until(lambda: not _others_on_node(lab, role, {slurmds[role]}), 30,
+                   what=f"{role} running nothing but slurmd (left: {_others_on_node(lab, role, {slurmds[role]})})")
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+# ---- PBS: the script's logic, with a stand-in for pbsdsh ----------------------------------------------------
+
+PBSDSH_STANDIN = """\
+#!/bin/bash
+# Stand-in for PBS's `pbsdsh -n INDEX -- CMD...`: runs CMD on the lab host named on line INDEX of PBS_NODEFILE,
+# the way pbsdsh runs it on that node of the job (and records where it ran).
+set -euo pipefail
+[ "$1" = -n ] && [ "$3" = -- ] || { echo "pbsdsh stand-in: only -n INDEX -- CMD" >&2; exit 2; }
+index=$2; shift 3
+host=$(sed -n "$((index + 1))p" "$PBS_NODEFILE")
+netns=$(cat "$PDO_TEST_NETNS_MAP/$host")
+exec nsenter --net="/run/netns/$netns" /bin/bash -c \
+  'echo "$(ip netns identify) $*" >> "$PDO_TEST_PBSDSH_LOG"; exec "$@"' pbsdsh-task "$@"
+"""
+
+
+def test_pbs_script_starts_each_raylet_on_its_own_node_and_runs_a_valid_bench(tmp_path):
+    cleanup_leftovers()
+    ray_tmp = Path(tempfile.mkdtemp(prefix="pdo-pb-", dir="/tmp"))
+    with NetnsLab() as lab:
+        submit_dir = tmp_path / "submit"
+        submit_dir.mkdir()
+        script = submit_dir / "job.sh"
+        script.write_text(_jobscript(_job_config(tmp_path, "pbsjob"), "pbs"))  # --iface auto: eth0 in the lab
+        bin_dir, netns_map = tmp_path / "bin", tmp_path / "netns-map"
+        bin_dir.mkdir()
+        netns_map.mkdir()
+        (bin_dir / "pbsdsh").write_text(PBSDSH_STANDIN)
+        (bin_dir / "pbsdsh").chmod(0o755)
+        for role in NODES:
+            (netns_map / role).write_text(lab.hosts[role].netns)
+        nodefile = tmp_path / "nodefile"
+        nodefile.write_text("node-a\nnode-b\n")
+        pbsdsh_log = tmp_path / "pbsdsh.log"
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SLURM_"))},
+               "PATH": f"{bin_dir}:{os.environ['PATH']}", "PBS_JOBID": "4242.pbs-lab", "PBS_O_WORKDIR": str(submit_dir),
+               "PBS_NODEFILE": str(nodefile), "PDO_RAY_TMP": str(ray_tmp), "PDO_TEST_NETNS_MAP": str(netns_map),
+               "PDO_TEST_PBSDSH_LOG": str(pbsdsh_log)}
+        # the mother superior (first node of the job) runs the script
+        done = subprocess.run([*_enter(lab, "node-a"), "bash", str(script)], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=360)
+        output = done.stdout + done.stderr
+        print(f"PBS job output (tail):\n{output[-2500:]}")
+        assert done.returncode == 0, output[-4000:]
+        timings = _check_run_dir(submit_dir / "pdo-runs" / "4242", lab, output)
+        print(f"PBS timings: {timings}")
+        # every task went through pbsdsh -n: the head's raylet in node-a's namespace, the worker's in node-b's
+        tasks = pbsdsh_log.read_text().splitlines()
+        where = {line.split()[0]: [] for line in tasks}
+        for line in tasks:
+            where[line.split()[0]].append(line)
+        assert any(" head" in t for t in where[lab.hosts["node-a"].netns]), tasks
+        assert any(" worker " in t for t in where[lab.hosts["node-b"].netns]), tasks
+        assert not any(" worker " in t for t in where[lab.hosts["node-a"].netns]), tasks
+        for role in NODES:
+            wait_until(lambda: not _others_on_node(lab, role, set()), 30,
+                       what=f"{role} running nothing (left: {_others_on_node(lab, role, set())})")
+    shutil.rmtree(ray_tmp, ignore_errors=True)
