@@ -62,8 +62,7 @@ def _bench_work(cfg: RunConfig) -> str:
     return """\
   SUBMISSION_ID=pdo-$JOB_ID-bench-$(date +%s)
   "$PDO_RAY" job submit --address "$DASHBOARD" --submission-id "$SUBMISSION_ID" -- \\
-    "$PDO_PYTHON" -m orchestrator bench --config "$RUN_DIR/config.yaml" "${ADDRESS_SET[@]}" \\
-    --result-dir "$RUN_DIR/runs" 2>&1 | tee "$RUN_DIR/logs/bench.log"
+    "$PDO_PYTHON" -m orchestrator bench --config "$RUN_DIR/config.yaml" --result-dir "$RUN_DIR/runs" 2>&1 | tee "$RUN_DIR/logs/bench.log"
   log "ray job submit exited ${PIPESTATUS[0]}; the job's own verdict:"
   "$PDO_PYTHON" -m orchestrator.cluster.batch job-status --dashboard "$DASHBOARD" --id "$SUBMISSION_ID" \\
     | tee "$RUN_DIR/logs/job-status.log"
@@ -199,7 +198,9 @@ def render(cfg: RunConfig, opts: JobOptions, git_sha: str | None = None) -> str:
     launcher = _launcher(opts)
     slurm = opts.scheduler == "slurm"
     resources = (_slurm_resources if slurm else _pbs_resources)(cfg, opts, gpus)
-    config_yaml = dump_config(cfg).rstrip("\n")
+    # every driver of the job runs on the head with RAY_ADDRESS set (by the script, or by Ray inside the job)
+    job_cfg = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"address": "auto"})})
+    config_yaml = dump_config(job_cfg).rstrip("\n")
     if re.search(r"^PDO_CONFIG$", config_yaml, re.M):
         raise JobScriptError("the config contains a line 'PDO_CONFIG', the job script's heredoc marker; rename it")
     roles = cfg.cluster.roles

@@ -65,9 +65,12 @@ def test_slurm_script_requests_the_layout_and_labels_the_nodes(tmp_path, capsys)
     status = text.index("orchestrator.cluster.batch job-status")
     assert prepare < submit < status and "WORK_RC=${PIPESTATUS[0]}" in text[status:]
     assert '--result-dir "$RUN_DIR/runs"' in text and 'cp "$RESULT" "$RUN_DIR/result.json"' in text
-    # the embedded config is the resolved one
-    embedded = text.split("<<'PDO_CONFIG'\n", 1)[1].split("\nPDO_CONFIG\n", 1)[0]
-    assert yaml.safe_load(embedded) == yaml.safe_load(dump_config(load_config(cfg_path)))
+    # the embedded config is the resolved one, attached to the job's own cluster (RAY_ADDRESS on the head)
+    embedded = yaml.safe_load(text.split("<<'PDO_CONFIG'\n", 1)[1].split("\nPDO_CONFIG\n", 1)[0])
+    expected = yaml.safe_load(dump_config(load_config(cfg_path)))
+    assert embedded["cluster"].pop("address") == "auto" and expected["cluster"].pop("address") == "local"
+    assert embedded == expected
+    assert "export RAY_ADDRESS=$HEAD_IP:$PDO_RAY_PORT" in text
 
 
 def test_pbs_script_uses_pbs_resources_nodefile_and_launcher(tmp_path):
