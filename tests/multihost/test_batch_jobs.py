@@ -131,7 +131,7 @@ PartitionName=lab Nodes=node-a,node-b Default=YES MaxTime=INFINITE State=UP
 """
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def slurm_lab():
     """A fresh lab with slurmctld on the client and slurmd on node-a and node-b; yields (lab, env, slurmd pids)."""
     if not shutil.which("slurmctld") or not shutil.which("slurmd") or not shutil.which("sbatch"):
@@ -173,40 +173,79 @@ def slurm_lab():
     shutil.rmtree(state, ignore_errors=True)
 
 
-@pytest.mark.slurm
-def test_sbatch_of_the_generated_script_runs_a_valid_bench_across_the_hosts(slurm_lab, tmp_path):
-    lab, env, slurmds, state = slurm_lab
+def _sbatch(lab: NetnsLab, env: dict, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
+    """Submit the generated script for a fresh config from the client host: (job id, submit dir, Ray tmp)."""
     submit_dir = tmp_path / "submit"
     submit_dir.mkdir()
     script = submit_dir / "job.sh"
-    script.write_text(_jobscript(_job_config(tmp_path, "slurmjob"), "slurm", "--iface", "eth0"))
+    script.write_text(_jobscript(_job_config(tmp_path, name), "slurm", "--iface", "eth0"))
     ray_tmp = Path(tempfile.mkdtemp(prefix="pdo-sl-", dir="/tmp"))  # short: Ray's socket paths must fit
-    job_env = {**env, "PDO_RAY_TMP": str(ray_tmp)}
-    done = subprocess.run([*_enter(lab, "client"), "sbatch", "--parsable", str(script)], env=job_env,
-                          cwd=submit_dir, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([*_enter(lab, "client"), "sbatch", "--parsable", str(script)],
+                          env={**env, "PDO_RAY_TMP": str(ray_tmp)}, cwd=submit_dir, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
-    job_id = done.stdout.strip().split(";")[0]
+    return done.stdout.strip().split(";")[0], submit_dir, ray_tmp
 
-    def finished() -> str | None:
-        show = lab.run("client", ["scontrol", "show", "job", job_id], env=env, timeout_s=30).stdout
-        fields = dict(word.split("=", 1) for word in show.split() if "=" in word)
-        return fields.get("JobState") if fields.get("JobState") not in (None, "PENDING", "RUNNING",
-                                                                          "CONFIGURING", "COMPLETING") else None
 
+def _job_state(lab: NetnsLab, env: dict, job_id: str) -> str | None:
+    show = lab.run("client", ["scontrol", "show", "job", job_id], env=env, timeout_s=30).stdout
+    return dict(word.split("=", 1) for word in show.split() if "=" in word).get("JobState")
+
+
+def _ended(lab: NetnsLab, env: dict, job_id: str) -> str | None:
+    state = _job_state(lab, env, job_id)
+    return state if state not in (None, "PENDING", "RUNNING", "CONFIGURING", "COMPLETING") else None
+
+
+def _job_output(submit_dir: Path, name: str, job_id: str) -> str:
+    path = submit_dir / f"pdo-pdo-{name}-{job_id}.out"
+    return path.read_text() if path.exists() else f"(no {path.name})"
+
+
+def _nodes_left_with_slurmd_only(lab: NetnsLab, slurmds: dict[str, int]) -> None:
+    for role in NODES:
+        wait_until(lambda: not _others_on_node(lab, role, {slurmds[role]}), 60, poll_s=0.5,
+                   what=f"{role} running nothing but slurmd (left: {_others_on_node(lab, role, {slurmds[role]})})")
+
+
+@pytest.mark.slurm
+def test_sbatch_of_the_generated_script_runs_a_valid_bench_across_the_hosts(slurm_lab, tmp_path):
+    lab, env, slurmds, state = slurm_lab
+    job_id, submit_dir, ray_tmp = _sbatch(lab, env, tmp_path, "slurmjob")
     try:
-        job_state = wait_until(finished, 360, poll_s=1, what=f"Slurm job {job_id} to finish")
+        job_state = wait_until(lambda: _ended(lab, env, job_id), 360, poll_s=1, what=f"Slurm job {job_id} to end")
     finally:
-        output_file = submit_dir / f"pdo-pdo-slurmjob-{job_id}.out"
-        output = output_file.read_text() if output_file.exists() else f"(no {output_file.name})"
+        output = _job_output(submit_dir, "slurmjob", job_id)
         print(f"SLURM job {job_id} output (tail):\n{output[-2500:]}")
     assert job_state == "COMPLETED", f"{job_state}:\n{output[-4000:]}"
     timings = _check_run_dir(submit_dir / "pdo-runs" / job_id, lab, output)
     print(f"SLURM timings: {timings}")
     assert "Ray bring-up:" in output and "prepare:" in output and "stopping Ray on every node" in output
-    # Ray stopped on every node: nothing but slurmd is left on the node hosts
-    for role in NODES:
-        wait_until(lambda: not _others_on_node(lab, role, {slurmds[role]}), 30,
-                   what=f"{role} running nothing but slurmd (left: {_others_on_node(lab, role, {slurmds[role]})})")
+    _nodes_left_with_slurmd_only(lab, slurmds)  # Ray stopped on every node
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.slurm
+def test_scancel_mid_bench_stops_ray_on_every_node(slurm_lab, tmp_path):
+    """The job cancelled while its bench runs (as a user's scancel or the walltime would): Slurm signals the
+    batch script and the node steps; each node's Ray session is stopped and nothing is left on either host."""
+    lab, env, slurmds, state = slurm_lab
+    job_id, submit_dir, ray_tmp = _sbatch(lab, env, tmp_path, "canceljob")
+    run_dir = submit_dir / "pdo-runs" / job_id
+    try:
+        wait_until(lambda: (run_dir / "logs/bench.log").exists() or _ended(lab, env, job_id), 300, poll_s=0.5,
+                   what=f"Slurm job {job_id}'s bench to start")
+        assert _job_state(lab, env, job_id) == "RUNNING", _job_output(submit_dir, "canceljob", job_id)[-3000:]
+        # Ray is up on both hosts at this point: the processes the cancel must stop
+        assert all(_others_on_node(lab, role, {slurmds[role]}) for role in NODES)
+        lab.run("client", ["scancel", job_id], env=env, timeout_s=30)
+        job_state = wait_until(lambda: _ended(lab, env, job_id), 120, poll_s=0.5, what=f"job {job_id} to end")
+    finally:
+        output = _job_output(submit_dir, "canceljob", job_id)
+        print(f"SLURM cancelled job {job_id} output (tail):\n{output[-2000:]}")
+    assert job_state == "CANCELLED", job_state
+    _nodes_left_with_slurmd_only(lab, slurmds)
+    assert "node node-a: ip" in (run_dir / "logs/ray-head.log").read_text()
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
