@@ -69,9 +69,11 @@ def _bench_work(cfg: RunConfig) -> str:
   WORK_RC=${PIPESTATUS[0]}"""
 
 
-# `serve+goodput` joins once the serving command has landed (issue 24): serve, then the goodput client.
+# `serve+goodput` joins as one more entry: `serve` as a Ray job, then the contest's goodput client against its
+# gateway, the verdict from the client's exit code.
 WORKS: dict[str, Callable[[RunConfig], str]] = {"bench": _bench_work}
-PLANNED_WORKS = {"serve+goodput": "needs the `serve` command (the serving issue), not landed yet"}
+PLANNED_WORKS = {"serve+goodput": "not available yet: `pd-orchestrator serve` exists, a goodput client command "
+                 "(AIPerf's fixed closed-loop run) does not; use --then bench"}
 
 
 # ---- what differs per scheduler -------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def test_walltime_rounds_up_to_whole_minutes():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--then", "serve+goodput"], "--then serve+goodput: needs the `serve` command"),
+    (["--then", "serve+goodput"], "--then serve+goodput: not available yet: `pd-orchestrator serve` exists, a goodput"),
     (["--then", "train"], "--then train: choose one of bench"),
     (["--launcher", "mpirun"], "--launcher mpirun: Slurm jobs launch with srun"),
     (["--iface", "eth0; rm -rf /"], "--iface 'eth0; rm -rf /': an interface name"),
