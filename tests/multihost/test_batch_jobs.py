@@ -74,7 +74,7 @@ def _others_on_node(lab: NetnsLab, role: str, keep: set[int]) -> list[str]:
     return out
 
 
-def _check_run_dir(run_dir: Path, lab: NetnsLab, job_output: str) -> dict:
+def _check_run_dir(run_dir: Path, lab: NetnsLab, job_output: str, iface: str = "eth0") -> dict:
     """What every scheduler's job must leave: a VALID result copied, the nodes as Ray saw them, timings, logs."""
     a, b = lab.hosts["node-a"].ip, lab.hosts["node-b"].ip
     assert (run_dir / "result.json").is_file(), f"no result.json in {run_dir}:\n{job_output[-4000:]}"
@@ -91,8 +91,8 @@ def _check_run_dir(run_dir: Path, lab: NetnsLab, job_output: str) -> dict:
     assert timings["head_ip"] == a and timings["prepare_exit"] == 0 and timings["work_exit"] == 0
     assert timings["ray_bringup_s"] > 0 and timings["prepare_s"] > 0 and timings["work_s"] > 0
     assert (run_dir / "report" / "report.html").is_file() and "VALID" in (run_dir / "report.txt").read_text()
-    assert f"ip {a} (eth0), role=prefill" in (run_dir / "logs/ray-head.log").read_text()
-    assert f"ip {b} (eth0), role=decode" in (run_dir / "logs/ray-worker.log").read_text()
+    assert f"ip {a} ({iface}), role=prefill" in (run_dir / "logs/ray-head.log").read_text()
+    assert f"ip {b} ({iface}), role=decode" in (run_dir / "logs/ray-worker.log").read_text()
     # each node's engine log came back from that node's Ray session
     engine_logs = {p.name for p in (run_dir / "logs").rglob("pd-engines/*/*.log")}
     assert any(n.startswith("prefill") for n in engine_logs) and any(n.startswith("decode") for n in engine_logs), \
@@ -293,7 +293,7 @@ def test_pbs_script_starts_each_raylet_on_its_own_node_and_runs_a_valid_bench(tm
         output = done.stdout + done.stderr
         print(f"PBS job output (tail):\n{output[-2500:]}")
         assert done.returncode == 0, output[-4000:]
-        timings = _check_run_dir(submit_dir / "pdo-runs" / "4242", lab, output)
+        timings = _check_run_dir(submit_dir / "pdo-runs" / "4242", lab, output, iface="auto")
         print(f"PBS timings: {timings}")
         # every task went through pbsdsh -n: the head's raylet in node-a's namespace, the worker's in node-b's
         tasks = pbsdsh_log.read_text().splitlines()
