@@ -15,7 +15,7 @@ PACKAGES = ("orchestrator", "deployments")
 
 # Lowest first; a module may import only from its own layer or lower ones.
 LAYERS: list[set[str]] = [
-    {"orchestrator", "records", "phases", "process", "provenance"},
+    {"orchestrator", "records", "phases", "process", "provenance", "stats"},
     {"config", "rules"},
     {"perfmodel"},
     {"api", "workload"},

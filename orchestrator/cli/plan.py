@@ -17,7 +17,8 @@ from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits, sglang_defaults_text
 from orchestrator.plan.proposals import add_search_args, print_search
 from orchestrator.plan.search import PlanError
-from orchestrator.plan.simulate import LABEL, SimulatedRun, SimulationError, batch_shapes, percentile
+from orchestrator.plan.simulate import LABEL, SimulatedRun, SimulationError, batch_shapes
+from orchestrator.stats import percentile
 from orchestrator.rules import verdict_for
 
 

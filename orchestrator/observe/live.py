@@ -23,7 +23,8 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.observe.metrics import BenchMetrics, canonical_phase, projected_finish
-from orchestrator.observe.report import percentile, tpot_s
+from orchestrator.observe.report import tpot_s
+from orchestrator.stats import percentile
 from orchestrator.phases import Phase
 from orchestrator.records import RequestResult
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from orchestrator.records import RequestResult
+from orchestrator.stats import percentile
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE|AUTH)", re.I)
 _DURATION = re.compile(r"\d+(\.\d+)?s\b")
@@ -117,15 +118,6 @@ def tpot_s(r) -> float | None:
     if ttft is None or e2e is None or tokens < 2:
         return None
     return (e2e - ttft) / (tokens - 1)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default, as bench_serving), q in [0, 100]; values non-empty."""
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 @dataclass

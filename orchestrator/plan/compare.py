@@ -19,7 +19,8 @@ from typing import Callable
 from orchestrator.config import RunConfig
 from orchestrator.plan.deadline import predict_deadline
 from orchestrator.plan.memory import check_layout_fits
-from orchestrator.plan.simulate import LABEL, SimulationError, percentile
+from orchestrator.plan.simulate import LABEL, SimulationError
+from orchestrator.stats import percentile
 
 MEASURED = "measured"
 MEASURED_SIM = "measured-sim"  # a bench run of the simulated engine: measured wall time of the simulator, not of GPUs

@@ -1,13 +1,13 @@
 """What a simulated run returns and the batches it runs on (used by plan/simulate.py, deadline, search,
-compare and the back-test): SimulatedRun, percentile, SimulationError, synthetic_batch, batch_shapes."""
+compare and the back-test): SimulatedRun, SimulationError, synthetic_batch, batch_shapes."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
+from orchestrator.stats import percentile
 
 LABEL = "simulated"
 
@@ -45,17 +45,6 @@ class SimulatedRun:
 
     def e2e_p(self, q: float) -> float:
         return percentile(self.e2e_s, q)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), q in [0, 100]; nan for no values."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 class SimulationError(ValueError):

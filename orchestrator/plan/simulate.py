@@ -29,10 +29,10 @@ from typing import Any
 from orchestrator.config import RunConfig
 from orchestrator.perfmodel.admission import BatchSchedule, Seq, ServerLimits, server_limits
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
-from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, batch_shapes, percentile, synthetic_batch
+from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
 
 __all__ = [  # the results and batch helpers live in plan/runs.py; importers may keep using this module
-    "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "percentile", "batch_shapes",
+    "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "batch_shapes",
     "simulate_run", "synthetic_batch",
 ]
 

@@ -8,10 +8,10 @@ from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulate import (
     SimulationError,
-    percentile,
     simulate_run,
     synthetic_batch,
 )
+from orchestrator.stats import percentile
 
 
 def pd_config(**cluster) -> RunConfig:
