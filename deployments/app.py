@@ -18,6 +18,7 @@ from ray.serve.api import RunTarget
 from orchestrator.cluster.inventory import driver_node_ip, router_pin_ip
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.config.server_spec import server_spec
+from orchestrator.records import Role
 
 ROUTER_APP = "pd-router"
 HEALTH_CHECK_PERIOD_S = 10.0
@@ -29,13 +30,13 @@ class WorkerGroupSpec:
 
     app_name: str
     deployment: str
-    role: str
+    role: Role
     group_index: int
     node_label: str
     replicas: int
 
 
-def group_deployment_name(role: str, index: int, group: WorkerGroup) -> str:
+def group_deployment_name(role: Role, index: int, group: WorkerGroup) -> str:
     return group.name or f"{role}-{index}"
 
 
@@ -55,7 +56,7 @@ def expected_workers(cfg: RunConfig) -> dict[str, int]:
     return out
 
 
-def worker_deployment_options(cfg: RunConfig, role: str, group: WorkerGroup) -> dict:
+def worker_deployment_options(cfg: RunConfig, role: Role, group: WorkerGroup) -> dict:
     """Serve options pinning one group's replicas: label selector + one placement group per replica.
 
     One bundle per GPU (TP ranks are GPUs) packed on one node; a server spanning nodes gets one bundle

@@ -26,7 +26,7 @@ from orchestrator.cluster.registry import get_registry
 from orchestrator.config import RunConfig
 from orchestrator.engines.base import EngineProcess, WorkerPlacement, engine_addresses
 from orchestrator.engines.registry import backend_for
-from orchestrator.records import WorkerEndpoint
+from orchestrator.records import Role, WorkerEndpoint
 
 logger = logging.getLogger("ray.serve")
 
@@ -96,7 +96,7 @@ class EngineRank:
 class EngineWorker:
     """A prefill, decode or aggregated engine server behind one Serve replica."""
 
-    def __init__(self, cfg: RunConfig, role: str, group_index: int, run_id: str):
+    def __init__(self, cfg: RunConfig, role: Role, group_index: int, run_id: str):
         self.cfg = cfg
         self.role = role
         self.group = getattr(cfg.layout, role)[group_index]

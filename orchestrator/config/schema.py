@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
 from orchestrator.config.server_spec import Parallelism
 from orchestrator.config.sglang_versions import PINNED_SGLANG, installed_sglang_version
+from orchestrator.records import Role
 
 GpuType = Literal["H100-SXM", "H200", "cpu-fast"]
 Quantization = Literal["bf16", "fp8", "w4a8", "awq"]
@@ -268,9 +269,9 @@ class LayoutConfig(Strict):
                 raise ValueError("layout.prefill/decode must be empty when layout.mode=aggregated")
         return self
 
-    def groups(self) -> list[tuple[str, int, WorkerGroup]]:
+    def groups(self) -> list[tuple[Role, int, WorkerGroup]]:
         """(role, index, group) for every group, roles 'prefill', 'decode' or 'aggregated'."""
-        out: list[tuple[str, int, WorkerGroup]] = []
+        out: list[tuple[Role, int, WorkerGroup]] = []
         for role in ("prefill", "decode", "aggregated"):
             for i, g in enumerate(getattr(self, role)):
                 out.append((role, i, g))
@@ -429,7 +430,7 @@ class RunConfig(Strict):
             raise ValueError("\n".join(problems))
         return self
 
-    def node_role(self, role: str, group: WorkerGroup) -> str:
+    def node_role(self, role: Role, group: WorkerGroup) -> str:
         return group.node_role or getattr(self.cluster.roles, role)
 
     @property

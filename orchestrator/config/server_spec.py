@@ -19,6 +19,7 @@ from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.sglang_versions import PINNED_SGLANG, RELEASES, release_for
+from orchestrator.records import Role
 
 if TYPE_CHECKING:
     from orchestrator.config.schema import RunConfig, WorkerGroup
@@ -112,7 +113,7 @@ class PdTimeouts:
 
 @dataclass(frozen=True)
 class Disaggregation:
-    role: str = knob(  # prefill | decode | aggregated (SGLang's mode null)
+    role: Role = knob(  # prefill | decode | aggregated (SGLang's mode null)
         "--disaggregation-mode", default="aggregated", aliases=("--mode",), unwritten="aggregated")
     transfer_backend: str | None = knob("--disaggregation-transfer-backend")  # PD servers only
     timeouts: PdTimeouts = PdTimeouts()
@@ -133,7 +134,7 @@ class ServerSpec:
     pd: Disaggregation = Disaggregation()
 
     @property
-    def role(self) -> str:
+    def role(self) -> Role:
         return self.pd.role
 
     def to_sglang_argv(self) -> list[str]:
@@ -182,6 +183,8 @@ def _leaf_type(path: tuple[str, ...]) -> type:
     for part in path[:-1]:
         cls = typing.get_type_hints(cls)[part]
     hint = typing.get_type_hints(cls)[path[-1]]
+    if typing.get_origin(hint) is typing.Literal:
+        return str
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
 
@@ -228,7 +231,7 @@ def _read(cfg: RunConfig, group: WorkerGroup, source: str) -> Any:
     return node
 
 
-def server_spec(cfg: RunConfig, role: str, group: WorkerGroup, timeouts: PdTimeouts | None = None) -> ServerSpec:
+def server_spec(cfg: RunConfig, role: Role, group: WorkerGroup, timeouts: PdTimeouts | None = None) -> ServerSpec:
     """The settings of every server of `group` in `role`; PD waits sized from the run's deadline unless given."""
     values: dict[tuple[str, ...], Any] = {}
     for path, f in LEAVES:

@@ -20,13 +20,14 @@ import httpx
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.config.server_spec import PdTimeouts, ServerSpec, server_spec
 from orchestrator.process import ManagedProcess, ProcessError
+from orchestrator.records import Role
 
 
 @dataclass(frozen=True)
 class WorkerPlacement:
     """Where one engine server runs: node IP, ports chosen for it, GPU ids Ray assigned."""
 
-    role: str  # prefill | decode | aggregated
+    role: Role
     group_index: int
     replica_index: int
     host: str  # address the server binds to
@@ -60,7 +61,7 @@ class EngineLaunch:
     argv: list[str]
     env: dict[str, str]
     url: str
-    role: str = "aggregated"  # prefill | decode | aggregated
+    role: Role = "aggregated"
     node_rank: int = 0  # > 0: a node rank of a multi-node server (no HTTP server of its own)
     bootstrap_port: int | None = None  # prefill: the PD bootstrap server's port
     bootstrap_url: str | None = None  # prefill: the PD bootstrap server's base URL
@@ -138,7 +139,7 @@ class EngineBackend(ABC):
         """The PD waits the server is given, sized from the run's deadline."""
         return PdTimeouts.for_deadline(cfg.benchmark.deadline_s)
 
-    def server_spec(self, cfg: RunConfig, role: str, group: WorkerGroup) -> ServerSpec:
+    def server_spec(self, cfg: RunConfig, role: Role, group: WorkerGroup) -> ServerSpec:
         """The settings every server of `group` in `role` is launched with (its PD waits from pd_timeouts)."""
         return server_spec(cfg, role, group, self.pd_timeouts(cfg))
 

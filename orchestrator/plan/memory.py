@@ -17,6 +17,7 @@ from orchestrator.config import RunConfig, WorkerGroup, config_from_dict
 from orchestrator.config.server_spec import server_spec
 from orchestrator.config.sglang_versions import release_for
 from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM, GB, EngineCostModel, cost_model_for
+from orchestrator.records import Role
 
 FITS = "fits"
 LITTLE_KV = "fits-with-little-KV"
@@ -34,7 +35,7 @@ LITTLE_KV_SHARE = 0.5
 class GroupMemory:
     """One worker group's memory numbers per GPU (GB = 1e9 bytes) and its verdict."""
 
-    role: str
+    role: Role
     index: int
     layout: str  # e.g. "1 x TP8"
     gpu: str
@@ -113,12 +114,12 @@ def _layout_label(group: WorkerGroup, model: EngineCostModel) -> str:
     return text
 
 
-def _servers_by_role(cfg: RunConfig, role: str) -> int:
+def _servers_by_role(cfg: RunConfig, role: Role) -> int:
     return sum(g.count for r, _, g in cfg.layout.groups() if r == role)
 
 
 def _kv_needed(
-    cfg: RunConfig, role: str, group: WorkerGroup, model: EngineCostModel, batch: Sequence[tuple[int, int]] | None
+    cfg: RunConfig, role: Role, group: WorkerGroup, model: EngineCostModel, batch: Sequence[tuple[int, int]] | None
 ) -> tuple[int, int]:
     """(concurrent requests per server, KV tokens they need) when the whole batch is sent at once."""
     num = len(batch) if batch else cfg.benchmark.num_prompts
@@ -134,7 +135,7 @@ def _kv_needed(
 
 def group_memory(
     cfg: RunConfig,
-    role: str,
+    role: Role,
     index: int,
     group: WorkerGroup,
     batch: Sequence[tuple[int, int]] | None = None,

@@ -30,6 +30,7 @@ from orchestrator.config import RunConfig
 from orchestrator.perfmodel.admission import BatchSchedule, Seq, ServerLimits, server_limits
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
+from orchestrator.records import Role
 
 __all__ = [  # the results and batch helpers live in plan/runs.py; importers may keep using this module
     "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "batch_shapes",
@@ -60,7 +61,7 @@ class _Server:
     """One engine server: the shared scheduling model (perfmodel/admission.py) timed by its cost model."""
 
     name: str
-    role: str  # prefill | decode | aggregated
+    role: Role
     node: str  # role label of its node; 'all' when it spans nodes
     model: EngineCostModel
     sched: BatchSchedule
@@ -72,7 +73,7 @@ class _Server:
         return self.sched.limits.kv_capacity_tokens
 
 
-def _servers(cfg: RunConfig, role: str, gpu: str | None, sglang_version: str | None = None) -> list[_Server]:
+def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | None = None) -> list[_Server]:
     out = []
     for _, index, group in [g for g in cfg.layout.groups() if g[0] == role]:
         model = cost_model_for(cfg, role, group, gpu=gpu, sglang_version=sglang_version)

@@ -12,15 +12,16 @@ import sys
 
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.engines.base import EngineBackend, EngineLaunch, WorkerPlacement
+from orchestrator.records import Role
 from orchestrator.transfer.env import transport_env
 
 
-def worker_name(role: str, group: WorkerGroup, placement: WorkerPlacement) -> str:
+def worker_name(role: Role, group: WorkerGroup, placement: WorkerPlacement) -> str:
     """'<group name>/<replica>', group name defaulting to '<role>-<group index>' (e.g. 'prefill-0/1')."""
     return f"{group.name or f'{role}-{placement.group_index}'}/{placement.replica_index}"
 
 
-def faults_for(cfg: RunConfig, role: str, group: WorkerGroup, placement: WorkerPlacement) -> dict | None:
+def faults_for(cfg: RunConfig, role: Role, group: WorkerGroup, placement: WorkerPlacement) -> dict | None:
     """engine.sim.faults entry for this worker: by worker name, then group name, then role."""
     faults = cfg.engine.sim.faults
     for key in (worker_name(role, group, placement), group.name or f"{role}-{placement.group_index}", role):

@@ -24,6 +24,7 @@ from typing import Callable, Protocol, Sequence
 
 from orchestrator.engines.sim.prefix_cache import PrefixCache
 from orchestrator.perfmodel.admission import BatchSchedule, Seq, ServerLimits
+from orchestrator.records import Role
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class SchedulerLimits:
     kv_capacity_tokens: int
     chunked_prefill_tokens: int
     time_scale: float = 1.0
-    role: str = "aggregated"  # aggregated | prefill (KV held until release) | decode (KV pre-allocated)
+    role: Role = "aggregated"  # aggregated | prefill (KV held until release) | decode (KV pre-allocated)
     page_size: int = 1
     max_running_set: bool = False  # --max-running-requests given
 
