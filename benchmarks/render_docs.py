@@ -192,7 +192,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
                                                 table_only=True),
     "performance-pairing": lambda: raw("2026-11-24-router-pairing/README.md", table_only=True),
     "performance-ordering": lambda: raw("2026-11-24-ordering-s5/output.md"),
-    "reliability-faults-inprocess": lambda: fault_table("2026-11-26-faults-inprocess"),
+    "reliability-faults-inprocess": lambda: fault_table("2026-11-26-faults-recovery"),
     "reliability-link-faults": lambda: fault_table("2026-11-26-link-faults-hit"),
     "reliability-link-faults-history": lambda: fault_history("*multihost-faults*/*.log"),
     "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
