@@ -76,6 +76,7 @@ class Calibration:
     transfer_latency: tuple[tuple[int, float], ...] = ()  # (page size, mean per-request KV transfer s), measured
     shape_matches: bool = True  # False: only the start-up figures apply (a profile of another shape, same GPU)
     attention_backend: str = "triton"  # the backend the decode points were measured with
+    dummy_routing: tuple[tuple[int, float], ...] = ()  # (decode batch, distinct routed experts), dummy weights, measured
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""

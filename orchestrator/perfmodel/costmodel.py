@@ -241,6 +241,23 @@ def find_calibration(
     else a profile of another shape on this GPU, whose start-up figures only apply (process start, graph
     capture per size and layer, cold compile per size do not depend on the layer's dimensions)."""
     pool = profiles if profiles is not None else shipped_profiles()
+    cal = _find_calibration(gpu, arch, quantization, pool)
+    if cal is None or not cal.shape_matches:
+        return cal
+    # what the layer shape alone decides, from any profile of it: the experts dummy weights route to, and the
+    # prefill share of peak where this GPU's profile has no prefill forwards
+    shape = [p for p in pool if p.model.matches(arch, quantization)]
+    routing = next((p.routing for p in shape if any(x.gate == "dummy" for x in p.routing)), [])
+    if routing:
+        cal = replace(cal, dummy_routing=tuple(sorted((x.tokens, x.distinct_experts) for x in routing if x.gate == "dummy")))
+    if cal.efficiency_prefill is None:
+        other = next((calibration_for(p, arch, quantization) for p in shape if p.prefill), None)
+        if other is not None:
+            cal = replace(cal, efficiency_prefill=other.efficiency_prefill, prefill_points=other.prefill_points)
+    return cal
+
+
+def _find_calibration(gpu: str, arch: ModelArchitecture, quantization: str, pool: list[CalibrationProfile]) -> Calibration | None:
     same_gpu = [p for p in pool if p.gpu.name == gpu]
     profile = find_profile(gpu, arch, quantization, pool)
     if profile is not None:

@@ -172,6 +172,16 @@ class PageSizeEffect(_Strict):
     evidence: str = Field(description="what it was computed from (metric, runs)")
 
 
+class RoutingPoint(_Strict):
+    """How many distinct routed experts one MoE layer call touched at a decode batch, measured (eager server,
+    every select_experts call traced: scripts/device/dummy_routing_probe.py)."""
+
+    tokens: int = Field(ge=1, description="tokens of the call (the decode batch)")
+    distinct_experts: float = Field(gt=0, description="mean distinct routed experts per MoE layer call")
+    gate: Literal["dummy", "random"] = Field(description="dummy weights as loaded, or every MoE gate randomised")
+    calls: int = Field(1, ge=1, description="MoE layer calls averaged")
+
+
 class LinkFigure(_Strict):
     """A figure one GPU cannot measure: taken from a published source and labelled so."""
 
@@ -199,6 +209,7 @@ class CalibrationProfile(_Strict):
     startup: list[StartupRun] = Field(default_factory=list)
     memory: list[MemoryOutcome] = Field(default_factory=list)
     page_size_effects: list[PageSizeEffect] = Field(default_factory=list)
+    routing: list[RoutingPoint] = Field(default_factory=list)
     links: list[LinkFigure] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 

@@ -75,7 +75,8 @@ class TimingTerms:
         # dummy routing is what the R1-shaped calibration measured; a TP group across nodes has no calibrated
         # step (see _decode_pass_s) and keeps the uniform-routing roofline of issue 14
         same = dummy_routing(self.load_format, arch.topk_method) and not self._tp_spans_nodes
-        hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same)
+        measured = self.calibration.dummy_routing if self.calibration is not None else ()
+        hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same, measured)
         return (
             (w["attention"] + w["dense_mlp_shared"]) * pp
             + w["routed_experts"] * pp * hit
