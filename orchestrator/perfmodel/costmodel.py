@@ -261,7 +261,12 @@ def _find_calibration(gpu: str, arch: ModelArchitecture, quantization: str, pool
     same_gpu = [p for p in pool if p.gpu.name == gpu]
     profile = find_profile(gpu, arch, quantization, pool)
     if profile is not None:
-        return calibration_for(profile, arch, quantization)
+        cal = calibration_for(profile, arch, quantization)
+        lender = next((p for p in same_gpu if p.startup and p is not profile), None)
+        if not profile.startup and lender is not None:  # start-up and memory: host and image, not layer shape
+            lent = _startup_only(lender.model_dump_json(), arch, quantization)
+            cal = replace(cal, startup=lent.startup, runtime_overhead_gb=cal.runtime_overhead_gb or lent.runtime_overhead_gb)
+        return cal
     others = [p for p in pool if p.model.matches(arch, quantization)]
     if others:  # the shape's step costs from another GPU; start-up (host, image, caches) from this GPU's profile
         cal = calibration_for(others[0], arch, quantization)
