@@ -107,6 +107,11 @@ def finish_reason_type(meta: dict) -> str | None:
     return reason.get("type") if isinstance(reason, dict) else reason
 
 
+def chat_template_of(model_name: str) -> str:
+    """The chat template a model's tokenizer_config carries: Qwen's ChatML, else DeepSeek's."""
+    return "chatml" if "qwen" in model_name.lower() else "deepseek"
+
+
 def chat_prompt(messages: list[ChatMessage], template: str) -> str:
     """The prompt text of a chat under the model's template: "deepseek" (R1, V2) or "chatml" (Qwen)."""
     return chatml_prompt(messages) if template == "chatml" else deepseek_chat_prompt(messages)

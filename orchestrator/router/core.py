@@ -111,7 +111,7 @@ class RouterCore:
             if self._tokenizer is None:
                 from orchestrator.workload.tokenizer import load_tokenizer
 
-                self._tokenizer = await asyncio.to_thread(load_tokenizer, self.cfg.model.path)
+                self._tokenizer = await asyncio.to_thread(load_tokenizer, self.cfg.model.path, self.cfg.model.preset)
         return self._tokenizer
 
     async def encode(self, text: str) -> list[int]:

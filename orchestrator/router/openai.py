@@ -14,7 +14,8 @@ from orchestrator.api.openai import (
     DEFAULT_COMPLETION_TOKENS,
     ChatBody,
     CompletionBody,
-    deepseek_chat_prompt,
+    chat_prompt,
+    chat_template_of,
     finish_reason_type,
     include_usage,
     requested_max_tokens,
@@ -121,8 +122,10 @@ async def completions(core: RouterCore, body: CompletionBody) -> Response:
     })
 
 async def chat_completions(core: RouterCore, body: ChatBody) -> Response:
-    """OpenAI `/v1/chat/completions` with DeepSeek's chat template; text content only."""
-    ids = await core.encode(deepseek_chat_prompt(body.messages))
+    """OpenAI `/v1/chat/completions` with the model's chat template (DeepSeek's or Qwen's); text content only."""
+    model_cfg = core.cfg.model
+    template = chat_template_of(model_cfg.preset or model_cfg.path or model_cfg.name)
+    ids = await core.encode(chat_prompt(body.messages, template))
     core.check_prompt_len(len(ids), "messages")
     sampling = sampling_from_openai(body, DEFAULT_CHAT_TOKENS)
     model = body.model or core.model_name

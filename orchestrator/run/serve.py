@@ -106,7 +106,7 @@ def run_serve(cfg: RunConfig, drain_s: float = 30.0, say: Callable[[str], None] 
             deployment.place()
             endpoints = deployment.wait_ready()
             say(f"workers ready in {time.monotonic() - started:.1f} s: "
-                + ", ".join(sorted(e.name for e in endpoints)))
+                + ", ".join(f"{e.name} {e.url}" for e in sorted(endpoints, key=lambda e: e.name)))
             warmed = asyncio.run(warm_pairs(endpoints))
             for w in warmed:
                 say(f"pair warm-up {w.prefill} -> {w.decode}: {w.seconds * 1000:.0f} ms"

@@ -21,6 +21,7 @@ from orchestrator.api.openai import (
     ChatBody,
     CompletionBody,
     chat_prompt,
+    chat_template_of,
     include_usage,
     requested_max_tokens,
     sampling_params,
@@ -30,11 +31,6 @@ from orchestrator.engines.sim.openai.frames import chat_chunks, completion_chunk
 from orchestrator.engines.sim.requests import normalise
 
 SGLANG_DEFAULT_MODEL_NAME = "default"  # protocol.py's DEFAULT_MODEL_NAME: `model` when a request leaves it out
-
-
-def chat_template_of(model_name: str) -> str:
-    """The chat template a model's tokenizer_config carries: Qwen's ChatML, else DeepSeek's."""
-    return "chatml" if "qwen" in model_name.lower() else "deepseek"
 
 
 class SimOpenAiApi:
