@@ -91,6 +91,22 @@ def fidelity_backtest() -> str:
     return tool("plan", "--backtest", "--markdown").strip()
 
 
+def planning_memory_cases() -> str:
+    """docs/planning.md's known-cases table: the memory check of each case tests/plan/test_plan_memory.py pins
+    (verdict, weights, KV range), computed now (a memory check, no simulation: well under a second)."""
+    from orchestrator.config import config_from_dict
+    from orchestrator.plan.memory import check_layout_fits
+    from tests.plan.test_plan_memory import KNOWN_CASES
+
+    lines = ["| case | verdict | weights GB/GPU | KV tokens per server (prefill / decode) |", "|---|---|---|---|"]
+    for case in KNOWN_CASES:
+        report = check_layout_fits(config_from_dict(case.config))
+        weights = max(g.weights_gb for g in report.groups)
+        kv = " / ".join(f"{g.kv_capacity_tokens:,}" for g in report.groups)
+        lines.append(f"| {case.name} | {report.verdict} | {weights:.1f} | {kv} |")
+    return "\n".join(lines)
+
+
 PLANNING_EXAMPLES = "2026-11-26-planning-examples"
 DATASET_NOTE = re.compile(r"ShareGPT \S+: [\d,]+ conversations from ")  # stderr, only when the parse cache is cold
 
@@ -197,6 +213,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "reliability-link-faults-history": lambda: fault_history("*multihost-faults*/*.log"),
     "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
     **{region: (lambda name=name: planning_example(name)) for region, name in PLANNING_REGIONS.items()},
+    "planning-memory-cases": planning_memory_cases,
 }
 
 
