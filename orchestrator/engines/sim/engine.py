@@ -18,7 +18,6 @@ from orchestrator.engines.sim.faults import FaultInjector, RequestFate, parse_fa
 from orchestrator.engines.sim.kv_decode import KvReceiver
 from orchestrator.engines.sim.kv_prefill import KvAux, PrefillKvServer
 from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
-from orchestrator.engines.sim import metrics as sim_metrics
 from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetrics
 from orchestrator.engines.sim.requests import BadRequest, IncrementalText, Item, TextCodec
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
@@ -175,13 +174,37 @@ class SimEngine:
         return full if self.settings.kv_payload == "full" else min(full, self.settings.kv_sample_bytes)
 
     def kv_payload_stats(self) -> dict[str, Any]:
-        return sim_metrics.kv_payload_stats(self)
+        """What the KV transfers really moved against the model's bytes (prefill: sent; decode: verified)."""
+        s = self.settings
+        stats: dict[str, Any] = {"mode": s.kv_payload, "sample_bytes": s.kv_sample_bytes}
+        if self.prefill_kv is not None:
+            stats.update(transfers=self.prefill_kv.transfers, modelled_bytes=self.prefill_kv.modelled_bytes,
+                         moved_bytes=self.prefill_kv.moved_bytes)
+        if self.receiver is not None:
+            stats.update(verified_transfers=self.receiver.verified_transfers,
+                         received_bytes=self.receiver.received_bytes)
+        return stats
 
     def prefill_server_info(self) -> dict[str, Any]:
-        return sim_metrics.prefill_server_info(self)
-
-    def server_info(self) -> dict[str, Any]:
-        return sim_metrics.server_info(self)
+        """The prefill bootstrap server's PrefillServerInfo (GET /route with every rank -1)."""
+        s = self.settings
+        p = s.spec.parallel
+        return {
+            "attn_tp_size": p.tp // (p.dp if p.dp_attention else 1),
+            "attn_cp_size": 1,
+            "dp_size": p.dp,
+            "pp_size": 1,
+            "page_size": 1,
+            "kv_cache_dtype": "auto",
+            "follow_bootstrap_room": True,
+            "enable_dsa_cache_layer_split": False,
+            "prefill_http_port": s.port,
+            "target_tp_rank": None,
+            "sim_kv_transfer": self.transfer_mode,
+            "sim_host": s.host,
+            "sim_bootstrap_port": s.bootstrap_port,
+            "simulated": True,
+        }
 
     # ----- requests ------------------------------------------------------------------------------------------
     def check_item(self, item: Item) -> None:

@@ -1,5 +1,5 @@
-"""What a simulated server reports: Prometheus metrics named and labelled as SGLang 0.5.17 exports them, and
-its /server_info (SGLang's fields plus the simulator's `sim` block: profile, KV payload, pacing).
+"""What a simulated server reports on /metrics: Prometheus metrics named and labelled as SGLang 0.5.17 exports them
+(its /server_info body is the HTTP face's, engines/sim/server.py).
 
 Dashboards and alerts written against a real `--enable-metrics` SGLang server read these unchanged.
 Each server owns one CollectorRegistry (never the global one), and adds `sglang:simulated 1`.
@@ -10,7 +10,6 @@ observed as requests finish.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -22,10 +21,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from orchestrator.engines.sim.scheduler import MAX_CATCH_UP_S, SchedulerStats
-
-if TYPE_CHECKING:
-    from orchestrator.engines.sim.engine import SimEngine
+from orchestrator.engines.sim.scheduler import SchedulerStats
 
 # Bucket edges from SGLang's metrics_collector defaults.
 TTFT_BUCKETS_S = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
@@ -223,108 +219,3 @@ class SimMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-# ----- /server_info (functions of a SimEngine: `self` is the engine) ---------------------------------------
-def kv_payload_stats(self: SimEngine) -> dict[str, Any]:
-    """What the KV transfers really moved against the model's bytes (prefill: sent; decode: verified)."""
-    s = self.settings
-    stats: dict[str, Any] = {"mode": s.kv_payload, "sample_bytes": s.kv_sample_bytes}
-    if self.prefill_kv is not None:
-        stats.update(transfers=self.prefill_kv.transfers, modelled_bytes=self.prefill_kv.modelled_bytes,
-                     moved_bytes=self.prefill_kv.moved_bytes)
-    if self.receiver is not None:
-        stats.update(verified_transfers=self.receiver.verified_transfers,
-                     received_bytes=self.receiver.received_bytes)
-    return stats
-
-def prefill_server_info(self: SimEngine) -> dict[str, Any]:
-    """The prefill bootstrap server's PrefillServerInfo (GET /route with every rank -1)."""
-    s = self.settings
-    p = s.spec.parallel
-    return {
-        "attn_tp_size": p.tp // (p.dp if p.dp_attention else 1),
-        "attn_cp_size": 1,
-        "dp_size": p.dp,
-        "pp_size": 1,
-        "page_size": 1,
-        "kv_cache_dtype": "auto",
-        "follow_bootstrap_room": True,
-        "enable_dsa_cache_layer_split": False,
-        "prefill_http_port": s.port,
-        "target_tp_rank": None,
-        "sim_kv_transfer": self.transfer_mode,
-        "sim_host": s.host,
-        "sim_bootstrap_port": s.bootstrap_port,
-        "simulated": True,
-    }
-
-def server_info(self: SimEngine) -> dict[str, Any]:
-    """SGLang's /server_info body, plus the simulator's own `sim` block."""
-    s = self.settings
-    p = s.spec.parallel
-    stats = self.scheduler.stats()
-    args = {
-        "model_path": s.model_path or s.model_preset,
-        "served_model_name": s.served_model_name,
-        "host": s.host,
-        "port": s.port,
-        "disaggregation_mode": s.mode,
-        "disaggregation_bootstrap_port": s.bootstrap_port,
-        "disaggregation_transfer_backend": s.spec.pd.transfer_backend or "mooncake",
-        "tp_size": p.tp,
-        "pp_size": p.pp,
-        "dp_size": p.dp,
-        "ep_size": p.ep,
-        "enable_dp_attention": p.dp_attention,
-        "nnodes": p.nnodes,
-        "quantization": s.quantization,
-        "max_running_requests": self.scheduler.limits.max_running_requests,
-        "chunked_prefill_size": self.scheduler.limits.chunked_prefill_tokens,
-        "mem_fraction_static": self.cost.mem_fraction_static,
-        "context_length": s.context_length or self.arch.max_position_embeddings,
-        "page_size": self.cost.page_size,
-        "kv_cache_dtype": s.spec.memory.kv_cache_dtype,
-        "load_format": s.spec.load_format or "auto",
-        "enable_metrics": True,
-    }
-    startup_time = {**self.startup_phases, "cuda_graph": {"decode": self.startup_phases["cuda_graph"]}}
-    memory = {
-        "weight": self.cost.weights_bytes_per_gpu() / 2**30,
-        "kvcache": self.cost.kv_bytes_per_gpu() / 2**30,
-        "token_capacity": stats.kv_capacity_tokens,
-        "graph": 0.0,
-    }
-    return {
-        **args,
-        "scheduler_info": {
-            "max_total_num_tokens": stats.kv_capacity_tokens,
-            "max_req_input_len": stats.kv_capacity_tokens - 1,
-        },
-        "max_total_num_tokens": stats.kv_capacity_tokens,
-        "startup_time": startup_time,
-        "internal_states": [
-            {
-                **args,
-                "last_gen_throughput": stats.gen_throughput,
-                "memory_usage": memory,
-                "startup_time": startup_time,
-                "effective_max_running_requests_per_dp": self.scheduler.limits.max_running_requests,
-            }
-        ],
-        "version": f"{s.spec.sglang_version}-sim",
-        "kv_events": None,
-        "simulated": True,
-        "sim": {
-            "profile": s.profile,
-            "time_scale": s.time_scale,
-            "kv_transfer": self.transfer_mode,
-            "kv_bytes_per_token": self.cost.kv_bytes_per_token(),
-            "kv_payload": self.kv_payload_stats(),
-            "pacing": {"modelled_busy_s": stats.modelled_busy_s, "host_lost_s": stats.host_lost_s,
-                       "max_late_s": stats.max_late_s, "max_catch_up_s": MAX_CATCH_UP_S},
-            "tokenizer": self.codec.kind if self.codec else "loading",
-            "node": s.node,
-            "faults": self.faults.describe(),
-        },
-    }

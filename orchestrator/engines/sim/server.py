@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import uuid
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -32,6 +33,7 @@ from orchestrator.engines.sim.kv_transfer import MIB
 from orchestrator.engines.sim.metrics import CONTENT_TYPE
 from orchestrator.engines.sim.openai.routes import SimOpenAiApi
 from orchestrator.engines.sim.requests import Item, normalise
+from orchestrator.engines.sim.scheduler import MAX_CATCH_UP_S
 from orchestrator.engines.sim.settings import SimSettings
 from orchestrator.perfmodel.gpus import GPU_SPECS
 
@@ -56,6 +58,78 @@ async def _wait_event(event: asyncio.Event) -> None:
 
 async def _hang_forever() -> None:
     await asyncio.Event().wait()
+
+
+# ----- /server_info ---------------------------------------------------------------------------------------
+def server_info(engine: SimEngine) -> dict[str, Any]:
+    """SGLang's /server_info body plus the simulator's own `sim` block."""
+    s = engine.settings
+    p = s.spec.parallel
+    stats = engine.scheduler.stats()
+    args = {
+        "model_path": s.model_path or s.model_preset,
+        "served_model_name": s.served_model_name,
+        "host": s.host,
+        "port": s.port,
+        "disaggregation_mode": s.mode,
+        "disaggregation_bootstrap_port": s.bootstrap_port,
+        "disaggregation_transfer_backend": s.spec.pd.transfer_backend or "mooncake",
+        "tp_size": p.tp,
+        "pp_size": p.pp,
+        "dp_size": p.dp,
+        "ep_size": p.ep,
+        "enable_dp_attention": p.dp_attention,
+        "nnodes": p.nnodes,
+        "quantization": s.quantization,
+        "max_running_requests": engine.scheduler.limits.max_running_requests,
+        "chunked_prefill_size": engine.scheduler.limits.chunked_prefill_tokens,
+        "mem_fraction_static": engine.cost.mem_fraction_static,
+        "context_length": s.context_length or engine.arch.max_position_embeddings,
+        "page_size": engine.cost.page_size,
+        "kv_cache_dtype": s.spec.memory.kv_cache_dtype,
+        "load_format": s.spec.load_format or "auto",
+        "enable_metrics": True,
+    }
+    startup_time = {**engine.startup_phases, "cuda_graph": {"decode": engine.startup_phases["cuda_graph"]}}
+    memory = {
+        "weight": engine.cost.weights_bytes_per_gpu() / 2**30,
+        "kvcache": engine.cost.kv_bytes_per_gpu() / 2**30,
+        "token_capacity": stats.kv_capacity_tokens,
+        "graph": 0.0,
+    }
+    return {
+        **args,
+        "scheduler_info": {
+            "max_total_num_tokens": stats.kv_capacity_tokens,
+            "max_req_input_len": stats.kv_capacity_tokens - 1,
+        },
+        "max_total_num_tokens": stats.kv_capacity_tokens,
+        "startup_time": startup_time,
+        "internal_states": [
+            {
+                **args,
+                "last_gen_throughput": stats.gen_throughput,
+                "memory_usage": memory,
+                "startup_time": startup_time,
+                "effective_max_running_requests_per_dp": engine.scheduler.limits.max_running_requests,
+            }
+        ],
+        "version": f"{s.spec.sglang_version}-sim",
+        "kv_events": None,
+        "simulated": True,
+        "sim": {
+            "profile": s.profile,
+            "time_scale": s.time_scale,
+            "kv_transfer": engine.transfer_mode,
+            "kv_bytes_per_token": engine.cost.kv_bytes_per_token(),
+            "kv_payload": engine.kv_payload_stats(),
+            "pacing": {"modelled_busy_s": stats.modelled_busy_s, "host_lost_s": stats.host_lost_s,
+                       "max_late_s": stats.max_late_s, "max_catch_up_s": MAX_CATCH_UP_S},
+            "tokenizer": engine.codec.kind if engine.codec else "loading",
+            "node": s.node,
+            "faults": engine.faults.describe(),
+        },
+    }
 
 
 # ----- HTTP -----------------------------------------------------------------------------------------------
@@ -167,7 +241,7 @@ class SimHttpApi:
         return web.Response(status=200 if run.error is None else 503)
 
     async def server_info(self, request: web.Request) -> web.Response:
-        return web.json_response(self.engine.server_info())
+        return web.json_response(server_info(self.engine))
 
     async def model_info(self, request: web.Request) -> web.Response:
         s = self.engine.settings
