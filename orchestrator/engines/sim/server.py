@@ -211,9 +211,16 @@ class SimHttpApi:
                     return
                 await _wait_event(run.req.updated)
 
-        await asyncio.gather(*(pump(run) for run in runs))
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
+        try:
+            await asyncio.gather(*(pump(run) for run in runs))
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            # the client went away (e.g. the router cancelled the request): SGLang aborts such a request
+            for run in runs:
+                if not run.done.is_set():
+                    self.engine.abort(run.item.rid, abort_all=False)
+            raise
         return resp
 
     async def health(self, request: web.Request) -> web.Response:

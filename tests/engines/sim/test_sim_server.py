@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.cluster.ports import free_port
 from orchestrator.config.model_presets import DEEPSEEK_R1
-from tests.support import HAVE_NIXL, SimServer, pd_generate, sim_engine_config, start_servers
+from tests.support import HAVE_NIXL, SimServer, pd_generate, sim_engine_config, start_servers, wait_until
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
@@ -286,3 +286,21 @@ def test_bad_generate_bodies_get_400_naming_the_field(aggregated, body, needle):
     r = httpx.post(f"{aggregated.url}/generate", **kwargs)
     assert r.status_code == 400
     assert needle in r.json()["error"]["message"]
+
+
+def test_a_stream_whose_client_goes_away_is_aborted_as_sglang_does(aggregated):
+    """The router cancels a request by closing its stream (then sends /abort_request): SGLang aborts a request
+    whose client disconnected, and so must the sim, or it counts as finished a prompt nobody received."""
+    before = scrape(aggregated)
+    body = {"input_ids": list(range(3, 40)), "stream": True,
+            "sampling_params": {"max_new_tokens": 30000, "ignore_eos": True}}
+    with httpx.stream("POST", f"{aggregated.url}/generate", json=body, timeout=30) as r:
+        next(r.iter_lines())  # the first chunk: the request is running; leaving the block closes the stream
+
+    def counted() -> dict:
+        now = scrape(aggregated)
+        return {name: total(now, name) - total(before, name)
+                for name in ("sglang:num_requests_total", "sglang:num_aborted_requests_total")}
+
+    wait_until(lambda: counted()["sglang:num_requests_total"] == 1, 30, 0.05, "the request to end on the server")
+    assert counted()["sglang:num_aborted_requests_total"] == 1, "the disconnected request was run to its end"
