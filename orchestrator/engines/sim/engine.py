@@ -145,6 +145,8 @@ class SimEngine:
         await self.scheduler.stop()
         if self.receiver is not None:
             await self.receiver.close()
+        # the engine's own count, read after a run (e.g. to check an interrupted benchmark kept every finished prompt)
+        log.info("stopped: %d requests finished, %d of them aborted", *self.metrics.finished_tally())
 
     def apply_faults(self, raw: str | dict) -> None:
         self.faults = FaultInjector(parse_fault_spec(raw))
@@ -360,6 +362,12 @@ class SimEngine:
             e2e_s=req.finished_at - req.created_at,
             aborted=(run.finish_reason or {}).get("type") == "abort",
         )
+
+    def abort_unfinished(self, runs: list[Run]) -> None:
+        """Abort those of `runs` still going (their client went away, as SGLang does on a disconnect)."""
+        for run in runs:
+            if not run.done.is_set():
+                self.abort(run.item.rid, abort_all=False)
 
     def abort(self, rid: str, abort_all: bool) -> int:
         """SGLang's /abort_request: rid prefix match over every queue (bootstrap, transfer, scheduler)."""

@@ -215,11 +215,8 @@ class SimHttpApi:
             await asyncio.gather(*(pump(run) for run in runs))
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            # the client went away (e.g. the router cancelled the request): SGLang aborts such a request
-            for run in runs:
-                if not run.done.is_set():
-                    self.engine.abort(run.item.rid, abort_all=False)
+        except (ConnectionResetError, asyncio.CancelledError):  # the client went away: SGLang aborts the request
+            self.engine.abort_unfinished(runs)
             raise
         return resp
 
@@ -338,9 +335,6 @@ async def serve(settings: SimSettings) -> None:
         for runner in runners:
             await runner.cleanup()
         await engine.stop()
-        finished, aborted = engine.metrics.finished_tally()
-        # the engine's own count, read after the run (e.g. to check a benchmark interrupted mid-run kept them all)
-        log.info("stopped: %d requests finished, %d of them aborted", finished, aborted)
 
 
 async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, port: int) -> None:
