@@ -200,6 +200,39 @@ def fault_history(pattern: str) -> str:
     return "\n".join([*lines, "", "</details>"])
 
 
+SIGNAL_KEPT = re.compile(r"KEPT (?P<signal>.+?): result\.json completed (?P<done>\d+) / failed (?P<failed>\d+) of (?P<n>\d+)"
+                         r"(?:, written (?P<written>[\d.]+)s after the signal)?; the decode engine's own tally: "
+                         r"(?P<tally>\d+) finished(?: \(not aborted\))?(?:; job (?P<job>\w+))?")
+SIGNAL_SHUTDOWN = re.compile(r"SHUTDOWN (?P<signal>\S+): rc (?P<rc>\d+); aborted per engine (?P<before>\{.*?\}) -> (?P<after>\{.*?\})")
+SIGNAL_EXIT = re.compile(r"engines unreachable (?P<gone>[\d.]+)s after (?P<signal>\S+), bench exited after (?P<exit>[\d.]+)s")
+
+
+def signal_table(relative: str) -> str:
+    """The signal tests' KEPT / SHUTDOWN lines as a table: what a stopped run kept against the engine's own tally."""
+    import json
+
+    folder = RESULTS / relative
+    manifest = json.loads((folder / "manifest.json").read_text())
+    log = (folder / "output.txt").read_text()
+    shutdown = {m["signal"]: m for m in SIGNAL_SHUTDOWN.finditer(log)}
+    exits = {m["signal"]: m for m in SIGNAL_EXIT.finditer(log)}
+    kept = list(SIGNAL_KEPT.finditer(log))
+    if not kept:
+        raise ValueError(f"{relative}/output.txt has no KEPT lines")
+    lines = ["| signal | completed / failed of the batch | the decode engine's own tally | result.json after the signal "
+             "| abort counters before -> after | engines gone / bench exit after the signal |", "|---|---|---|---|---|---|"]
+    for k in kept:
+        s, e = shutdown.get(k["signal"]), exits.get(k["signal"])
+        written = f"{k['written']} s" if k["written"] else (f"job {k['job']}" if k["job"] else "-")
+        aborts = f"{s['before']} -> {s['after']}" if s else "-"
+        timing = f"{e['gone']} s / {e['exit']} s (rc {s['rc'] if s else '?'})" if e else "-"
+        lines.append(f"| {k['signal']} | {k['done']} / {k['failed']} of {k['n']} | {k['tally']} | {written} | {aborts} | {timing} |")
+    commit = manifest["git_commit"][:7] + (" + uncommitted edits" if manifest["git_dirty"] is True else "")
+    lines += ["", f"_Run {manifest['started_at']} at {commit}, `benchmarks/results/{relative}/` (command, machine and packages in its "
+              f"`manifest.json`, the whole output in `output.txt`)._"]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "readme-truth-before-launch": readme_truth_before_launch,
     "fidelity-backtest": fidelity_backtest,
@@ -210,6 +243,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "performance-ordering": lambda: raw("2026-11-24-ordering-s5/output.md"),
     "reliability-faults-inprocess": lambda: fault_table("2026-11-26-faults-recovery"),
     "reliability-link-faults": lambda: fault_table("2026-11-26-link-faults-hit"),
+    "reliability-signals": lambda: signal_table("2026-11-26-interrupt-keeps-finished"),
     "reliability-link-faults-history": lambda: fault_history("*multihost-faults*/*.log"),
     "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
     **{region: (lambda name=name: planning_example(name)) for region, name in PLANNING_REGIONS.items()},
