@@ -87,7 +87,7 @@ def plan_prediction(config: str, overrides: list[str]) -> dict:
     from orchestrator.plan.deadline import predict_deadline
     from orchestrator.plan.simulate import batch_shapes
 
-    from orchestrator.plan.simulate import percentile
+    from orchestrator.stats import percentile
     from orchestrator.run.bench import max_in_flight
     from orchestrator.run.fidelity import modelled_run
     from orchestrator.workload.batch import sample_batch as bench_batch

@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.simulate import batch_shapes, client_concurrency, percentile, simulate_run  # noqa: E402
+from orchestrator.plan.simulate import batch_shapes, client_concurrency, simulate_run  # noqa: E402
+from orchestrator.stats import percentile  # noqa: E402
 from orchestrator.records import BenchRequest
 from orchestrator.workload.batch import order_requests
 from orchestrator.provenance import recorded  # noqa: E402
