@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.provenance import command_line, write_manifest  # noqa: E402
+from orchestrator.provenance import command_line, cpu_model, write_manifest  # noqa: E402
 
 
 def cli() -> list[str]:
@@ -40,16 +40,6 @@ def uptime() -> str:
         return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
     except OSError:
         return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class LoadSampler:

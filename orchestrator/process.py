@@ -22,10 +22,10 @@ class ProcessError(RuntimeError):
 def pid_alive(pid: int) -> bool:
     """True if `pid` runs; a zombie (exited, not yet reaped by its adopting parent) counts as gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return state not in ("Z", "X")
 
 
 def descendants(pid: int) -> list[int]:

@@ -79,7 +79,8 @@ def _memory_gib() -> str:
     return "? GiB"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """/proc/cpuinfo's model name (platform.processor() elsewhere)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -91,7 +92,7 @@ def _cpu_model() -> str:
 
 def machine_description() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    return (f"{socket.gethostname()}: {platform.platform()}, {os.cpu_count()} cores ({_cpu_model()}), "
+    return (f"{socket.gethostname()}: {platform.platform()}, {os.cpu_count()} cores ({cpu_model()}), "
             f"{_memory_gib()} RAM, load average {load} at the start")
 
 

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from orchestrator.process import pid_alive
+
 ROUTE_TABLE = Path("/proc/net/route")
 SIOCGIFADDR = 0x8915
 
@@ -90,14 +92,6 @@ def alive_nodes(dashboard: str, token: str | None, timeout_s: float = 10.0) -> l
     return [row for row in rows if row.get("state") == "ALIVE"]
 
 
-def _pid_running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def wait_nodes(dashboard: str, label_key: str, roles: list[str], timeout_s: float, watch: list[int]) -> str:
     """Wait until an alive node carries each of `roles`; fail at once if a watched launcher exits."""
     token = os.environ.get("RAY_AUTH_TOKEN")
@@ -107,7 +101,7 @@ def wait_nodes(dashboard: str, label_key: str, roles: list[str], timeout_s: floa
         by_role = {n.get("labels", {}).get(label_key): n.get("node_ip") for n in nodes}
         if all(r in by_role for r in roles):
             return ", ".join(f"{by_role[r]} {label_key}={r}" for r in roles)
-        gone = [p for p in watch if not _pid_running(p)]
+        gone = [p for p in watch if not pid_alive(p)]
         if gone:
             raise TimeoutError(f"a node launcher (pid {gone[0]}) exited before {label_key}={roles} were alive; "
                                "see the run directory's logs/ray-*.log")

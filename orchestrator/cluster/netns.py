@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.cluster.batch import alive_nodes
 from orchestrator.cluster.local import NODE_START_TIMEOUT_S, LocalCluster
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import ClusterConfig
@@ -339,16 +340,7 @@ class NamespaceCluster(LocalCluster):
 
 def alive_node_count(dashboard_url: str, token: str | None = None, timeout_s: float = 10.0) -> int:
     """ALIVE nodes per the dashboard's state API (with the Ray token as a Bearer header); 0 if no answer."""
-    import httpx
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        r = httpx.get(f"{dashboard_url}/api/v0/nodes", params={"limit": 100, "detail": "false"}, headers=headers,
-                      timeout=timeout_s)
-        rows = r.json()["data"]["result"]["result"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return 0
-    return sum(row.get("state") == "ALIVE" for row in rows)
+    return len(alive_nodes(dashboard_url, token, timeout_s))
 
 
 # ---- leftovers of killed runs ----------------------------------------------------------------------
