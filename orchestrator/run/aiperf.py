@@ -64,6 +64,7 @@ class ClosedLoad:
     random_seed: int = 2026
     ttft_ms: float = 3000
     itl_ms: float = 20
+    min_good_fraction: float = 0.90  # the gate: the point counts only when this share of requests met the SLA
     api_key: str | None = None
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
 

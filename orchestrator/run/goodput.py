@@ -23,10 +23,11 @@ class GoodputRow:
     concurrency: int
     summary: ProfileSummary
     artifact_dir: Path
+    min_good_fraction: float = MIN_GOOD_FRACTION
 
     @property
     def clears_gate(self) -> bool:
-        return self.summary.good_fraction >= MIN_GOOD_FRACTION
+        return self.summary.good_fraction >= self.min_good_fraction
 
     def as_json(self) -> dict:
         s = self.summary
@@ -53,13 +54,13 @@ def run_goodput(tool: AiperfTool, load: ClosedLoad, concurrencies: list[int], ou
         budget = point.warmup_s + point.window_s + point.grace_s
         say(f"N={n}: aiperf {AIPERF_VERSION} profile, {budget:g} s of load (+ AIPerf's own start-up)")
         summary = run_profile(tool, point, out_dir / f"c{n}", timeout_s=budget + 600)
-        rows.append(GoodputRow(n, summary, out_dir / f"c{n}"))
+        rows.append(GoodputRow(n, summary, out_dir / f"c{n}", load.min_good_fraction))
         say(format_row(rows[-1]))
     best = best_row(rows)
     report = {"aiperf_version": AIPERF_VERSION, "url": load.url, "model": load.model,
               "input_tokens": load.input_tokens, "output_tokens": load.output_tokens, "warmup_s": load.warmup_s,
               "window_s": load.window_s, "grace_s": load.grace_s, "num_dataset_entries": load.num_dataset_entries,
-              "slo": {"ttft_ms": load.ttft_ms, "itl_ms": load.itl_ms, "min_good_fraction": MIN_GOOD_FRACTION},
+              "slo": {"ttft_ms": load.ttft_ms, "itl_ms": load.itl_ms, "min_good_fraction": load.min_good_fraction},
               "rows": [r.as_json() for r in rows],
               "best": None if best is None else {"concurrency": best.concurrency,
                                                  "good_output_tok_s": best.summary.good_output_tok_s},
@@ -83,7 +84,8 @@ def format_row(row: GoodputRow) -> str:
 def verdict_line(rows: list[GoodputRow]) -> str:
     best = best_row(rows)
     if best is None:
-        return (f"goodput: no N clears the gate (good fraction >= {MIN_GOOD_FRACTION:.2f} under the SLA); "
+        gate = rows[0].min_good_fraction if rows else MIN_GOOD_FRACTION
+        return (f"goodput: no N clears the gate (good fraction >= {gate:.2f} under the SLA); "
                 "lower the concurrency or change the layout")
     return (f"goodput: score {best.summary.good_output_tok_s:.1f} good output tok/s at N={best.concurrency} "
             f"(good fraction {best.summary.good_fraction:.3f}); largest N clearing the gate: "

