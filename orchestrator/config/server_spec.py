@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from orchestrator.config.schema import RunConfig, WorkerGroup
 
 MODE_OF_ROLE = {"prefill": "prefill", "decode": "decode", "aggregated": "null"}  # --disaggregation-mode
+# --kv-cache-dtype -> bytes per KV element (auto keeps the model's dtype: bf16 for the MLA latent of DeepSeek FP8 checkpoints)
+KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 def knob(flag: str, *source: str, default: Any = None, aliases: tuple[str, ...] = (), sim_only: bool = False,
@@ -64,6 +66,14 @@ class Memory:
         "--mem-fraction-static", "group.mem_fraction_static", "engine.sglang.mem_fraction_static")
     kv_cache_dtype: str = knob("--kv-cache-dtype", "engine.sglang.kv_cache_dtype", default="auto")
     page_size: int = knob("--page-size", "engine.sglang.page_size", default=1)
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes per KV element the pool stores (and a decode step reads) under this --kv-cache-dtype."""
+        if self.kv_cache_dtype not in KV_DTYPE_BYTES:
+            raise ValueError(f"engine.sglang.kv_cache_dtype={self.kv_cache_dtype!r} has no known element size; "
+                             f"use one of {sorted(KV_DTYPE_BYTES)}")
+        return KV_DTYPE_BYTES[self.kv_cache_dtype]
 
 
 @dataclass(frozen=True)

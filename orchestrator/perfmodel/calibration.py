@@ -77,6 +77,7 @@ class Calibration:
     shape_matches: bool = True  # False: only the start-up figures apply (a profile of another shape, same GPU)
     attention_backend: str = "triton"  # the backend the decode points were measured with
     dummy_routing: tuple[tuple[int, float], ...] = ()  # (decode batch, distinct routed experts), dummy weights, measured
+    kv_dtype_bytes: int = 2  # bytes per KV element of the profile's --kv-cache-dtype (its per-context term read these)
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""

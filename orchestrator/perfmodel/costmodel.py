@@ -51,7 +51,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.model_presets import ModelArchitecture
-from orchestrator.config.server_spec import ServerSpec, server_spec
+from orchestrator.config.server_spec import KV_DTYPE_BYTES, ServerSpec, server_spec
 from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.calibration import (
     Calibration,
@@ -82,7 +82,7 @@ __all__ = [  # names other modules import from here (the terms live in the modul
     "ACTIVATION_HEADROOM", "ATTENTION_BACKEND_SPEED", "GB", "MTP_ACCEPT_DECAY", "MTP_FIRST_ACCEPT",
     "WEIGHT_FORMATS", "WEIGHT_READ_EFFICIENCY", "Calibration", "EngineCostModel", "ParamCounts", "Speculative",
     "WeightFormat", "build_cost_model", "calibration_for", "checkpoint_bytes", "cost_model_for", "experts_hit_fraction",
-    "find_calibration", "mtp_accept_length", "param_counts", "spec_fields", "weight_format",
+    "cost_model_of_spec", "find_calibration", "mtp_accept_length", "param_counts", "spec_fields", "weight_format",
 ]
 
 
@@ -230,7 +230,7 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
         page_size=e.page_size,
         page_ratios=tuple((x.page_size, x.decode_step_ratio) for x in profile.page_size_effects),
         transfer_latency=tuple((x.page_size, x.time_s) for x in profile.transfer),
-        attention_backend=e.attention_backend,
+        attention_backend=e.attention_backend, kv_dtype_bytes=KV_DTYPE_BYTES.get(e.kv_cache_dtype, 2),
     )
 
 
@@ -309,11 +309,17 @@ def cost_model_for(
     The server is its ServerSpec (config/server_spec.py); unset SGLang flags take the defaults of `sglang_version`
     (default: engine.sglang.version); `calibrated` loads the shipped calibration profile for this GPU and layer
     shape (the same shape on another GPU if none)."""
-    if gpu is None:
-        gpu = cfg.sim_profile if cfg.engine.kind == "sim" else cfg.cluster.gpu
     spec = server_spec(cfg, role, group)
     if sglang_version is not None:
         spec = replace(spec, sglang_version=sglang_version)
+    return cost_model_of_spec(cfg, spec, gpu, calibrated)
+
+
+def cost_model_of_spec(cfg: RunConfig, spec: ServerSpec, gpu: str | None = None, calibrated: bool = True) -> EngineCostModel:
+    """The cost model of the server `spec` describes (its settings, none re-read from the config), on `gpu` (else
+    the sim profile or cluster.gpu), with the config's model and efficiencies."""
+    if gpu is None:
+        gpu = cfg.sim_profile if cfg.engine.kind == "sim" else cfg.cluster.gpu
     return build_cost_model(
         cfg.model.architecture(), gpu, cfg.model.quantization,
         gpu_memory_gb=cfg.cluster.gpu_memory_gb if gpu == cfg.cluster.gpu else None, calibrated=calibrated, spec=spec,
@@ -334,7 +340,7 @@ def spec_fields(spec: ServerSpec) -> dict[str, Any]:
     p, m, b = spec.parallel, spec.memory, spec.batching
     return dict(
         tp=p.tp, dp=p.dp, ep=p.ep, pp=p.pp, dp_attention=p.dp_attention, nnodes=p.nnodes, role=spec.role,
-        mem_fraction_static=m.mem_fraction_static, page_size=m.page_size,
+        mem_fraction_static=m.mem_fraction_static, page_size=m.page_size, kv_dtype_bytes=m.kv_dtype_bytes,
         max_running_requests=b.max_running_requests, chunked_prefill_tokens=b.chunked_prefill_size,
         cuda_graph_max_bs=b.cuda_graph_max_bs, cuda_graph=not b.disable_cuda_graph,
         prefill_graphs=not b.disable_prefill_cuda_graph,

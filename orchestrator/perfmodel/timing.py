@@ -215,7 +215,8 @@ class TimingTerms:
         The per-request term is divided over the TP ranks (heads and expert slices split). The per-context
         term is the attention kernel reading each request's MLA latent once per pass over its query heads
         (mla_passes): one GPU reads the latents of its attention-DP rank's requests (ctx / attn_dp), as many
-        times as its share of the heads needs passes; it scales with the profile GPU's / this GPU's HBM."""
+        times as its share of the heads needs passes; it scales with the profile GPU's / this GPU's HBM and with
+        the KV element size (FP8 KV reads half the bytes of the profile's bf16)."""
         cal = self.calibration
         assert cal is not None and cal.decode is not None
         c = cal.decode
@@ -225,7 +226,8 @@ class TimingTerms:
         heads = self.arch.num_attention_heads
         passes = mla_passes(heads * self.attn_dp / self.tp, self.attention_backend) / mla_passes(
             heads / max(1, cal.tp), cal.attention_backend)
-        ctx_term = c.layer_per_ctx_s * ctx / self.attn_dp * passes * hbm_ratio
+        kv_bytes = self.kv_dtype_bytes / cal.kv_dtype_bytes  # the latent read scales with --kv-cache-dtype
+        ctx_term = c.layer_per_ctx_s * ctx / self.attn_dp * passes * hbm_ratio * kv_bytes
         per_layer = c.layer_s + c.layer_per_req_s * bs / split + ctx_term
         if eager:
             per_layer += (c.eager_layer_s if c.eager_layer_s is not None else self.gpu.eager_layer_s)

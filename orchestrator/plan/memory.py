@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig, WorkerGroup, config_from_dict
-from orchestrator.config.server_spec import server_spec
+from orchestrator.config.server_spec import ServerSpec, server_spec
 from orchestrator.config.sglang_versions import release_for
-from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM, GB, EngineCostModel, cost_model_for
+from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM, GB, EngineCostModel, cost_model_of_spec
 from orchestrator.records import Role
 
 FITS = "fits"
@@ -105,12 +105,13 @@ class LayoutDoesNotFit(RuntimeError):
         super().__init__(report.summary() + "\n  (pass --force to launch anyway)")
 
 
-def _layout_label(group: WorkerGroup, model: EngineCostModel) -> str:
-    text = f"{group.count} x TP{group.tp}"
-    if group.dp > 1:
-        text += f"DP{group.dp}" + ("a" if group.dp_attention else "")
-    if model.pp > 1:
-        text += f"PP{model.pp}"
+def _layout_label(count: int, spec: ServerSpec) -> str:
+    p = spec.parallel
+    text = f"{count} x TP{p.tp}"
+    if p.dp > 1:
+        text += f"DP{p.dp}" + ("a" if p.dp_attention else "")
+    if p.pp > 1:
+        text += f"PP{p.pp}"
     return text
 
 
@@ -119,7 +120,7 @@ def _servers_by_role(cfg: RunConfig, role: Role) -> int:
 
 
 def _kv_needed(
-    cfg: RunConfig, role: Role, group: WorkerGroup, model: EngineCostModel, batch: Sequence[tuple[int, int]] | None
+    cfg: RunConfig, role: Role, model: EngineCostModel, batch: Sequence[tuple[int, int]] | None
 ) -> tuple[int, int]:
     """(concurrent requests per server, KV tokens they need) when the whole batch is sent at once."""
     num = len(batch) if batch else cfg.benchmark.num_prompts
@@ -140,13 +141,29 @@ def group_memory(
     group: WorkerGroup,
     batch: Sequence[tuple[int, int]] | None = None,
     gpu: str | None = None,
+    spec: ServerSpec | None = None,
 ) -> GroupMemory:
-    """Memory numbers and verdict of one group on `gpu` (default: cluster.gpu, the target hardware)."""
-    model = cost_model_for(cfg, role, group, gpu=gpu or cfg.cluster.gpu)
+    """Memory numbers and verdict of one group on `gpu` (default: cluster.gpu, the target hardware): the memory of
+    the server its ServerSpec describes (`spec`, default server_spec(cfg, role, group)), no setting re-read."""
+    return server_memory(cfg, spec or server_spec(cfg, role, group), index, group.count, batch, gpu)
+
+
+def server_memory(
+    cfg: RunConfig,
+    spec: ServerSpec,
+    index: int,
+    count: int = 1,
+    batch: Sequence[tuple[int, int]] | None = None,
+    gpu: str | None = None,
+) -> GroupMemory:
+    """Memory numbers and verdict of `count` servers of one ServerSpec (parallelism, memory fraction, KV dtype,
+    batching: all from the spec) on `gpu` (default: cluster.gpu)."""
+    role = spec.role
+    model = cost_model_of_spec(cfg, spec, gpu=gpu or cfg.cluster.gpu)
     weights = model.weights_bytes_per_gpu()
     pool = model.static_pool_bytes()
     kv_tokens = model.kv_capacity_tokens()
-    concurrency, needed = _kv_needed(cfg, role, group, model, batch)
+    concurrency, needed = _kv_needed(cfg, role, model, batch)
     longest = max((p + o for p, o in batch), default=0) if batch else 0
     name = f"{cfg.model.quantization.upper()} {model.arch.name} TP{model.tp}" + (
         f"xPP{model.pp}" if model.pp > 1 else ""
@@ -182,7 +199,7 @@ def group_memory(
     return GroupMemory(
         role=role,
         index=index,
-        layout=_layout_label(group, model),
+        layout=_layout_label(count, spec),
         gpu=model.gpu.name,
         gpu_memory_gb=model.gpu.memory_bytes / GB,
         weights_gb=weights / GB,
@@ -207,7 +224,7 @@ def sglang_defaults_text(cfg: RunConfig, gpu: str | None = None) -> str:
     lines = [f"SGLang {version} defaults (engine.sglang.version{table}) for the flags left unset:"]
     for role, i, group in cfg.layout.groups():
         spec = server_spec(cfg, role, group)
-        model = cost_model_for(cfg, role, group, gpu=gpu or cfg.cluster.gpu)
+        model = cost_model_of_spec(cfg, spec, gpu=gpu or cfg.cluster.gpu)
         unset = {
             "chunked_prefill_size": (spec.batching.chunked_prefill_size, model.chunked_prefill_tokens),
             "mem_fraction_static": (spec.memory.mem_fraction_static, model.mem_fraction_static),

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-
-KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
+from orchestrator.config.server_spec import KV_DTYPE_BYTES
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,31 @@ def test_unknown_gpu_or_weight_format_is_a_clear_error() -> None:
         gpu_spec("A100")
     with pytest.raises(ValueError, match=r"model.quantization='int3'.*allowed"):
         r1(quantization="int3")
+
+
+@pytest.mark.parametrize("gpu", ["H200", "H100-SXM"])  # calibrated R1-shaped decode on both; roofline below
+def test_fp8_kv_cache_dtype_halves_the_kv_bytes_a_decode_step_reads(gpu: str) -> None:
+    def model(dtype: str) -> EngineCostModel:
+        cfg = config_from_dict({
+            "cluster": {"gpu": gpu},
+            "model": {"quantization": "fp8"},
+            "engine": {"kind": "sglang", "sglang": {"kv_cache_dtype": dtype, "mem_fraction_static": 0.9}},
+            "layout": {"mode": "aggregated", "aggregated": [{"tp": 8, "pp": 2, "nnodes": 2}]},  # fits both GPUs
+        })
+        return cost_model_for(cfg, "aggregated", cfg.layout.aggregated[0])
+
+    bf16, fp8 = model("auto"), model("fp8_e4m3")
+    assert (bf16.kv_dtype_bytes, fp8.kv_dtype_bytes) == (2, 1)
+    assert fp8.kv_capacity_tokens() > 1.9 * bf16.kv_capacity_tokens()
+    for m in (bf16, fp8):
+        assert m.calibration is not None and m.calibration.decode is not None  # the calibrated step, not the roofline
+    # what a step pays for context is what it reads of the KV: half with FP8
+    ctx_cost = {name: m.decode_step_s(64, 64 * 8000) - m.decode_step_s(64, 64 * 100) for name, m in (("bf16", bf16), ("fp8", fp8))}
+    assert ctx_cost["fp8"] == pytest.approx(ctx_cost["bf16"] / 2, rel=0.02)
+
+
+def test_fp8_kv_cache_dtype_halves_the_kv_read_of_a_roofline_step() -> None:
+    bf16, fp8 = r1(gpu=H200), r1(gpu=H200, kv_dtype_bytes=1)
+    assert bf16.calibration is None
+    extra = [m.decode_step_s(256, 256 * 20000) - m.decode_step_s(256, 256 * 1000) for m in (bf16, fp8)]
+    assert 0 < extra[1] < 0.6 * extra[0]

@@ -113,3 +113,34 @@ def test_the_shipped_2p1d_tp4_h100_preset_does_not_fit_w4a8_r1_at_tp4() -> None:
     report = check_layout_fits(load_config(ROOT / "configs/h100-2p1d-tp4.yaml"))
     prefill = next(g for g in report.groups if g.role == "prefill")
     assert prefill.verdict == DOES_NOT_FIT and prefill.weights_gb == pytest.approx(91.6, abs=0.5)
+
+
+def test_the_memory_check_reads_the_server_spec_not_the_group() -> None:
+    from dataclasses import replace
+
+    from orchestrator.config.server_spec import server_spec
+    from orchestrator.plan.memory import group_memory
+
+    cfg = config_from_dict(pd_1p1d("H200", "fp8"))
+    group = cfg.layout.decode[0]
+    spec = server_spec(cfg, "decode", group)
+    as_config = group_memory(cfg, "decode", 0, group)
+    # a spec that differs from what the group says: the check must report the spec's server
+    narrower = replace(spec, memory=replace(spec.memory, mem_fraction_static=0.75),
+                       parallel=replace(spec.parallel, dp=8, dp_attention=True))
+    as_spec = group_memory(cfg, "decode", 0, group, spec=narrower)
+    assert as_spec.layout == "1 x TP8DP8a" and as_config.layout == "1 x TP8"
+    assert as_spec.static_pool_gb == pytest.approx(0.75 * as_spec.gpu_memory_gb)
+    assert as_spec.static_pool_gb < as_config.static_pool_gb
+    assert as_spec.kv_capacity_tokens > as_config.kv_capacity_tokens  # DP attention: each rank its own requests' KV
+
+
+def test_fp8_kv_cache_dtype_doubles_the_kv_tokens_the_memory_check_reports() -> None:
+    def report(dtype: str):
+        data = pd_1p1d("H200", "fp8")
+        data["engine"] = {"sglang": {"kv_cache_dtype": dtype}}
+        return check_layout_fits(config_from_dict(data)).groups[0]
+
+    bf16, fp8 = report("auto"), report("fp8_e4m3")
+    assert fp8.kv_gb == pytest.approx(bf16.kv_gb)  # same pool left after the weights ...
+    assert fp8.kv_capacity_tokens == pytest.approx(2 * bf16.kv_capacity_tokens, rel=0.001)  # ... twice the tokens
