@@ -157,6 +157,7 @@ class _Simulation:
             self.kick(req.prefill)
 
     def finish(self, req: _Request) -> None:
+        # the client's seam: plan/closedloop/client.py overrides this to resend at once (a closed loop)
         req.finish_s = self.now
         self.in_flight -= 1
         if self.pending:

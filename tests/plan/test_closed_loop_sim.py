@@ -1,0 +1,80 @@
+"""The planner's closed-loop client: N clients resending identical requests move in lockstep waves.
+
+A steady-state queue model (requests arriving spread out, served at an average rate) predicts one TTFT for all and
+the same ITL for all; what a real one-GPU run showed, and what these tests hold the simulator to, is different:
+N identical requests sent together prefill one chunk after another (TTFT steps up through the wave), a request
+prefilled early waits while the rest prefill (its ITL carries the stall), all finish on the same step and are
+resent together, so the next wave repeats the first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
+from orchestrator.plan.simulate import SimulationError
+
+QWEN = Path(__file__).resolve().parents[2] / "configs" / "qwen3-pd-2026.yaml"
+ONE_AGGREGATED_TP4 = ["layout.mode=aggregated", "layout.prefill=[]", "layout.decode=[]",
+                      "layout.aggregated=[{count: 1, tp: 4, chunked_prefill_size: 8192}]"]
+
+
+def _waves(overrides, n, window_s=20.0):
+    cfg = load_config(QWEN, overrides)
+    return simulate_closed_loop(cfg, ClosedLoopLoad(n, 4000, 200, window_s, 30.0))
+
+
+def test_identical_requests_sent_together_stay_together_in_waves():
+    run = _waves(ONE_AGGREGATED_TP4, 8)
+    waves = run.waves()
+    assert len(waves) >= 3 and all(len(w) == 8 for w in waves)  # every send instant carries all N clients
+    # each wave repeats the first: the same TTFT and ITL per position (a closed loop, not a drifting queue)
+    first = sorted((round(r.ttft_s, 9), round(r.itl_s, 9)) for r in waves[0])
+    assert all(sorted((round(r.ttft_s, 9), round(r.itl_s, 9)) for r in w) == first for w in waves[1:])
+    assert run.not_counted == 0
+
+
+def test_ttft_steps_up_through_a_wave_one_prefill_forward_per_two_prompts():
+    wave = _waves(ONE_AGGREGATED_TP4, 8).waves()[0]
+    ttfts = sorted({round(r.ttft_s, 6) for r in wave})
+    # chunked prefill 8192 takes two 4000-token prompts per forward: 8 prompts, 4 forwards, 4 TTFT levels
+    assert len(ttfts) == 4
+    assert ttfts[-1] == pytest.approx(4 * ttfts[0], rel=0.15)
+    assert sum(r.ttft_s == min(x.ttft_s for x in wave) for r in wave) == 2
+
+
+def test_a_request_prefilled_early_stalls_while_the_rest_prefill():
+    wave = _waves(ONE_AGGREGATED_TP4, 8).waves()[0]
+    assert len({round(r.end_s, 9) for r in wave}) == 1  # all end on the same decode step
+    early, late = min(wave, key=lambda r: r.ttft_s), max(wave, key=lambda r: r.ttft_s)
+    # the early one's first token came out, then no decode step ran until the last prompt was prefilled:
+    # its whole stall is spread over its 199 inter-token gaps
+    assert early.itl_s - late.itl_s == pytest.approx((late.ttft_s - early.ttft_s) / 199, rel=1e-6)
+    assert early.itl_s > late.itl_s
+
+
+def test_pd_waves_spread_ttft_over_the_prefill_servers_forwards():
+    run = _waves([], 8)
+    wave = run.waves()[0]
+    assert len(wave) == 8 and wave[0].sent_s == 0.0
+    # 2 prefill servers x 2 prompts per forward: the second forward's prompts wait for the first
+    assert max(r.ttft_s for r in wave) > 1.8 * min(r.ttft_s for r in wave)
+    # a closed loop holds N in flight: over the window every client keeps resending
+    e2e = sum(r.end_s - r.sent_s for r in run.requests) / len(run.requests)
+    assert len(run.requests) == pytest.approx(8 * 20.0 / e2e, rel=0.25)
+
+
+def test_more_clients_more_output_and_longer_ttft_tails():
+    low, high = _waves([], 8), _waves([], 32)
+    assert high.output_tok_s > 1.5 * low.output_tok_s
+    assert high.ttft_ms()["p99"] > low.ttft_ms()["p99"]
+    assert high.itl_ms()["p50"] > low.itl_ms()["p50"]  # a bigger decode batch steps slower
+
+
+def test_a_request_longer_than_the_context_is_refused_in_one_line():
+    cfg = load_config(QWEN, ["model.context_length=4096"])
+    with pytest.raises(SimulationError, match="exceeds model.context_length=4096; raise model.context_length"):
+        simulate_closed_loop(cfg, ClosedLoopLoad.of(cfg, 8))
