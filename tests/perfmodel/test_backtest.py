@@ -106,17 +106,87 @@ def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> Non
     assert regressed.regressed and "REGRESSED (inside when first predicted)" in summary([regressed])
 
 
-def test_the_issue_rows_are_all_there_and_use_their_conditions(rows) -> None:
-    pd, agg = rows["h200x2-v2lite-pd-1p1d-ours"], rows["h200x2-v2lite-agg-dp2"]
-    assert pd.measured == 13046 and agg.measured == 19420
-    assert rows["h200x2-v2lite-pd-over-aggregated"].measured == pytest.approx(13046 / 19420)
-    assert rows["h100x16-r1-tp16-sglang-defaults"].source == "published"
-    assert rows["h100x16-r1-tp16-sglang-defaults"].measured == 6347
-    assert rows["h100x16-r1-tp16-batch-caps-1024"].measured == 10848
-    assert {rows["h100x16-r1-tp16-caps-mem080"].measured, rows["h100x16-r1-tp16-caps-mem088"].measured} == {9239, 10153}
-    assert rows["h200x2-v2lite-pd-engine-start-cold"].measured == pytest.approx((135.9 + 133.9 + 129.9 + 156.0) / 4)
-    for knob in ("knob-pd-vs-aggregated", "knob-batch-caps-1024", "knob-mem-fraction-088-vs-080", "knob-page-size-64"):
-        assert rows[knob].kind == "direction" and rows[knob].within
+def _raw_total_tok_s(evidence: str) -> float | None:
+    """The total token throughput a measured row's raw file records: SGLang's result block in a .txt/.log, or the
+    `total_tok_s` of a summary .json; None when the evidence is not such a file in the repository."""
+    path = ROOT / evidence.split()[0]
+    if not path.is_file() or path.suffix not in (".txt", ".log", ".json"):
+        return None
+    if path.suffix == ".json":
+        return float(json.loads(path.read_text())["total_tok_s"])
+    lines = [line for line in path.read_text().splitlines() if line.startswith("Total token throughput (tok/s):")]
+    assert len(lines) == 1, f"{evidence}: {len(lines)} result blocks, the row cannot say which it is"
+    return float(lines[0].split(":")[1])
+
+
+def test_every_measured_throughput_row_is_the_number_its_raw_file_holds(rows) -> None:
+    checked = []
+    for row in rows.values():
+        if row.kind != "throughput" or row.source != "measured":
+            continue
+        raw = _raw_total_tok_s(row.evidence)
+        assert raw is not None, f"{row.id}: evidence {row.evidence!r} is not a raw result file of ours"
+        assert row.measured == pytest.approx(raw, abs=1.0), f"{row.id}: dataset {row.measured}, raw file {raw:.2f}"
+        checked.append(row.id)
+    assert len(checked) >= 6, checked  # the 2 x H200 V2-Lite runs: ours, SGLang's router, aggregated, 3 local-cluster
+
+
+def _dataset_copy(tmp_path: Path, ids: set[str], change=None) -> Path:
+    """runs.yaml with only the rows `ids` (and derived rows over them), `change(row)` applied to each row."""
+    data = load_dataset()
+    runs = [dict(r) for r in data["runs"] if r["id"] in ids]
+    for row in runs:
+        (change or (lambda r: None))(row)
+    derived = [d for d in data["derived"] if {d["numerator"], d["denominator"]} <= ids]
+    shutil.copy(DATASET.parent / "sharegpt-full-1000-seed2025-v2lite.json", tmp_path)
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": runs, "derived": derived}))
+    return path
+
+
+PD, AGG = "h200x2-v2lite-pd-1p1d-ours", "h200x2-v2lite-agg-dp2"
+
+
+def test_a_row_s_error_is_the_model_s_prediction_against_that_row_s_measurement(tmp_path) -> None:
+    before = {r.id: r for r in run_backtest(_dataset_copy(tmp_path, {PD, AGG}))}
+
+    def halve_pd_throughput(row: dict) -> None:
+        if row["id"] == PD:
+            row["measured"] = dict(row["measured"], total_tok_s=row["measured"]["total_tok_s"] / 2)
+
+    after = {r.id: r for r in run_backtest(_dataset_copy(tmp_path, {PD, AGG}, halve_pd_throughput))}
+    pd_before, pd_after = before[PD], after[PD]
+    assert pd_after.predicted == pd_before.predicted and pd_after.measured == pd_before.measured / 2
+    assert pd_after.error == pytest.approx(pd_before.predicted / (pd_before.measured / 2) - 1)
+    assert after[AGG].error == pytest.approx(before[AGG].error)  # the other row is untouched
+    ratio = "h200x2-v2lite-pd-over-aggregated"
+    assert after[ratio].measured == pytest.approx(before[ratio].measured / 2)
+    assert after[ratio].predicted == pytest.approx(before[ratio].predicted)
+    assert before[PD].within and not pd_after.within and pd_after.regressed  # plan --backtest would exit 1
+
+
+def test_a_row_s_conditions_reach_the_model(tmp_path) -> None:
+    before = {r.id: r for r in run_backtest(_dataset_copy(tmp_path, {PD}))}
+
+    def cap_running(row: dict) -> None:
+        row["set"] = [*row.get("set", []), "layout.decode.0.max_running_requests=16"]
+
+    after = {r.id: r for r in run_backtest(_dataset_copy(tmp_path, {PD}, cap_running))}
+    assert after[PD].measured == before[PD].measured
+    assert after[PD].predicted < 0.5 * before[PD].predicted  # 16 in flight instead of 1000 on a decode-bound batch
+
+
+def test_a_slower_decode_step_in_the_model_moves_every_prediction_and_the_guard_sees_it(tmp_path, monkeypatch) -> None:
+    from orchestrator.perfmodel.costmodel import EngineCostModel
+
+    path = _dataset_copy(tmp_path, {PD, AGG})
+    before = {r.id: r for r in run_backtest(path)}
+    step = EngineCostModel.decode_step_s
+    monkeypatch.setattr(EngineCostModel, "decode_step_s", lambda self, *a, **kw: 2 * step(self, *a, **kw))
+    after = {r.id: r for r in run_backtest(path)}
+    for rid in (PD, AGG):
+        assert after[rid].predicted < 0.8 * before[rid].predicted, rid
+        assert before[rid].within and after[rid].regressed, rid
 
 
 def test_sglang_defaults_are_the_ones_its_source_derives() -> None:
