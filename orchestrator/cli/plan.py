@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
+from pathlib import Path
 
 from orchestrator.cli.args import add_config_args, add_overrides, config_from_args
 from orchestrator.cluster.inventory import ClusterError, check_declared_placement, declared_nodes
@@ -53,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --search: print the best N layouts, and write them with --write-dir (default: 25 "
                    "printed, 3 written)")
     p.add_argument("--write-dir", help="write the top layouts here as ready run configs")
+    p.add_argument("--concurrency", help="closed-loop workloads: the declared concurrencies N to predict, "
+                   "comma-separated, e.g. 24,32,48 (default benchmark.concurrency)")
+    p.add_argument("--json", metavar="PATH", help="closed-loop workloads: write the per-N rows (concurrency, "
+                   "output_tok_s, good_output_tok_s, good_fraction, ttft_ms, itl_ms), the best N and the time to ready")
     add_search_args(p)
     _add_common(p)
     p.set_defaults(func=_cmd_plan)
@@ -112,6 +118,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 2
     cfg = config_from_args(args)
     gpu = args.gpu or cfg.cluster.gpu
+    if cfg.benchmark.closed_loop:
+        return _cmd_plan_closed_loop(cfg, args, gpu)
+    if args.concurrency or args.json:
+        flag = "--concurrency" if args.concurrency else "--json"
+        print(f"plan: {flag} applies to closed-loop workloads; set benchmark.kind: closed_loop (with --set "
+              "benchmark.kind=closed_loop) or drop the flag", file=sys.stderr)
+        return 2
     if args.write_dir and not args.search:
         print("--write-dir needs --search (it writes the ranked layouts)", file=sys.stderr)
         return 2
@@ -152,6 +165,67 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"plan: {exc}", file=sys.stderr)
         return 2
     return 0 if ok else 1
+
+
+def _concurrencies(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        ns = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        ns = []
+    if not ns or min(ns) < 1:
+        raise ValueError(f"--concurrency {text!r}: give positive integers, e.g. --concurrency 24,32,48")
+    return ns
+
+
+def _cmd_plan_closed_loop(cfg: RunConfig, args: argparse.Namespace, gpu: str) -> int:
+    """Per-N prediction of a closed-loop workload (or, with --search, the layouts ranked by good tok/s)."""
+    from orchestrator.plan.closedloop.predict import calibration_sources, predict_closed_loop
+
+    b = cfg.benchmark
+    try:
+        ns = _concurrencies(args.concurrency)
+        cluster = f"{cfg.cluster.num_nodes}x{cfg.cluster.gpus_per_node} {gpu}"
+        print(f"plan: {cfg.name} ({cfg.layout.describe()}) on {cluster}, {cfg.model.name} {cfg.model.quantization.upper()}")
+        print(f"workload: closed loop, ISL {b.input_tokens} / OSL {b.output_tokens}, N {','.join(map(str, ns or b.concurrency))}; "
+              f"window {b.window_s:g} s + grace {b.grace_s:g} s (warm-up {b.warmup_s:g} s: its requests end before the "
+              f"window, not simulated); SLO TTFT <= {b.slo.ttft_ms:g} ms, ITL <= {b.slo.itl_ms:g} ms, gate good "
+              f"fraction >= {b.slo.min_good_fraction:.2f}\n")
+        if args.search:
+            print("plan: --search on a closed-loop workload is not built yet; plan each layout with --set", file=sys.stderr)
+            return 2
+        verdict = verdict_for(cfg, args.rules)
+        if verdict is not None:
+            print(verdict.summary() + "\n")
+        if not _print_placement(cfg):
+            return 1
+        memory = check_layout_fits(cfg, [(b.input_tokens, b.output_tokens)] * max(ns or b.concurrency), gpu=gpu)
+        print(memory.table())
+        print(memory.summary() + "\n")
+        if not memory.fits:
+            return 1
+        prediction = predict_closed_loop(cfg, ns, gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
+    except (PlanError, SimulationError, ValueError) as exc:
+        print(f"plan: {exc}", file=sys.stderr)
+        return 2
+    print(prediction.table())
+    print(prediction.verdict())
+    print(prediction.ready.line())
+    band = _band_text(cfg)
+    print(f"back-test error band: {band} (`plan --backtest`; TTFT, ITL and goodput are not back-tested)")
+    for line in calibration_sources(cfg, gpu):
+        print(f"  {line}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(prediction.as_json(band), indent=2) + "\n")
+        print(f"rows: {args.json}")
+    return 0 if prediction.best is not None else 1
+
+
+def _band_text(cfg: RunConfig) -> str:
+    band = _error_band(cfg)
+    return band.text() if band else _no_band(cfg)
 
 
 def _print_placement(cfg: RunConfig) -> bool:

@@ -59,10 +59,11 @@ def test_decode_reads_each_ranks_kv_share_every_step():
 def test_plan_fits_the_2026_reference_layout():
     out = subprocess.run([sys.executable, "-m", "orchestrator", "plan", "--config", "configs/qwen3-pd-2026.yaml"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    # exit 1 = no declared N clears the SLA gate: a prediction of the (uncalibrated) cost model, not an error
+    assert out.returncode in (0, 1) and not out.stderr, out.stderr[-2000:]
     assert "memory: fits (qwen3-235b-a22b-fp8 FP8)" in out.stdout
     # the back-test's band is R1's: for this model plan says it has no rows instead of borrowing it
-    assert "back-test error band of this throughput: no out-of-sample rows yet for qwen3-235b-a22b-fp8" in out.stdout
+    assert "back-test error band: no out-of-sample rows yet for qwen3-235b-a22b-fp8" in out.stdout
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("layout.")]
     assert [(r[0], r[1], r[3], r[-1]) for r in rows] == [("layout.prefill.0", "2", "TP4", "fits"),
                                                       ("layout.decode.0", "2", "TP4", "fits")]

@@ -1,0 +1,180 @@
+"""`plan` for a closed-loop workload: per declared N, output and good output tok/s, good fraction, TTFT and ITL
+p50/p90/p99 and the SLA gate; the largest N that clears it, the best point, and the predicted time to ready.
+
+config (benchmark.kind closed_loop: ISL, OSL, N list, window, grace, slo) -> one simulated window per N
+(client.py) -> ClosedLoopPoint rows -> a table for people and `as_json` rows for tools (the same keys as
+`goodput.json`'s rows, so predicted and measured line up). Every number here is simulated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.config import RunConfig
+from orchestrator.config.benchmark import SloConfig
+from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.plan.closedloop.client import ClosedLoopLoad, ClosedLoopRun, simulate_closed_loop
+from orchestrator.plan.deadline import PLACEMENT_S, engine_start_s
+from orchestrator.plan.runs import LABEL
+from orchestrator.plan.simulate import simulate_run
+
+PASS, FAIL = "PASS", "FAIL"
+
+
+@dataclass
+class ClosedLoopPoint:
+    """One declared concurrency N: its simulated window scored under the SLO."""
+
+    concurrency: int
+    run: ClosedLoopRun
+    slo: SloConfig
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.run.output_tok_s
+
+    @property
+    def good_output_tok_s(self) -> float:
+        return self.run.good_output_tok_s(self.slo.ttft_ms, self.slo.itl_ms)
+
+    @property
+    def good_fraction(self) -> float:
+        return self.run.good_fraction(self.slo.ttft_ms, self.slo.itl_ms)
+
+    @property
+    def clears_gate(self) -> bool:
+        return bool(self.run.requests) and self.good_fraction >= self.slo.min_good_fraction
+
+    def as_json(self) -> dict:
+        return {"concurrency": self.concurrency, "output_tok_s": self.output_tok_s,
+                "good_output_tok_s": self.good_output_tok_s, "good_fraction": self.good_fraction,
+                "ttft_ms": self.run.ttft_ms(), "itl_ms": self.run.itl_ms(), "requests": len(self.run.requests),
+                "not_counted": self.run.not_counted, "clears_gate": self.clears_gate}
+
+
+@dataclass(frozen=True)
+class ReadyEstimate:
+    """Predicted seconds from launch to the ready line: placement, engine start (warm or cold compile caches),
+    one warm-up request through every prefill-decode pair."""
+
+    placement_s: float
+    engine_start_warm_s: float
+    engine_start_cold_s: float
+    pair_warmup_s: float
+    pairs: int
+    jit_cached: bool
+
+    @property
+    def ready_s(self) -> float:
+        start = self.engine_start_warm_s if self.jit_cached else self.engine_start_cold_s
+        return self.placement_s + start + self.pair_warmup_s
+
+    def line(self) -> str:
+        caches = "warm" if self.jit_cached else "cold"
+        other = self.engine_start_cold_s if self.jit_cached else self.engine_start_warm_s
+        return (f"predicted time to ready: {self.ready_s:.0f} s (placement {self.placement_s:.0f} s + engine start "
+                f"{self.ready_s - self.placement_s - self.pair_warmup_s:.0f} s with {caches} compile caches "
+                f"[{'cold' if self.jit_cached else 'warm'}: {other:.0f} s] + {self.pairs} pair warm-up(s) "
+                f"{self.pair_warmup_s:.2f} s; a cold NIXL pair's first-request stall, tens of seconds on "
+                "InfiniBand, is not modelled)")
+
+    def as_json(self) -> dict:
+        return {"ready_s": self.ready_s, "placement_s": self.placement_s, "engine_start_warm_s": self.engine_start_warm_s,
+                "engine_start_cold_s": self.engine_start_cold_s, "pair_warmup_s": self.pair_warmup_s,
+                "jit_cached": self.jit_cached}
+
+
+@dataclass
+class ClosedLoopPrediction:
+    layout: str
+    gpu: str
+    load: ClosedLoopLoad  # its concurrency is the first point's; each point has its own
+    slo: SloConfig
+    points: list[ClosedLoopPoint]
+    ready: ReadyEstimate
+    label: str = LABEL
+
+    @property
+    def best(self) -> ClosedLoopPoint | None:
+        """The scoring point: the most good output tok/s among the N that clear the gate."""
+        passing = [p for p in self.points if p.clears_gate]
+        return max(passing, key=lambda p: p.good_output_tok_s) if passing else None
+
+    @property
+    def largest_passing(self) -> int | None:
+        return max((p.concurrency for p in self.points if p.clears_gate), default=None)
+
+    def table(self) -> str:
+        def q(d: dict[str, float]) -> str:
+            return "/".join("nan" if math.isnan(d[k]) else f"{d[k]:.0f}" for k in ("p50", "p90", "p99"))
+
+        def q1(d: dict[str, float]) -> str:
+            return "/".join("nan" if math.isnan(d[k]) else f"{d[k]:.1f}" for k in ("p50", "p90", "p99"))
+
+        rows = [f"{'N':>5} {'out tok/s':>10} {'good tok/s':>10} {'good frac':>9} {'TTFT p50/p90/p99 ms':>21} "
+                f"{'ITL p50/p90/p99 ms':>19} {'requests':>8}  gate ({self.label})"]
+        for p in self.points:
+            rows.append(f"{p.concurrency:>5} {p.output_tok_s:>10,.0f} {p.good_output_tok_s:>10,.0f} "
+                        f"{p.good_fraction:>9.3f} {q(p.run.ttft_ms()):>21} {q1(p.run.itl_ms()):>19} "
+                        f"{len(p.run.requests):>8}  {PASS if p.clears_gate else FAIL}")
+        return "\n".join(rows)
+
+    def verdict(self) -> str:
+        best, gate = self.best, f"good fraction >= {self.slo.min_good_fraction:.2f}"
+        if best is None:
+            return (f"no N clears the gate ({gate} with TTFT <= {self.slo.ttft_ms:g} ms and ITL <= {self.slo.itl_ms:g} ms); "
+                    "lower the concurrency or try `plan --search`")
+        return (f"largest N clearing the gate ({gate}): {self.largest_passing}; best: {best.good_output_tok_s:,.0f} "
+                f"good output tok/s at N={best.concurrency} ({self.label})")
+
+    def as_json(self, error_band: str) -> dict:
+        best = self.best
+        return {"label": self.label, "layout": self.layout, "gpu": self.gpu,
+                "input_tokens": self.load.input_tokens, "output_tokens": self.load.output_tokens,
+                "window_s": self.load.window_s, "grace_s": self.load.grace_s, "slo": self.slo.model_dump(),
+                "rows": [p.as_json() for p in self.points],
+                "best": None if best is None else {"concurrency": best.concurrency,
+                                                   "good_output_tok_s": best.good_output_tok_s},
+                "largest_passing_concurrency": self.largest_passing,
+                "time_to_ready": self.ready.as_json(), "error_band": error_band}
+
+
+def predict_ready(cfg: RunConfig, gpu: str, disk_gb_s: float = 2.0, jit_cached: bool = True) -> ReadyEstimate:
+    """Launch to ready on `gpu` (real seconds: the simulated engine's time scale is not applied)."""
+    real = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kind": "sglang"})}) if cfg.simulated else cfg
+    warm = engine_start_s(real, gpu, disk_gb_s, jit_cached=True)[0]
+    cold = engine_start_s(real, gpu, disk_gb_s, jit_cached=False)[0]
+    layout = cfg.layout
+    if layout.mode == "pd":
+        pairs = sum(g.count for g in layout.prefill) * sum(g.count for g in layout.decode)
+    else:
+        pairs = sum(g.count for g in layout.aggregated)
+    warmup_s = simulate_run(cfg, [(4, 8)] * pairs, gpu=gpu, max_concurrency=None).duration_s  # serve's pair warm-up
+    return ReadyEstimate(PLACEMENT_S["sglang"], warm, cold, warmup_s, pairs, jit_cached)
+
+
+def predict_closed_loop(cfg: RunConfig, concurrencies: Sequence[int] | None = None, gpu: str | None = None,
+                        disk_gb_s: float = 2.0, jit_cached: bool = True) -> ClosedLoopPrediction:
+    """One simulated window per N (default benchmark.concurrency) on cfg's layout and `gpu` (else cluster.gpu)."""
+    gpu = gpu or cfg.cluster.gpu
+    ns = sorted(set(concurrencies or cfg.benchmark.concurrency))
+    points = [ClosedLoopPoint(n, simulate_closed_loop(cfg, ClosedLoopLoad.of(cfg, n), gpu), cfg.benchmark.slo)
+              for n in ns]
+    return ClosedLoopPrediction(cfg.layout.describe(), gpu, ClosedLoopLoad.of(cfg, ns[0]), cfg.benchmark.slo, points,
+                                predict_ready(cfg, gpu, disk_gb_s, jit_cached))
+
+
+def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
+    """Per group, which measured profile times its forwards (or that none does: the roofline cost model)."""
+    out = []
+    for role, i, group in cfg.layout.groups():
+        cal = cost_model_for(cfg, role, group, gpu=gpu).calibration
+        if cal is None:
+            out.append(f"layout.{role}.{i}: no calibration profile (roofline cost model)")
+        elif not cal.shape_matches:
+            out.append(f"layout.{role}.{i}: forwards from the roofline cost model; start-up figures from {cal.profile}")
+        else:
+            out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
+    return out

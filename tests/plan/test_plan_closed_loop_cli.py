@@ -1,0 +1,64 @@
+"""`plan` on a closed-loop workload: per-N rows, the gate, the best N, time to ready, and `--json` for tools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+QWEN = str(ROOT / "configs" / "qwen3-pd-2026.yaml")
+# a short window and a lenient SLO so the gate passes at low N and fails at high N on the simulated H100s
+SHORT = ["--set", "benchmark.window_s=20", "--set", "benchmark.grace_s=20", "--set", "benchmark.slo.itl_ms=45",
+         "--set", "benchmark.slo.ttft_ms=1000"]
+
+
+def test_plan_prints_per_n_rows_the_gate_and_the_largest_passing_n(capsys, tmp_path):
+    out_json = tmp_path / "rows" / "plan.json"
+    code = main(["plan", "--config", QWEN, *SHORT, "--concurrency", "8,16,48", "--json", str(out_json)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = {int(line.split()[0]): line for line in out.splitlines() if line.strip() and line.split()[0].isdigit()}
+    assert set(rows) == {8, 16, 48}  # --concurrency overrides the config's list
+    assert rows[8].endswith("PASS") and rows[48].endswith("FAIL")
+    data = json.loads(out_json.read_text())
+    assert [r["concurrency"] for r in data["rows"]] == [8, 16, 48]
+    for r in data["rows"]:
+        assert {"concurrency", "output_tok_s", "good_output_tok_s", "good_fraction", "ttft_ms", "itl_ms"} <= set(r)
+        assert set(r["ttft_ms"]) == set(r["itl_ms"]) == {"p50", "p90", "p99"}
+        assert r["good_output_tok_s"] == pytest.approx(r["output_tok_s"] * r["good_fraction"], rel=1e-9)
+    passing = [r["concurrency"] for r in data["rows"] if r["clears_gate"]]
+    assert data["largest_passing_concurrency"] == max(passing)
+    assert f"largest N clearing the gate (good fraction >= 0.90): {max(passing)}" in out
+    assert data["time_to_ready"]["ready_s"] > data["time_to_ready"]["placement_s"] > 0
+    assert "predicted time to ready:" in out
+    # no measured Qwen3 row: no borrowed band, and what is uncalibrated is named
+    assert data["error_band"] == "no out-of-sample rows yet for qwen3-235b-a22b-fp8"
+    assert "no out-of-sample rows yet for qwen3-235b-a22b-fp8" in out and "roofline cost model" in out
+
+
+def test_plan_on_an_aggregated_closed_loop_and_no_passing_n_exits_1(capsys):
+    agg = ["--set", "layout.mode=aggregated", "--set", "layout.prefill=[]", "--set", "layout.decode=[]",
+           "--set", "layout.aggregated=[{tp: 8, node_role: prefill}, {tp: 8, node_role: decode}]", "--set", "benchmark.window_s=10"]
+    code = main(["plan", "--config", QWEN, *agg, "--concurrency", "64"])
+    out = capsys.readouterr().out
+    assert code == 1 and "agg:1AxTP8+1AxTP8" in out and "no N clears the gate" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--concurrency", "8,x"], "--concurrency '8,x': give positive integers, e.g. --concurrency 24,32,48"),
+    (["--concurrency", "0"], "--concurrency '0': give positive integers"),
+])
+def test_bad_concurrency_is_one_line(capsys, argv, message):
+    assert main(["plan", "--config", QWEN, *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_closed_loop_flags_on_a_batch_workload_say_how_to_get_one(capsys):
+    assert main(["plan", "--config", str(ROOT / "configs" / "default.yaml"), "--json", "x.json"]) == 2
+    err = capsys.readouterr().err
+    assert "--json applies to closed-loop workloads; set benchmark.kind: closed_loop" in err
