@@ -112,8 +112,9 @@ DATASET_NOTE = re.compile(r"ShareGPT \S+: [\d,]+ conversations from ")  # stderr
 
 
 def planning_example(name: str) -> str:
-    """One example of docs/planning.md as its run.sh recorded it: the command line and its whole output (the
-    trailing `exit N` and the dataset's cold-cache parse note left out; the venv's path made relative).
+    """One example of docs/planning.md as benchmarks/planning_examples.sh recorded it: the command line and its
+    whole output (the trailing `exit N` and the dataset's cold-cache parse note left out; the venv's path made
+    relative).
     Read from the raw file, not recomputed: the searches take minutes of CPU on a CI box."""
     return fenced("\n".join(planning_body(raw(f"{PLANNING_EXAMPLES}/{name}.txt"))))
 

@@ -1,4 +1,5 @@
-"""Benchmarks' own logic: SGLang's MLA descriptor layout, run coalescing, a real NIXL transfer, ordering limits."""
+"""Benchmarks' own logic: SGLang's MLA descriptor layout, run coalescing, a real NIXL transfer, ordering limits,
+the py-spy summary behind the router profiles, and the planning examples' command lines."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import kv_transfer  # noqa: E402
 import ordering  # noqa: E402
+import pyspy_summary  # noqa: E402
 
 from orchestrator.config import load_config
+from orchestrator.plan.memory import check_layout_fits  # noqa: E402
 from orchestrator.plan.simulate import synthetic_batch  # noqa: E402
 from tests.support import HAVE_NIXL  # noqa: E402
 
@@ -64,7 +67,64 @@ def test_orderings_and_kv_derived_limits():
     cfg = load_config(ROOT / "configs" / "default.yaml", [])
     limits = ordering.limits(cfg, batch, ["kv/4", "kv/2", "kv"])
     assert 1 <= limits["kv/4"] <= limits["kv/2"] <= limits["kv"]
+    # `kv` requests of the batch's mean size fit in the decode servers' KV as the memory check sizes it, one more does not
     mean = sum(p + o for p, o in batch) / len(batch)
-    assert limits["kv"] == int(ordering.decode_kv_tokens(cfg) / mean)
+    decode_kv = sum(g.kv_capacity_tokens * cfg.layout.decode[g.index].count
+                    for g in check_layout_fits(cfg).groups if g.role == "decode")
+    assert limits["kv"] * mean <= decode_kv < (limits["kv"] + 1) * mean
     with pytest.raises(SystemExit, match="kv/3.*choose from"):
         ordering.limits(cfg, batch, ["kv/3"])
+
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def test_the_pyspy_summary_reproduces_every_committed_summary_from_its_raw_profile():
+    raws = sorted(RESULTS.rglob("*.raw"))
+    assert len(raws) >= 5  # the router profiles of 2026-11-24
+    for raw in raws:
+        summary = raw.with_suffix(".summary.txt")
+        with open(raw) as profile:
+            assert pyspy_summary.summarise(profile) == summary.read_text(), summary.relative_to(ROOT)
+
+
+def test_the_pyspy_summary_counts_a_function_once_per_stack_and_self_time_at_the_innermost_frame():
+    text = pyspy_summary.summarise(["main (a.py:1);f (b.py:3);f (b.py:7) 3", "main (a.py:1);g (c.py:2) 1", ""])
+    lines = text.splitlines()
+    assert lines[0] == "total samples 4"
+    assert lines[lines.index("--- self top 30") + 1] == " 75.0% f (b.py:7)"
+    inclusive = lines[lines.index("--- inclusive top 60") + 1:]
+    assert inclusive == ["100.0% main (a.py", " 75.0% f (b.py", " 25.0% g (c.py"]
+
+
+PLANNING_EXAMPLES = RESULTS / "2026-11-26-planning-examples"
+
+
+def _planning_runs() -> dict[str, list[str]]:
+    """`run NAME ARGS...` lines of benchmarks/planning_examples.sh: {NAME: pd-orchestrator ARGS}."""
+    import shlex
+
+    script = (ROOT / "benchmarks" / "planning_examples.sh").read_text()
+    return {words[1]: words[2:] for words in (shlex.split(line) for line in script.splitlines()
+                                              if line.startswith("run "))}
+
+
+def test_the_planning_examples_script_is_what_made_the_examples_folder():
+    import subprocess
+
+    assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "planning_examples.sh")]).returncode == 0
+    runs = _planning_runs()
+    assert set(runs) == {p.stem for p in PLANNING_EXAMPLES.glob("*.txt")}
+    for name, args in runs.items():
+        first = (PLANNING_EXAMPLES / f"{name}.txt").read_text().splitlines()[0]
+        assert first == "$ pd-orchestrator " + " ".join(args), name
+
+
+def test_every_planning_example_command_parses_and_names_configs_that_exist():
+    from orchestrator.cli import build_parser
+
+    parser = build_parser()
+    for name, args in _planning_runs().items():
+        parsed = parser.parse_args(args)
+        configs = [parsed.config] if getattr(parsed, "config", None) else list(getattr(parsed, "configs", []))
+        assert configs and all((ROOT / c).is_file() for c in configs), (name, configs)

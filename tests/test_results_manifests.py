@@ -115,3 +115,42 @@ def test_a_benchmarks_out_folder_gets_its_manifest_output_and_exit(tmp_path: Pat
     with recorded(None):  # no --out: nothing written anywhere
         print("x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broke", "ok"]
+
+
+# ---- a results folder holds data, its command and commit: no scripts, no generated report copies
+
+def _committed_results_files() -> list[str]:
+    """Paths under benchmarks/results/ that git tracks (the tree's files when this is not a git checkout)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "ls-files", "benchmarks/results"], capture_output=True, text=True)
+    if done.returncode == 0 and done.stdout:
+        return done.stdout.splitlines()
+    return [str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks" / "results").rglob("*") if p.is_file()]
+
+
+def test_no_script_and_no_generated_report_is_committed_inside_a_results_folder() -> None:
+    files = _committed_results_files()
+    scripts = [f for f in files if f.endswith((".py", ".sh"))]
+    assert not scripts, ("scripts inside results folders: move a reusable one to benchmarks/ (covered by "
+                         "tests/test_benchmarks_smoke.py) or scripts/device/ (the GPU kit), put a one-off one in "
+                         "the folder's scripts.tar.xz, and name the new place in its manifest's `moved`: "
+                         + ", ".join(scripts))
+    reports = [f for f in files if f.endswith("report.html")]
+    assert not reports, f"generated report.html copies (`pd-orchestrator report --result` rewrites them): {reports}"
+
+
+def _moved(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    return json.loads(path.read_text()).get("moved", {}) if path.is_file() else {}
+
+
+@pytest.mark.parametrize("folder", [f for f in RESULTS if _moved(f)], ids=lambda f: f.name)
+def test_a_moved_script_is_where_the_manifest_says(folder: Path) -> None:
+    import tarfile
+
+    for old, new in _moved(folder).items():
+        assert not (folder / old).exists(), f"{folder.name}: {old} is still there"
+        if new.endswith(".tar.xz"):
+            with tarfile.open(folder / new) as archive:
+                assert old in archive.getnames(), f"{folder.name}/{new} lacks {old}"
+        else:
+            assert (ROOT / new).is_file() or (folder / new).is_file(), f"{folder.name}: {old} -> {new}: no such file"

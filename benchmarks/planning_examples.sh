@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Regenerates every example output in docs/planning.md (virtual time: the box's load does not change them);
-# docs/planning.md's example blocks are rendered from these files by benchmarks/render_docs.py.
-# Usage, from the repo root (writes manifest.json with the command, commit, machine and packages):
-#   python3 benchmarks/manifest.py record --out benchmarks/results/2026-11-26-planning-examples --stdout '' -- \
-#       bash benchmarks/results/2026-11-26-planning-examples/run.sh
+# Regenerates every example output in docs/planning.md (virtual time: the box's load does not change them) into
+# OUT, one file per example: the command line, its whole output, `exit N`. docs/planning.md's example blocks are
+# rendered from benchmarks/results/2026-11-26-planning-examples/ by benchmarks/render_docs.py.
+# Usage, from the repo root (manifest.py writes manifest.json with the command, commit, machine and packages):
+#   python3 benchmarks/manifest.py record --out OUT --stdout '' -- bash benchmarks/planning_examples.sh OUT
+# (OUT = benchmarks/results/<date>-planning-examples; until 2026-11-26 this script lived there as run.sh)
 set -uo pipefail
-D=benchmarks/results/2026-11-26-planning-examples
+D=${1:?usage: bash benchmarks/planning_examples.sh OUT_DIR}
+mkdir -p "$D"
 P=".venv/bin/pd-orchestrator"
-run() { local name=$1; shift; echo "\$ pd-orchestrator $*" > $D/$name.txt; $P "$@" >> $D/$name.txt 2>&1; echo "exit $?" >> $D/$name.txt; }
+run() { local name=$1; shift; echo "\$ pd-orchestrator $*" > "$D/$name.txt"; $P "$@" >> "$D/$name.txt" 2>&1; echo "exit $?" >> "$D/$name.txt"; }
 run fp8-h100-1p1d plan --config configs/default.yaml --set model.quantization=fp8
 run default-search plan --config configs/default.yaml --search --show 8
 run h100-fp8-agg-search plan --config configs/h100-agg-tp16.yaml --search --show 8
