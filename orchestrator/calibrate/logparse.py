@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 import time
 
-_TS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] (.*)$")
+# `[stamp] msg`, or `[stamp DP1 PP0 TP1 EP1] msg` from a scheduler of a server with more than one rank (SGLang's
+# logger prefix; with SGLANG_LOG_MS the stamp has milliseconds)
+_TS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{1,6})?((?: [A-Z_]+\d+)*)\] (.*)$")
 _NIXL_TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) NIXL (.*)$")
 
 # phase marker -> regex on the message part of a timestamped line (first match wins)
@@ -57,10 +59,17 @@ def _epoch(stamp: str) -> float:
 
 def timestamped(text: str):
     """Yield (epoch_s, message) for every timestamped line (SGLang's and NIXL's formats)."""
+    for ts, _, msg in timestamped_ranks(text):
+        yield ts, msg
+
+
+def timestamped_ranks(text: str):
+    """Yield (epoch_s, ranks, message): ranks is the scheduler's prefix ("DP1 TP1", "PP0 TP0", "" for none)."""
     for line in text.splitlines():
-        m = _TS.match(line) or _NIXL_TS.match(line)
-        if m:
-            yield _epoch(m.group(1)), m.group(2)
+        if m := _TS.match(line):
+            yield _epoch(m.group(1)), m.group(2).strip(), m.group(3)
+        elif m := _NIXL_TS.match(line):
+            yield _epoch(m.group(1)), "", m.group(2)
 
 
 def startup(text: str, launched_at: float | None = None) -> dict:
@@ -132,9 +141,9 @@ def _engine_timings(msg: str) -> dict:
 def decode_lines(text: str) -> list[dict]:
     """Every `Decode batch` line: running requests, KV tokens, CUDA graph used, gen throughput (token/s)."""
     rows = []
-    for ts, msg in timestamped(text):
+    for ts, ranks, msg in timestamped_ranks(text):
         if m := _DECODE.search(msg):
-            rows.append({"t": ts, "running": int(m.group(1)), "tokens": int(m.group(2)),
+            rows.append({"t": ts, "ranks": ranks, "running": int(m.group(1)), "tokens": int(m.group(2)),
                          "cuda_graph": m.group(3) == "True", "gen_tok_s": float(m.group(4))})
     return rows
 
@@ -166,3 +175,53 @@ def decode_step_ms(rows: list[dict], batch_size: int) -> dict:
     return {"step_ms_median": round(med, 3), "step_ms_min": round(steps[0], 3), "samples": len(steps),
             "cuda_graph": all(r["cuda_graph"] for r in steady),
             "kv_tokens_median": sorted(r["tokens"] for r in steady)[len(steady) // 2]}
+
+
+def _stream(ranks: str) -> str:
+    """The request stream a log line speaks for: its DP and PP ranks (TP / EP ranks of one stream log alike)."""
+    return " ".join(p for p in ranks.split() if p.startswith(("DP", "PP")))
+
+
+def decode_step(rows: list[dict], batch_size: int) -> dict:
+    """Decode step time of a server of any layout at `batch_size` requests running in all.
+
+    One stream (TP only: rank 0 logs): decode_step_ms. DP attention: every DP rank logs its own requests and
+    tokens; they step together, so each line gives running / throughput; the median over the ranks' lines at
+    their plateau (the most requests they held; first line dropped) is the step. Pipeline stages: a line
+    names one micro-batch's requests but counts the tokens of every micro-batch since the last line, so
+    the step a request sees is batch_size / throughput (first and last line of each stage dropped).
+    `streams` keeps each stream's own median, `estimator` says which rule was used.
+    """
+    streams: dict[str, list[dict]] = {}
+    for r in rows:
+        streams.setdefault(_stream(r.get("ranks", "")), []).append(r)
+    if set(streams) <= {""}:
+        return {**decode_step_ms(rows, batch_size), "estimator": "one stream: batch / throughput"}
+    pipelined = any("PP" in key for key in streams)
+    steps, per_stream = [], {}
+    for key, lines in sorted(streams.items()):
+        live = [r for r in lines if r["gen_tok_s"] > 0]
+        if pipelined:
+            steady = live[1:-1] if len(live) > 2 else live
+            own = [1000.0 * batch_size / r["gen_tok_s"] for r in steady]
+        else:
+            top = max((r["running"] for r in live), default=0)
+            at_top = [r for r in live if r["running"] == top]
+            steady = at_top[1:] if len(at_top) > 1 else at_top
+            own = [1000.0 * r["running"] / r["gen_tok_s"] for r in steady]
+        per_stream[key] = {"step_ms_median": _median(own), "samples": len(own),
+                           "running": sorted({r["running"] for r in steady}),
+                           "cuda_graph": all(r["cuda_graph"] for r in steady) if steady else None}
+        steps += own
+    return {"step_ms_median": _median(steps), "step_ms_min": round(min(steps), 3) if steps else None,
+            "samples": len(steps), "cuda_graph": all(s["cuda_graph"] for s in per_stream.values() if s["samples"]),
+            "estimator": ("pipeline: batch / throughput per stage" if pipelined
+                          else "DP ranks: running / throughput per rank"), "streams": per_stream}
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return round(xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2, 3)

@@ -117,7 +117,7 @@ def derived_limits(info: dict) -> dict:
     keys = ("mem_fraction_static", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens",
             "page_size", "context_length", "cuda_graph_max_bs", "cuda_graph_max_bs_decode",
             "disable_radix_cache", "attention_backend", "dtype", "kv_cache_dtype", "quantization",
-            "tp_size", "dp_size", "enable_dp_attention", "disaggregation_mode")
+            "tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention", "disaggregation_mode")
     out = {k: info.get(k) for k in keys}
     out["cuda_graph_decode_max_bs"] = graph.get("max_bs")
     out["cuda_graph_decode_bs"] = graph.get("bs")

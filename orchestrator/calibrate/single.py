@@ -147,11 +147,15 @@ def measure_decode_point(server: SglangServer, rng: random.Random, vocab: int, b
     s = generate_many(server.url, [random_ids(rng, context, vocab) for _ in range(batch)], steps)
     text = server.log_since(offset)
     running = min(batch, max_running) if max_running else batch   # SGLang caps the running batch
-    step = logparse.decode_step_ms(logparse.decode_lines(text), running)
+    lines = logparse.decode_lines(text)
+    step = logparse.decode_step(lines, running)
     prefills = logparse.prefill_lines(text)
+    t0 = lines[0]["t"] if lines else 0.0
     row = {"batch_size": batch, "running_batch": running, "context_tokens": context, "decode_steps": steps, **step,
            "client": _strip(s), "prefill_batches": len(prefills),
-           "prefill_tokens_logged": sum(p["new_tokens"] for p in prefills)}
+           "prefill_tokens_logged": sum(p["new_tokens"] for p in prefills),
+           # the raw `Decode batch` lines of this point (s from the first), so any step rule can be re-derived
+           "decode_lines": [[round(r["t"] - t0), r["ranks"], r["running"], r["tokens"], r["gen_tok_s"]] for r in lines]}
     print(f"  decode B={batch} C={context}: step {step.get('step_ms_median')} ms, graph {step.get('cuda_graph')}, "
           f"ok {s['ok']}/{s['n']}, wall {s['wall_s']}s", flush=True)
     return row
@@ -170,9 +174,9 @@ def measure_decode(server, rng, vocab, budget, batches, context, min_left=25.0, 
     return rows
 
 
-def measure_context(server, rng, vocab, budget, max_context: int) -> list[dict]:
+def measure_context(server, rng, vocab, budget, max_context: int, lengths=None) -> list[dict]:
     rows = []
-    for c in CONTEXT_LENGTHS:
+    for c in lengths or CONTEXT_LENGTHS:
         if c + DECODE_STEPS + 8 > max_context:
             continue
         if budget.left() < 30:
@@ -228,13 +232,17 @@ def run_single(model_path: str, name: str, out_dir: Path, budget_s: float, port:
             max_ctx = int(info.get("context_length") or context_length)
             cap = run["derived"].get("effective_max_running_requests_per_dp")
             for m in variant.get("measure", []):
+                # a variant may name its own points (prefill_lengths, prefill_concurrent, decode_batches,
+                # context_lengths); the defaults above otherwise
                 if m == "prefill":
-                    run["prefill"] = measure_prefill(srv, rng, vocab, budget, max_len=max_ctx - 8)
+                    run["prefill"] = measure_prefill(srv, rng, vocab, budget, max_len=max_ctx - 8,
+                                                     lengths=variant.get("prefill_lengths"),
+                                                     concurrent=[tuple(kl) for kl in variant.get("prefill_concurrent") or []])
                 elif m == "decode":
-                    run["decode"] = measure_decode(srv, rng, vocab, budget, DECODE_BATCHES, DECODE_CONTEXT,
-                                                   max_running=cap)
+                    run["decode"] = measure_decode(srv, rng, vocab, budget, variant.get("decode_batches") or DECODE_BATCHES,
+                                                   DECODE_CONTEXT, max_running=cap)
                 elif m == "context":
-                    run["context"] = measure_context(srv, rng, vocab, budget, max_ctx)
+                    run["context"] = measure_context(srv, rng, vocab, budget, max_ctx, variant.get("context_lengths"))
                 elif m == "beyond":
                     run["beyond"] = measure_decode(srv, rng, vocab, budget, BEYOND_BATCHES, DECODE_CONTEXT,
                                                    max_running=cap)

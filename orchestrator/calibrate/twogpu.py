@@ -62,11 +62,27 @@ def check_budget(budget_s: float) -> None:
                               f"{MIN_BUDGET_S} s (one device call allows 600)")
 
 
+# Fewer points than the one-GPU plan (single.py), so that three starts fit one 600 s call: CUDA graphs only at the
+# decode batches measured (8 captures instead of 36: the cold start's Triton compiles scale with them), prefill up
+# to 16,000 tokens (two chunks: the pipeline can overlap them) and k chunks at once, context at batch 16.
+GRAPH_BATCHES = [1, 8, 16, 32, 64, 128, 256, 512]
+DECODE_BATCHES = [1, 8, 32, 64, 128, 256, 512]
+PREFILL_LENGTHS = [256, 1024, 4096, 8192, 16000]
+PREFILL_CONCURRENT = [[4, 1024], [16, 1024], [8, 4096]]
+CONTEXT_LENGTHS = [256, 2048, 8192]
+MIN_LEFT_S = 150   # a start with less left than this could not measure anything: skip it
+READY_TIMEOUT_S = 240   # one cold R1-shaped start with 36 graphs took 196 s on an H100, 140 s on an H200
+
+
 def plan(layouts: list[str], mem_fraction: str = "0.70") -> list[dict]:
     """single.py variants, one per layout: start-up, prefill (one chunk and k chunks), decode, context."""
-    return [{"name": name, "cache_state": "warm" if i else "cold", "flags": [*LAYOUTS[name],
-             "--mem-fraction-static", mem_fraction], "measure": ["prefill", "decode", "context"],
-             "min_left_s": 60} for i, name in enumerate(layouts)]
+    graphs = ["--cuda-graph-max-bs-decode", str(max(GRAPH_BATCHES)),
+              "--cuda-graph-bs-decode", *[str(b) for b in GRAPH_BATCHES]]
+    return [{"name": name, "cache_state": "warm" if i else "cold",
+             "flags": [*LAYOUTS[name], "--mem-fraction-static", mem_fraction, *graphs],
+             "measure": ["prefill", "decode", "context"], "prefill_lengths": PREFILL_LENGTHS,
+             "prefill_concurrent": PREFILL_CONCURRENT, "decode_batches": DECODE_BATCHES,
+             "context_lengths": CONTEXT_LENGTHS, "min_left_s": MIN_LEFT_S} for i, name in enumerate(layouts)]
 
 
 def collectives_command(out_dir: Path, hidden: int, tokens: list[int], python: str = sys.executable) -> list[str]:
@@ -105,8 +121,9 @@ def run_twogpu(model_path: str, out_dir: Path, budget_s: float, layouts: list[st
             summary["collectives"] = {"rc": done.returncode, "wall_s": round(time.monotonic() - started, 1)}
         except subprocess.TimeoutExpired:
             summary["collectives"] = {"rc": None, "error": "timed out"}
+    # a start that hangs (a collective that never completes) must not eat the layouts after it
     result = run_single(model_path, "twogpu", out_dir, budget.left() - 5, port=port, plan=plan(layouts),
-                        common_flags=flags)
+                        common_flags=flags, ready_timeout_s=READY_TIMEOUT_S)
     for run in result["runs"]:
         if run["variant"] == "pp2" and run.get("prefill"):
             run["pp_bubble"] = pp_bubble(run["prefill"])
@@ -121,5 +138,7 @@ def dry_run(model_path: str, out_dir: Path, layouts: list[str], tokens: list[int
              "collectives: " + " ".join(collectives_command(out_dir, 7168, tokens))]
     for variant in plan(layouts):
         lines.append(f"server {variant['name']}: sglang.launch_server {' '.join([*variant['flags'], *flags])}; "
-                     f"measure {', '.join(variant['measure'])}")
+                     f"measure {', '.join(variant['measure'])} (prefill L {variant['prefill_lengths']} + k x L "
+                     f"{variant['prefill_concurrent']}; decode B {variant['decode_batches']}; context B=16 C "
+                     f"{variant['context_lengths']}); skipped with < {variant['min_left_s']} s left")
     return "\n".join(lines)

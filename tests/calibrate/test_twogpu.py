@@ -47,7 +47,8 @@ def test_dry_run_prints_every_server_and_the_collectives_and_starts_nothing(tmp_
                "--layouts", "pp2,tp2", "--flag=--trust-remote-code"])
     out = capsys.readouterr().out
     assert rc == 0 and not (tmp_path / "o").exists()
-    assert "server pp2: sglang.launch_server --pp-size 2 --mem-fraction-static 0.70 --trust-remote-code" in out
+    assert ("server pp2: sglang.launch_server --pp-size 2 --mem-fraction-static 0.70 --cuda-graph-max-bs-decode 512 "
+            "--cuda-graph-bs-decode 1 8 16 32 64 128 256 512 --trust-remote-code") in out
     assert "server tp2: sglang.launch_server --tp-size 2" in out and "dpattn2-ep2" not in out
     assert "torch.distributed.run --standalone --nproc-per-node 2" in out and "collectives_bench.py" in out
 
@@ -72,3 +73,116 @@ def test_the_driver_imports_nothing_outside_the_standard_library() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     json.loads(json.dumps(plan(["tp2"])))  # the plan is plain data (it goes into the raw JSON)
+
+
+def _decode_line(sec: int, ranks: str, running: int, gen: float) -> str:
+    prefix = f" {ranks}" if ranks else ""
+    return (f"[2026-11-26 06:00:{sec:02d}{prefix}] Decode batch, #running-req: {running}, #token: {running * 300}, "
+            f"token usage: 0.01, cuda graph: True, gen throughput (token/s): {gen:.2f}, #queue-req: 0")
+
+
+def test_decode_lines_of_multi_rank_servers_are_read_with_their_ranks() -> None:
+    # SGLang prefixes a scheduler's stamp with its ranks when a server has several ([stamp TP0], [stamp DP1 TP1]);
+    # before issue 29 such lines did not parse at all, so every TP2 / DP / PP step came out None
+    from orchestrator.calibrate import logparse
+
+    tp = "\n".join(_decode_line(s, "TP0", 64, 64 / 0.005) for s in range(5))   # 64 running, 5 ms a step
+    rows = logparse.decode_lines(tp)
+    assert len(rows) == 5 and rows[0]["ranks"] == "TP0"
+    got = logparse.decode_step(rows, 64)
+    assert got["step_ms_median"] == 5.0 and got["samples"] == 4 and got["estimator"].startswith("one stream")
+    # DP attention: each DP rank logs its own half of the batch and its own throughput; they step together
+    dp = "\n".join(_decode_line(s, f"DP{r} TP{r} EP{r}", 32, 32 / 0.006) for s in range(4) for r in (0, 1))
+    got = logparse.decode_step(logparse.decode_lines(dp), 64)
+    assert got["step_ms_median"] == 6.0 and set(got["streams"]) == {"DP0", "DP1"} and got["samples"] == 6
+    # pipeline stages: a line names one micro-batch (30 or 34 requests) but counts every micro-batch's tokens
+    pp = "\n".join(_decode_line(s, f"PP{p} TP0", 30 + 4 * (s % 2), 64 / 0.008) for s in range(6) for p in (0, 1))
+    got = logparse.decode_step(logparse.decode_lines(pp), 64)
+    assert got["step_ms_median"] == 8.0 and got["estimator"].startswith("pipeline") and got["samples"] == 8
+    # a rank-prefixed line still marks start-up phases
+    st = logparse.startup("[2026-11-26 06:00:01 TP0] Load weight begin. avail mem=70.00 GB\n"
+                          "[2026-11-26 06:00:09 TP1] The server is fired up and ready to roll!")
+    assert st["marks_s"] == {"load_weight_begin": 0.0, "ready": 8.0}
+
+
+def test_the_plan_captures_graphs_only_at_the_measured_decode_batches() -> None:
+    from orchestrator.calibrate.twogpu import DECODE_BATCHES, GRAPH_BATCHES
+
+    variant = plan(["pp2"])[0]
+    flags = variant["flags"]
+    listed = flags[flags.index("--cuda-graph-bs-decode") + 1:]
+    assert [int(b) for b in listed] == GRAPH_BATCHES and set(DECODE_BATCHES) | {16} == set(GRAPH_BATCHES)
+    assert variant["decode_batches"] == DECODE_BATCHES and variant["min_left_s"] >= 120
+
+
+class _FakeServer:
+    """Stands in for SglangServer: answers at once and logs `Decode batch` lines as a server of the layout would."""
+
+    def __init__(self, name, model_path, port, log_path, flags, env=None):
+        self.name, self.url, self.log_path, self.flags = name, f"http://127.0.0.1:{port}", Path(log_path), flags
+        self.argv, self.launched_at, self.lines = ["python3", "-m", "sglang.launch_server", *flags], 0.0, []
+
+    def start(self):
+        return self
+
+    def wait_ready(self, timeout_s):
+        return 1.0
+
+    def get_json(self, path):
+        dp = 2 if "--enable-dp-attention" in self.flags else 1
+        return {"context_length": 16384, "internal_states": [{"effective_max_running_requests_per_dp": 4096 // dp}]}
+
+    def log_size(self):
+        return len(self.lines)
+
+    def log_since(self, offset):
+        return "\n".join(self.lines[offset:])
+
+    def log_text(self):
+        return "\n".join(self.lines)
+
+    def alive(self):
+        return True
+
+    def stop(self):
+        pass
+
+
+def test_a_twogpu_run_measures_every_layout_with_its_own_points(tmp_path, monkeypatch) -> None:
+    from orchestrator.calibrate import single, twogpu
+
+    servers = []
+
+    def fake_server(*args, **kwargs):
+        servers.append(_FakeServer(*args, **kwargs))
+        return servers[-1]
+
+    def fake_generate(url, prompts, max_new_tokens):
+        srv = servers[-1]
+        if max_new_tokens > 1:  # a decode point: 10 log lines at a 4 ms step, as each layout's ranks print them
+            b = len(prompts)
+            for s in range(10):
+                if "--enable-dp-attention" in srv.flags:
+                    srv.lines += [_decode_line(s, f"DP{r} TP{r} EP{r}", max(1, b // 2), max(1, b // 2) / 0.004)
+                                  for r in (0, 1)]
+                elif "--pp-size" in srv.flags:
+                    srv.lines += [_decode_line(s, f"PP{p} TP0", max(1, b // 2), b / 0.004) for p in (0, 1)]
+                else:
+                    srv.lines.append(_decode_line(s, "TP0", b, b / 0.004))
+        rows = [{"error": None} for _ in prompts]
+        return {"n": len(prompts), "ok": len(prompts), "wall_s": 0.01, "latency_s_max": 0.01 * len(prompts),
+                "rows": rows}
+
+    monkeypatch.setattr(single, "SglangServer", fake_server)
+    monkeypatch.setattr(single, "generate_many", fake_generate)
+    monkeypatch.setattr(single, "gpu_memory_used_mib", lambda: None)
+    res = twogpu.run_twogpu(str(R1S), tmp_path, 600, ["tp2", "pp2", "dpattn2-ep2"], [1], collectives=False)
+    assert [r["variant"] for r in res["runs"]] == ["tp2", "pp2", "dpattn2-ep2"]
+    for run in res["runs"]:
+        assert [p["input_tokens"] for p in run["prefill"]] == [256, 1024, 4096, 8192, 16000, 1024, 1024, 4096]
+        assert [d["batch_size"] for d in run["decode"]] == twogpu.DECODE_BATCHES
+        assert all(d["step_ms_median"] == 4.0 and d["decode_lines"] for d in run["decode"]), run["variant"]
+        assert [c["context_tokens"] for c in run["context"]] == twogpu.CONTEXT_LENGTHS
+    assert res["runs"][1]["pp_bubble"] == {"4x1024": 1.0, "16x1024": 1.0, "8x4096": 1.0}  # k chunks took k x one
+    saved = json.loads((tmp_path / "calibration-twogpu.json").read_text())
+    assert saved["runs"][2]["decode"][0]["estimator"].startswith("DP ranks")
