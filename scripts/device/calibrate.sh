@@ -75,9 +75,14 @@ pd)
     --page-sizes ${PAGE_SIZES:-1} --loads-per-mode ${PD_LOADS:-2} --modes ${PD_MODES:-base,coalesce,shard,coalesce+shard} \
     ${PD_ARGS:-} ;;
 twogpu)   # two GPUs of one node (nvidia-h100-x2 / nvidia-h200-x2; issue 29 runs it): TP2, DP-attention 2 + EP2, PP2
-  python3 -m orchestrator.calibrate twogpu --model-path $W/models/r1s --out $D --budget-s $(( $(left) - 25 )) \
-    --layouts ${TWOGPU_LAYOUTS:-tp2,dpattn2-ep2,pp2} --flag=--trust-remote-code \
-    ${R1_FLAGS:---flag=--triton-attention-split-tile-size --flag=256} ;;
+  # the raw JSON reaches $OUT every 10 s (a call cut at its limit still returns what was measured); the harness
+  # gets SIGINT at the budget, so its finally blocks stop the server (it runs in its own session and would
+  # otherwise hold the GPUs into the next call of the lease)
+  ( while sleep 10; do cp $D/calibration-twogpu.json $D/collectives.json $OUT/ 2>/dev/null; done ) & COPIER=$!
+  timeout -s INT -k 30 $(( $(left) - 10 )) python3 -m orchestrator.calibrate twogpu --model-path $W/models/r1s --out $D \
+    --budget-s $(( $(left) - 25 )) --layouts ${TWOGPU_LAYOUTS:-tp2,dpattn2-ep2,pp2} --flag=--trust-remote-code \
+    ${R1_FLAGS:---flag=--triton-attention-split-tile-size --flag=256}
+  HRC=$?; kill $COPIER 2>/dev/null; (exit $HRC) ;;
 *) el "unknown phase $PHASE"; exit 2 ;;
 esac
 el "harness exit $?"
