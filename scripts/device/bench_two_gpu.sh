@@ -1,0 +1,43 @@
+#!/bin/bash
+# `pd-orchestrator bench` with real SGLang on a lent TWO-GPU machine (nvidia-h200-x2 / nvidia-h100-x2), issue 29:
+#   pd      a prefill server on GPU 0 and a decode server on GPU 1, placed by the product's own local cluster
+#           (cluster.address: local, gpu_split: auto), our router, NIXL KV (UCX cuda_ipc over NVLink):
+#           configs/device-h200x2-local-1p1d.yaml
+#   agg     one aggregated server with TP 2 over both GPUs, same cluster, router and prompts:
+#           configs/device-h200x2-local-agg-tp2.yaml
+#   router  SGLang's own PD router (sglang-router 0.3.2) in front of the same kind of pair (prefill GPU 0, decode
+#           GPU 1, started outside Ray with our argv by serve_direct.py), the same 1000 prompts (replay.py)
+#   pd-agg  pd then agg in one call;  site  unpack the carried sglang tree only
+# Same set-up as bench_one_gpu.sh (scripts/device/bench_lib.sh: installs, engine scraper, bench_local, router_pair).
+# cluster.gpu follows the card nvidia-smi names (H200 or H100-SXM), so the preflight checks the right memory.
+# Calls, one warm lease (the sglang tree comes with the first call, e.g. calibrate.sh twogpu; a machine goes back
+# ~30 s after a call ends: send the next at once); pass PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0 in each command:
+#   run(kind="nvidia-h200-x2", carry=[".device/site-slim"], command="... bash scripts/device/calibrate.sh twogpu ...")
+#   run(carry=[".device/rt/runtime.tar.xz", ".device/rt/whl/httptools-0.9.0-cp312-...whl"], timeout_s=600,
+#       command="set -o pipefail; export PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0 BUDGET=560; bash scripts/device/bench_two_gpu.sh pd-agg 2>&1 | tee $OUT/main-pd-agg.log")
+#   run(carry=[".device/rt/router.tar.xz", ".device/rt/batch.json"], timeout_s=400,
+#       command="set -o pipefail; export PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0 BUDGET=360; bash scripts/device/bench_two_gpu.sh router 2>&1 | tee $OUT/main-router.log")
+# Each phase packs $OUT/<phase>.tar.xz (bench output, result.json, engine logs, /metrics scrapes, KV stats).
+set -u
+PHASE=${1:?usage: bench_two_gpu.sh site|pd|agg|router|pd-agg}
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+  *H200*) GPU_TYPE=H200 ;;
+  *H100*) GPU_TYPE=H100-SXM ;;
+  *) GPU_TYPE="" ;;
+esac
+BENCH_SETS="${BENCH_SETS:-}${GPU_TYPE:+ --set cluster.gpu=$GPU_TYPE}"
+PD_CFG=configs/device-h200x2-local-1p1d.yaml; AGG_CFG=configs/device-h200x2-local-agg-tp2.yaml; ROUTER_GPUS="0 1"
+. scripts/device/bench_lib.sh   # set-up, installs, scraper, bench_local, router_pair (shared with bench_one_gpu.sh)
+write_manifest "$@"
+
+{ date -u; nvidia-smi -L; nvidia-smi topo -m; } 2>&1 | head -12
+el "cluster.gpu=${GPU_TYPE:-unknown (not set)}"
+case $PHASE in
+site) install_site ;;
+pd) install_runtime; bench_local $PD_CFG $P/pd; pack pd ;;
+agg) install_runtime; bench_local $AGG_CFG $P/agg-tp2; pack agg-tp2 ;;
+router) install_runtime; install_router || exit 1; router_pair; pack router ;;
+pd-agg) install_runtime; bench_local $PD_CFG $P/pd; pack pd; bench_local $AGG_CFG $P/agg-tp2; pack agg-tp2 ;;
+*) el "unknown phase $PHASE"; exit 2 ;;
+esac
+el "done"
