@@ -34,7 +34,7 @@ from types import ModuleType
 import numpy as np
 
 from orchestrator.transfer.nixl import NIXL_MISSING, load_nixl_api
-from orchestrator.provenance import recorded  # noqa: E402
+from orchestrator.provenance import recorded
 
 LAYERS = {"r1": 61, "v2-lite": 27}  # DeepSeek-R1 / DeepSeek-V2-Lite MLA layers
 ELEMS_PER_TOKEN = 576  # kv_lora_rank 512 + qk_rope_head_dim 64

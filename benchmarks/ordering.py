@@ -25,12 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.config import RunConfig, load_config
-from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.config import RunConfig, load_config  # noqa: E402
+from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.simulate import batch_shapes, client_concurrency, simulate_run  # noqa: E402
 from orchestrator.stats import percentile  # noqa: E402
-from orchestrator.records import BenchRequest
-from orchestrator.workload.batch import order_requests
+from orchestrator.records import BenchRequest  # noqa: E402
+from orchestrator.workload.batch import order_requests  # noqa: E402
 from orchestrator.provenance import recorded  # noqa: E402
 
 

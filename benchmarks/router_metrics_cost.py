@@ -17,7 +17,7 @@ from pathlib import Path
 
 from orchestrator.observe.metrics import RouterMetrics
 from orchestrator.records import RequestResult
-from orchestrator.provenance import recorded  # noqa: E402
+from orchestrator.provenance import recorded
 
 
 def one_round(requests: int) -> float:

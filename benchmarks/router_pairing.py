@@ -28,7 +28,6 @@ import os
 import random
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile

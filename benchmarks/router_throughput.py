@@ -37,7 +37,7 @@ from orchestrator.config import RunConfig, load_config
 from orchestrator.records import BenchRequest
 from orchestrator.router.batch import run_batch
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
-from orchestrator.provenance import recorded  # noqa: E402
+from orchestrator.provenance import recorded
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from orchestrator.provenance import recorded  # noqa: E402
+from orchestrator.provenance import recorded
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")

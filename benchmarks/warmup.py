@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from startup import first_token_at, job_started_at, run_bench_cli  # noqa: E402
-from orchestrator.provenance import recorded  # noqa: E402
+from startup import first_token_at, job_started_at, run_bench_cli
+from orchestrator.provenance import recorded
 
 
 def phase(result: dict, name: str) -> float:

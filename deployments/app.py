@@ -109,7 +109,9 @@ def build_app(cfg: RunConfig, run_id: str) -> serve.Application:
     takes no CPU."""
     from deployments.router import PDRouter
 
-    return PDRouter.options(ray_actor_options=router_actor_options(cfg, driver_node_ip())).bind(cfg, run_id)
+    router = PDRouter.options(  # type: ignore[attr-defined]  # @serve.deployment made it a Deployment
+        ray_actor_options=router_actor_options(cfg, driver_node_ip()))
+    return router.bind(cfg, run_id)
 
 
 def start_serve(cfg: RunConfig) -> None:

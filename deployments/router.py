@@ -53,7 +53,7 @@ def _make_metrics(cfg: RunConfig, run_id: str):
 class PDRouter:
     """One router replica: follows the registry, serves the HTTP API on router.port, answers the handle API."""
 
-    async def __init__(self, cfg: RunConfig | dict, run_id: str = "run"):
+    async def __init__(self, cfg: RunConfig | dict, run_id: str = "run"):  # type: ignore[misc]  # Serve awaits it
         # async: Serve runs it on the replica's event loop, which the HTTP server and the follower share
         self.cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.model_validate(cfg)
         self.metrics, self.exporter = _make_metrics(self.cfg, run_id)
@@ -128,7 +128,8 @@ class PDRouter:
                                                 flush_s=RESULT_FLUSH_S, stop=stop):
                 yield chunk
         finally:
-            self._batch_stops.pop(batch_id, None)
+            if batch_id:
+                self._batch_stops.pop(batch_id, None)
 
     async def stop_batch(self, batch_id: str) -> None:
         """The driver was interrupted: end that batch, keeping what finished (a stop may come before the batch)."""

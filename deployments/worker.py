@@ -151,7 +151,8 @@ class EngineWorker:
         for rank in range(1, 1 + self.backend.rank_processes(self.group)):
             strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)
             ranks.append(
-                EngineRank.options(num_gpus=gpus_per_node, scheduling_strategy=strategy).remote(
+                EngineRank.options(  # type: ignore[attr-defined]  # @ray.remote made it an actor class
+                    num_gpus=gpus_per_node, scheduling_strategy=strategy).remote(
                     self.cfg, replace(self.placement, node_rank=rank), str(log_dir / f"{safe_name}-rank{rank}.log")
                 )
             )

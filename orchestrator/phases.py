@@ -20,7 +20,7 @@ class Phase(str, Enum):
     DONE = "done"
 
     @property
-    def title(self) -> str:
+    def label(self) -> str:
         """The driver's spelling ('engine start', 'warm-up', 'measured run'; others as the value)."""
         return _TITLES.get(self, self.value)
 
@@ -28,7 +28,7 @@ class Phase(str, Enum):
     def of(cls, name: str) -> "Phase":
         """The phase named by its value or its title; ValueError names every accepted spelling."""
         for phase in cls:
-            if name in (phase.value, phase.title):
+            if name in (phase.value, phase.label):
                 return phase
         allowed = sorted({p.value for p in cls} | set(_TITLES.values()))
         raise ValueError(f"unknown bench phase {name!r}; allowed: {allowed}")

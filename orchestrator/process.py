@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 
 class ProcessError(RuntimeError):
@@ -91,7 +91,7 @@ class ManagedProcess:
 
     def start(self) -> int:
         """Start in a new session (we signal exactly its group, never by name); returns the pid."""
-        log = subprocess.DEVNULL
+        log: int | IO[bytes] = subprocess.DEVNULL
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             log = open(self.log_path, "ab")
@@ -100,7 +100,7 @@ class ManagedProcess:
             self.popen = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
-            if log is not subprocess.DEVNULL:
+            if not isinstance(log, int):
                 log.close()
         return self.popen.pid
 

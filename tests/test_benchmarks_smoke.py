@@ -12,14 +12,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import kv_transfer  # noqa: E402
-import ordering  # noqa: E402
-import pyspy_summary  # noqa: E402
+import kv_transfer
+import ordering
+import pyspy_summary
 
 from orchestrator.config import load_config
-from orchestrator.plan.memory import check_layout_fits  # noqa: E402
-from orchestrator.plan.simulate import synthetic_batch  # noqa: E402
-from tests.support import HAVE_NIXL  # noqa: E402
+from orchestrator.plan.memory import check_layout_fits
+from orchestrator.plan.simulate import synthetic_batch
+from tests.support import HAVE_NIXL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def test_coalescing_merges_only_runs_contiguous_on_both_sides():
     assert cs[:, 1].sum() == src[:, 1].sum() == cd[:, 1].sum()
     assert len(cs) <= 2 * 8 and len(cs) < len(src)  # at most one descriptor per 4-page run per layer
     # every original (src, dst) pair is still covered at the same relative offset
-    for (sa, n, _), (da, _, _) in zip(src, dst):
+    for (sa, _, _), (da, _, _) in zip(src, dst):
         i = np.searchsorted(cs[:, 0], sa, side="right") - 1
         assert cs[i, 0] <= sa < cs[i, 0] + cs[i, 1]
         assert cd[i, 0] + (sa - cs[i, 0]) == da

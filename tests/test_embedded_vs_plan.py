@@ -7,11 +7,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import embedded_vs_plan  # noqa: E402
+import embedded_vs_plan
 
-from orchestrator.config import load_config  # noqa: E402
-from orchestrator.plan.deadline import predict_deadline  # noqa: E402
-from orchestrator.plan.simulate import batch_shapes  # noqa: E402
+from orchestrator.config import load_config
+from orchestrator.plan.deadline import predict_deadline
+from orchestrator.plan.simulate import batch_shapes
 
 
 def test_plan_prediction_is_plans_run_phase_on_plans_batch():

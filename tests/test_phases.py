@@ -9,7 +9,7 @@ from orchestrator.phases import Phase
 def test_driver_titles_and_metric_labels_name_the_same_phase():
     assert [Phase.of(t) for t in ("engine start", "warm-up", "measured run")] == [
         Phase.ENGINE_START, Phase.WARMUP, Phase.RUN]
-    assert all(Phase.of(p.value) is p and Phase.of(p.title) is p for p in Phase)
+    assert all(Phase.of(p.value) is p and Phase.of(p.label) is p for p in Phase)
 
 
 def test_metrics_phases_are_the_enum_in_order():

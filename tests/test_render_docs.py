@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import render_docs  # noqa: E402
+import render_docs
 
 
 def test_committed_docs_are_what_their_sources_render_now() -> None:

@@ -11,7 +11,7 @@ Fields SGLang has and we do not model pass through (`extra="allow"`). Every erro
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -107,12 +107,12 @@ class GenerateBody(BaseModel):
     def is_batch(self) -> bool:
         if self.text is not None:
             return isinstance(self.text, list)
-        return bool(self.input_ids) and isinstance(self.input_ids[0], list)  # type: ignore[index]
+        return bool(self.input_ids and isinstance(self.input_ids[0], list))
 
     @property
     def batch_size(self) -> int:
         prompts = self.text if self.text is not None else self.input_ids
-        return len(prompts) if self.is_batch else 1  # type: ignore[arg-type]
+        return len(prompts or ()) if self.is_batch else 1
 
     def per_prompt(self, name: str, i: int) -> Any:
         """Field `name` for prompt i: its own entry of a per-prompt list, else the one value."""
@@ -132,7 +132,7 @@ def _field_path(loc: Sequence[Any]) -> str:
     return ".".join(parts)
 
 
-def invalid_body_message(errors: Sequence[dict]) -> str:
+def invalid_body_message(errors: Sequence[Mapping[str, Any]]) -> str:
     """One line for the first validation error: the field, what is wrong, what was sent."""
     if not errors:
         return "invalid request"

@@ -7,6 +7,7 @@ import json
 import random
 import time
 import urllib.parse
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -18,7 +19,7 @@ def random_ids(rng: random.Random, n: int, vocab: int) -> list[int]:
 def post_json(url: str, body: dict, timeout_s: float = 600.0) -> tuple[int, dict | str, float]:
     """POST `body` to `url`; returns (HTTP status, parsed JSON or text, seconds)."""
     u = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
+    conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=timeout_s)
     data = json.dumps(body).encode()
     t0 = time.perf_counter()
     try:
@@ -37,7 +38,7 @@ def post_json(url: str, body: dict, timeout_s: float = 600.0) -> tuple[int, dict
 
 
 def generate_body(input_ids: list[int], max_new_tokens: int, logprobs: int = 0, **extra) -> dict:
-    body = {"input_ids": input_ids,
+    body: dict[str, Any] = {"input_ids": input_ids,
             "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0.0}}
     if logprobs:
         body.update(return_logprob=True, top_logprobs_num=logprobs, logprob_start_len=-1)

@@ -27,6 +27,7 @@ import random
 import re
 import urllib.error
 import urllib.request
+from typing import Any
 from pathlib import Path
 
 from . import early_kv, kvtimeline, logparse, nixl_patch
@@ -170,7 +171,7 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), pre
     env = {"SGLANG_HOST_IP": "127.0.0.1", **{f"PDO_NIXL_{f}_FILE": str(_flag_path(out_dir, f)) for f in FLAGS},
            **(extra_env or {})}
     _set_mode(out_dir, "base")
-    result = {"schema": SCHEMA, "kind": "pd-one-gpu", "gpu": gpu_info(), "model": {"path": model_path, "config": cfg},
+    result: dict[str, Any] = {"schema": SCHEMA, "kind": "pd-one-gpu", "gpu": gpu_info(), "model": {"path": model_path, "config": cfg},
               "settings": {"prefill_frac": prefill_frac, "decode_frac": decode_frac, "kv_tokens": kv_tokens,
                            "n_requests": n_requests, "len_range": list(len_range), "max_new": max_new,
                            "logprob_prompts": logprob_prompts, "logprob_steps": logprob_steps, "topk": topk,
@@ -196,7 +197,7 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), pre
                                         lp_prompts, logprob_steps, topk, result, extra_flags or [])
             if ps is None:
                 break
-        entry = {"page_size": ps, "loads": []}
+        entry: dict[str, Any] = {"page_size": ps, "loads": []}
         result["pages"].append(entry)
         if budget.left() < 150:
             entry["skipped"] = f"time budget ({budget.left():.0f}s left)"

@@ -70,6 +70,7 @@ class SglangServer:
 
     def wait_log(self, needle: str, timeout_s: float) -> float:
         """Seconds from launch until `needle` appears in the server's log (raises if it exits or times out)."""
+        assert self.proc is not None and self.launched_at is not None, "start() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if needle in self.log_text():
@@ -82,6 +83,7 @@ class SglangServer:
 
     def wait_ready(self, timeout_s: float) -> float:
         """Poll /health until 200 (SGLang answers 503 until its warm-up request went through)."""
+        assert self.proc is not None and self.launched_at is not None, "start() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive():

@@ -17,6 +17,7 @@ import random
 import shutil
 import subprocess
 import time
+from typing import Any
 from pathlib import Path
 
 from . import logparse
@@ -196,7 +197,7 @@ def run_single(model_path: str, name: str, out_dir: Path, budget_s: float, port:
     cfg = json.loads((Path(model_path) / "config.json").read_text())
     vocab = int(cfg["vocab_size"])
     rng = random.Random(seed)
-    result = {"schema": SCHEMA, "kind": "single-server", "name": name, "gpu": gpu_info(),
+    result: dict[str, Any] = {"schema": SCHEMA, "kind": "single-server", "name": name, "gpu": gpu_info(),
               "model": {"path": str(model_path), "config": cfg}, "common_flags": None, "runs": []}
     common = ["--context-length", str(context_length), *(common_flags or [])]
     result["common_flags"] = common

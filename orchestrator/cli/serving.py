@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from orchestrator.api.client import auth_headers
@@ -181,9 +182,8 @@ def _cmd_mlperf(args: argparse.Namespace) -> int:
                    / f"mlperf-{name}-{args.scenario.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
     simulated = bool(cfg and cfg.simulated)
     try:
+        context: AbstractContextManager[str]
         if cfg is None:
-            from contextlib import nullcontext
-
             context = nullcontext(args.url.rstrip("/"))
         else:
             context = deployment_url(cfg, args.url)

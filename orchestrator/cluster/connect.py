@@ -90,7 +90,7 @@ class _HandleReprFilter(logging.Filter):
         return not (message.startswith("Started <") and " object at 0x" in message)
 
 
-def init_driver(address: str | None, namespace: str = "pd-orchestrator", log_to_driver: bool = False,
+def init_driver(address: str | None, namespace: str | None = "pd-orchestrator", log_to_driver: bool = False,
                 started_here: bool = False) -> None:
     """`ray.init` this process; on a loopback cluster, keep the address and the Serve replicas on loopback.
     `started_here`: this process just started the cluster, so Ray's "Connecting to existing Ray cluster" is noise."""

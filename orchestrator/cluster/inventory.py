@@ -190,7 +190,7 @@ def driver_node_ip() -> str | None:
 
     try:
         node_id = ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 (e.g. a Ray Client driver has no node of its own): the router stays unpinned
+    except Exception:  # e.g. a Ray Client driver has no node of its own: the router stays unpinned
         return None
     return next((n.ip for n in node_inventory() if n.node_id == node_id), None)
 

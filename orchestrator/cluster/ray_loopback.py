@@ -30,7 +30,7 @@ def keep_loopback_in_this_process() -> None:
     """Make `ray.init("127.0.0.1:<port>")` in this process connect to 127.0.0.1, not the outward IP."""
     os.environ.update(LOOPBACK_ENV)
     if "ray._private.ray_constants" in sys.modules:  # imported before the variable was set
-        sys.modules["ray._private.ray_constants"].ENABLE_RAY_CLUSTER = False
+        setattr(sys.modules["ray._private.ray_constants"], "ENABLE_RAY_CLUSTER", False)  # noqa: B010 (a module)
 
 
 def bind_serve_replicas_to_node_ip() -> None:

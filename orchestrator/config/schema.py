@@ -49,9 +49,7 @@ class LocalClusterConfig(Strict):
 
 
 class ClusterConfig(Strict):
-    address: str = Field(
-        "local", description="'local' starts a 2-node Ray cluster on this machine; else a Ray address."
-    )
+    address: str = Field("local", description="'local' starts a 2-node Ray cluster on this machine; else a Ray address.")
     roles: RoleLabels = RoleLabels()
     gpu: GpuType = Field("H100-SXM", description="GPU type of the (real or simulated) nodes.")
     gpu_memory_gb: float | None = Field(
@@ -67,9 +65,7 @@ class ClusterConfig(Strict):
 
 
 class ModelConfig(Strict):
-    preset: str | None = Field(
-        "DeepSeek-R1", description=f"Named architecture: one of {sorted(MODEL_PRESETS)}."
-    )
+    preset: str | None = Field("DeepSeek-R1", description=f"Named architecture: one of {sorted(MODEL_PRESETS)}.")
     path: str | None = Field(None, description="Model directory (config.json, tokenizer.json).")
     quantization: Quantization = Field("fp8", description="Weight format of the checkpoint.")
     served_model_name: str | None = None
@@ -90,13 +86,12 @@ class ModelConfig(Strict):
     def architecture(self) -> ModelArchitecture:
         if self.preset is not None:
             return MODEL_PRESETS[self.preset]
+        assert self.path is not None, "the model validator requires preset or path"
         return ModelArchitecture.from_hf_config(Path(self.path) / "config.json")
 
 
 class SimEngineConfig(Strict):
-    profile: GpuType | None = Field(
-        None, description="Cost-model GPU profile; default = cluster.gpu. 'cpu-fast' for tests."
-    )
+    profile: GpuType | None = Field(None, description="Cost-model GPU profile; default = cluster.gpu. 'cpu-fast' for tests.")
     efficiency_prefill: float = Field(0.45, gt=0, le=1, description="Fraction of peak FLOPs reached.")
     efficiency_decode: float = Field(0.6, gt=0, le=1, description="Fraction of HBM bandwidth reached.")
     startup_s: float | None = Field(
@@ -246,8 +241,13 @@ class WorkerGroup(Strict):
         """This group's parallel shape as its servers' ServerSpec holds it (GPUs per server and per node)."""
         return Parallelism(self.tp, self.pp, self.dp, self.ep, self.dp_attention, self.nnodes, self.moe_a2a_backend)
 
-    gpus_per_server = property(lambda self: self.parallel.gpus, doc="GPUs of one server (Parallelism.gpus).")
-    gpus_per_node = property(lambda self: self.parallel.gpus_per_node, doc="Its GPUs on each of its nodes.")
+    @property
+    def gpus_per_server(self) -> int:  # GPUs of one server (Parallelism.gpus)
+        return self.parallel.gpus
+
+    @property
+    def gpus_per_node(self) -> int:  # its GPUs on each of its nodes
+        return self.parallel.gpus_per_node
 
 
 class LayoutConfig(Strict):

@@ -155,5 +155,6 @@ class EngineBackend(ABC):
         """Whether this server starts with its compile caches warm for its shape: 'warm' | 'cold' ('n/a': none)."""
         return "n/a"
 
-    def record_ready(self, cfg: RunConfig, launch: EngineLaunch, ready_s: float | None, cache_state: str) -> None:
+    def record_ready(  # noqa: B027 (a hook: a backend without compile caches has nothing to record)
+        self, cfg: RunConfig, launch: EngineLaunch, ready_s: float | None, cache_state: str) -> None:
         """After the server became ready: remember that its caches now hold its shape (no caches: nothing)."""

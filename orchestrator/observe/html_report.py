@@ -24,14 +24,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # no display on CI machines or Ray workers
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 from orchestrator.observe.metrics import canonical_phase
 from orchestrator.observe.report import LATENCIES, PERCENTILES, LatencySummary, tpot_s
 from orchestrator.phases import Phase
 
 PLOTS = ("throughput", "latency", "workers", "timeline")
-PHASE_COLOURS = {Phase.PREFLIGHT: "#f0f0f0", Phase.DATASET: "#d9d9d9", Phase.PLACEMENT: "#bbbbbb",
+PHASE_COLOURS: dict[str, str] = {Phase.PREFLIGHT: "#f0f0f0", Phase.DATASET: "#d9d9d9", Phase.PLACEMENT: "#bbbbbb",
                  Phase.ENGINE_START: "#9ecae1", Phase.WARMUP: "#fdd0a2", Phase.RUN: "#a1d99b", Phase.REPORT: "#dadaeb",
                  Phase.DONE: "#666666"}  # keyed by the enum; a str-valued Phase also matches its plain name
 
@@ -73,7 +73,7 @@ class RunData:
         s = result.get("summary") or {}
         throughput = {}
         if s.get("duration_s"):
-            throughput = {Phase.RUN.title: f"{s['duration_s']:.2f} s",
+            throughput = {Phase.RUN.label: f"{s['duration_s']:.2f} s",
                           "total tok/s": f"{s.get('total_throughput', 0):,.0f}",
                           "output tok/s": f"{s.get('output_throughput', 0):,.0f}"}
         sim = result.get("simulation")  # sim engine: the measured run against the cost model's run of the batch
@@ -168,7 +168,10 @@ def plot_latency(data: RunData, path: Path) -> None:
         if values:
             ax.hist(values, bins=min(50, max(5, len(values) // 5)), color="#3182bd")
             for q, style in zip(PERCENTILES, ("--", "-.", ":")):
-                v = summary_.get(key, f"p{q}") * scale
+                v_s = summary_.get(key, f"p{q}")
+                if v_s is None:
+                    continue
+                v = v_s * scale
                 ax.axvline(v, color="black", ls=style, lw=1, label=f"p{q} = {v:.2f} {unit}")
             ax.legend(fontsize=7)
         else:
@@ -230,7 +233,7 @@ def plot_timeline(data: RunData, path: Path) -> None:
     ax.invert_yaxis()
     if data.deadline_s is not None:
         ax.axvline(data.deadline_s, color="red", lw=2, label=f"deadline {data.deadline_s:.0f} s")
-    ends = [data.rel(r.get("done_at")) for r in data.records if r.get("done_at") is not None]
+    ends = [t for r in data.records if (t := data.rel(r.get("done_at"))) is not None]
     if ends:
         ax.axvline(max(ends), color="black", ls="--", lw=1, label=f"last request {max(ends):.1f} s")
     ax.set_xlabel("seconds since job start")
@@ -243,7 +246,7 @@ def plot_timeline(data: RunData, path: Path) -> None:
 
 def summary(data: RunData) -> dict[str, str]:
     ok = data.ok()
-    ends = [data.rel(r.get("done_at")) for r in data.records if r.get("done_at") is not None]
+    ends = [t for r in data.records if (t := data.rel(r.get("done_at"))) is not None]
     finish = max(ends) if ends else None
 
     rows = {
@@ -296,11 +299,15 @@ def write_report(result_path: str | Path | None, out_dir: str | Path | None = No
                  document: dict | None = None) -> Path:
     """Write <plot>.png for every plot and report.html (PNGs embedded) beside result.json (or in out_dir);
     returns the HTML path. `document`: the result already read (e.g. from an archive; then out_dir is needed)."""
-    if out_dir is None and result_path is None:
-        raise ValueError("write_report: pass out_dir when the result does not come from a file")
-    out = Path(out_dir) if out_dir is not None else Path(result_path).parent
+    if result_path is not None:
+        out = Path(out_dir) if out_dir is not None else Path(result_path).parent
+        document = document if document is not None else json.loads(Path(result_path).read_text())
+    elif out_dir is not None and document is not None:
+        out = Path(out_dir)
+    else:
+        raise ValueError("write_report: pass out_dir and document when the result does not come from a file")
     out.mkdir(parents=True, exist_ok=True)
-    data = RunData.from_result(document if document is not None else json.loads(Path(result_path).read_text()))
+    data = RunData.from_result(document)
     makers = {"throughput": plot_throughput, "latency": plot_latency, "workers": plot_workers,
               "timeline": plot_timeline}
     sections = []

@@ -153,8 +153,8 @@ class LatencySummary:
         """'p50 / p90 / p99' in the metric's display unit, '-' without samples."""
         unit = next(u for k, _, u in LATENCIES if k == key)
         scale = 1000.0 if unit == "ms" else 1.0
-        values = [self.get(key, f"p{q}") for q in PERCENTILES]
-        if any(v is None for v in values):
+        values = [v for q in PERCENTILES if (v := self.get(key, f"p{q}")) is not None]
+        if len(values) < len(PERCENTILES):
             return "-"
         return " / ".join(f"{v * scale:.{1 if unit == 'ms' else 3}f}" for v in values)
 

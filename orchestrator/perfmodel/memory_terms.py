@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from orchestrator.perfmodel import sglang_defaults as sgd
-from orchestrator.perfmodel.gpus import GB
 
 # The activation estimate names only the largest buffers; allocator fragmentation and kernel workspaces add
 # to them. Measured on one H200 with the R1 layer shape (chunked prefill 8192): 3.7 GB free OOMed, ~27 GB

@@ -56,7 +56,7 @@ class TimingTerms:
         if tokens <= 0:
             return 0.0
         share = 1 / self.pp if stage else 1.0
-        p, fmt, arch = self.params, self.format, self.arch
+        p, arch = self.params, self.arch
         active_dense = p.attention + p.dense_mlp + p.shared_experts + p.router
         routed_active = tokens * arch.num_experts_per_tok * arch.moe_layers * p.one_expert_per_layer
         flops = 2 * (tokens * active_dense + routed_active + lm_head_tokens * p.lm_head) + attention_flops

@@ -216,8 +216,8 @@ def derived_rows(rows: Sequence[BacktestRow], data: dict) -> list[BacktestRow]:
                 evidence=f"{a.id} / {b.id}", **_honesty(spec),
             ))
         else:
-            def sign(x: float) -> str:
-                return "up" if x > 1 + spec.get("tie", 0.0) else ("down" if x < 1 - spec.get("tie", 0.0) else "flat")
+            def sign(x: float, tie: float = spec.get("tie", 0.0)) -> str:
+                return "up" if x > 1 + tie else ("down" if x < 1 - tie else "flat")
             out.append(BacktestRow(
                 id=spec["id"], kind="direction", source="derived", conditions=spec.get("conditions", ""),
                 measured=sign(measured), predicted=sign(predicted), unit="direction", bound=None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.config import RunConfig
 
@@ -65,7 +66,7 @@ class Knob:
 
     name: str
     values: tuple
-    setter: Callable[[object], Callable[[dict], None]]
+    setter: Callable[[Any], Callable[[dict], None]]  # takes one of `values`
     pd_only: bool = False
 
     def apply(self, data: dict, value: object) -> None:

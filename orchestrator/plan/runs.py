@@ -56,7 +56,7 @@ def synthetic_batch(num_prompts: int, seed: int) -> list[tuple[int, int]]:
     import random
 
     rng = random.Random(seed)
-    batch = []
+    batch: list[tuple[int, int]] = []
     while len(batch) < num_prompts:
         prompt = int(rng.lognormvariate(math.log(120), 1.2))
         output = int(rng.lognormvariate(math.log(150), 1.0))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import AsyncIterator
+from typing import AsyncGenerator, AsyncIterator
 
 from orchestrator.records import BenchRequest, RequestResult
 from orchestrator.router.dispatch import PDDispatcher
@@ -67,7 +67,7 @@ async def run_batch(dispatcher: PDDispatcher, requests: list[BenchRequest], max_
 
 async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest], max_in_flight: int,
                            deadline_at: float | None = None, flush_s: float = 0.0,
-                           stop: asyncio.Event | None = None) -> AsyncIterator[list[RequestResult]]:
+                           stop: asyncio.Event | None = None) -> AsyncGenerator[list[RequestResult], None]:
     """Yield every request's RequestResult as it completes, at most `max_in_flight` in flight; results done
     within `flush_s` of the first one not yet yielded come together in one list.
 

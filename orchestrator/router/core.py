@@ -19,7 +19,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, Awaitable
+from typing import TYPE_CHECKING, Any, Awaitable
 
 from orchestrator.api.generate import GenerateBody
 from orchestrator.api.sse import last_json_event
@@ -28,6 +28,9 @@ from orchestrator.records import WorkerEndpoint
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
 from orchestrator.router.failures import DispatchError
 from orchestrator.router.ingress_metrics import IngressTracker
+
+if TYPE_CHECKING:
+    from orchestrator.workload.tokenizer import FaithfulTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,7 @@ class RouterCore:
         self.model_name = cfg.model.name
         self.dispatcher = PDDispatcher(DispatchSettings.from_router_config(cfg.router), cfg.layout.mode, metrics)
         self.api_key = self._read_api_key(cfg.router.api_key_env)
-        self._tokenizer = None
+        self._tokenizer: FaithfulTokenizer | None = None
         self._tokenizer_lock = asyncio.Lock()
         self.registry_version: int | None = None
         self._last_health_check = 0.0

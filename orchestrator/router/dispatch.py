@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncGenerator, Iterable
 
 import aiohttp
 import orjson
@@ -378,7 +378,7 @@ class PDDispatcher:
 
     async def _attempts(
         self, deadline_at: float | None, state: _RetryState, request: RequestShape | None = None
-    ) -> AsyncIterator[tuple[int, Pair, float]]:
+    ) -> AsyncGenerator[tuple[int, Pair, float], None]:
         """(attempt, pair, leg timeout) for each try: bounded count, backoff, time left before the deadline.
 
         An attempt with no worker to pick is skipped (its error kept in `state`); the caller records leg

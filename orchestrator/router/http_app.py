@@ -115,7 +115,7 @@ def build_http_app(find_core: Callable[[Request], Awaitable[RouterCore]] = core_
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache(core: RouterCore = Depends(authorised)) -> dict:
-        out = {}
+        out: dict[str, int | str] = {}  # worker -> HTTP status, or the error
         for w in core.dispatcher.workers.values():
             try:
                 async with core.dispatcher.session.post(w.endpoint.url + "/flush_cache") as r:

@@ -89,11 +89,11 @@ async def completions(core: RouterCore, body: CompletionBody) -> Response:
     if isinstance(p, str):
         prompts = [await core.encode(p)]
     elif p and isinstance(p[0], str):
-        prompts = [await core.encode(t) for t in p]  # type: ignore[arg-type]
+        prompts = [await core.encode(t) for t in p]
     elif p and isinstance(p[0], list):
-        prompts = list(p)  # type: ignore[arg-type]
+        prompts = list(p)
     else:
-        prompts = [list(p)]  # type: ignore[arg-type]
+        prompts = [list(p)]  # type: ignore[arg-type]  # list[int]: a str or list prompt took the branches above
     for i, ids in enumerate(prompts):
         core.check_prompt_len(len(ids), f"prompt[{i}]" if len(prompts) > 1 else "prompt")
     sampling = sampling_from_openai(body, DEFAULT_COMPLETION_TOKENS)

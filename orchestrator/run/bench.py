@@ -71,7 +71,7 @@ class PhaseClock:
 
     @contextlib.contextmanager
     def phase(self, phase: Phase, quiet: bool = False) -> Iterator[None]:
-        name = phase.title  # the driver's spelling, in its log and in result.json
+        name = phase.label  # the driver's spelling, in its log and in result.json
         start = self.now_s()
         self.current = name
         if not quiet:
@@ -373,7 +373,7 @@ def _finish(cfg, run_id, clock, requests, results, endpoints, nodes, reason, dur
             model=None, pacing=None) -> BenchResult:
     if requests and len(results) != len(requests):
         got = {r.index: r for r in results}
-        started = any(p.name == Phase.RUN.title for p in clock.phases)
+        started = any(p.name == Phase.RUN.label for p in clock.phases)
         results = complete_results(requests, got, f"{'not finished' if started else 'not run'}: "
                                                   f"{reason or 'run ended early'}")
     if clock.time_scale != 1.0:

@@ -14,11 +14,14 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from orchestrator.cluster.ports import free_port, port_free
 from orchestrator.config import RunConfig
 from orchestrator.run.driver import arm_signals, check_stop
+
+if TYPE_CHECKING:
+    from orchestrator.cluster.connect import ClusterSession
 
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray for the entrypoint of `ray job submit`
 JOB_RESULT_ROOT = "~/pd-orchestrator"
@@ -54,9 +57,9 @@ class Deployment:
         self.run_id = run_id
         self.deadline_at = deadline_at  # time.time() by which the deployment must be ready
         self.state_path = state_path
-        self.session = None  # the cluster connection (and the local cluster, if we started it)
+        self.session: ClusterSession | None = None  # the cluster connection (and the local cluster, if we started it)
         self.nodes: list = []
-        self.scrape_targets = None  # the ScrapeTargets actor writing metrics.file_sd_path (this handle keeps it alive)
+        self.scrape_targets: Any = None  # the ScrapeTargets actor writing metrics.file_sd_path (this handle keeps it alive)
 
     @property
     def url(self) -> str:

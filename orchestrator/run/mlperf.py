@@ -159,18 +159,17 @@ class RouterSUT:
         self._thread.start()
         self._max_in_flight = max_in_flight
         self._timeout_s = timeout_s
-        self._session: aiohttp.ClientSession | None = None
-        self._limit: asyncio.Semaphore | None = None
-        asyncio.run_coroutine_threadsafe(self._open(), self._loop).result()
+        # made on the SUT's loop: an aiohttp session belongs to the loop it was created in
+        self._session, self._limit = asyncio.run_coroutine_threadsafe(self._open(), self._loop).result()
         self.sut = lg.ConstructSUT(self.issue_queries, self.flush_queries)
         self.qsl = lg.ConstructQSL(len(samples), len(samples), lambda _ids: None, lambda _ids: None)
 
-    async def _open(self) -> None:
-        self._limit = asyncio.Semaphore(self._max_in_flight)
-        self._session = aiohttp.ClientSession(
+    async def _open(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self._max_in_flight),
             timeout=aiohttp.ClientTimeout(total=self._timeout_s),
         )
+        return session, asyncio.Semaphore(self._max_in_flight)
 
     def issue_queries(self, query_samples) -> None:
         """LoadGen's callback: hand every query to the loop and return at once."""

@@ -40,10 +40,10 @@ def main() -> None:
         x = torch.randn(tokens * a.hidden, dtype=torch.bfloat16, device="cuda")
         y = torch.empty_like(x)
         nbytes = x.numel() * 2
-        ar = timed(lambda: dist.all_reduce(x))
-        a2a = timed(lambda: dist.all_to_all_single(y, x)) if x.numel() % world == 0 else None
+        ar = timed(lambda x=x: dist.all_reduce(x))
+        a2a = timed(lambda x=x, y=y: dist.all_to_all_single(y, x)) if x.numel() % world == 0 else None
 
-        def p2p():
+        def p2p(x=x):
             (dist.send if rank == 0 else dist.recv)(x, 1 - rank)
         send = timed(p2p) if world == 2 else None
         rows.append({"tokens": tokens, "bytes": nbytes, "allreduce_us": round(ar, 2),

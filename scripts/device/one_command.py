@@ -21,4 +21,4 @@ if __name__ == "__main__":
         raise SystemExit(int(args.func(args) or 0))
     except ConfigError as exc:
         print(exc, file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None

@@ -15,7 +15,7 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.cluster.batch import FabricError, fabric_ip
-from orchestrator.cluster.jobscript import JobOptions, JobScriptError, render, walltime
+from orchestrator.cluster.jobscript import JobOptions, render, walltime
 from orchestrator.config import dump_config, load_config
 from tests.support import sim_config
 

@@ -224,7 +224,7 @@ class _FakeSglang(BaseHTTPRequestHandler):
 
     registered = threading.Event()
 
-    def do_GET(self):  # noqa: N802 - http.server API
+    def do_GET(self):  # http.server names it so
         if self.path == "/health":
             code, body = 200, b""
         elif self.path.startswith("/route?") and self.registered.is_set():

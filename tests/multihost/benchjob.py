@@ -99,7 +99,7 @@ class BenchJob:
         done = 0
         for url in engine_urls(self.lab, "node-b"):
             try:
-                text = self.lab.call("client", lambda: httpx.get(url + "/metrics", timeout=2).text)
+                text = self.lab.call("client", lambda url=url: httpx.get(url + "/metrics", timeout=2).text)
             except httpx.HTTPError:
                 continue
             done += int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
@@ -135,7 +135,8 @@ class BenchJob:
         try:
             rc = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"job {self.job_id} still running after {timeout_s:.0f}s:\n{self.output[-3000:]}")
+            raise AssertionError(
+                f"job {self.job_id} still running after {timeout_s:.0f}s:\n{self.output[-3000:]}") from None
         self.reader.join(timeout=30)  # the rest of the output, up to EOF
         return rc, self.output
 

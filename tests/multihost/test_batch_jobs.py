@@ -204,7 +204,7 @@ def _job_output(submit_dir: Path, name: str, job_id: str) -> str:
 
 def _nodes_left_with_slurmd_only(lab: NetnsLab, slurmds: dict[str, int]) -> None:
     for role in NODES:
-        wait_until(lambda: not _others_on_node(lab, role, {slurmds[role]}), 60, poll_s=0.5,
+        wait_until(lambda role=role: not _others_on_node(lab, role, {slurmds[role]}), 60, poll_s=0.5,
                    what=f"{role} running nothing but slurmd (left: {_others_on_node(lab, role, {slurmds[role]})})")
 
 
@@ -304,6 +304,6 @@ def test_pbs_script_starts_each_raylet_on_its_own_node_and_runs_a_valid_bench(tm
         assert any(" worker " in t for t in where[lab.hosts["node-b"].netns]), tasks
         assert not any(" worker " in t for t in where[lab.hosts["node-a"].netns]), tasks
         for role in NODES:
-            wait_until(lambda: not _others_on_node(lab, role, set()), 30,
+            wait_until(lambda role=role: not _others_on_node(lab, role, set()), 30,
                        what=f"{role} running nothing (left: {_others_on_node(lab, role, set())})")
     shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -26,7 +26,7 @@ from orchestrator.observe.dashboards import (
 from orchestrator.observe.monitor import render_prometheus_config
 
 sys.path.insert(0, str(DASHBOARD_DIR))
-import build as dashboard_build  # noqa: E402  (dashboards/build.py is a script, not a package module)
+import build as dashboard_build  # dashboards/build.py is a script, not a package module
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO / "build" / "grafana-schema"  # git-ignored; npm installs Grafana's types here

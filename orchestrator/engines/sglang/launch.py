@@ -228,7 +228,7 @@ def group_cache_states(cfg) -> dict[str, str]:
         return {f"{role}.{i}": "n/a" for role, i, _ in cfg.layout.groups()}
     eng = cfg.engine.sglang
     version = sglang_version(eng.python)
-    states = {}
+    states: dict[str, str] = {}
     for role, i, group in cfg.layout.groups():
         per_node = group.gpus_per_node
         placement = WorkerPlacement(  # ports, hosts and GPU ids are not part of the shape

@@ -61,6 +61,7 @@ class KvReceiver:
         self.transfer_mode = transfer_mode
         self.node = node
         self.pool = ReceivePool(buffer_bytes)
+        self._aborts: set[asyncio.Task] = set()  # held until done: the loop keeps only weak references to tasks
         self.nixl: NixlEndpoint | None = None
         if transfer_mode == "nixl":  # resolve_transfer_mode checked that NIXL loads
             self.nixl = NixlEndpoint(f"sim-decode-{uuid.uuid4().hex[:12]}", [self.pool.buffer])
@@ -134,7 +135,9 @@ class KvReceiver:
             )
         except BaseException as exc:
             work.cancel()
-            asyncio.ensure_future(self._abort_on_prefill(addr, room, str(exc) or type(exc).__name__))
+            abort = asyncio.ensure_future(self._abort_on_prefill(addr, room, str(exc) or type(exc).__name__))
+            self._aborts.add(abort)
+            abort.add_done_callback(self._aborts.discard)
             raise
         finally:
             lost.cancel()
