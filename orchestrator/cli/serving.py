@@ -264,13 +264,13 @@ def closed_load(cfg: RunConfig, args: argparse.Namespace, url: str, concurrency:
     def pick(flag: float | None, field: float) -> float:
         return field if flag is None else flag
 
-    seed = {"random_seed": b.seed} if b.closed_loop else {}
+    seed = b.seed if b.closed_loop else ClosedLoad.random_seed  # (the dataclass default)
     return ClosedLoad(url=url, model=cfg.model.name, concurrency=concurrency,
                       input_tokens=int(pick(args.isl, b.input_tokens)), output_tokens=int(pick(args.osl, b.output_tokens)),
                       warmup_s=pick(args.warmup_s, b.warmup_s), window_s=pick(args.window_s, b.window_s),
                       grace_s=pick(args.grace_s, b.grace_s), num_dataset_entries=args.num_dataset_entries,
                       ttft_ms=pick(args.ttft_ms, b.slo.ttft_ms), itl_ms=pick(args.itl_ms, b.slo.itl_ms),
-                      min_good_fraction=b.slo.min_good_fraction, **seed)
+                      min_good_fraction=b.slo.min_good_fraction, random_seed=seed)
 
 
 def _register_goodput(sub: argparse._SubParsersAction) -> None:
