@@ -193,8 +193,10 @@ def _cmd_plan_closed_loop(cfg: RunConfig, args: argparse.Namespace, gpu: str) ->
               f"window, not simulated); SLO TTFT <= {b.slo.ttft_ms:g} ms, ITL <= {b.slo.itl_ms:g} ms, gate good "
               f"fraction >= {b.slo.min_good_fraction:.2f}\n")
         if args.search:
-            print("plan: --search on a closed-loop workload is not built yet; plan each layout with --set", file=sys.stderr)
-            return 2
+            from orchestrator.plan.closedloop.search import print_closed_loop_search
+
+            return print_closed_loop_search(cfg, gpu, args.rules, ns, show=args.show or args.top or 25,
+                                            band=_band_text(cfg))
         verdict = verdict_for(cfg, args.rules)
         if verdict is not None:
             print(verdict.summary() + "\n")

@@ -92,14 +92,33 @@ def _same_architecture(cfg: RunConfig, preset: str) -> tuple[bool, str]:
 
 def _hardware(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:
     hw = rules.hardware
-    if hw.gpu is not None and cfg.cluster.gpu != hw.gpu:
-        yield Violation("cluster.gpu", cfg.cluster.gpu, f"the contest runs on {hw.gpu}", f"set cluster.gpu: {hw.gpu}")
+    allowed = [hw.gpu] if isinstance(hw.gpu, str) else hw.gpu
+    if allowed is not None and cfg.cluster.gpu not in allowed:
+        yield Violation("cluster.gpu", cfg.cluster.gpu, f"the contest runs on {' or '.join(allowed)}",
+                        f"set cluster.gpu: {allowed[0]}" + (f" (or {', '.join(allowed[1:])})" if len(allowed) > 1 else ""))
     if hw.max_nodes is not None and cfg.cluster.num_nodes > hw.max_nodes:
         yield Violation("cluster.num_nodes", cfg.cluster.num_nodes, f"at most {hw.max_nodes} nodes",
                         f"use {hw.max_nodes} nodes or fewer")
     if hw.max_gpus_per_node is not None and cfg.cluster.gpus_per_node > hw.max_gpus_per_node:
         yield Violation("cluster.gpus_per_node", cfg.cluster.gpus_per_node,
                         f"at most {hw.max_gpus_per_node} GPUs per node", f"use {hw.max_gpus_per_node} or fewer")
+
+
+    if hw.all_gpus_used:
+        total = cfg.cluster.num_nodes * cfg.cluster.gpus_per_node
+        used = sum(g.count * g.gpus_per_server for _, _, g in cfg.layout.groups())
+        if used != total:
+            yield Violation("layout", f"{used} GPUs", f"the scored run uses all {total} GPUs "
+                            f"({cfg.cluster.num_nodes} x {cfg.cluster.gpus_per_node})",
+                            f"give the servers {total} GPUs in all (count x tp x pp x dp per group; `plan --search "
+                            f"--rules {rules.name}` proposes layouts that do)")
+
+
+def _layout(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:
+    if rules.layout.require_pd and cfg.layout.mode != "pd":
+        yield Violation("layout.mode", cfg.layout.mode, "prefill/decode disaggregation is required; colocated "
+                        "(aggregated) serving is prohibited",
+                        "set layout.mode: pd with layout.prefill and layout.decode groups")
 
 
 def _model(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:
@@ -150,6 +169,21 @@ def _engine(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:
             if rule is not None:
                 shown = flag if value is None else f"{flag} {value}"
                 yield Violation(where, shown, rule, f"remove {flag} from {where}")
+
+
+def _closed_loop(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:
+    b, bench = rules.benchmark, cfg.benchmark
+    if b.kind is not None and bench.kind != b.kind:
+        what = "a closed loop (N clients, each resending when its request ends)" if b.kind == "closed_loop" else "a batch"
+        yield Violation("benchmark.kind", bench.kind, f"the contest measures {what}", f"set benchmark.kind: {b.kind}")
+    if bench.kind != "closed_loop":
+        return
+    for name, value in b.closed_loop.model_dump().items():
+        where = f"benchmark.slo.{name}" if name in ("ttft_ms", "itl_ms", "min_good_fraction") else f"benchmark.{name}"
+        have = bench.slo if where.startswith("benchmark.slo.") else bench
+        if value is not None and getattr(have, name) != value:
+            yield Violation(where, getattr(have, name), f"the contest's fixed command uses {value:g}",
+                            f"set {where}: {value:g}")
 
 
 def _benchmark(cfg: RunConfig, rules: RulesProfile) -> Iterator[Violation]:
@@ -203,9 +237,9 @@ def _dataset_size(dataset_path: str | None) -> tuple[str, int] | None:
 
 
 def check_config(cfg: RunConfig, rules: RulesProfile) -> RulesVerdict:
-    """Every violation of `rules` in `cfg`, in the order hardware, model, engine, benchmark."""
+    """Every violation of `rules` in `cfg`, in the order hardware, layout, model, engine, benchmark."""
     verdict = RulesVerdict(rules.name)
-    for part in (_hardware, _model, _engine, _benchmark):
+    for part in (_hardware, _layout, _model, _engine, _closed_loop, _benchmark):
         verdict.violations.extend(part(cfg, rules))
     return verdict
 

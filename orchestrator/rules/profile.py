@@ -20,7 +20,10 @@ class _Strict(BaseModel):
 
 
 class HardwareRules(_Strict):
-    gpu: str | None = Field(None, description="cluster.gpu the contest runs on, e.g. H100-SXM; null = any.")
+    gpu: str | list[str] | None = Field(None, description="cluster.gpu the contest runs on, e.g. H100-SXM, or the "
+                                        "GPUs it allows, e.g. [H100-SXM, H200]; null = any.")
+    all_gpus_used: bool = Field(False, description="The layout's servers must use every GPU of the cluster "
+                                "(cluster.num_nodes x cluster.gpus_per_node).")
     max_nodes: int | None = Field(None, ge=1, description="Most nodes a run may use.")
     max_gpus_per_node: int | None = Field(None, ge=1, description="Most GPUs per node a run may use.")
 
@@ -54,7 +57,32 @@ class EngineRules(_Strict):
     )
 
 
+class LayoutRules(_Strict):
+    require_pd: bool = Field(False, description="Prefill/decode disaggregation required: layout.mode aggregated "
+                             "(colocated serving) is a violation.")
+
+
+class ServingRules(_Strict):
+    gateway_only: bool = Field(False, description="The load goes to one OpenAI gateway, never to workers directly "
+                               "(`serve` + `goodput` always send through the router; stated for the record).")
+
+
+class ClosedLoopRules(_Strict):
+    """The fixed closed-loop measurement: each field set must equal the config's benchmark value."""
+
+    input_tokens: int | None = Field(None, ge=1, description="Required benchmark.input_tokens (ISL).")
+    output_tokens: int | None = Field(None, ge=1, description="Required benchmark.output_tokens (OSL).")
+    warmup_s: float | None = Field(None, ge=0, description="Required benchmark.warmup_s.")
+    window_s: float | None = Field(None, gt=0, description="Required benchmark.window_s.")
+    grace_s: float | None = Field(None, ge=0, description="Required benchmark.grace_s.")
+    ttft_ms: float | None = Field(None, gt=0, description="Required benchmark.slo.ttft_ms.")
+    itl_ms: float | None = Field(None, gt=0, description="Required benchmark.slo.itl_ms.")
+    min_good_fraction: float | None = Field(None, gt=0, le=1, description="Required benchmark.slo.min_good_fraction.")
+
+
 class BenchmarkRules(_Strict):
+    kind: Literal["batch", "closed_loop"] | None = Field(None, description="Required benchmark.kind; null = any.")
+    closed_loop: ClosedLoopRules = ClosedLoopRules()
     num_prompts: int | None = Field(None, ge=1, description="Required benchmark.num_prompts.")
     seed: int | None = Field(None, description="Required benchmark.seed.")
     max_deadline_s: float | None = Field(
@@ -83,6 +111,8 @@ class RulesProfile(_Strict):
     hardware: HardwareRules = HardwareRules()
     model: ModelRules = ModelRules()
     engine: EngineRules = EngineRules()
+    layout: LayoutRules = LayoutRules()
+    serving: ServingRules = ServingRules()
     benchmark: BenchmarkRules = BenchmarkRules()
 
 
