@@ -81,10 +81,26 @@ def test_nixl_patch_refuses_a_changed_source():
         nixl_patch.patch_text(doubled)
 
 
-def _tail_namespace():
-    ns = {"time": time, "threading": threading, "logger": logging.getLogger("pdo-test")}
+def _tail_namespace(clock=time):
+    ns = {"time": clock, "threading": threading, "logger": logging.getLogger("pdo-test")}
     exec(nixl_patch.TAIL, ns)
     return ns
+
+
+class StepClock:
+    """`time` for the patch's code: wall (`time()`) and `perf_counter()` move together, only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def time(self) -> float:
+        return 1_800_000_000.0 + self.now
+
+    def perf_counter(self) -> float:
+        return self.now
 
 
 def test_nixl_patch_flags_follow_env_and_flag_files(tmp_path, monkeypatch):
@@ -103,7 +119,8 @@ def test_nixl_patch_flags_follow_env_and_flag_files(tmp_path, monkeypatch):
 
 
 def test_nixl_patch_log_lines_make_a_request_timeline(monkeypatch, caplog):
-    ns = _tail_namespace()
+    clock = StepClock()
+    ns = _tail_namespace(clock)
     monkeypatch.setenv("PDO_NIXL_COALESCE", "1")
     monkeypatch.delenv("PDO_NIXL_SHARD_BY_ROOM", raising=False)
     monkeypatch.delenv("PDO_NIXL_SHARD_BY_ROOM_FILE", raising=False)
@@ -123,26 +140,28 @@ def test_nixl_patch_log_lines_make_a_request_timeline(monkeypatch, caplog):
 
     with caplog.at_level(logging.INFO, logger="pdo-test"):
         ns["_pdo_note_enqueue"](42, 0, 2, Queue())
-        time.sleep(0.02)          # the chunk waits in its queue ...
-        t_pop = time.perf_counter()
-        time.sleep(0.01)          # ... is posted ...
-        t_wait = time.perf_counter()
-        time.sleep(0.01)          # ... and NIXL finishes it
+        clock.advance(0.02)       # the chunk waits in its queue ...
+        t_pop = clock.perf_counter()
+        clock.advance(0.01)       # ... is posted ...
+        t_wait = clock.perf_counter()
+        clock.advance(0.01)       # ... and NIXL finishes it
         ns["_PDO_TLS"].descs = 27
         ns["_pdo_log_chunk"](Mgr(), 42, Chunk(), t_pop, t_wait)
         ns["_pdo_log_event"]("prefill_polled", 42)
-        time.sleep(0.005)
+        clock.advance(0.005)      # the decode's poll sees it 5 ms later
         decode_line = logging.LogRecord("d", logging.INFO, "", 0, "PDO_KV event=decode_seen room=42 t=%.6f",
-                                        (time.time(),), None).getMessage()
+                                        (clock.time(),), None).getMessage()
     prefill_text = caplog.text
     st = chunk_stats(prefill_text)
     assert st["chunks"] == 1 and st["modes"] == ["coalesced"] and st["descs_mean"] == 27
-    assert st["bytes_mean"] == 100 * 27 * 1152 and st["transfer_ms_per_request_median"] >= 20.0
+    assert st["bytes_mean"] == 100 * 27 * 1152 and st["transfer_ms_per_request_median"] == pytest.approx(20.0, abs=1e-3)
     [row] = kvtimeline.requests(prefill_text, decode_line)
     assert (row["queue_index"], row["depth"], row["mode"], row["shard"]) == (2, 3, "coalesced", "dst")
-    assert 20.0 <= row["queue"] < 200 and 20.0 <= row["worker"] < 200
-    assert row["decode_notice"] >= 5.0 and row["ready_to_seen"] >= row["queue"] + row["worker"]
-    assert 0 <= row["prefill_notice"] < 50 and row["sglang_like"] >= row["queue"] + row["worker"]
+    # 20 ms queued, 10 + 10 ms posting and transfer, polled at once, seen by the decode 5 ms later (1 us: %.6f)
+    assert row["queue"] == pytest.approx(20.0, abs=1e-3) and row["worker"] == pytest.approx(20.0, abs=1e-3)
+    assert row["prefill_notice"] == pytest.approx(0.0, abs=1e-3)
+    assert row["decode_notice"] == pytest.approx(5.0, abs=1e-3)
+    assert row["ready_to_seen"] == pytest.approx(45.0, abs=1e-3) and row["sglang_like"] == pytest.approx(40.0, abs=1e-3)
     # a request whose decode line is missing keeps its prefill-side parts
     [alone] = kvtimeline.requests(prefill_text, "")
     assert alone["ready_to_seen"] is None and alone["decode_notice"] is None and alone["queue"] == row["queue"]
