@@ -1,7 +1,8 @@
 """The layering stays true: no import from a lower stage to a higher one, no import circle, no oversized module.
 
-Imports are read with `ast` (every import statement, also inside functions; only `if TYPE_CHECKING:` blocks
-are skipped), so a lazy import cannot hide a dependency. The layer order is the data path's, lowest first.
+Imports are read with `ast`: every import statement, absolute or relative, also inside functions and under
+`if TYPE_CHECKING:` (a type-only back-reference still ties two modules into one), so neither a lazy import nor a
+type-only one can hide a dependency. The layer order is the data path's, lowest first.
 """
 
 from __future__ import annotations
@@ -43,32 +44,22 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def imported(path: Path, known: dict[str, Path]) -> set[str]:
-    """Our modules `path` imports (a `from pkg import name` of a submodule counts as that submodule)."""
+def imported(source: str, module: str, known: dict[str, Path] | set[str], is_package: bool = False) -> set[str]:
+    """Our modules that `source` (module `module`) imports: a `from pkg import name` of a submodule counts as that
+    submodule; `from . import x` / `from .x import y` resolve against the module's package."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] in PACKAGES:
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] in PACKAGES:
                 for a in node.names:
-                    sub = f"{node.module}.{a.name}"
-                    found.add(sub if sub in known else node.module)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(path.read_text()))
+                    sub = f"{base}.{a.name}"
+                    found.add(sub if sub in known else base)
     return found
 
 
@@ -82,7 +73,8 @@ def stage(module: str) -> str:
 
 def graph() -> dict[str, set[str]]:
     known = modules()
-    return {m: {i for i in imported(p, known) if i != m} for m, p in known.items()}
+    return {m: {i for i in imported(p.read_text(), m, known, p.name == "__init__.py") if i != m}
+            for m, p in known.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -144,6 +136,21 @@ def test_no_import_circle_between_packages():
 
 def test_no_import_circle_between_modules():
     assert not cycles(graph()), f"modules importing each other: {cycles(graph())}"
+
+
+def test_the_import_reader_sees_every_kind_of_import():
+    """Relative, function-local and type-only imports are edges; so a circle made of them fails the test above."""
+    known = {"orchestrator.router.dispatch", "orchestrator.router.relay", "orchestrator.router.pairs",
+             "orchestrator.config.schema"}
+    source = ("from typing import TYPE_CHECKING\nfrom . import pairs\nfrom .dispatch import PDDispatcher\n"
+              "if TYPE_CHECKING:\n    from orchestrator.config.schema import RunConfig\n"
+              "def f():\n    import orchestrator.router.relay\n")
+    assert imported(source, "orchestrator.router.relay", known) == {
+        "orchestrator.router.pairs", "orchestrator.router.dispatch", "orchestrator.config.schema",
+        "orchestrator.router.relay"}
+    assert imported("from .. import config\n", "orchestrator.router", {"orchestrator.config"}, is_package=True) == {
+        "orchestrator.config"}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_module_over_the_size_limit():

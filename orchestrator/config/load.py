@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.config.schema import RunConfig
+from orchestrator.config.server_spec import spec_problems
 
 
 class ConfigError(ValueError):
@@ -145,9 +146,12 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
 
 def config_from_dict(data: dict, source: str = "<config>") -> RunConfig:
     try:
-        return RunConfig.model_validate(data)
+        cfg = RunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(source, _format_pydantic_errors(err)) from None
+    if problems := spec_problems(cfg):  # an extra_args flag repeating a typed field; a knob this SGLang lacks
+        raise ConfigError(source, problems)
+    return cfg
 
 
 def dump_config(cfg: RunConfig) -> str:

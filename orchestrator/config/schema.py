@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.config.benchmark import BenchmarkConfig
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
-from orchestrator.config.server_spec import Parallelism
+from orchestrator.config.spec_knobs import Parallelism
 from orchestrator.config.sglang_versions import PINNED_SGLANG, installed_sglang_version
 from orchestrator.records import Role
 
@@ -394,13 +394,6 @@ class RunConfig(Strict):
                     "layout.*.speculative: PD prefill and decode servers must run the same speculative algorithm "
                     "(prefill hands decode the MTP draft's hidden states); set it on every group or on none"
                 )
-        return self
-
-    @model_validator(mode="after")
-    def _one_value_per_knob(self) -> "RunConfig":
-        from orchestrator.config.server_spec import spec_problems  # it reads this model's fields
-        if problems := spec_problems(self):
-            raise ValueError("\n".join(problems))
         return self
 
     def node_role(self, role: Role, group: WorkerGroup) -> str:

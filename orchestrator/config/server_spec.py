@@ -7,7 +7,8 @@ simulated server: argv -> add_spec_args / spec_from_args -> the same ServerSpec 
 
 Every knob is declared once, as a field with its SGLang flag and the config fields it comes from (first one set
 wins); None means SGLang's own default for engine.sglang.version, which the cost model resolves
-(perfmodel/sglang_defaults.py). Adding a knob: a WorkerGroup (or engine.sglang) field plus one `knob(...)` here.
+(perfmodel/sglang_defaults.py). Adding a knob: a WorkerGroup (or engine.sglang) field plus one `knob(...)` here
+(`knob` and the parallel-shape group live in spec_knobs.py: WorkerGroup reads that group for its GPU counts).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from __future__ import annotations
 import argparse
 import typing
 from dataclasses import dataclass, fields, is_dataclass, replace
-from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.sglang_versions import PINNED_SGLANG, RELEASES, release_for
+from orchestrator.config.spec_knobs import Parallelism, knob
 from orchestrator.records import Role
 
 if TYPE_CHECKING:
@@ -27,37 +28,6 @@ if TYPE_CHECKING:
 MODE_OF_ROLE = {"prefill": "prefill", "decode": "decode", "aggregated": "null"}  # --disaggregation-mode
 # --kv-cache-dtype -> bytes per KV element (auto keeps the model's dtype: bf16 for the MLA latent of DeepSeek FP8 checkpoints)
 KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
-
-
-def knob(flag: str, *source: str, default: Any = None, aliases: tuple[str, ...] = (), sim_only: bool = False,
-         unwritten: Any = None) -> Any:
-    """A spec field: its SGLang flag (a sim-only flag when SGLang takes the value elsewhere or not at all), the config
-    fields it comes from ('group.x' or 'engine.sglang.x', first one set wins), the flag's other spellings, and the
-    value left off the command line (besides None and False) because it is SGLang's default and single-node argv
-    never carried it."""
-    return dataclass_field(default=default, metadata={"flag": flag, "source": source, "aliases": aliases,
-                                                      "sim_only": sim_only, "unwritten": unwritten})
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    tp: int = knob("--tp-size", "group.tp", default=1, aliases=("--tp",))
-    pp: int = knob("--pp-size", "group.pp", default=1, aliases=("--pp",))
-    dp: int = knob("--dp-size", "group.dp", default=1, aliases=("--dp",))
-    ep: int = knob("--ep-size", "group.ep", default=1, aliases=("--ep",))
-    dp_attention: bool = knob("--enable-dp-attention", "group.dp_attention", default=False)
-    nnodes: int = knob("--nnodes", "group.nnodes", default=1, unwritten=1)
-    moe_a2a_backend: str | None = knob("--moe-a2a-backend", "group.moe_a2a_backend")
-
-    @property
-    def gpus(self) -> int:
-        """GPUs of one server: tp x pp per model copy, dp copies unless DP attention splits one copy's attention."""
-        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
-
-    @property
-    def gpus_per_node(self) -> int:
-        """GPUs one server takes on each of its nodes (a server spanning nodes splits them evenly)."""
-        return -(-self.gpus // self.nnodes)
 
 
 @dataclass(frozen=True)

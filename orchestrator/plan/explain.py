@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.phases import Phase
+from orchestrator.plan.candidate import Candidate
 from orchestrator.plan.knobs import DECODING
-
-if TYPE_CHECKING:
-    from orchestrator.plan.search import Candidate
-
 
 
 def _decoding_model(c: Candidate):
@@ -19,13 +14,13 @@ def _decoding_model(c: Candidate):
 
 
 def _kv_tokens(c: Candidate) -> int:
-    return sum(cost_model_for(c.config, r, g, gpu=c.budget.run.gpu).kv_capacity_tokens() * g.count
+    return sum(cost_model_for(c.config, r, g, gpu=c.simulated.run.gpu).kv_capacity_tokens() * g.count
                for r, _, g in c.config.layout.groups() if r in DECODING)
 
 
 def _caps_text(c: Candidate) -> str:
     role, _, group = next((r, i, g) for r, i, g in c.config.layout.groups() if r in DECODING)
-    running = cost_model_for(c.config, role, group, gpu=c.budget.run.gpu).max_running()
+    running = cost_model_for(c.config, role, group, gpu=c.simulated.run.gpu).max_running()
     graphs = group.cuda_graph_max_bs or "SGLang's default"
     return f"{running} running requests, CUDA graphs up to batch {graphs}"
 
@@ -50,14 +45,14 @@ def _mechanism(name: str, a: Candidate, b: Candidate) -> str:
         dummy = " (dummy weights: drafts assumed rejected)" if a.config.engine.sglang.load_format == "dummy" else ""
         return f"MTP {acc(ma)} vs {acc(mb)}{dummy}"
     if name == "warmup":
-        return f"warm-up {a.budget.phase_s(Phase.WARMUP.value):.1f} vs {b.budget.phase_s(Phase.WARMUP.value):.1f} s of the deadline"
+        return f"warm-up {a.simulated.phase_s(Phase.WARMUP.value):.1f} vs {b.simulated.phase_s(Phase.WARMUP.value):.1f} s of the deadline"
     return name
 
 
 def why_better(a: Candidate, b: Candidate) -> str:
     """One line: why `a` ranks above `b` (deadline verdict, run time, then the differences that cause it)."""
     if a.verdict_rank != b.verdict_rank:
-        head = f"{a.budget.verdict} vs {b.budget.verdict} (total {a.total_s:.0f} vs {b.total_s:.0f} s of {a.budget.deadline_s:.0f})"
+        head = f"{a.simulated.verdict} vs {b.simulated.verdict} (total {a.total_s:.0f} vs {b.total_s:.0f} s of {a.simulated.deadline_s:.0f})"
     elif a.run_s < b.run_s * (1 - 1e-3):
         head = f"run {a.run_s:.1f} vs {b.run_s:.1f} s ({1 - a.run_s / b.run_s:.1%} shorter, {a.throughput:,.0f} vs {b.throughput:,.0f} out tok/s)"
     elif len(a.knobs) < len(b.knobs):

@@ -15,7 +15,8 @@ import yaml
 
 from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.plan.deadline import INVALID
-from orchestrator.plan.search import Candidate, SearchResult, search
+from orchestrator.plan.candidate import Candidate
+from orchestrator.plan.search import SearchResult, search
 from orchestrator.plan.simulate import LABEL
 
 
@@ -59,7 +60,7 @@ def write_top_configs(
     out_dir = Path(write_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    chosen = [c for c in candidates if c.writable and c.budget.verdict != INVALID][:top]
+    chosen = [c for c in candidates if c.writable and c.simulated.verdict != INVALID][:top]
     for rank, c in enumerate(chosen, 1):
         name = f"{cfg.name}-plan{rank}-{_slug(c.name)}"[:120]
         full = c.config.model_dump(mode="json")
@@ -79,8 +80,8 @@ def write_top_configs(
         still = [] if c.rules is None else [f"# rules {c.rules.profile} still needs: {v.line()}\n" for v in c.rules.violations]
         header = (
             f"# Written by `pd-orchestrator plan --search`, rank {rank} on {gpu} ({LABEL}): {c.name}: "
-            f"{c.budget.run.output_throughput:,.0f} output tok/s, run {c.budget.run.duration_s:.0f} s, "
-            f"total {c.budget.total_s:.0f} s of {c.budget.deadline_s:.0f} s -> {c.budget.verdict}; "
+            f"{c.simulated.run.output_throughput:,.0f} output tok/s, run {c.simulated.run.duration_s:.0f} s, "
+            f"total {c.simulated.total_s:.0f} s of {c.simulated.deadline_s:.0f} s -> {c.simulated.verdict}; "
             f"memory {c.memory.verdict}{compliance}.\n"
         )
         if c.why:

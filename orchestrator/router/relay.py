@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Protocol
 
 import aiohttp
 import orjson
@@ -14,13 +14,20 @@ from orchestrator.router.failures import LegFailure, _message_of, _raise_if_abor
 from orchestrator.router.pairs import fill_from_payload
 
 if TYPE_CHECKING:
-    from orchestrator.router.dispatch import PDDispatcher
     from orchestrator.router.pairs import Answer, Pair
     from orchestrator.router.policies import WorkerState
 
 log = logging.getLogger(__name__)
 
 STREAM_TAIL_BYTES = 1 << 16  # enough for SGLang's last event (totals), output_ids included
+
+
+class LegBook(Protocol):
+    """What a relayed stream tells the dispatcher that opened it (PDDispatcher is one)."""
+
+    def mark_suspect(self, w: WorkerState) -> None: ...
+    def leg_done(self, w: WorkerState, tokens: int = 0) -> None: ...
+    def abort_in_background(self, w: WorkerState, rid: str) -> None: ...
 
 
 class StreamRelay:
@@ -30,7 +37,7 @@ class StreamRelay:
     stream ends with SGLang's own abort chunk rather than hanging.
     """
 
-    def __init__(self, dispatcher: "PDDispatcher", resp: aiohttp.ClientResponse, pair: Pair, rid: str,
+    def __init__(self, dispatcher: LegBook, resp: aiohttp.ClientResponse, pair: Pair, rid: str,
                  prefill_task: asyncio.Task | None, deadline: float, attempts: int):
         self.status = resp.status
         self.attempts = attempts
