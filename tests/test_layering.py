@@ -8,6 +8,7 @@ type-only one can hide a dependency. The layer order is the data path's, lowest 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"config", "rules"},
     {"perfmodel"},
     {"api", "workload"},
-    {"cluster", "transfer", "netns"},  # netns: the network-namespace lab, on its way into cluster/
+    {"cluster", "transfer"},
     {"engines"},
     {"plan"},
     {"observe"},
@@ -115,6 +116,19 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_every_package_has_a_layer():
     unplaced = sorted({stage(m) for m in modules()} - set(LAYER_OF))
     assert not unplaced, f"packages without a layer in tests/test_layering.py LAYERS: {unplaced}"
+
+
+def test_the_readme_layout_table_names_every_package_in_its_layer():
+    """README's "Layout" table: row n lists exactly the packages and top-level modules of LAYERS[n - 1]."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("\n## Layout\n"):]
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \|", section, flags=re.M)
+    listed = {int(n): {name.removesuffix("/").removesuffix(".py") for name in re.findall(r"`([^`]+)`", names)}
+              for n, names in rows}
+    expected = {i + 1: names - {"orchestrator", "__main__"} for i, names in enumerate(LAYERS)}
+    assert listed == expected, f"README.md layout table vs tests/test_layering.py LAYERS: {listed} != {expected}"
+    on_disk = {stage(m) for m in modules()} - {"orchestrator", "__main__"}
+    assert on_disk == set().union(*listed.values()), f"packages on disk vs the README table: {sorted(on_disk)}"
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():
