@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from ray import serve
 
@@ -24,6 +24,9 @@ from orchestrator.router.batch import run_batch, run_batch_chunks
 from orchestrator.router.core import RouterCore
 from orchestrator.router.http_app import serve_http
 
+if TYPE_CHECKING:
+    from orchestrator.observe.metrics import RouterMetrics
+
 log = logging.getLogger(__name__)
 
 REGISTRY_POLL_S = 1.0
@@ -31,7 +34,7 @@ REGISTRY_TIMEOUT_S = 10.0  # a registry call that hangs (actor restarting, GCS h
 RESULT_FLUSH_S = 0.05  # batch results finished within this window travel as one Serve item
 
 
-def _make_metrics(cfg: RunConfig, run_id: str):
+def _make_metrics(cfg: RunConfig, run_id: str) -> tuple[RouterMetrics, Any]:
     """RouterMetrics plus its own exporter on a free port, listed in the run's Prometheus file_sd."""
     from orchestrator.observe.file_sd import serve_metrics
     from orchestrator.observe.metrics import RouterMetrics

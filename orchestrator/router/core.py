@@ -27,7 +27,7 @@ from orchestrator.config import RunConfig
 from orchestrator.records import WorkerEndpoint
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
 from orchestrator.router.failures import DispatchError
-from orchestrator.router.ingress_metrics import IngressTracker
+from orchestrator.router.ingress_metrics import IngressTracker, MetricsSink
 
 if TYPE_CHECKING:
     from orchestrator.workload.tokenizer import FaithfulTokenizer
@@ -56,7 +56,7 @@ class HTTPError(Exception):
 class RouterCore:
     """Worker set (from the registry), dispatcher, tokenizer, limits: everything the entry points share."""
 
-    def __init__(self, cfg: RunConfig, run_id: str = "run", metrics: Any = None):
+    def __init__(self, cfg: RunConfig, run_id: str = "run", metrics: MetricsSink | None = None):
         self.cfg = cfg
         self.run_id = run_id
         self.metrics = metrics

@@ -31,6 +31,7 @@ from orchestrator.router.failures import (
     _raise_if_stream_aborted,
     _RetryState,
 )
+from orchestrator.router.ingress_metrics import MetricsSink
 from orchestrator.router.json_response import json_bytes
 from orchestrator.router.pairs import Answer, Pair, Progress, batch_size, fill_from_payload, request_shape, with_pairing
 from orchestrator.router.policies import NoWorkerError, RequestShape, RoutingPolicy, WorkerState, eligible, make_policy
@@ -68,12 +69,12 @@ class DispatchSettings:
 class PDDispatcher:
     """Pairs and sends requests to the current worker set; one instance per router replica."""
 
-    def __init__(self, settings: DispatchSettings | None = None, mode: str = "pd", metrics: Any = None):
+    def __init__(self, settings: DispatchSettings | None = None, mode: str = "pd", metrics: MetricsSink | None = None):
         if mode not in ("pd", "aggregated"):
             raise ValueError(f"layout.mode={mode!r}: dispatcher supports 'pd' or 'aggregated'")
         self.settings = settings or DispatchSettings()
         self.mode = mode
-        self.metrics = metrics  # orchestrator.observe.metrics.RouterMetrics or None
+        self.metrics = metrics
         self.workers: dict[str, WorkerState] = {}
         self._policies: dict[str, RoutingPolicy] = {}
         self._rooms_in_flight: set[int] = set()

@@ -1,4 +1,5 @@
-"""RouterMetrics for requests that arrive over HTTP (/generate, /v1/completions, /v1/chat/completions).
+"""What the router reports (`MetricsSink`), and that report for requests that arrive over HTTP (/generate,
+/v1/completions, /v1/chat/completions).
 
 The batch API (`generate_batch`) counts its requests itself; these are the same series for everything
 else, so a serving benchmark or an OpenAI client pointed at the router shows on the dashboards too. A
@@ -8,16 +9,25 @@ batched /generate (a list of prompts) counts one request per prompt, as SGLang d
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.records import RequestResult
 from orchestrator.router.pairs import Pair, Progress
 
 
+class MetricsSink(Protocol):
+    """The router's metrics: observe.metrics.RouterMetrics (Prometheus) is ours; None where nothing is counted."""
+
+    def add_worker(self, role: str, worker: str) -> None: ...
+    def state_change(self, old: str | None, new: str | None) -> None: ...  # a request's state; None: in / out
+    def worker_outstanding(self, role: str, worker: str, n: int) -> None: ...
+    def completed(self, result: RequestResult) -> None: ...
+
+
 class IngressTracker:
     """One HTTP request's life in RouterMetrics: in flight from construction to `answered()` / `failed()`."""
 
-    def __init__(self, metrics: Any, body: dict):
+    def __init__(self, metrics: MetricsSink | None, body: dict):
         self.metrics = metrics
         self.prompt_lens = [len(ids) for ids in _prompts(body)]
         self.started = time.monotonic()
@@ -49,7 +59,7 @@ class IngressTracker:
                                                  output_len=0, error=error))
 
     def _leave(self) -> None:
-        if self.progress.state is not None:
+        if self.metrics is not None and self.progress.state is not None:
             self.metrics.state_change(self.progress.state, None)
             self.progress.state = None
 
