@@ -42,7 +42,7 @@ def main() -> None:
         total = tokens / c.run_s
         lo, hi = (total / (1 + band.mape), total / (1 - band.mape)) if band else (total, total)
         print(f"{shown + 1:>2} {c.name[:58]:58} {total:>11,.0f} {lo:>8,.0f}-{hi:<8,.0f} {total / PUBLISHED_BEST:>8.2f}x "
-              f"{c.run_s:>6.1f} {c.total_s:>7.0f}  {c.budget.verdict}")
+              f"{c.run_s:>6.1f} {c.total_s:>7.0f}  {c.simulated.verdict}")
         shown += 1
         if shown >= a.top:
             break

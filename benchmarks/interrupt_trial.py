@@ -37,7 +37,9 @@ up = subprocess.run([*cli, "cluster", "up", "--local", "--config", CONFIG, "--st
                     capture_output=True, text=True)
 print(up.stdout.strip().splitlines()[0] if up.returncode == 0 else up.stdout + up.stderr)
 try:
-    gcs = LocalClusterState.load(state).gcs_address
+    cluster = LocalClusterState.load(state)
+    assert cluster is not None, f"cluster up wrote no state to {state}"
+    gcs = cluster.gcs_address
     port = free_port()  # the driver's exporter, read to know how far the run got
     code = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
             "sys.argv[0] = 'pd-orchestrator'; runpy.run_module('orchestrator', run_name='__main__')")
@@ -57,7 +59,7 @@ try:
 
     while (n := done_prompts()) is None or n < AT:
         if proc.poll() is not None:
-            sys.exit(f"bench ended first:\n{proc.stdout.read()[-3000:]}")
+            sys.exit(f"bench ended first:\n{proc.communicate()[0][-3000:]}")
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     print(f"TRIAL: SIGINT sent when the driver's exporter said {n:.0f} prompts done")

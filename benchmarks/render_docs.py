@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import functools
 import io
 import re
 import sys
@@ -247,7 +248,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "reliability-signals": lambda: signal_table("2026-11-26-interrupt-keeps-finished"),
     "reliability-link-faults-history": lambda: fault_history("*multihost-faults*/*.log"),
     "performance-warmup": lambda: raw("2026-11-24-warmup-modelled/output.md"),
-    **{region: (lambda name=name: planning_example(name)) for region, name in PLANNING_REGIONS.items()},
+    **{region: functools.partial(planning_example, name) for region, name in PLANNING_REGIONS.items()},
     "planning-memory-cases": planning_memory_cases,
 }
 

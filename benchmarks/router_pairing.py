@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.cluster.ports import free_port  # noqa: E402
-from orchestrator.records import BenchRequest, WorkerEndpoint  # noqa: E402
+from orchestrator.records import BenchRequest, Role, WorkerEndpoint  # noqa: E402
 from orchestrator.router.batch import run_batch  # noqa: E402
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher  # noqa: E402
 from orchestrator.router.policies import POLICIES  # noqa: E402
@@ -52,7 +52,8 @@ SIM_ARGS = ["--served-model-name", "DeepSeek-R1", "--model-preset", "DeepSeek-R1
 def start_servers(n_prefill: int, n_decode: int, time_scale: float, logs: Path) -> tuple[list, list[WorkerEndpoint]]:
     procs, endpoints = [], []
     env = {**os.environ, "PYTHONPATH": str(ROOT), "UCX_NET_DEVICES": "lo"}
-    for role, n in (("prefill", n_prefill), ("decode", n_decode)):
+    counts: tuple[tuple[Role, int], ...] = (("prefill", n_prefill), ("decode", n_decode))
+    for role, n in counts:
         for i in range(n):
             port, boot = free_port(), free_port()
             argv = [sys.executable, "-m", "orchestrator.engines.sim.server", "--host", "127.0.0.1", "--port", str(port),
@@ -108,7 +109,7 @@ def prefix_batch(conversations: int, turns: int, context_tokens: int, answer_tok
     rng = random.Random(seed)
     contexts = [[rng.randrange(1000, 100000) for _ in range(context_tokens)] for _ in range(conversations)]
     history: list[list[int]] = [[] for _ in range(conversations)]
-    out = []
+    out: list[BenchRequest] = []
     for _turn in range(turns):
         for c in rng.sample(range(conversations), conversations):  # users answer at different times
             question = [rng.randrange(1000, 100000) for _ in range(50)]
@@ -132,7 +133,10 @@ async def drive(endpoints: list[WorkerEndpoint], policy: str, reqs: list[BenchRe
 
 def summarise(results: list, wall_s: float, time_scale: float) -> dict:
     ok = [r for r in results if r.status == "ok"]
-    pct = lambda xs, q: sorted(xs)[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] / time_scale if xs else None  # noqa: E731
+
+    def pct(xs: list[float], q: float) -> float:  # nearest rank, as the recorded runs were summarised
+        return sorted(xs)[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] / time_scale
+
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
     per_prefill: dict[str, int] = {}

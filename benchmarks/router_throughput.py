@@ -55,7 +55,7 @@ async def run_direct(endpoints, reqs, concurrency: int) -> tuple[float, list[flo
     latencies = []
     start = time.perf_counter()
     async for r in run_batch(d, reqs, concurrency, time.time() + 600):
-        assert r.status == "ok", r.error
+        assert r.status == "ok" and r.sent_at is not None, r.error
         latencies.append(time.time() - r.sent_at)
     elapsed = time.perf_counter() - start
     await d.close()

@@ -24,6 +24,7 @@ import httpx
 
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import RunConfig, config_from_dict, dump_config, load_config
+from orchestrator.records import Role
 from orchestrator.transfer.nixl import load_nixl_api
 
 HAVE_NIXL = load_nixl_api() is not None
@@ -45,6 +46,7 @@ def copy_sglang_source(targets, dest: Path) -> None:
     import zipfile
 
     # the wheel first: a zip reads one member directly, the .tar.xz decompresses everything before it
+    archive: zipfile.ZipFile | tarfile.TarFile
     if SGLANG_WHEELS:
         archive, read = zipfile.ZipFile(SGLANG_WHEELS[0]), lambda a, t: a.read(t)
     else:
@@ -142,7 +144,7 @@ class SimServer:
     """One simulated engine server launched from `cfg` as a worker launches it (backend build_launch ->
     EngineProcess), on free loopback ports; a prefill also gets a bootstrap port."""
 
-    def __init__(self, cfg: RunConfig, role: str, log_dir: Path, group=None):
+    def __init__(self, cfg: RunConfig, role: Role, log_dir: Path, group=None):
         from orchestrator.engines.base import EngineProcess, WorkerPlacement
         from orchestrator.engines.registry import backend_for
 
@@ -174,7 +176,7 @@ class SimServer:
                               bootstrap_port=self.bootstrap_port)
 
 
-def start_servers(cfg: RunConfig, roles: list[str], log_dir: Path) -> list[SimServer]:
+def start_servers(cfg: RunConfig, roles: list[Role], log_dir: Path) -> list[SimServer]:
     """One SimServer per role, started together, returned once all are healthy (stopped if one is not)."""
     servers = [SimServer(cfg, role, log_dir) for role in roles]
     try:
@@ -224,7 +226,7 @@ async def pd_generate(prefill: SimServer, decode: SimServer, body: dict,
 
 
 def make_scheduler(max_running: int = 64, kv_tokens: int = 1_000_000, chunk: int = 8192, vocab: int | None = None,
-                   eos: int = 1, role: str = "aggregated"):
+                   eos: int = 1, role: Role = "aggregated"):
     """A started sim Scheduler with R1's cost model (and vocabulary, unless `vocab`) on the cpu-fast profile at
     time scale 0.01."""
     from orchestrator.config.model_presets import DEEPSEEK_R1
@@ -338,6 +340,8 @@ def sim_engines_finished(doc: dict, role: str) -> int:
     for name, path in logs.items():
         tally = [line for line in Path(path).read_text().splitlines() if "stopped: " in line]
         assert tally, f"{name}: the engine logged no final tally in {path}"
-        finished, aborted = re.search(r"(\d+) requests finished, (\d+) of them aborted", tally[-1]).groups()
+        counts = re.search(r"(\d+) requests finished, (\d+) of them aborted", tally[-1])
+        assert counts, f"{name}: its final tally line is not the engine's: {tally[-1]!r}"
+        finished, aborted = counts.groups()
         total += int(finished) - int(aborted)
     return total

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LINTED = ["orchestrator", "deployments", "benchmarks", "scripts", "tests", "dashboards"]
-TYPE_CHECKED = ["orchestrator", "deployments"]
+TYPE_CHECKED = ["orchestrator", "deployments", "benchmarks", "scripts"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -28,6 +28,7 @@ import re
 import statistics
 import tarfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW = ROOT / "benchmarks/results/device-h200x2-2026-11-21"
@@ -173,7 +174,7 @@ def main() -> None:
             decode += decode_points(_read(tar, name))
         for name in PREFILL_LOGS:
             prefill += prefill_points(_read(tar, name))
-    profile = {
+    profile: dict[str, Any] = {
         "schema_version": 1,
         "name": "h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs",
         "created": "2026-11-21T20:00:00Z",

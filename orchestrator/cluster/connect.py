@@ -51,7 +51,7 @@ def hide_serve_self_kill_errors() -> None:
         if lines:
             original({**data, "lines": lines}, *args, **kwargs)
 
-    print_to_stdstream.hides_serve_self_kill = True  # type: ignore[attr-defined]
+    print_to_stdstream.hides_serve_self_kill = True  # type: ignore[attr-defined]  # our mark: installed once
     worker.print_to_stdstream = print_to_stdstream
 
 

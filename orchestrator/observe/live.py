@@ -194,9 +194,10 @@ class LiveView:
         with self._lock:
             while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
                 self._recent.popleft()
-            final = self._run_ended_s is not None and self._run_started_s is not None
-            if final:  # after the run the last 10 s hold no finished prompt: show the run's averages
-                run_s = max(self._run_ended_s - self._run_started_s, 1e-9)  # type: ignore[operator]
+            ended, started = self._run_ended_s, self._run_started_s
+            final = ended is not None and started is not None
+            if ended is not None and started is not None:  # after the run the last 10 s hold no finished prompt:
+                run_s = max(ended - started, 1e-9)  # show the run's averages
                 prefill, decode = self._input_tokens / run_s, self._output_tokens / run_s
             else:
                 run_wall_s = (self._elapsed() - (self._run_started_s or 0.0)) * self.time_scale
@@ -208,7 +209,8 @@ class LiveView:
             def pcts(values: list[float]) -> tuple[float, float, float] | None:
                 if not values:
                     return None
-                return tuple(percentile(values, q) / self.time_scale for q in (50, 90, 99))  # type: ignore[return-value]
+                p50, p90, p99 = (percentile(values, q) / self.time_scale for q in (50, 90, 99))
+                return p50, p90, p99
 
             return LiveState(
                 phase=self._phase, elapsed_s=elapsed, deadline_s=self.deadline_s, done_prompts=self._done,

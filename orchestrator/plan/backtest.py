@@ -124,8 +124,9 @@ def _config(row: dict, base: Path) -> RunConfig:
         raise BacktestError(f"row {row.get('id')!r}: needs 'config' (a run config path)") from None
 
 
-def _measured_number(value: object) -> float:
-    return statistics.mean(value) if isinstance(value, list) else float(value)  # type: ignore[arg-type]
+def _measured_number(value: float | str | list[float]) -> float:
+    """A runs.yaml measurement: a number, or several runs' numbers (their mean)."""
+    return statistics.mean(value) if isinstance(value, list) else float(value)
 
 
 def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:

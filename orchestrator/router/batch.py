@@ -118,9 +118,9 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
                             await wake.wait()
                     wake.clear()
             if not ready:
-                broken = [t for t in lanes if t.done() and not t.cancelled() and t.exception() is not None]
+                broken = [e for t in lanes if t.done() and not t.cancelled() and (e := t.exception()) is not None]
                 if broken:  # run_one never raises: a bug, not a request's failure
-                    raise broken[0].exception()  # type: ignore[misc]
+                    raise broken[0]
                 continue
             chunk, ready = ready, []
             left -= len(chunk)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -61,7 +61,7 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol --
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # create_connection's: a stream transport
 
     def data_received(self, data: bytes) -> None:
         self.received = True

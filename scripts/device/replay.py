@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -29,7 +30,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     reqs = sample_batch(cfg, cfg.benchmark.num_prompts)
-    rows = [{"index": r.index, "input_ids": list(r.input_ids), "output_len": r.output_len} for r in reqs]
+    rows: list[dict[str, Any]] = [
+        {"index": r.index, "input_ids": list(r.input_ids), "output_len": r.output_len} for r in reqs]
     warm = [{"index": r.index, "input_ids": list(r.input_ids), "output_len": r.output_len}
             for r in warmup_batch(cfg, len(rows))]
     digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]

@@ -96,7 +96,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             exec_module(module)
             patch(module)
 
-        spec.loader.exec_module = exec_and_patch
+        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]  # this one loader, this one module
         return spec
 
 
