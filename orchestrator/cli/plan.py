@@ -297,6 +297,8 @@ def _print_earlier_run(cfg: RunConfig, predicted: SimulatedRun, band: ErrorBand 
 def _cmd_compare(args: argparse.Namespace) -> int:
     configs = [(path.rsplit("/", 1)[-1].removesuffix(".yaml"), load_config(path, args.overrides)) for path in args.configs]
     first = configs[0][1]
+    if first.benchmark.closed_loop:
+        return _compare_closed_loop(configs, args)
     try:
         batch, about = _batch(first, args.synthetic)
         differs = [name for name, cfg in configs[1:] if cfg.benchmark.model_dump() != first.benchmark.model_dump()]
@@ -314,6 +316,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"({LABEL} rows: virtual time on each config's cluster.gpu via the cost model, "
         f"{time.monotonic() - started:.1f} s of CPU; ratio = output throughput / the first config's)"
     )
+    return 0
+
+
+def _compare_closed_loop(configs: list[tuple[str, RunConfig]], args: argparse.Namespace) -> int:
+    from orchestrator.plan.closedloop.predict import compare_closed_loop, compare_table
+
+    if args.real:
+        print("compare --real: a closed-loop workload is measured with `serve` + `goodput` on each config",
+              file=sys.stderr)
+        return 2
+    b = configs[0][1].benchmark
+    print(f"compare: {len(configs)} configs under one closed loop (the first config's): ISL {b.input_tokens} / OSL "
+          f"{b.output_tokens}, N {','.join(map(str, b.concurrency))}, window {b.window_s:g} s + grace {b.grace_s:g} s, "
+          f"TTFT <= {b.slo.ttft_ms:g} ms, ITL <= {b.slo.itl_ms:g} ms, gate >= {b.slo.min_good_fraction:.2f}")
+    try:
+        print(compare_table(compare_closed_loop(configs)))
+    except (SimulationError, ValueError) as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -62,3 +62,28 @@ def test_closed_loop_flags_on_a_batch_workload_say_how_to_get_one(capsys):
     assert main(["plan", "--config", str(ROOT / "configs" / "default.yaml"), "--json", "x.json"]) == 2
     err = capsys.readouterr().err
     assert "--json applies to closed-loop workloads; set benchmark.kind: closed_loop" in err
+
+
+def test_compare_ab_tests_pd_against_aggregated_under_the_first_configs_closed_loop(capsys, tmp_path):
+    from orchestrator.config import dump_config, load_config
+
+    agg = load_config(QWEN, ["name=agg", "rules=none", "layout.mode=aggregated", "layout.prefill=[]",
+                             "layout.decode=[]", "layout.aggregated=[{tp: 8, node_role: prefill}, "
+                             "{tp: 8, node_role: decode}]", "benchmark.concurrency=[99]", "benchmark.slo.itl_ms=5"])
+    path = tmp_path / "agg.yaml"
+    path.write_text(dump_config(agg))
+    code = main(["compare", "--configs", QWEN, str(path), "--set", "benchmark.window_s=10",
+                 "--set", "benchmark.slo.itl_ms=45"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    ns = load_config(QWEN).benchmark.concurrency
+    # the second config runs the first one's N list and SLO (its own 99 and 5 ms are not used)
+    assert [(int(r[0]), r[1]) for r in rows] == [(n, name) for n in ns for name in ("qwen3-pd-2026", "agg")]
+    assert "ITL <= 45 ms" in out and all(r[-1] in ("PASS", "FAIL") for r in rows)
+    assert any(line.startswith("agg: ") for line in out.splitlines())
+
+
+def test_compare_real_on_a_closed_loop_points_to_serve_and_goodput(capsys):
+    assert main(["compare", "--configs", QWEN, QWEN, "--real"]) == 2
+    assert "`serve` + `goodput`" in capsys.readouterr().err

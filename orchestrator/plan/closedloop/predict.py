@@ -178,3 +178,50 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
         else:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
     return out
+
+
+def compare_closed_loop(configs: Sequence[tuple[str, RunConfig]], concurrencies: Sequence[int] | None = None
+                        ) -> list[tuple[str, ClosedLoopPrediction | str]]:
+    """A/B under one SLA: every config predicted with the first config's workload (ISL/OSL, N list, window, grace,
+    slo), so PD and aggregated layouts meet the same closed loop; a config that cannot run it gets its reason."""
+    from orchestrator.plan.simulate import SimulationError
+
+    workload = configs[0][1].benchmark
+    out: list[tuple[str, ClosedLoopPrediction | str]] = []
+    for name, cfg in configs:
+        same = cfg.model_copy(update={"benchmark": workload})
+        try:
+            out.append((name, predict_closed_loop(same, concurrencies)))
+        except SimulationError as exc:
+            out.append((name, f"does not run: {exc}"))
+    return out
+
+
+def compare_table(results: Sequence[tuple[str, ClosedLoopPrediction | str]]) -> str:
+    """Per N, one line per config (good output tok/s, good fraction, TTFT p99, ITL p50, gate); then each config's
+    best passing point and its ratio to the first config's."""
+    predictions = [(name, p) for name, p in results if not isinstance(p, str)]
+    if not predictions:
+        return "\n".join(f"{name}: {p}" for name, p in results)
+    width = max(len(name) for name, _ in results)
+    rows = [f"{'N':>5}  {'config':<{width}}  {'layout':<24} {'out tok/s':>9} {'good tok/s':>10} {'good frac':>9} "
+            f"{'TTFT p99 ms':>11} {'ITL p50 ms':>10}  gate ({LABEL})"]
+    for n in [p.concurrency for p in predictions[0][1].points]:
+        for name, prediction in predictions:
+            p = next(x for x in prediction.points if x.concurrency == n)
+            rows.append(f"{n:>5}  {name:<{width}}  {prediction.layout[:24]:<24} {p.output_tok_s:>9,.0f} "
+                        f"{p.good_output_tok_s:>10,.0f} {p.good_fraction:>9.3f} {p.run.ttft_ms()['p99']:>11,.0f} "
+                        f"{p.run.itl_ms()['p50']:>10.1f}  {PASS if p.clears_gate else FAIL}")
+    first = results[0][1]
+    base = None if isinstance(first, str) else first.best
+    for name, outcome in results:
+        if isinstance(outcome, str):
+            rows.append(f"{name}: {outcome}")
+            continue
+        best = outcome.best
+        if best is None:
+            rows.append(f"{name}: no N clears the gate")
+            continue
+        ratio = f", x{best.good_output_tok_s / base.good_output_tok_s:.2f} the first" if base is not None else ""
+        rows.append(f"{name}: best {best.good_output_tok_s:,.0f} good output tok/s at N={best.concurrency}{ratio}")
+    return "\n".join(rows)
