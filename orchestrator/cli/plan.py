@@ -196,7 +196,7 @@ def _cmd_plan_closed_loop(cfg: RunConfig, args: argparse.Namespace, gpu: str) ->
             from orchestrator.plan.closedloop.search import print_closed_loop_search
 
             return print_closed_loop_search(cfg, gpu, args.rules, ns, show=args.show or args.top or 25,
-                                            band=_band_text(cfg))
+                                            band=_band_text(cfg), top=args.top or 3, write_dir=args.write_dir)
         verdict = verdict_for(cfg, args.rules)
         if verdict is not None:
             print(verdict.summary() + "\n")

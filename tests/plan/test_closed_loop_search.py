@@ -56,3 +56,19 @@ def test_search_under_the_2026_rules_keeps_the_contests_sla(capsys):
         assert "no layout clears the gate at any N tried" in out and "vs the SLA's 20 ms" in out
     else:
         assert code == 0 and "best: " in out
+
+
+def test_search_write_dir_writes_the_passing_layouts_as_loadable_configs(capsys, tmp_path):
+    lenient = ["--set", "rules=none", "--set", "benchmark.window_s=4", "--set", "benchmark.slo.itl_ms=45"]
+    code = main(["plan", "--config", QWEN, *lenient, "--search", "--concurrency", "8", "--top", "2",
+                 "--write-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    written = sorted(tmp_path.glob("*.yaml"))
+    assert len(written) == 2 and f"wrote 2 config(s) to {tmp_path}" in out
+    first = _rows(out)[0]
+    for path in written:
+        cfg = load_config(path)
+        assert cfg.layout.mode == "pd" and cfg.benchmark.closed_loop and cfg.benchmark.slo.itl_ms == 45
+        assert path.read_text().startswith("# Written by `pd-orchestrator plan --search`, rank ")
+    assert " ".join(first[1:-6]) in written[0].read_text().splitlines()[0]

@@ -12,8 +12,12 @@ are ranked. Every number is simulated; the planner only returns configs.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from orchestrator.cluster.inventory import ClusterError, check_declared_placement
 from orchestrator.config import RunConfig, config_from_dict
@@ -25,6 +29,8 @@ from orchestrator.plan.search import PlanError, rules_settings
 from orchestrator.rules import RulesProfile, check_config, load_profile
 
 TPS = (2, 4, 8)
+CLOSED_LOOP_KEYS = ("kind", "input_tokens", "output_tokens", "concurrency", "warmup_s", "window_s", "grace_s", "slo",
+                    "seed")
 FP8_KV = "fp8_e4m3"
 KV_VARIANTS_OF_BEST = 3  # the best layouts are tried again with an FP8 KV cache
 
@@ -36,6 +42,7 @@ class Ranked:
     label: str
     config: RunConfig
     points: list[ClosedLoopPoint]
+    equivalents: list[str] = field(default_factory=list)  # layouts with the very same prediction, folded here
 
     @property
     def best(self) -> ClosedLoopPoint | None:
@@ -159,7 +166,27 @@ def closed_loop_search(cfg: RunConfig, gpu: str | None = None, rules: RulesProfi
                 continue
             evaluated.append(Ranked(f"{top.label} kv {FP8_KV}", variant, _evaluate(variant, ns, gpu)))
         evaluated.sort(key=Ranked.sort_key)
-    return ClosedLoopSearch(evaluated, len(layouts), pruned, not_compliant, notes)
+    return ClosedLoopSearch(_fold_equivalents(evaluated), len(layouts), pruned, not_compliant, notes)
+
+
+def _signature(r: Ranked) -> tuple:
+    return tuple((p.concurrency, round(p.good_output_tok_s, 1), round(p.output_tok_s, 1), round(p.good_fraction, 4))
+                 for p in r.points)
+
+
+def _fold_equivalents(ranked: list[Ranked]) -> list[Ranked]:
+    """Layouts predicted identically at every N tried fold into the first (e.g. EP on or off: the cost model does
+    not tell them apart); the folded labels are kept on it."""
+    kept: dict[tuple, Ranked] = {}
+    out = []
+    for r in ranked:
+        key = _signature(r)
+        if key in kept:
+            kept[key].equivalents.append(r.label)
+            continue
+        kept[key] = r
+        out.append(r)
+    return out
 
 
 def search_table(result: ClosedLoopSearch, gpu: str, show: int) -> str:
@@ -170,13 +197,42 @@ def search_table(result: ClosedLoopSearch, gpu: str, show: int) -> str:
         rows.append(f"{rank:>3} {r.label[:52]:<52} {point.concurrency:>6} {point.good_output_tok_s:>10,.0f} "
                     f"{point.good_fraction:>9.3f} {point.run.ttft_ms()['p99']:>11,.0f} {point.run.itl_ms()['p50']:>10.1f}  "
                     f"{'PASS' if r.best else 'FAIL at every N tried'}")
+        if r.equivalents:
+            more = f" (+{len(r.equivalents) - 3})" if len(r.equivalents) > 3 else ""
+            rows.append(f"{'':>4}same prediction: {', '.join(r.equivalents[:3])}{more}")
     if len(result.ranked) > show:
         rows.append(f"... {len(result.ranked) - show} more")
     return "\n".join(rows)
 
 
+def write_passing(result: ClosedLoopSearch, cfg: RunConfig, gpu: str, top: int, write_dir: str, band: str) -> list[Path]:
+    """The best `top` layouts that clear the gate as run configs, each headed by its prediction."""
+    out_dir = Path(write_dir)
+    written = []
+    for rank, r in enumerate([r for r in result.ranked if r.best is not None][:top], 1):
+        best = r.best
+        assert best is not None
+        name = f"{cfg.name}-plan{rank}-" + re.sub(r"[^A-Za-z0-9]+", "-", r.label).strip("-").lower()
+        full = r.config.model_dump(mode="json")
+        data = r.config.model_dump(mode="json", exclude_defaults=True)
+        data["name"] = name
+        for section, keys in (("cluster", ("gpu", "gpus_per_node", "num_nodes")), ("model", ("preset", "quantization")),
+                              ("benchmark", CLOSED_LOOP_KEYS)):  # spelled out: what the prediction assumed
+            data[section] = {**{k: full[section][k] for k in keys}, **data.get(section, {})}
+        data = {k: data[k] for k in RunConfig.model_fields if k in data}
+        config_from_dict(data, name)  # what we write must load
+        header = (f"# Written by `pd-orchestrator plan --search`, rank {rank} on {gpu} ({LABEL}): {r.label}: "
+                  f"{best.good_output_tok_s:,.0f} good output tok/s at N={best.concurrency} (good fraction "
+                  f"{best.good_fraction:.3f}); error band: {band}.\n")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"{name}.yaml"
+        path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+        written.append(path)
+    return written
+
+
 def print_closed_loop_search(cfg: RunConfig, gpu: str, rules_name: str | None, concurrencies: Sequence[int] | None,
-                             show: int, band: str) -> int:
+                             show: int, band: str, top: int = 3, write_dir: str | None = None) -> int:
     """`plan --search` output for a closed-loop config; 0 when some layout clears the gate, else 1."""
     name = rules_name or cfg.rules
     rules = load_profile(name) if name and name.strip().lower() != "none" else None
@@ -196,4 +252,8 @@ def print_closed_loop_search(cfg: RunConfig, gpu: str, rules_name: str | None, c
     else:
         print(f"\nbest: {best.label} at N={best.best.concurrency}: {best.best.good_output_tok_s:,.0f} good output tok/s "
               f"({LABEL}); error band: {band}")
+    if write_dir:
+        written = write_passing(result, cfg, gpu, top, write_dir, band)
+        print(f"wrote {len(written)} config(s) to {write_dir}" + (": " + ", ".join(p.name for p in written) if written
+                                                                  else " (no layout clears the gate)"))
     return 0 if best is not None and best.best is not None else 1
