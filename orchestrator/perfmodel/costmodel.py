@@ -46,7 +46,7 @@ memory_terms.py (bytes, KV, limits, headroom), timing.py (seconds), weights.py a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,7 @@ from orchestrator.perfmodel.calibration import (
     fit_startup,
     runtime_overhead_gb,
 )
-from orchestrator.perfmodel.gpus import GB, GpuSpec, gpu_spec
+from orchestrator.perfmodel.gpus import GB, gpu_spec
 from orchestrator.perfmodel.memory_terms import ACTIVATION_HEADROOM, MemoryTerms
 from orchestrator.perfmodel.profile import CalibrationProfile, find_profile, shipped_profiles
 from orchestrator.perfmodel.speculative import MTP_ACCEPT_DECAY, MTP_FIRST_ACCEPT, Speculative, mtp_accept_length
@@ -74,6 +74,7 @@ from orchestrator.perfmodel.weights import (
     param_counts,
     weight_format,
 )
+from orchestrator.records import Role
 
 if TYPE_CHECKING:
     from orchestrator.config import RunConfig, WorkerGroup
@@ -88,38 +89,8 @@ __all__ = [  # names other modules import from here (the terms live in the modul
 
 @dataclass
 class EngineCostModel(MemoryTerms, TimingTerms):
-    """Timing and memory of one engine server (tp x dp x pp GPUs) for one model and weight format."""
-
-    arch: ModelArchitecture
-    gpu: GpuSpec
-    tp: int = 1
-    dp: int = 1
-    ep: int = 1
-    quantization: str = "fp8"
-    efficiency_prefill: float = 0.45
-    efficiency_decode: float = 0.6
-    mem_fraction_static: float | None = None  # None: SGLang's default for this GPU, TP and role
-    max_running_requests: int | None = None  # None: SGLang's default from the KV pool (never unlimited)
-    dp_attention: bool = False
-    pp: int = 1
-    nnodes: int = 1
-    role: str = "aggregated"  # prefill | decode | aggregated
-    kv_dtype_bytes: int = 2  # SGLang's kv_cache_dtype=auto keeps the latent in bf16
-    chunked_prefill_tokens: int | None = None  # None: SGLang's default --chunked-prefill-size
-    context_length: int | None = None
-    comm_efficiency: float = 0.8
-    sglang_version: str = "0.5.17"
-    cuda_graph_max_bs: int | None = None  # --cuda-graph-max-bs; None: SGLang's default for GPU and TP
-    cuda_graph: bool = True  # decode CUDA graphs (False: --disable-cuda-graph)
-    prefill_graphs: bool = True  # False: --disable-prefill-cuda-graph
-    page_size: int = 1
-    attention_backend: str | None = None  # None: SGLang's pick (FA3/flashinfer on Hopper)
-    speculative: Speculative | None = None  # MTP: R1's draft layer (memory, KV, draft + verify steps)
-    load_format: str | None = None  # dummy: every token routes to the same experts (weights.experts_hit_fraction)
-    calibration: Calibration | None = None  # from a shipped profile of this GPU and layer shape
-    format: WeightFormat = field(init=False, repr=False)
-    params: ParamCounts = field(init=False, repr=False)
-    defaults_used: list[str] = field(init=False, repr=False)
+    """Timing and memory of one engine server (tp x dp x pp GPUs) for one model and weight format: its fields
+    (ServerShape), memory terms (MemoryTerms) and time terms (TimingTerms), with SGLang's defaults resolved."""
 
     def __post_init__(self) -> None:
         self.format = weight_format(self.quantization)
@@ -146,29 +117,6 @@ class EngineCostModel(MemoryTerms, TimingTerms):
                 ),
             )
             self.defaults_used.append(f"mem_fraction_static={self.mem_fraction_static}")
-
-    # --- shape -----------------------------------------------------------------------------------
-    @property
-    def attn_dp(self) -> int:
-        """Attention data-parallel ranks inside one TP group (DP attention)."""
-        return self.dp if self.dp_attention else 1
-
-    @property
-    def replicas(self) -> int:
-        """Independent model copies inside the server (plain --dp-size without DP attention)."""
-        return 1 if self.dp_attention else self.dp
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.replicas
-
-    @property
-    def gpus_per_node(self) -> int:
-        return -(-self.gpus // self.nnodes)
-
-    @property
-    def _tp_spans_nodes(self) -> bool:
-        return self.nnodes > 1 and self.pp == 1 and self.tp > self.gpus_per_node
 
 
 def build_cost_model(
@@ -298,7 +246,7 @@ def _startup_only(profile_json: str, arch: ModelArchitecture, quantization: str)
 
 def cost_model_for(
     cfg: RunConfig,
-    role: str,
+    role: Role,
     group: WorkerGroup,
     gpu: str | None = None,
     sglang_version: str | None = None,

@@ -1,11 +1,21 @@
-"""Memory terms of one engine server (a mixin of EngineCostModel): weights, static pool, KV, running
-limits as SGLang derives them, CUDA-graph batch sizes, activation headroom."""
+"""One engine server's fields as the cost model reads them (ServerShape) and its memory terms (MemoryTerms):
+weights, static pool, KV, running limits as SGLang derives them, CUDA-graph batch sizes, activation headroom.
+
+ServerShape -> MemoryTerms -> EngineCostModel (costmodel.py: with TimingTerms, SGLang's defaults resolved)
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
+from orchestrator.config.model_presets import ModelArchitecture
 from orchestrator.perfmodel import sglang_defaults as sgd
+from orchestrator.perfmodel.calibration import Calibration
+from orchestrator.perfmodel.gpus import GpuSpec
+from orchestrator.perfmodel.speculative import Speculative
+from orchestrator.perfmodel.weights import ParamCounts, WeightFormat
+from orchestrator.records import Role
 
 # The activation estimate names only the largest buffers; allocator fragmentation and kernel workspaces add
 # to them. Measured on one H200 with the R1 layer shape (chunked prefill 8192): 3.7 GB free OOMed, ~27 GB
@@ -13,8 +23,67 @@ from orchestrator.perfmodel import sglang_defaults as sgd
 ACTIVATION_HEADROOM = 1.5
 
 
-class MemoryTerms:
-    """Bytes, tokens and limits; `self` is an EngineCostModel (fields and shape properties live there)."""
+@dataclass
+class ServerShape:
+    """The settings of one server and the shape they give it (EngineCostModel's fields, declared once here)."""
+
+    arch: ModelArchitecture
+    gpu: GpuSpec
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+    quantization: str = "fp8"
+    efficiency_prefill: float = 0.45
+    efficiency_decode: float = 0.6
+    mem_fraction_static: float | None = None  # None: SGLang's default for this GPU, TP and role
+    max_running_requests: int | None = None  # None: SGLang's default from the KV pool (never unlimited)
+    dp_attention: bool = False
+    pp: int = 1
+    nnodes: int = 1
+    role: Role = "aggregated"
+    kv_dtype_bytes: int = 2  # SGLang's kv_cache_dtype=auto keeps the latent in bf16
+    chunked_prefill_tokens: int | None = None  # None: SGLang's default --chunked-prefill-size
+    context_length: int | None = None
+    comm_efficiency: float = 0.8
+    sglang_version: str = "0.5.17"
+    cuda_graph_max_bs: int | None = None  # --cuda-graph-max-bs; None: SGLang's default for GPU and TP
+    cuda_graph: bool = True  # decode CUDA graphs (False: --disable-cuda-graph)
+    prefill_graphs: bool = True  # False: --disable-prefill-cuda-graph
+    page_size: int = 1
+    attention_backend: str | None = None  # None: SGLang's pick (FA3/flashinfer on Hopper)
+    speculative: Speculative | None = None  # MTP: R1's draft layer (memory, KV, draft + verify steps)
+    load_format: str | None = None  # dummy: every token routes to the same experts (weights.experts_hit_fraction)
+    calibration: Calibration | None = None  # from a shipped profile of this GPU and layer shape
+    format: WeightFormat = field(init=False, repr=False)
+    params: ParamCounts = field(init=False, repr=False)
+    defaults_used: list[str] = field(init=False, repr=False)
+
+    # --- shape -----------------------------------------------------------------------------------
+    @property
+    def attn_dp(self) -> int:
+        """Attention data-parallel ranks inside one TP group (DP attention)."""
+        return self.dp if self.dp_attention else 1
+
+    @property
+    def replicas(self) -> int:
+        """Independent model copies inside the server (plain --dp-size without DP attention)."""
+        return 1 if self.dp_attention else self.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.replicas
+
+    @property
+    def gpus_per_node(self) -> int:
+        return -(-self.gpus // self.nnodes)
+
+    @property
+    def _tp_spans_nodes(self) -> bool:
+        return self.nnodes > 1 and self.pp == 1 and self.tp > self.gpus_per_node
+
+
+class MemoryTerms(ServerShape):
+    """Bytes, tokens and limits of the server (resolved by EngineCostModel)."""
 
     def weight_bytes_breakdown(self) -> dict[str, float]:
         """Bytes per GPU by weight class (the heaviest pipeline stage when pp > 1)."""
@@ -45,9 +114,16 @@ class MemoryTerms:
     def weights_bytes_per_gpu(self) -> float:
         return sum(self.weight_bytes_breakdown().values())
 
+    def prefill_chunk_tokens(self) -> int:
+        """--chunked-prefill-size as the server runs it (EngineCostModel resolves SGLang's default)."""
+        assert self.chunked_prefill_tokens is not None, "EngineCostModel resolves SGLang's default"
+        return self.chunked_prefill_tokens
+
     def static_pool_bytes(self) -> float:
         """SGLang's static pool per GPU: weights + KV cache = mem_fraction_static x GPU memory."""
-        return self.mem_fraction_static * self.gpu.memory_bytes
+        fraction = self.mem_fraction_static
+        assert fraction is not None, "EngineCostModel resolves SGLang's default"
+        return fraction * self.gpu.memory_bytes
 
     def reserve_bytes(self) -> float:
         """Left for activations, CUDA graphs, NCCL buffers: (1 - mem_fraction_static) x GPU memory."""

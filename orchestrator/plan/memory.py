@@ -130,7 +130,7 @@ def _kv_needed(
     if role == "prefill":
         # a PD prefill holds a prompt's KV only until it is sent: about two chunks in flight
         longest = max((p for p, _ in batch), default=0) if batch else 0
-        return concurrency, 2 * max(model.chunked_prefill_tokens, longest)
+        return concurrency, 2 * max(model.prefill_chunk_tokens(), longest)
     return concurrency, int(concurrency * per_request)
 
 
@@ -168,7 +168,7 @@ def server_memory(
     name = f"{cfg.model.quantization.upper()} {model.arch.name} TP{model.tp}" + (
         f"xPP{model.pp}" if model.pp > 1 else ""
     )
-    if weights >= pool or kv_tokens < max(longest, model.chunked_prefill_tokens):
+    if weights >= pool or kv_tokens < max(longest, model.prefill_chunk_tokens()):
         verdict = DOES_NOT_FIT
         reason = (
             f"{name} needs {weights / GB:.1f} GB/GPU for weights alone; {model.gpu.name}'s static pool is "
