@@ -196,7 +196,8 @@ def _cmd_plan_closed_loop(cfg: RunConfig, args: argparse.Namespace, gpu: str) ->
             from orchestrator.plan.closedloop.search import print_closed_loop_search
 
             return print_closed_loop_search(cfg, gpu, args.rules, ns, show=args.show or args.top or 25,
-                                            band=_band_text(cfg), top=args.top or 3, write_dir=args.write_dir)
+                                            band=_closed_loop_band_text(cfg), top=args.top or 3,
+                                            write_dir=args.write_dir)
         verdict = verdict_for(cfg, args.rules)
         if verdict is not None:
             print(verdict.summary() + "\n")
@@ -214,8 +215,8 @@ def _cmd_plan_closed_loop(cfg: RunConfig, args: argparse.Namespace, gpu: str) ->
     print(prediction.table())
     print(prediction.verdict())
     print(prediction.ready.line())
-    band = _band_text(cfg)
-    print(f"back-test error band: {band} (`plan --backtest`; TTFT, ITL and goodput are not back-tested)")
+    band = _closed_loop_band_text(cfg)
+    print(f"back-test error band: {band}")
     for line in calibration_sources(cfg, gpu):
         print(f"  {line}")
     if args.json:
@@ -225,9 +226,17 @@ def _cmd_plan_closed_loop(cfg: RunConfig, args: argparse.Namespace, gpu: str) ->
     return 0 if prediction.best is not None else 1
 
 
-def _band_text(cfg: RunConfig) -> str:
+def _closed_loop_band_text(cfg: RunConfig) -> str:
+    """The closed-loop back-test's error for this model where it has measured points; else the batch back-test's
+    band (`plan --backtest`; TTFT, ITL and goodput not back-tested) or "no out-of-sample rows yet"."""
+    from orchestrator.plan.closedloop.backtest import closed_loop_band
+
+    closed = closed_loop_band(cfg.model.architecture().name)
+    if closed is not None:
+        return closed.text()
     band = _error_band(cfg)
-    return band.text() if band else _no_band(cfg)
+    return (band.text() + " of batch throughput (`plan --backtest`; TTFT, ITL and goodput are not back-tested)"
+            if band else _no_band(cfg))
 
 
 def _print_placement(cfg: RunConfig) -> bool:

@@ -62,8 +62,8 @@ def test_plan_fits_the_2026_reference_layout():
     # exit 1 = no declared N clears the SLA gate: a prediction of the (uncalibrated) cost model, not an error
     assert out.returncode in (0, 1) and not out.stderr, out.stderr[-2000:]
     assert "memory: fits (qwen3-235b-a22b-fp8 FP8)" in out.stdout
-    # the back-test's band is R1's: for this model plan says it has no rows instead of borrowing it
-    assert "back-test error band: no out-of-sample rows yet for qwen3-235b-a22b-fp8" in out.stdout
+    # the batch back-test's band is R1's: for this model plan prints its closed-loop back-test instead of borrowing it
+    assert "back-test error band: closed-loop back-test of qwen3-235b-a22b-fp8" in out.stdout
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("layout.")]
     assert [(r[0], r[1], r[3], r[-1]) for r in rows] == [("layout.prefill.0", "2", "TP4", "fits"),
                                                       ("layout.decode.0", "2", "TP4", "fits")]

@@ -42,7 +42,7 @@ def test_search_ranks_by_good_tok_s_at_the_best_passing_n(capsys):
     good = [float(r[-5].replace(",", "")) for r in passing]
     assert good == sorted(good, reverse=True) and good[0] > 0
     assert f"best: {' '.join(rows[0][1:-6])} at N={rows[0][-6]}" in out
-    assert "no out-of-sample rows yet for qwen3-235b-a22b-fp8" in out
+    assert "error band: closed-loop back-test of qwen3-235b-a22b-fp8" in out
 
 
 def test_search_under_the_2026_rules_keeps_the_contests_sla(capsys):
