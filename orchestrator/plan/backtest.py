@@ -91,8 +91,12 @@ def load_dataset(path: str | Path = DATASET) -> dict:
 
 
 def build_batch(spec: dict, base: Path) -> list[tuple[int, int]]:
-    """The request lengths a row's batch names: a committed file, optionally repeated and scaled so its
-    input and output totals are the published ones (each length scaled, the rounding remainder spread)."""
+    """The request lengths a row's batch names: `uniform` (requests x (input, output) tokens, as a calibration
+    run sends them), or a committed file, optionally repeated and scaled so its input and output totals are
+    the published ones (each length scaled, the rounding remainder spread)."""
+    if "uniform" in spec:
+        u = spec["uniform"]
+        return [(int(u["input"]), int(u["output"]))] * int(u["requests"])
     lengths = [(int(p), int(o)) for p, o in json.loads((base / spec["file"]).read_text())["lengths"]]
     lengths = lengths * int(spec.get("repeat", 1))
     prompts = _scale([p for p, _ in lengths], spec.get("input_tokens"))
