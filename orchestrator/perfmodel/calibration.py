@@ -7,9 +7,10 @@ profile (perfmodel/profile.py) -> Calibration:
   (e0 + e_req x requests), fitted on the eager points against the graph fit. Per-request and
   per-context terms are one GPU's share: they divide by TP on the target (heads and expert slices
   split over TP ranks); per-layer terms scale with the target's layer count.
-- prefill: the roofline's prefill efficiency (share of peak FLOPs), the median over the measured
-  forwards of roofline-FLOP time / measured time; prefill is compute-bound, so the share transfers
-  to other layer counts and TP sizes of the same layer shape.
+- prefill: shares of peak FLOP/s of the GEMMs, of MHA attention pairs and of absorbed-MLA attention pairs
+  (a triton batch with a cached prefix), medians over the measured forwards each part leads
+  (fit_prefill_shares); prefill is compute-bound, so the shares transfer to other layer counts and TP
+  sizes of the same layer shape on the same GPU.
 - start-up: process + init (launch -> ready minus weights, KV and graphs, warm), graph capture per
   batch size per layer (warm), cold compile per batch size (Triton/DeepGEMM kernels are compiled per
   shape, not per layer), other cold JIT (first forwards).
@@ -78,6 +79,10 @@ class Calibration:
     attention_backend: str = "triton"  # the backend the decode points were measured with
     dummy_routing: tuple[tuple[int, float], ...] = ()  # (decode batch, distinct routed experts), dummy weights, measured
     kv_dtype_bytes: int = 2  # bytes per KV element of the profile's --kv-cache-dtype (its per-context term read these)
+    efficiency_attention: float | None = None  # share of peak of MHA prefill attention pairs (None: efficiency_prefill)
+    efficiency_absorbed: float | None = None  # share of peak of absorbed-MLA prefill attention (timing.absorbed_prefill)
+    absorbed_points: int = 0
+    prefill_rms_rel: float | None = None  # the prefill fit's RMS relative error on its own forwards
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""
@@ -116,6 +121,10 @@ class Calibration:
             parts.append(f"decode fit on {self.decode.graph_points}+{self.decode.eager_points} points")
         if self.efficiency_prefill:
             parts.append(f"prefill {self.efficiency_prefill:.0%} of peak")
+        if self.efficiency_attention:
+            parts.append(f"attention {self.efficiency_attention:.0%}")
+        if self.efficiency_absorbed:
+            parts.append(f"absorbed-MLA attention {self.efficiency_absorbed:.1%}")
         return ", ".join(parts)
 
 
@@ -192,10 +201,50 @@ def fit_decode(
     )
 
 
-def fit_prefill_efficiency(times: Sequence[tuple[float, float]]) -> float | None:
-    """Median of roofline-compute-time / measured time over (roofline_s, measured_s) pairs."""
-    ratios = [r / m for r, m in times if m > 0 and r > 0]
-    return float(statistics.median(ratios)) if ratios else None
+@dataclass(frozen=True)
+class PrefillShares:
+    """Shares of peak FLOP/s of one layer shape's prefill forwards on one GPU, fitted on timed forwards."""
+
+    gemm: float | None  # projections, MLPs, experts, lm_head
+    attention: float | None  # MHA (query, key) pairs
+    absorbed: float | None  # absorbed-MLA pairs (a batch with a cached prefix on triton)
+    points: int
+    absorbed_points: int
+    rms_rel: float | None
+
+
+# A forward whose attention costs under this fraction of its GEMMs (at peak) measures the GEMMs' share; one whose
+# attention costs more measures the attention's share (its GEMMs at the share just found).
+ATTENTION_LED = 0.1
+MIN_LED = 3  # fewer forwards led by a part leave its share unfitted (None)
+
+
+def fit_prefill_shares(points: Sequence[tuple[float, float, float, float]]) -> PrefillShares:
+    """(GEMM, MHA attention, absorbed attention FLOP time at 100 % of peak, measured seconds) per forward ->
+    each part's share of peak, as medians (robust to a log gap with a stall in it): the GEMMs' over the forwards
+    whose attention is small, then each attention path's over the forwards it leads, after their GEMMs at that
+    share. The GEMMs' share comes from MHA-path forwards where there are any (the absorbed path carries more than
+    its pairs), else from every forward whose attention is small.
+    Forwards faster than peak (a gap artefact) are left out; a part fewer than MIN_LED forwards lead gets None."""
+    usable = [p for p in points if p[3] > sum(p[:3]) > 0]
+    gemm_led = [p for p in usable if p[2] == 0 and p[1] < ATTENTION_LED * p[0]]
+    if not gemm_led:  # every forward ran the absorbed path (V2-Lite's ShareGPT batches all hit the radix cache)
+        gemm_led = [p for p in usable if p[1] + p[2] < ATTENTION_LED * p[0]]
+    if not gemm_led:
+        return PrefillShares(None, None, None, 0, 0, None)
+
+    def share(col: int, gemm: float) -> tuple[float | None, int]:
+        ratios = [p[col] / (p[3] - p[0] / gemm) for p in usable if p[col] >= ATTENTION_LED * p[0] and p[3] > p[0] / gemm]
+        return (float(statistics.median(ratios)) if len(ratios) >= MIN_LED else None), len(ratios)
+
+    attention = absorbed = None
+    for _ in range(2):  # the GEMM-led forwards' small attention, at the shares of the pass before, then refit
+        rest = [(p[0], p[3] - p[1] / (attention or np.inf) - p[2] / (absorbed or np.inf)) for p in gemm_led]
+        gemm = float(statistics.median(g / t for g, t in rest if t > 0))
+        (attention, _), (absorbed, n_absorbed) = share(1, gemm), share(2, gemm)
+    predicted = [g / gemm + mha / (attention or gemm) + ab / (absorbed or gemm) for g, mha, ab, _ in usable]
+    rms = float(np.sqrt(np.mean([((t - p[3]) / p[3]) ** 2 for t, p in zip(predicted, usable)])))
+    return PrefillShares(gemm, attention, absorbed, len(usable), n_absorbed, rms)
 
 
 def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float, graph_sizes: int) -> StartupCoeffs:

@@ -56,7 +56,8 @@ from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.calibration import (
     Calibration,
     fit_decode,
-    fit_prefill_efficiency,
+    PrefillShares,
+    fit_prefill_shares,
     fit_startup,
     runtime_overhead_gb,
 )
@@ -156,16 +157,10 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
         sglang_version=e.sglang_version, load_format=m.load_format,
         mem_fraction_static=e.mem_fraction_static, chunked_prefill_tokens=e.chunked_prefill_size,
         cuda_graph_max_bs=e.cuda_graph_max_bs, page_size=e.page_size, context_length=e.context_length,
+        attention_backend=e.attention_backend,
     )
     decode = fit_decode(profile.decode, m.num_hidden_layers, lambda bs: at_profile.weight_read_s(bs) + at_profile._comm_s(bs))
-    fixed = at_profile.gpu.step_overhead_s + m.num_hidden_layers * at_profile.gpu.layer_overhead_s
-    pairs = []
-    for pt in profile.prefill:
-        per = pt.new_tokens // pt.requests
-        new = [per] * pt.requests
-        new[-1] += pt.new_tokens - per * pt.requests
-        cached = [pt.cached_tokens // pt.requests] * pt.requests
-        pairs.append((at_profile.prefill_compute_s(new, cached), pt.time_s - fixed - at_profile._comm_s(pt.new_tokens)))
+    prefill = _prefill_fit(profile, at_profile, m.num_hidden_layers)
     startup = fit_startup(
         profile, weights_s=at_profile.weights_bytes_per_gpu() / (at_profile.gpu.dummy_init_gb_s * GB),
         kv_alloc_s=at_profile.gpu.kv_alloc_s, graph_sizes=len(at_profile.graph_batch_sizes()),
@@ -173,13 +168,33 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
     return Calibration(
         profile=profile.name, gpu=profile.gpu.name, layers=m.num_hidden_layers,
         sglang_version=e.sglang_version, tp=e.tp, decode=decode,
-        efficiency_prefill=fit_prefill_efficiency(pairs), prefill_points=len(pairs), startup=startup,
+        efficiency_prefill=prefill.gemm, prefill_points=prefill.points, startup=startup,
+        efficiency_attention=prefill.attention, efficiency_absorbed=prefill.absorbed,
+        absorbed_points=prefill.absorbed_points, prefill_rms_rel=prefill.rms_rel,
         runtime_overhead_gb=runtime_overhead_gb(profile, at_profile.gpu.memory_bytes / GB), source=profile.raw,
         page_size=e.page_size,
         page_ratios=tuple((x.page_size, x.decode_step_ratio) for x in profile.page_size_effects),
         transfer_latency=tuple((x.page_size, x.time_s) for x in profile.transfer),
         attention_backend=e.attention_backend, kv_dtype_bytes=KV_DTYPE_BYTES.get(e.kv_cache_dtype, 2),
     )
+
+
+def _prefill_fit(profile: CalibrationProfile, at_profile: EngineCostModel, layers: int) -> PrefillShares:
+    """Shares of peak of the profile's prefill forwards (GEMMs, MHA attention, absorbed-MLA attention): the
+    forwards SGLang's log timed where the profile has them (the same method on every GPU), else the client's
+    latencies; each forward after its fixed per-step cost and collectives."""
+    logged = [p for p in profile.prefill if p.source == "server-log"]
+    fixed = at_profile.gpu.step_overhead_s + layers * at_profile.gpu.layer_overhead_s
+    rows = []
+    for pt in logged or profile.prefill:
+        new, cached = pt.requests_split()
+        absorbed = at_profile.absorbed_prefill(cached)
+        gemm = at_profile.prefill_compute_s(new, cached, attention=False)
+        attention = at_profile.prefill_compute_s(new, cached, absorbed=absorbed) - gemm
+        spent = pt.time_s - fixed - at_profile._comm_s(pt.new_tokens)
+        if spent > 0:
+            rows.append((gemm, 0.0 if absorbed else attention, attention if absorbed else 0.0, spent))
+    return fit_prefill_shares(rows)
 
 
 def find_calibration(
@@ -201,7 +216,9 @@ def find_calibration(
     if cal.efficiency_prefill is None:
         other = next((calibration_for(p, arch, quantization) for p in shape if p.prefill), None)
         if other is not None:
-            cal = replace(cal, efficiency_prefill=other.efficiency_prefill, prefill_points=other.prefill_points)
+            cal = replace(cal, efficiency_prefill=other.efficiency_prefill, prefill_points=other.prefill_points,
+                          efficiency_attention=other.efficiency_attention, efficiency_absorbed=other.efficiency_absorbed,
+                          absorbed_points=other.absorbed_points, prefill_rms_rel=other.prefill_rms_rel)
     return cal
 
 

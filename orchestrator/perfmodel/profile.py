@@ -123,6 +123,20 @@ class PrefillPoint(_Strict):
     requests: int = Field(1, ge=1)
     cached_tokens: int = Field(0, ge=0)
     time_s: float = Field(gt=0)
+    per_request: list[list[int]] | None = Field(
+        None, description="[new, cached] tokens of each request of the batch (else split evenly)")
+    source: Literal["client", "server-log"] = Field(
+        "client", description="client: a request's latency (max_new_tokens 1); server-log: the gap between two "
+        "SGLang prefill lines (perfmodel/prefill_log.py)")
+
+    def requests_split(self) -> tuple[list[int], list[int]]:
+        """(new tokens, cached tokens) per request."""
+        if self.per_request:
+            return [n for n, _ in self.per_request], [c for _, c in self.per_request]
+        per = self.new_tokens // self.requests
+        new = [per] * self.requests
+        new[-1] += self.new_tokens - per * self.requests
+        return new, [self.cached_tokens // self.requests] * self.requests
 
 
 class TransferPoint(_Strict):

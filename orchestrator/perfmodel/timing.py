@@ -25,6 +25,14 @@ ATTENTION_BACKEND_SPEED = {"fa3": 1.0, "flashinfer": 1.0, "flashmla": 1.0, "trit
 MLA_HEADS_PER_PASS = {"triton": 16, "fa3": 64, "flashmla": 64, "flashinfer": 64}
 
 
+# SGLang 0.5.17 with the triton backend runs a prefill (extend) batch through MHA only when no request of it has
+# cached tokens; a batch with any prefix (a chunk continuing a long prompt, a radix-cache hit) runs the absorbed
+# MLA path for all its pairs (models/deepseek_common/attention_backend_handler.py, handle_attention_triton).
+# Absorbed, a (query, key) pair costs 2 x heads x (kv_lora + rope) for the scores and 2 x heads x kv_lora for the
+# weighted sum; its share of peak is measured (Calibration.efficiency_absorbed), never assumed.
+ABSORBED_PREFILL_BACKENDS = {"triton"}
+
+
 def mla_passes(heads_per_gpu: float, backend: str | None) -> int:
     """Times one GPU's MLA decode kernel reads a request's latent: once per tile of its query heads."""
     return max(1, math.ceil(heads_per_gpu / MLA_HEADS_PER_PASS.get(backend or "fa3", 64)))
@@ -101,13 +109,25 @@ class TimingTerms:
             comm_s += send if stage else (self.pp - 1) * send
         return comm_s
 
-    def _prefill_args(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None) -> dict:
+    def absorbed_prefill(self, cached_tokens: Sequence[int] | None) -> bool:
+        """Does a prefill batch with these cached tokens run the absorbed MLA path (see ABSORBED_PREFILL_BACKENDS)?"""
+        return (self.arch.is_mla and (self.attention_backend or "fa3") in ABSORBED_PREFILL_BACKENDS
+                and any(c > 0 for c in cached_tokens or ()))
+
+    def _pair_flops(self, absorbed: bool) -> float:
+        """FLOPs of one (query, key) pair in one layer: QK^T over the q/k head dims and PV over the v dims
+        (non-absorbed MLA, or GQA); absorbed MLA: scores over kv_lora + rope, the sum over kv_lora."""
+        arch = self.arch
+        if absorbed:
+            return 2 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+        return 2 * arch.num_attention_heads * (arch.qk_head_dim + arch.value_head_dim)
+
+    def _prefill_args(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None, absorbed: bool = False) -> dict:
         cached = list(cached_tokens) if cached_tokens is not None else [0] * len(new_tokens)
         if len(cached) != len(new_tokens):
             raise ValueError(f"cached_tokens has {len(cached)} entries, new_tokens {len(new_tokens)}")
         arch = self.arch
-        # per (query, key) pair: QK^T over the q/k head dims and PV over the v dims (non-absorbed MLA, or GQA)
-        pair_flops = 2 * arch.num_attention_heads * (arch.qk_head_dim + arch.value_head_dim)
+        pair_flops = self._pair_flops(absorbed)
         pairs = sum(n * (c + (n + 1) / 2) for n, c in zip(new_tokens, cached))
         share = self.replicas
         total = sum(new_tokens)
@@ -118,25 +138,36 @@ class TimingTerms:
             lm_head_tokens=math.ceil(sum(1 for n in new_tokens if n > 0) / share),
         )
 
-    def prefill_compute_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float:
-        """FLOP time of one prefill forward at 100 % of peak (what the prefill efficiency divides)."""
-        a = self._prefill_args(new_tokens, cached_tokens)
+    def prefill_compute_s(
+        self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None, attention: bool = True,
+        absorbed: bool = False,
+    ) -> float:
+        """FLOP time of one prefill forward at 100 % of peak (what the prefill efficiency divides); `attention`
+        False: the projections, MLPs and experts only; `absorbed`: the attention pairs priced on the absorbed path."""
+        a = self._prefill_args(new_tokens, cached_tokens, absorbed)
         p = self.params
         active_dense = p.attention + p.dense_mlp + p.shared_experts + p.router
         routed = a["tokens"] * self.arch.num_experts_per_tok * self.arch.moe_layers * p.one_expert_per_layer
-        flops = 2 * (a["tokens"] * active_dense + routed + a["lm_head_tokens"] * p.lm_head) + a["attention_flops"]
-        return flops / (self.tp * self._peak_flops())
+        flops = 2 * (a["tokens"] * active_dense + routed + a["lm_head_tokens"] * p.lm_head)
+        return (flops + (a["attention_flops"] if attention else 0.0)) / (self.tp * self._peak_flops())
 
     def prefill_time_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float:
         """One prefill forward (a batch or a chunk): new_tokens[i] computed on top of cached_tokens[i].
 
-        With a calibration profile the share of peak FLOPs is the one measured for this layer shape. With
-        pipeline parallelism the chunk's stages pipeline behind each other (perfmodel/parallel/pipeline.py)."""
-        a = self._prefill_args(new_tokens, cached_tokens)
-        calibrated = self.calibration is not None and self.calibration.efficiency_prefill
+        With a calibration profile the share of peak FLOPs is the one measured for this layer shape and GPU, and a
+        batch that runs the absorbed MLA path (absorbed_prefill) prices its attention pairs at the share measured
+        for that path. With pipeline parallelism the chunk's stages pipeline behind each other
+        (perfmodel/parallel/pipeline.py)."""
+        cal = self.calibration
+        calibrated = cal is not None and cal.efficiency_prefill
+        absorbed = bool(calibrated and cal.efficiency_absorbed and self.absorbed_prefill(cached_tokens))
+        a = self._prefill_args(new_tokens, cached_tokens, absorbed)
+        if calibrated:  # the pairs at their own measured share, carried as FLOPs at the GEMMs' share
+            attention_share = cal.efficiency_absorbed if absorbed else (cal.efficiency_attention or cal.efficiency_prefill)
+            a["attention_flops"] *= cal.efficiency_prefill / attention_share
         saved = self.efficiency_prefill
         if calibrated:
-            self.efficiency_prefill = self.calibration.efficiency_prefill
+            self.efficiency_prefill = cal.efficiency_prefill
         try:
             forward = self._forward_s(**a, stage=self.pp > 1)
         finally:
