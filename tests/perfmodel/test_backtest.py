@@ -106,14 +106,23 @@ def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> Non
     assert regressed.regressed and "REGRESSED (inside when first predicted)" in summary([regressed])
 
 
-def _raw_total_tok_s(evidence: str) -> float | None:
-    """The total token throughput a measured row's raw file records: SGLang's result block in a .txt/.log, or the
-    `total_tok_s` of a summary .json; None when the evidence is not such a file in the repository."""
+def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
+    """The total token throughput a measured row's raw file records: SGLang's result block in a .txt/.log, the
+    `total_tok_s` of a summary .json, or (k x (prompt + output tokens)) / the client's wall time of one point of a
+    calibration raw file (`point`: its run variant, measure, batch and context); None when the evidence is not
+    such a file in the repository."""
     path = ROOT / evidence.split()[0]
     if not path.is_file() or path.suffix not in (".txt", ".log", ".json"):
         return None
     if path.suffix == ".json":
-        return float(json.loads(path.read_text())["total_tok_s"])
+        raw = json.loads(path.read_text())
+        if raw.get("schema") == "pdo-calibration-raw/1" and point is not None:
+            run = next(r for r in raw["runs"] if r["variant"] == point["variant"])
+            row = next(r for r in run[point["measure"]]
+                       if (r["batch_size"], r["context_tokens"]) == (point["batch_size"], point["context_tokens"]))
+            client = row["client"]
+            return (client["input_tokens"] + client["completion_tokens"]) / client["wall_s"]
+        return float(raw["total_tok_s"])
     lines = [line for line in path.read_text().splitlines() if line.startswith("Total token throughput (tok/s):")]
     assert len(lines) == 1, f"{evidence}: {len(lines)} result blocks, the row cannot say which it is"
     return float(lines[0].split(":")[1])
@@ -121,10 +130,11 @@ def _raw_total_tok_s(evidence: str) -> float | None:
 
 def test_every_measured_throughput_row_is_the_number_its_raw_file_holds(rows) -> None:
     checked = []
+    points = {r["id"]: r.get("raw_point") for r in load_dataset()["runs"]}
     for row in rows.values():
         if row.kind != "throughput" or row.source != "measured":
             continue
-        raw = _raw_total_tok_s(row.evidence)
+        raw = _raw_total_tok_s(row.evidence, points[row.id])
         assert raw is not None, f"{row.id}: evidence {row.evidence!r} is not a raw result file of ours"
         assert row.measured == pytest.approx(raw, abs=1.0), f"{row.id}: dataset {row.measured}, raw file {raw:.2f}"
         checked.append(row.id)
