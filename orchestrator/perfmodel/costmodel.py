@@ -138,7 +138,9 @@ def build_cost_model(
     if spec is not None:
         server = {**spec_fields(spec), **server}
     hardware = gpu_spec(gpu, gpu_memory_gb)
-    calibration = find_calibration(hardware.name, arch, quantization) if calibrated and gpu != "cpu-fast" else None
+    load_format = server.get("load_format")
+    calibration = (find_calibration(hardware.name, arch, quantization, load_format=load_format)
+                   if calibrated and gpu != "cpu-fast" else None)
     return EngineCostModel(arch=arch, gpu=hardware, quantization=quantization, calibration=calibration, **server)
 
 
@@ -154,7 +156,7 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
     shape = replace(arch, num_hidden_layers=m.num_hidden_layers, first_k_dense_replace=m.first_k_dense_replace)
     at_profile = build_cost_model(
         shape, profile.gpu.name, quantization, calibrated=False, tp=e.tp, dp=e.dp, dp_attention=e.dp_attention,
-        sglang_version=e.sglang_version, load_format=m.load_format,
+        sglang_version=e.sglang_version, load_format=None if m.real_like else m.load_format,
         mem_fraction_static=e.mem_fraction_static, chunked_prefill_tokens=e.chunked_prefill_size,
         cuda_graph_max_bs=e.cuda_graph_max_bs, page_size=e.page_size, context_length=e.context_length,
         attention_backend=e.attention_backend,
@@ -198,13 +200,14 @@ def _prefill_fit(profile: CalibrationProfile, at_profile: EngineCostModel, layer
 
 
 def find_calibration(
-    gpu: str, arch: ModelArchitecture, quantization: str, profiles: list[CalibrationProfile] | None = None
+    gpu: str, arch: ModelArchitecture, quantization: str, profiles: list[CalibrationProfile] | None = None,
+    load_format: str | None = "dummy",
 ) -> Calibration | None:
     """The shipped profile's calibration for this GPU and layer shape; else the same shape on another GPU;
     else a profile of another shape on this GPU, whose start-up figures only apply (process start, graph
     capture per size and layer, cold compile per size do not depend on the layer's dimensions)."""
     pool = profiles if profiles is not None else shipped_profiles()
-    cal = _find_calibration(gpu, arch, quantization, pool)
+    cal = _find_calibration(gpu, arch, quantization, pool, load_format)
     if cal is None or not cal.shape_matches:
         return cal
     # what the layer shape alone decides, from any profile of it: the experts dummy weights route to, and the
@@ -213,8 +216,9 @@ def find_calibration(
     routing = next((p.routing for p in shape if any(x.gate == "dummy" for x in p.routing)), [])
     if routing:
         cal = replace(cal, dummy_routing=tuple(sorted((x.tokens, x.distinct_experts) for x in routing if x.gate == "dummy")))
-    if cal.efficiency_prefill is None:
-        other = next((calibration_for(p, arch, quantization) for p in shape if p.prefill), None)
+    if cal.efficiency_prefill is None:  # this GPU's other profile of the shape first (prefill shares are per GPU)
+        lenders = sorted((p for p in shape if p.prefill), key=lambda p: p.gpu.name != gpu)
+        other = next((calibration_for(p, arch, quantization) for p in lenders), None)
         if other is not None:
             cal = replace(cal, efficiency_prefill=other.efficiency_prefill, prefill_points=other.prefill_points,
                           efficiency_attention=other.efficiency_attention, efficiency_absorbed=other.efficiency_absorbed,
@@ -222,9 +226,11 @@ def find_calibration(
     return cal
 
 
-def _find_calibration(gpu: str, arch: ModelArchitecture, quantization: str, pool: list[CalibrationProfile]) -> Calibration | None:
+def _find_calibration(
+    gpu: str, arch: ModelArchitecture, quantization: str, pool: list[CalibrationProfile], load_format: str | None,
+) -> Calibration | None:
     same_gpu = [p for p in pool if p.gpu.name == gpu]
-    profile = find_profile(gpu, arch, quantization, pool)
+    profile = find_profile(gpu, arch, quantization, pool, load_format)
     if profile is not None:
         cal = calibration_for(profile, arch, quantization)
         lender = next((p for p in same_gpu if p.startup and p is not profile), None)
@@ -232,7 +238,8 @@ def _find_calibration(gpu: str, arch: ModelArchitecture, quantization: str, pool
             lent = _startup_only(lender.model_dump_json(), arch, quantization)
             cal = replace(cal, startup=lent.startup, runtime_overhead_gb=cal.runtime_overhead_gb or lent.runtime_overhead_gb)
         return cal
-    others = [p for p in pool if p.model.matches(arch, quantization)]
+    others = sorted((p for p in pool if p.model.matches(arch, quantization)),
+                    key=lambda p: p.model.real_like != (load_format != "dummy"))
     if others:  # the shape's step costs from another GPU; start-up (host, image, caches) from this GPU's profile
         cal = calibration_for(others[0], arch, quantization)
         if same_gpu:

@@ -54,6 +54,15 @@ class ProfileModel(_Strict):
     qk_rope_head_dim: int
     quantization: Literal["bf16", "fp8", "w4a8", "awq"]
     load_format: str = "dummy"
+    routing: Literal["as-loaded", "random-gates"] = Field(
+        "as-loaded", description="random-gates: every MoE gate re-drawn after the dummy load (real-like, uniform "
+        "routing: the profile real-weight servers take); as-loaded: the weights' own routing (dummy weights: every "
+        "token to nearly the same experts)")
+
+    @property
+    def real_like(self) -> bool:
+        """Does this profile's routing stand for a real checkpoint's (random gates, or real weights)?"""
+        return self.routing == "random-gates" or self.load_format != "dummy"
 
     def layer_shape(self) -> tuple:
         """Everything but the layer count: two models with the same layer shape share per-layer costs."""
@@ -266,15 +275,19 @@ def find_profile(
     arch: object,
     quantization: str,
     profiles: list[CalibrationProfile] | None = None,
+    load_format: str | None = "dummy",
 ) -> CalibrationProfile | None:
-    """The shipped profile for this GPU and this per-layer model shape, or None: the newest SGLang version,
-    then the newest measurement (a fresh calibration run beats one derived from older logs)."""
+    """The shipped profile for this GPU and this per-layer model shape, or None: the one whose routing stands for
+    `load_format` (dummy weights: as loaded; a real checkpoint: random gates or real weights), then the newest
+    SGLang version, then the newest measurement (a fresh calibration run beats one derived from older logs)."""
     candidates = [
         p for p in (profiles if profiles is not None else shipped_profiles())
         if p.gpu.name == gpu and p.model.matches(arch, quantization)
     ]
+    real = load_format != "dummy"
     candidates.sort(
-        key=lambda p: (tuple(int(x) for x in p.engine.sglang_version.split(".") if x.isdigit()), p.created),
+        key=lambda p: (p.model.real_like == real,
+                       tuple(int(x) for x in p.engine.sglang_version.split(".") if x.isdigit()), p.created),
         reverse=True,
     )
     return candidates[0] if candidates else None

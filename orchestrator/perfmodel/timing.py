@@ -38,6 +38,14 @@ def mla_passes(heads_per_gpu: float, backend: str | None) -> int:
     return max(1, math.ceil(heads_per_gpu / MLA_HEADS_PER_PASS.get(backend or "fa3", 64)))
 
 
+# A TP group across nodes (TP16 on 2 x 8) keeps issue 14's roofline with uniform routing. True gives it the same
+# mechanism as a group inside a node (one GPU's calibrated terms at its shape, dummy routing, the published
+# cross-node collectives); benchmarks/tp16_mechanism.py compares both on the TP16 rows: the mechanism predicts the
+# published TP16 runs 4-80 % fast, worst on the dummy-weight ones, which were measured no faster than real weights
+# (docs/fidelity.md, "TP16 across nodes"), so what binds a cross-node TP16 step is not in it and it stays off.
+CALIBRATED_ACROSS_NODES = False
+
+
 class TimingTerms:
     """Seconds; `self` is an EngineCostModel (fields and shape properties live there)."""
 
@@ -82,7 +90,7 @@ class TimingTerms:
         pp = self.pp  # timing walks every stage in turn, so count all layers' bytes on one stage's GPUs
         # dummy routing is what the R1-shaped calibration measured; a TP group across nodes has no calibrated
         # step (see _decode_pass_s) and keeps the uniform-routing roofline of issue 14
-        same = dummy_routing(self.load_format, arch.topk_method) and not self._tp_spans_nodes
+        same = dummy_routing(self.load_format, arch.topk_method) and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes)
         measured = self.calibration.dummy_routing if self.calibration is not None else ()
         hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same, measured)
         return (
@@ -220,7 +228,7 @@ class TimingTerms:
         """One decode forward of `bs` tokens over `ctx` context tokens on one model copy (`stage`: one
         pipeline stage's share of the layers, without the scheduler's step)."""
         cal = self.calibration
-        if cal is not None and cal.decode is not None and not self._tp_spans_nodes:
+        if cal is not None and cal.decode is not None and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes):
             full = self._calibrated_decode_s(bs, ctx, eager)
             return full / self.pp if stage else full
         arch = self.arch
