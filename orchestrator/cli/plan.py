@@ -14,7 +14,7 @@ from orchestrator.cluster.inventory import ClusterError, check_declared_placemen
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.plan.backtest import BacktestError, ErrorBand, error_band, out_of_sample_models
-from orchestrator.plan.compare import compare, compare_table, find_real_run
+from orchestrator.plan.compare import MEASURED, SIM_ENGINE, compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits, sglang_defaults_text
 from orchestrator.plan.proposals import add_search_args, print_search
@@ -285,7 +285,7 @@ def _print_earlier_run(cfg: RunConfig, predicted: SimulatedRun, band: ErrorBand 
     if found is None:
         return
     path, run = found
-    what = "simulated run (bench on the sim engine)" if cfg.simulated else "measured run"
+    what = f"{SIM_ENGINE} run (bench on the simulated engine)" if cfg.simulated else f"{MEASURED} run (bench on SGLang)"
     run_tok_s = run.output_tokens / run.duration_s
     run_ttft = percentile(run.ttft_s, 50) if run.ttft_s else math.nan
     error = predicted.output_throughput / run_tok_s - 1
@@ -325,6 +325,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"({LABEL} rows: virtual time on each config's cluster.gpu via the cost model, "
         f"{time.monotonic() - started:.1f} s of CPU; ratio = output throughput / the first config's)"
     )
+    sources = {row.source for row in rows}
+    if SIM_ENGINE in sources:
+        print(f"({SIM_ENGINE} rows: a bench run on the simulated engine, its wall time: simulated, no GPU measured)")
+    if MEASURED in sources:
+        print(f"({MEASURED} rows: a bench run on SGLang, measured on the GPUs)")
     return 0
 
 

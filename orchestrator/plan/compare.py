@@ -22,8 +22,8 @@ from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.simulate import LABEL, SimulationError
 from orchestrator.stats import percentile
 
-MEASURED = "measured"
-MEASURED_SIM = "measured-sim"  # a bench run of the simulated engine: measured wall time of the simulator, not of GPUs
+MEASURED = "measured"  # a bench run on SGLang: GPUs measured
+SIM_ENGINE = "sim-engine"  # a bench run on the simulated engine: the simulator's wall time, no GPU measured
 
 
 @dataclass
@@ -33,7 +33,7 @@ class CompareRow:
     name: str
     layout: str
     gpu: str
-    source: str  # "simulated" | "measured" | "measured-sim"
+    source: str  # "simulated" (the planner) | "sim-engine" (bench on the sim engine) | "measured" (bench on SGLang)
     memory: str
     output_throughput: float = math.nan
     duration_s: float = math.nan
@@ -137,7 +137,7 @@ def simulated_row(
 
 def measured_row(name: str, cfg: RunConfig, measured: Measured, predicted: CompareRow | None, note: str) -> CompareRow:
     row = CompareRow(
-        name, cfg.layout.describe(), cfg.cluster.gpu, MEASURED_SIM if cfg.engine.kind == "sim" else MEASURED,
+        name, cfg.layout.describe(), cfg.cluster.gpu, SIM_ENGINE if cfg.engine.kind == "sim" else MEASURED,
         predicted.memory if predicted else "-",
         output_throughput=measured.output_tokens / measured.duration_s if measured.duration_s > 0 else math.nan,
         duration_s=measured.duration_s,

@@ -18,12 +18,15 @@ from orchestrator.router.dispatch import PDDispatcher
 from orchestrator.router.failures import DispatchError
 from orchestrator.router.pairs import Progress
 
+STOP_DRAIN_S = 1.0  # after a stop: how long the answers the engines already sent may take to be read
+
 
 async def run_one(dispatcher: PDDispatcher, req: BenchRequest, deadline_at: float | None,
-                  queued: bool = False) -> RequestResult:
+                  queued: bool = False, progress: Progress | None = None) -> RequestResult:
     """One benchmark prompt end to end; never raises, always exactly one RequestResult.
 
-    `queued`: the caller already counted this request as queued in RouterMetrics.
+    `queued`: the caller already counted this request as queued in RouterMetrics. `progress`: the caller's
+    handle on the request while it runs (its state starts as "queued" iff `queued`).
     """
     body = {
         "input_ids": req.input_ids,
@@ -32,7 +35,7 @@ async def run_one(dispatcher: PDDispatcher, req: BenchRequest, deadline_at: floa
     }
     result = RequestResult(index=req.index, status="failed", prompt_len=req.prompt_len,
                            output_len=req.output_len, sent_at=time.time())
-    progress = Progress("queued" if queued else None)
+    progress = progress or Progress("queued" if queued else None)
     dispatcher.set_progress(progress, "prefill")
     try:
         answer = await dispatcher.generate(body, deadline_at, progress)
@@ -67,15 +70,20 @@ async def run_batch(dispatcher: PDDispatcher, requests: list[BenchRequest], max_
 
 async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest], max_in_flight: int,
                            deadline_at: float | None = None, flush_s: float = 0.0,
-                           stop: asyncio.Event | None = None) -> AsyncGenerator[list[RequestResult], None]:
+                           stop: asyncio.Event | None = None,
+                           stop_drain_s: float = STOP_DRAIN_S) -> AsyncGenerator[list[RequestResult], None]:
     """Yield every request's RequestResult as it completes, at most `max_in_flight` in flight; results done
     within `flush_s` of the first one not yet yielded come together in one list.
 
     Requests are admitted in the order given. Requests still waiting at the deadline fail at once
     with a "deadline" error, so the lists add up to exactly len(requests) results. Result timings are the
     router's own (sent_at/done_at), so holding a result back for `flush_s` changes none of them.
-    Once `stop` is set (the driver was interrupted), the requests in flight are cancelled (their legs
-    aborted on the servers), the results finished by then are yielded, and the lists end short.
+
+    Once `stop` is set (the driver was interrupted) the lists end short, keeping every request its engine
+    finished: the decode leg of every request in flight is aborted first (so nothing new finishes), then the
+    answers the engines already sent are read for up to `stop_drain_s` (a router reading hundreds of streams
+    lags the engines) and the completed ones yielded; failures after the stop (the aborted) are left out for
+    the driver to name, and requests still unanswered are cancelled (both legs aborted).
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight={max_in_flight}: must be >= 1")
@@ -83,19 +91,26 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
     # asyncio.wait over every task in flight for each completion (that was O(in flight) per request).
     waiting = iter(requests)
     ready: list[RequestResult] = []
+    in_flight: set[Progress] = set()
     wake = asyncio.Event()  # a result is ready, or a lane ended
     if dispatcher.metrics is not None:
         for _ in requests:  # every request not yet sent counts as queued
             dispatcher.metrics.state_change(None, "queued")
 
-    async def lane() -> None:
-        for req in waiting:
-            result = await run_one(dispatcher, req, deadline_at, queued=True)
-            ready.append(result)  # not ready.append(await ...): that would append to the list of before the await
-            wake.set()
-
     def stopped() -> bool:
         return stop is not None and stop.is_set()
+
+    async def lane() -> None:
+        while not stopped() and (req := next(waiting, None)) is not None:
+            progress = Progress("queued")
+            in_flight.add(progress)
+            try:
+                result = await run_one(dispatcher, req, deadline_at, queued=True, progress=progress)
+            finally:
+                in_flight.discard(progress)
+            if not progress.stopping or result.status == "ok":
+                ready.append(result)  # not ready.append(await ...): that would append to the list of before the await
+            wake.set()
 
     lanes = [asyncio.ensure_future(lane()) for _ in range(min(max_in_flight, len(requests)))]
     for t in lanes:
@@ -109,7 +124,7 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
             await wake.wait()
             wake.clear()
             if stopped():
-                break  # what is ready goes out first (below), before the lanes are cancelled
+                break
             if flush_s > 0 and ready and len(ready) < left:
                 flush_at = time.monotonic() + flush_s
                 while len(ready) < left and (wait_s := flush_at - time.monotonic()) > 0:
@@ -125,9 +140,23 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
             chunk, ready = ready, []
             left -= len(chunk)
             yield chunk
-        if ready:  # stopped: the results finished by now, sent before cancelling the rest (which takes a while)
-            chunk, ready = ready, []
-            yield chunk
+        if stopped():
+            for progress in list(in_flight):  # nothing new finishes: abort each decode leg, retry nothing
+                progress.stopping = True
+                if progress.attempt is not None:
+                    dispatcher.abort_in_background(progress.attempt[1].decode, progress.attempt[0])
+            drain_until = time.monotonic() + stop_drain_s
+            while not all(t.done() for t in lanes) and (wait_s := drain_until - time.monotonic()) > 0:
+                if ready:
+                    chunk, ready = ready, []
+                    yield chunk
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait_s):
+                        await wake.wait()
+                wake.clear()
+            if ready:  # sent before cancelling the rest (which takes a while)
+                chunk, ready = ready, []
+                yield chunk
     finally:
         for t in lanes:  # the consumer (or `stop`) ended the batch early: cancelling aborts their legs
             t.cancel()

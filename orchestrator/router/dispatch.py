@@ -292,6 +292,8 @@ class PDDispatcher:
         # The decode leg runs in this task, the prefill leg beside it; a prefill that fails while the
         # decode waits cancels this task (its decode leg would wait for KV that never comes).
         me, cut = asyncio.current_task(), [False, False]  # [decoding, cut by the prefill]
+        if answer.progress is not None:
+            answer.progress.attempt = (rid, pair)
         prefill_task = None
         if pair.prefill is not None:
             prefill_task = asyncio.ensure_future(
@@ -330,7 +332,8 @@ class PDDispatcher:
                 prefill_task.cancel()
                 await asyncio.gather(prefill_task, return_exceptions=True)
             self.set_progress(answer.progress, "prefill")  # a retry starts over
-            for w in (pair.prefill, pair.decode):
+            stopping = answer.progress is not None and answer.progress.stopping
+            for w in (pair.prefill, None if stopping else pair.decode):  # a stop aborted the decode leg
                 if w is not None:
                     self.abort_in_background(w, rid)
             if isinstance(exc, LegFailure):
@@ -343,6 +346,8 @@ class PDDispatcher:
             raise
         finally:
             self._rooms_in_flight.difference_update(rooms)
+            if answer.progress is not None:
+                answer.progress.attempt = None
 
     # ---- public: one request ------------------------------------------------------------------------
 
@@ -352,6 +357,8 @@ class PDDispatcher:
         state = _RetryState()
         async with contextlib.aclosing(self._attempts(deadline_at, state, request_shape(body))) as attempts:
             async for attempt, pair, _ in attempts:
+                if progress is not None and progress.stopping:
+                    break
                 answer = Answer(status=0, payload=None, pair=pair, rid=self._new_rid(), attempts=attempt,
                                 sent_at=sent_at, origin=origin, progress=progress)
                 try:
@@ -360,7 +367,7 @@ class PDDispatcher:
                 except LegFailure as exc:
                     state.last = exc
                     log.info("attempt %d of %s failed: %s", attempt, answer.rid, exc)
-                    if not exc.retryable:
+                    if not exc.retryable or (progress is not None and progress.stopping):
                         break
         raise _final_error(state.last, state.attempts, deadline_at)
 
@@ -439,8 +446,3 @@ class PDDispatcher:
                 self.mark_suspect(w)
             raise
         return StreamRelay(self, resp, pair, rid, prefill_task, deadline, attempt)
-
-
-# ---- helpers of this module only ------------------------------------------------------------------
-
-

@@ -39,11 +39,13 @@ class Answer:
     progress: "Progress | None" = None  # the request's state for RouterMetrics, shared by its attempts
 
 
-@dataclass
+@dataclass(eq=False)  # a handle: one per request, compared by identity
 class Progress:
-    """Where one benchmark request is (RouterMetrics states); moves are mirrored into the gauge."""
+    """Where one benchmark request is (RouterMetrics states, mirrored into the gauge) and the attempt it is in."""
 
     state: str | None = "queued"
+    attempt: tuple[str, Pair] | None = None  # (rid, pair) of the attempt in flight
+    stopping: bool = False  # its batch was stopped: its decode leg was aborted, no further attempt
 
 
 def host_of(url: str) -> str:

@@ -24,7 +24,7 @@ class BenchInterrupted(Exception):
     """Ctrl-C or SIGTERM during a run; the partial result is written with this reason."""
 
 
-STOP_GRACE_S = 1.5  # the router's answer to a stop; then the stream is cancelled (ray job stop kills at 3 s)
+STOP_GRACE_S = 2.5  # the router drains a stopped batch for up to 1 s (STOP_DRAIN_S), then ends it; else cancelled
 ABORT_GRACE_S = 2.0  # after a hard cancel: the router's aborts reach the engines before teardown
 
 

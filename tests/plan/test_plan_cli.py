@@ -86,14 +86,31 @@ def test_plan_shows_predicted_vs_an_earlier_run_of_the_layout_and_flags_each_dis
          "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
     assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", f"benchmark.result_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
-    # the default's engine is simulated: its run is a simulated run, never "measured"
-    assert (f"simulated run (bench on the sim engine) ({tmp_path / 'run-1' / 'result.json'}): 5,000 out tok/s, "
+    # the default's engine is simulated: its run is a sim-engine run, never "measured"
+    assert (f"sim-engine run (bench on the simulated engine) ({tmp_path / 'run-1' / 'result.json'}): 5,000 out tok/s, "
             "run 20.0 s, TTFT p50 1.00 s; predicted") in out
     assert "measured" not in out.replace("predicted / measured", "")
     assert "(throughput error -" in out
     assert "back-test error band of this throughput: ±" in out and " on out-of-sample rows (MAPE of " in out
     assert "  disagreement: output tok/s -" in out and ", outside the back-test's ±" in out
     assert "  disagreement: TTFT p50 predicted " in out and " vs 1.00 s in that run (+" in out
+
+
+def test_compare_labels_an_earlier_run_of_the_simulated_engine_sim_engine_never_measured(tmp_path, capsys) -> None:
+    """A bench run on the sim engine measured no GPU: `compare` says so in the words `plan` uses (issue 22)."""
+    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
+    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
+                "ttft_s": 1.0, "e2e_s": 20.0, "sent_at": 0.0, "done_at": 20.0} for i in range(50)]
+    (tmp_path / "run-1").mkdir()
+    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
+        {"verdict": "VALID", "duration_s": 20.0, "total_s": 200.0,
+         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    assert main(["compare", "--synthetic", "--configs", DEFAULT, "--set", f"benchmark.result_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("default ")]
+    assert [row[3] for row in rows] == ["simulated", "sim-engine"], out
+    assert "measured" not in out.replace("no GPU measured", ""), out
+    assert "(sim-engine rows: a bench run on the simulated engine, its wall time: simulated, no GPU measured)" in out
 
 
 def test_plan_search_top_prints_that_many_ranks_and_says_why_no_pd_layout_is_ranked(capsys) -> None:

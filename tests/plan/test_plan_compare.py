@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.plan.compare import (
-    MEASURED_SIM,
+    SIM_ENGINE,
     compare,
     compare_table,
     find_real_run,
@@ -82,7 +82,7 @@ def test_an_existing_real_run_of_the_same_layout_is_shown_with_the_prediction_er
     assert path == tmp_path / "run-a" / "result.json" and measured.output_tokens == 200 * 50
 
     rows = compare([(name, cfg)], BATCH)
-    assert [r.source for r in rows] == ["simulated", MEASURED_SIM]  # a sim-engine run: the simulator's wall time
+    assert [r.source for r in rows] == ["simulated", SIM_ENGINE]  # a sim-engine run: the simulator's wall time
     assert rows[1].output_throughput == pytest.approx(100.0)
     assert rows[1].total_s == 180.0 and rows[1].verdict == "VALID"
     assert rows[1].error == pytest.approx(rows[0].output_throughput / 100.0 - 1)
@@ -96,6 +96,6 @@ def test_the_real_path_runs_bench_and_shows_predicted_vs_measured(request, make_
     rows = compare([("sim-1p1d", cfg)], synthetic_batch(12, seed=1),
                    measure=lambda c: run_bench(c, quiet=True, num_prompts=12))
     predicted, measured = rows
-    assert (predicted.source, measured.source) == ("simulated", MEASURED_SIM)
+    assert (predicted.source, measured.source) == ("simulated", SIM_ENGINE)
     assert measured.output_throughput > 0 and measured.error is not None
     assert measured.verdict == "VALID" and measured.note == "this run"

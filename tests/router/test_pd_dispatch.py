@@ -35,6 +35,8 @@ class PDServer:
         self.fail_status: int | None = None
         self.hang = False
         self.hang_after_kv = False  # prefill: hand over the KV, then never answer (0.5.17 NIXL can)
+        self.send_delay_s = 0.0  # decode: a finished answer reaches the router this late (a lagging reader)
+        self.finished = 0  # decode: requests generated to their end (the engine's own tally)
         self.in_flight = 0
         self.max_in_flight = 0
         self._abort_events: dict[str, asyncio.Event] = {}
@@ -105,6 +107,10 @@ class PDServer:
                 w.cancel()
             if aborted.is_set():
                 return web.json_response({"error": {"message": "Aborted by AbortReq."}}, status=500)
+        if self.role == "decode":
+            self.finished += 1  # from here an abort changes nothing: the answer is on its way
+            if self.send_delay_s:
+                await asyncio.sleep(self.send_delay_s)
         ids = list(range(100, 100 + n))
         meta = lambda k: {"id": body["rid"], "prompt_tokens": len(body["input_ids"]), "completion_tokens": k,  # noqa: E731
                           "finish_reason": {"type": "length", "length": n} if k == n else None}
@@ -410,3 +416,31 @@ async def test_a_stopped_batch_sends_what_finished_then_ends_and_aborts_the_requ
     assert len({r.index for r in got}) == len(got) < 20
     hung = [b["rid"] for b in decode.bodies[len(got):]]
     assert len(hung) == 2 and sorted(decode.aborted) == sorted(hung), "the requests in flight were not aborted"
+
+
+async def test_a_stopped_batch_keeps_every_request_the_engine_finished_before_its_abort(servers):
+    """The stop aborts on the engines first, then reads what they already sent: a request the decode finished
+    whose answer had not reached the router at the stop stays completed (Ctrl-C under load, issue 22)."""
+    from orchestrator.router.batch import run_batch_chunks
+
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"])
+    decode = servers["decode-0/0"]
+    stop = asyncio.Event()
+    got = []
+    try:
+        async for chunk in run_batch_chunks(d, bench(20, output_len=8), 4, stop=stop, stop_drain_s=5.0):
+            got.extend(chunk)
+            if len(got) >= 3 and not decode.send_delay_s:
+                decode.send_delay_s = 0.5  # finished on the engine, not yet read when the stop comes
+                done_before = decode.finished
+                for _ in range(200):
+                    if decode.finished - done_before >= 2:
+                        break
+                    await asyncio.sleep(0.01)
+                stop.set()
+    finally:
+        await d.close()
+    assert all(r.status == "ok" for r in got), got
+    assert len(got) == decode.finished < 20, f"kept {len(got)}, the decode finished {decode.finished}"
+    unread = [b["rid"] for b in decode.bodies if b["rid"] in decode.aborted]
+    assert unread, "the stop did not abort on the engine first"

@@ -147,15 +147,22 @@ class BenchProcess:
         return json.loads(paths[0].read_text())
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_mid_run_aborts_both_legs_stops_engines_and_writes_partial_result(ray_driver, tmp_path, sig):
+# SIGINT under load: 192 streams in flight, the signal once the decode has finished 150 (the router, reading
+# ~190 streams on a loaded box, lags the engine: what the engine finished but the router had not yet read
+# must stay completed too). SIGTERM: 16 in flight, the signal once each engine has finished 2.
+SIGNAL_CASES = [(signal.SIGINT, 600, 192, 150, 5.0), (signal.SIGTERM, 200, 16, 2, 20.0)]
+
+
+@pytest.mark.parametrize("sig,num_prompts,in_flight,signal_after,time_scale", SIGNAL_CASES,
+                         ids=["SIGINT-192-in-flight", "SIGTERM-16-in-flight"])
+def test_signal_mid_run_aborts_both_legs_stops_engines_and_writes_partial_result(
+        ray_driver, tmp_path, sig, num_prompts, in_flight, signal_after, time_scale):
     import ray
 
     from orchestrator.cluster.registry import get_registry
 
-    num_prompts = 200  # ~tens of seconds at time_scale 20: the signal surely lands mid-run
-    cfg = sim_config({"name": "shutdown", "engine.sim.time_scale": 20.0, "benchmark.num_prompts": num_prompts,
-                      "benchmark.max_in_flight": 16, "benchmark.deadline_s": 60.0}, tmp_dir=tmp_path)
+    cfg = sim_config({"name": "shutdown", "engine.sim.time_scale": time_scale, "benchmark.num_prompts": num_prompts,
+                      "benchmark.max_in_flight": in_flight, "benchmark.deadline_s": 60.0}, tmp_dir=tmp_path)
     bench = BenchProcess(cfg, tmp_path, ray_driver.gcs_address)
     try:
         bench.wait_for_line("measured run", timeout_s=150)
@@ -166,7 +173,7 @@ def test_signal_mid_run_aborts_both_legs_stops_engines_and_writes_partial_result
         pids = {name: pid_listening_on(urlsplit(e.url).port, cluster_pids(ray_driver)) for name, e in engines.items()}
         assert all(pids.values()), f"engine processes not found: {pids}"
         # mid-run: both engines have finished requests (so the batch is flowing) and the batch is not done
-        wait_until(lambda: all((engine_metric(e.url, "sglang:num_requests_total") or 0) >= 2
+        wait_until(lambda: all((engine_metric(e.url, "sglang:num_requests_total") or 0) >= signal_after
                                for e in engines.values()), 60)
         aborted_before = {n: engine_metric(e.url, "sglang:num_aborted_requests_total") for n, e in engines.items()}
 
