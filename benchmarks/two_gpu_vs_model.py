@@ -14,6 +14,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from orchestrator.config.model_presets import DEEPSEEK_R1
 from orchestrator.perfmodel.costmodel import build_cost_model
@@ -21,7 +22,7 @@ from orchestrator.perfmodel.from_raw import gpu_key
 from orchestrator.perfmodel.gpus import gpu_spec
 from orchestrator.perfmodel.parallel import collectives
 
-LAYOUT_FIELDS = {
+LAYOUT_FIELDS: dict[str, dict[str, Any]] = {
     "tp2": dict(tp=2),
     "dpattn2-ep2": dict(tp=2, dp=2, dp_attention=True, ep=2),
     "pp2": dict(tp=1, pp=2),
