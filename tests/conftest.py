@@ -87,6 +87,51 @@ def pd_router(pd_cfg, pd_workers):
     ingress.stop()
 
 
+# ---- the slow set: `pytest -m "not slow"` is the unit set a developer runs between edits (README, command 2)
+
+SLOW_MARKERS = ("ray", "prometheus", "netns", "slurm")
+# fixtures that start a Ray cluster or real engine server processes (tests that start their own carry `slow`)
+SLOW_FIXTURES = ("ray_cluster", "ray_driver", "ray_cluster_state_path", "pd_workers", "pd_router")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test of a multi-process set (a Ray cluster, Prometheus, network namespaces, Slurm, real subprocess
+    servers) is `slow`, whichever way it says so. Runs after tests/multihost/conftest.py's hook (conftests nearer
+    the tests come first) and before pytest's `-m` selection (plugins registered earlier come last)."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SLOW_MARKERS) or set(SLOW_FIXTURES) & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
+_RUNNING: dict[str, object] = {"item": None}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    _RUNNING["item"] = item  # before any fixture of the test, module- and session-scoped ones included
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _engine_servers_only_in_slow_tests():
+    """Keeps the unit set honest: a test (or a fixture it uses) that starts a real engine server process must be
+    marked `slow`, or it fails saying so."""
+    from orchestrator.engines.base import EngineProcess
+
+    start = EngineProcess.start
+
+    def guarded(self) -> None:
+        item = _RUNNING["item"]
+        if item is not None and item.get_closest_marker("slow") is None:
+            pytest.fail(f"{item.nodeid} starts an engine server process ({self.launch.argv[:3]}): mark it "
+                        "@pytest.mark.slow (the unit set, `-m 'not slow'`, starts none)", pytrace=False)
+        start(self)
+
+    EngineProcess.start = guarded  # type: ignore[method-assign]  # undone below, for the whole session
+    yield
+    EngineProcess.start = start  # type: ignore[method-assign]
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The bad-input and fuzz suites' case counts, from what actually ran (tests/support.py log_case)."""
     if not CASE_LOG:

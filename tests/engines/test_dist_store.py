@@ -42,6 +42,7 @@ def _run(argv: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_without_the_wrapper_torch_listens_on_every_interface():
     """The control: this is what SGLang does by itself, and what the census must be able to see."""
     report = _run([sys.executable, "-c", FAKE_RANK0, f"tcp://127.0.0.1:{free_port()}"])
@@ -49,6 +50,7 @@ def test_without_the_wrapper_torch_listens_on_every_interface():
     assert exposed, f"torch's own store should listen beyond loopback: {report}"
 
 
+@pytest.mark.slow
 def test_with_the_wrapper_every_listener_is_on_loopback():
     report = _run([sys.executable, str(WRAPPER), "--host", "127.0.0.1", "--",
                    sys.executable, "-c", FAKE_RANK0, "tcp://127.0.0.1:1"])  # the fallback must not be used
@@ -58,6 +60,7 @@ def test_with_the_wrapper_every_listener_is_on_loopback():
     assert all(s[2] for s in report["listening"]), report
 
 
+@pytest.mark.slow
 def test_the_wrapper_exits_with_the_servers_status_and_goes_down_with_its_group():
     failing = subprocess.run([sys.executable, str(WRAPPER), "--host", "127.0.0.1", "--",
                               sys.executable, "-c", "import sys; sys.exit(3)"], timeout=60)

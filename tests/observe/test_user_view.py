@@ -176,6 +176,7 @@ def _readme_sim_server_line() -> str:
     return re.search(r"`(pd-orchestrator sim-server [^`]+)`", row).group(1).replace("\\|", "|")
 
 
+@pytest.mark.slow
 def test_readme_sim_server_example_starts_as_written(tmp_path):
     from orchestrator.cluster.ports import free_port
 

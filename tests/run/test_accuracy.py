@@ -56,12 +56,14 @@ def corrupt():
         yield url
 
 
+@pytest.mark.slow
 def test_another_server_of_the_same_model_matches_the_reference(clean, clean_twin):
     result = accuracy.run_gate(SPEC.model_copy(update={"mode": "token-match", "reference": clean}), clean_twin)
     assert result.passed, result.detail
     assert result.metrics["mismatched_prompts"] == 0
 
 
+@pytest.mark.slow
 def test_a_server_of_another_model_fails_against_the_reference(clean):
     """Every output token differs when the deployed model is not the reference's (here V2-Lite vs R1)."""
     with sim_server(overrides=["model.preset=DeepSeek-V2-Lite", "model.quantization=bf16"]) as other:
@@ -71,12 +73,14 @@ def test_a_server_of_another_model_fails_against_the_reference(clean):
     assert result.detail.startswith("4/4 prompts differ; prompt 0 differs at output token 0")
 
 
+@pytest.mark.slow
 def test_corrupt_outputs_fail_against_reference_url(clean, corrupt):
     result = accuracy.run_gate(SPEC.model_copy(update={"mode": "token-match", "reference": clean}), corrupt)
     assert not result.passed
     assert result.metrics["mismatched_prompts"] == 4
 
 
+@pytest.mark.slow
 def test_recorded_reference_file_round_trip(clean, clean_twin, corrupt, tmp_path):
     ref = tmp_path / "ref.json"
     assert main(["accuracy", "record-reference", "--url", clean, "--out", str(ref),
@@ -88,23 +92,27 @@ def test_recorded_reference_file_round_trip(clean, clean_twin, corrupt, tmp_path
     assert main(check + [corrupt]) == 1
 
 
+@pytest.mark.slow
 def test_sim_config_without_reference_starts_its_own_aggregated_reference(clean, corrupt, tmp_path):
     cfg = default_sim_config(tmp_path)
     assert accuracy.run_gate(SPEC, clean, cfg).passed
     assert not accuracy.run_gate(SPEC, corrupt, cfg).passed
 
 
+@pytest.mark.slow
 def test_missing_reference_file_says_how_to_record_one(clean, tmp_path):
     spec = SPEC.model_copy(update={"mode": "token-match", "reference": str(tmp_path / "none.json")})
     with pytest.raises(AccuracyGateError, match="accuracy record-reference"):
         accuracy.run_gate(spec, clean)
 
 
+@pytest.mark.slow
 def test_token_match_without_any_reference_outside_the_sim_is_an_error(clean):
     with pytest.raises(AccuracyGateError, match="needs --accuracy-reference"):
         accuracy.run_gate(SPEC.model_copy(update={"mode": "token-match"}), clean, cfg=None)
 
 
+@pytest.mark.slow
 def test_bpb_without_baseline_is_an_error(clean):
     with pytest.raises(AccuracyGateError, match="--accuracy-baseline"):
         accuracy.run_gate(SPEC.model_copy(update={"mode": "bpb"}), clean)

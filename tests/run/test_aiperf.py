@@ -49,6 +49,7 @@ def test_profile_command_carries_the_contests_flags(tmp_path):
     assert (Path(cmd[cmd.index("--tokenizer") + 1]) / "tokenizer.json").is_file()
 
 
+@pytest.mark.slow
 def test_real_aiperf_against_one_simulated_worker(worker, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # run_profile must drop it: AIPerf rejects a local tokenizer with it
     before = {name: served(worker, name) for name in ("sglang:num_requests_total", "sglang:prompt_tokens_total")}
@@ -101,6 +102,7 @@ def sglang_router_pd(tmp_path) -> Iterator[tuple[str, SimServer, SimServer]]:
             s.stop()
 
 
+@pytest.mark.slow
 def test_real_aiperf_through_sglang_router_in_pd_mode(sglang_router_pd, tmp_path):
     url, prefill, decode = sglang_router_pd
     load = ClosedLoad(url=url, model="sim-model", concurrency=2, input_tokens=64, output_tokens=8,
@@ -113,6 +115,7 @@ def test_real_aiperf_through_sglang_router_in_pd_mode(sglang_router_pd, tmp_path
     assert served(decode, "sglang:generation_tokens_total") >= 8 * summary.request_count
 
 
+@pytest.mark.slow
 def test_goodput_cli_runs_aiperf_per_concurrency_and_names_the_best(worker, tmp_path):
     out = tmp_path / "goodput"
     proc = subprocess.run(

@@ -99,6 +99,7 @@ def test_server_scenario_reports_first_tokens(server, tmp_path):
     assert "First Token latency" in summary  # LoadGen saw FirstTokenComplete for the queries
 
 
+@pytest.mark.slow
 def test_failed_requests_make_the_command_fail(tmp_path):
     with sim_server(faults={"error_rate": 1.0}) as url:
         out = tmp_path / "errors"

@@ -53,6 +53,7 @@ def _plan(dataset: str) -> sweep.SweepPlan:
                            num_prompts_per_level=6, warmup=2, dataset_path=dataset)
 
 
+@pytest.mark.slow
 def test_sweep_reports_every_level_of_every_pair(clean, tmp_path):
     cfg = default_sim_config(tmp_path)
     out = tmp_path / "out"
@@ -77,6 +78,7 @@ def test_sweep_reports_every_level_of_every_pair(clean, tmp_path):
         assert (out / f"sweep_{pair['isl']}x{pair['osl']}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_accuracy_gate_stops_sweep_when_sim_corrupts_outputs(clean, tmp_path):
     with sim_server(faults={"corrupt_rate": 1.0}) as corrupt:
         out = tmp_path / "gated"
@@ -91,6 +93,7 @@ def test_accuracy_gate_stops_sweep_when_sim_corrupts_outputs(clean, tmp_path):
     assert report["pairs"] == [] and not list(out.glob("sweep_*"))
 
 
+@pytest.mark.slow
 def test_same_command_runs_when_outputs_are_right(clean, tmp_path):
     # no --accuracy-reference: the gate starts its own aggregated sim server (another process, other ports) and
     # compares `clean`'s greedy tokens with that one's, so the gate passes only if two servers agree

@@ -56,6 +56,7 @@ def test_unknown_kv_dtype_is_refused_naming_the_field():
         KvLayout.for_config(cfg, target_bytes=2**20)
 
 
+@pytest.mark.slow
 def test_cpu_preflight_moves_verified_bytes_between_two_processes(tmp_path):
     cfg = config_from_dict(cpu_config())
     report = run_preflight(cfg, target_bytes=2 * 2**20, iterations=3, work_dir=str(tmp_path))
@@ -74,6 +75,7 @@ def test_cpu_preflight_moves_verified_bytes_between_two_processes(tmp_path):
     assert (tmp_path / "ucx-proto-info.log").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_preflight_command_prints_the_report_and_writes_json(tmp_path):
     cfg_path = tmp_path / "cfg.json"
     cfg_path.write_text(json.dumps(cpu_config(transfer={"expected_link_gb_s": 10})))

@@ -61,6 +61,7 @@ def test_a_lost_chunk_or_a_short_payload_fails():
         check.finish(MIB, payload_checksum(ROOM, MIB))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("payload_mode", ["sample", "full"])
 @pytest.mark.parametrize("transfer", ["nixl", "http"])
 async def test_pd_pair_moves_a_sample_by_default_and_every_byte_with_full(tmp_path, payload_mode, transfer):

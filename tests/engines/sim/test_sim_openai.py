@@ -16,6 +16,8 @@ import pytest
 from orchestrator.workload.tokenizer import load_tokenizer
 from tests.support import SimServer, qwen3_sim_config, sim_engine_config, start_servers
 
+pytestmark = pytest.mark.slow  # simulated engine servers as subprocesses
+
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
 

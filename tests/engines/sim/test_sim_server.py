@@ -20,6 +20,8 @@ from orchestrator.cluster.ports import free_port
 from orchestrator.config.model_presets import DEEPSEEK_R1
 from tests.support import HAVE_NIXL, SimServer, pd_generate, sim_engine_config, start_servers, wait_until
 
+pytestmark = pytest.mark.slow  # simulated engine servers as subprocesses
+
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 
 
