@@ -8,13 +8,13 @@ take well under a second of CPU.
 
 Modelling choices (why they are safe): the client keeps `max_concurrency` requests in flight, as
 `bench` admits them (benchmark.max_in_flight, auto = the decode servers' max running requests). Every
-server's admission, KV reservation and retraction is perfmodel/admission.py's BatchSchedule, the same
-model the simulated engine's scheduler drives: a PD decode pre-allocates a request's prompt KV (with
-SGLang's 512-token headroom per active request) before its prefill may start, as SGLang's
-DecodePreallocQueue does; an aggregated server admits with new_token_ratio and retracts. This module
-adds only time: cost-model step times, KV transfers serialised per decode link. TTFT is when the first
-token is available to the client (PD: KV landed on decode and the request joined its running batch;
-aggregated: end of its last prefill chunk).
+server is one perfmodel/scheduling StepScheduler, the step loop the simulated engine runs too: it decides
+each forward (prefill chunk or decode step), its cost-model time, admission, KV and retraction, and a PD
+decode's pre-allocation of a request's prompt KV (with SGLang's 512-token headroom per active request)
+before its prefill may start, once per turn of its loop as SGLang's DecodePreallocQueue does. This module
+adds only the clock: virtual event times, the router's round robin, KV transfers serialised per decode
+link. TTFT is when the first token is available to the client (PD: KV landed on decode and the request
+joined its running batch; aggregated: end of its last prefill chunk).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from orchestrator.config import RunConfig
-from orchestrator.perfmodel.admission import BatchSchedule, Seq, ServerLimits, server_limits
+from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits, server_limits
+from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
 from orchestrator.records import Role
@@ -58,19 +58,19 @@ class _Request:
 
 @dataclass(eq=False)
 class _Server:
-    """One engine server: the shared scheduling model (perfmodel/admission.py) timed by its cost model."""
+    """One engine server: the shared step loop (perfmodel/scheduling) on the virtual clock."""
 
     name: str
     role: Role
     node: str  # role label of its node; 'all' when it spans nodes
-    model: EngineCostModel
-    sched: BatchSchedule
-    busy: bool = False
+    model: EngineCostModel | None  # its transfers' cost; None in a one-server trace (no transfers)
+    steps: StepScheduler
+    busy: bool = False  # a forward is running
     link_free_s: float = 0.0  # the decode server's receive link (KV transfers queue on it)
 
     @property
     def capacity_tokens(self) -> int:
-        return self.sched.limits.kv_capacity_tokens
+        return self.steps.limits.kv_capacity_tokens
 
 
 def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | None = None) -> list[_Server]:
@@ -86,7 +86,7 @@ def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | 
                 f"run `pd-orchestrator plan` for layouts that fit"
             )
         for replica in range(group.count):
-            out.append(_Server(f"{role}-{index}-{replica}", role, node, model, BatchSchedule(server_limits(model))))
+            out.append(_Server(f"{role}-{index}-{replica}", role, node, model, StepScheduler(server_limits(model), model)))
     return out
 
 
@@ -104,6 +104,7 @@ class _Simulation:
         self.max_concurrency: int | None = None
         self.rr = itertools.count()
         self.arrivals: list[_Server] | None = None  # servers to start once submit_ready has queued everything
+        self.bootstrapped: list[_Request] = []  # PD: KV pre-allocated this instant; their prefills take them next
 
     def at(self, time_s: float, action, *args) -> None:
         heapq.heappush(self.events, (time_s, next(self.seq), action, args))
@@ -113,29 +114,42 @@ class _Simulation:
         """Send requests while the client may; servers start once all that arrive at this instant are queued."""
         outer, self.arrivals = self.arrivals, self.arrivals if self.arrivals is not None else []
         while self.pending and (self.max_concurrency is None or self.in_flight < self.max_concurrency):
-            req = self.pending.popleft()
-            req.arrival_s = self.now
             self.in_flight += 1
-            i = next(self.rr)
-            req.seq = Seq(req.prompt_len, req.output_len, owner=req)
-            if self.aggregated:
-                server = self.aggregated[i % len(self.aggregated)]
-                self.check_fits(server, req.kv_reserve, req)
-                server.sched.submit(req.seq)
-                self.kick(server)
-                continue
-            req.decode = self.decode[i % len(self.decode)]
-            self.check_fits(req.decode, req.kv_reserve, req)
-            if self.prefill:  # else a decode-only trace (one_server_trace): the KV is there once allocated
-                req.prefill = self.prefill[i % len(self.prefill)]
-                self.check_fits(req.prefill, req.prompt_len, req)
-                req.prefill_seq = Seq(req.prompt_len, 1, owner=req)  # the prefill samples the first token only
-            req.decode.sched.enqueue_prealloc(req.seq)  # SGLang: the prefill waits for the decode's KV
-            self.preallocate(req.decode)
+            self.arrive(self.pending.popleft())
         if outer is None:
             arrived, self.arrivals = self.arrivals, None
             for server in dict.fromkeys(arrived):
                 self.kick(server)
+
+    def finish(self, req: _Request) -> None:
+        """The servers are done with `req`: the client may send the next one (the client's seam:
+        plan/closedloop/client.py overrides this to resend at once, a closed loop)."""
+        req.finish_s = self.now
+        self.in_flight -= 1
+        if self.pending:
+            self.submit_ready()
+
+    # ---- router and servers ----------------------------------------------------------------------
+    def arrive(self, req: _Request) -> None:
+        """`req` reaches the router now: round robin onto servers, queued in their step loops."""
+        req.arrival_s = self.now
+        i = next(self.rr)
+        req.seq = Seq(req.prompt_len, req.output_len, owner=req)
+        if self.aggregated:
+            server = self.aggregated[i % len(self.aggregated)]
+            self.check_fits(server, req.kv_reserve, req)
+            server.steps.submit(req.seq)
+            self.kick(server)
+            return
+        req.decode = self.decode[i % len(self.decode)]
+        self.check_fits(req.decode, req.kv_reserve, req)
+        if self.prefill:  # else a decode-only trace (one_server_trace): the KV is there once allocated
+            req.prefill = self.prefill[i % len(self.prefill)]
+            self.check_fits(req.prefill, req.prompt_len, req)
+            req.prefill_seq = Seq(req.prompt_len, 1, owner=req)  # the prefill samples the first token only
+        # SGLang: the prefill waits for the decode's KV, pre-allocated at the decode's next turn
+        req.decode.steps.enqueue_prealloc(req.seq, kv_local=req.prefill is None)
+        self.kick(req.decode)
 
     def check_fits(self, server: _Server, need: int, req: _Request) -> None:
         if need > server.capacity_tokens:
@@ -144,71 +158,57 @@ class _Simulation:
                 f"{server.capacity_tokens}; lower benchmark.context_len or use a layout with more KV"
             )
 
-    def preallocate(self, decode: _Server) -> None:
-        """PD decode: requests whose KV is now pre-allocated go to their prefill server (retracted requests
-        that resume go straight back to the decode's queue, inside the model)."""
-        for seq in decode.sched.pop_preallocated():
-            req = seq.owner
-            if req.prefill is None:  # decode-only trace: as SGLang's fake transfer, the KV is there at once
-                decode.sched.submit(seq)
-                self.kick(decode)
-                continue
-            req.prefill.sched.submit(req.prefill_seq)
-            self.kick(req.prefill)
-
-    def finish(self, req: _Request) -> None:
-        # the client's seam: plan/closedloop/client.py overrides this to resend at once (a closed loop)
-        req.finish_s = self.now
-        self.in_flight -= 1
-        if self.pending:
-            self.submit_ready()
-
-    # ---- servers ---------------------------------------------------------------------------------
     def kick(self, server: _Server) -> None:
         if self.arrivals is not None:
             self.arrivals.append(server)
         elif not server.busy:
-            self.start_forward(server)
+            self.turn(server)
 
-    def start_forward(self, server: _Server) -> None:
-        duration, done = None, self.decode_done
-        if server.role == "decode":
-            for seq in server.sched.admit_transferred():
-                req = seq.owner
-                if req.first_token_s is None:
-                    req.first_token_s = self.now
-                if seq.state == "done":
-                    self.finish(req)
-        else:  # SGLang's default scheduler runs a waiting prefill before the next decode step
-            pieces = server.sched.next_prefill()
-            if pieces:
-                duration = server.model.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces])
-                done = self.prefill_done
-        if duration is None and server.role != "prefill":
-            server.sched.before_decode()
-            if server.sched.running:
-                duration = server.model.decode_step_s(len(server.sched.running), server.sched.running_context)
-        if duration is None:
-            server.busy = False
-            return
-        server.busy = True
-        self.at(self.now + duration, done, server)
-
-    def prefill_done(self, server: _Server) -> None:
-        for seq in server.sched.prefill_done():
+    def turn(self, server: _Server) -> None:
+        """One turn of the server's loop now: its hand-offs, then its next forward on the virtual clock."""
+        step = server.steps.schedule()
+        server.busy = step.forward is not None  # before the hand-offs, which may kick this server again
+        if step.forward is not None:
+            self.at(self.now + step.forward.duration_s, self.forward_done, server, step)
+        for seq in step.preallocated:  # PD decode: the prefill may start now (a decode-only trace has none)
+            if seq.owner.prefill is not None:
+                if not self.bootstrapped:
+                    self.at(self.now, self.bootstrap)
+                self.bootstrapped.append(seq.owner)
+        for seq in step.joined:  # PD decode: the KV landed with the prefill's first token
             req = seq.owner
-            if server.role == "prefill":
-                self.send_kv(server, req)
-                continue
-            if req.first_token_s is None:  # aggregated: the next token is out
+            if req.first_token_s is None:
                 req.first_token_s = self.now
             if seq.state == "done":
                 self.finish(req)
-        self.start_forward(server)
+
+    def bootstrap(self) -> None:
+        """Prefills take the requests whose decode pre-allocated their KV at this instant in arrival order, as
+        SGLang's PrefillBootstrapQueue pops bootstrapped requests in its own (arrival) order."""
+        ready, self.bootstrapped = sorted(self.bootstrapped, key=lambda r: r.index), []
+        for req in ready:
+            assert req.prefill is not None and req.prefill_seq is not None
+            req.prefill.steps.submit(req.prefill_seq)
+        for prefill in dict.fromkeys(req.prefill for req in ready):
+            self.kick(prefill)
+
+    def forward_done(self, server: _Server, step: Step) -> None:
+        assert step.forward is not None
+        prefill = step.forward.kind == "prefill"
+        for seq in server.steps.update_from_output(step):
+            req = seq.owner
+            if prefill and server.role == "prefill":
+                self.send_kv(server, req)
+                continue
+            if prefill and req.first_token_s is None:  # aggregated: the next token is out
+                req.first_token_s = self.now
+            if seq.state == "done":
+                self.finish(req)
+        self.turn(server)
 
     def send_kv(self, prefill: _Server, req: _Request) -> None:
         decode = req.decode
-        assert decode is not None, "PD requests are paired with a decode server on submit"
+        assert decode is not None and prefill.model is not None, "PD requests are paired with a decode server on submit"
         same_node = prefill.node == decode.node != "all"
         transfer = prefill.model.kv_transfer_link_s(req.prompt_len, same_node=same_node)
         start = max(self.now, decode.link_free_s)
@@ -216,17 +216,11 @@ class _Simulation:
         self.at(start + transfer + prefill.model.kv_transfer_delay_s(), self.kv_landed, prefill, decode, req)
 
     def kv_landed(self, prefill: _Server, decode: _Server, req: _Request) -> None:
-        prefill.sched.release(req.prefill_seq)
-        decode.sched.submit(req.seq)
+        assert req.prefill_seq is not None and req.seq is not None
+        prefill.steps.release(req.prefill_seq)
+        decode.steps.submit(req.seq)
         self.kick(decode)
         self.kick(prefill)  # freed KV may unblock its queue
-
-    def decode_done(self, server: _Server) -> None:
-        for seq in server.sched.decode_done():
-            self.finish(seq.owner)
-        if server.role == "decode":
-            self.preallocate(server)
-        self.start_forward(server)
 
     def run(self, batch: Sequence[tuple[int, int]], max_concurrency: int | None) -> float:
         self.requests = [_Request(i, int(p), int(o)) for i, (p, o) in enumerate(batch)]
@@ -242,12 +236,12 @@ class _Simulation:
         return self.now
 
 
-def one_server_trace(batch: Sequence[tuple[int, int]], cost: Any, limits: ServerLimits) -> list[Seq]:
+def one_server_trace(batch: Sequence[tuple[int, int]], cost: StepCostModel, limits: ServerLimits) -> list[Seq]:
     """The planner's run of `batch` (all at t=0) on one server of `limits`, timed by `cost` (prefill_time_s,
     decode_step_s): each request's Seq, with the forward of its first token and its end. A decode server
     gets each request's KV as soon as it is pre-allocated (no prefill server, no transfer).
     tests/engines/sim/test_sim_matches_plan.py runs the same trace through the simulated engine's scheduler."""
-    server = _Server(f"{limits.role}-0-0", limits.role, "all", cost, BatchSchedule(limits))
+    server = _Server(f"{limits.role}-0-0", limits.role, "all", None, StepScheduler(limits, cost))
     if limits.role == "prefill":
         raise SimulationError("one_server_trace runs an aggregated or a decode server; a prefill's requests end at its transfer")
     sim = _Simulation([], [server], []) if limits.role == "decode" else _Simulation([], [], [server])
@@ -299,5 +293,5 @@ def simulate_run(
         ttft_s=[r.first_token_s - r.arrival_s for r in done],  # type: ignore[operator]
         e2e_s=[r.finish_s - r.arrival_s for r in done],  # type: ignore[operator]
         completed=len(done),
-        retracted=sum(server.sched.retracted for server in sim.aggregated + sim.decode),
+        retracted=sum(server.steps.batch.retracted for server in sim.aggregated + sim.decode),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.perfmodel.admission import BatchSchedule, Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits
 
 
 def decode_server(kv: int, max_running: int = 64) -> BatchSchedule:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from orchestrator.engines.sim.prefix_cache import PrefixCache
-from orchestrator.perfmodel.admission import BatchSchedule, Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits
 from orchestrator.records import Role
 
 log = logging.getLogger(__name__)

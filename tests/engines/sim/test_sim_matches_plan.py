@@ -1,5 +1,5 @@
 """The simulated engine's scheduler and the planner's simulation schedule a trace alike: same first-token
-forward, same last forward, same retractions, for every request (both drive perfmodel/admission.py), on an
+forward, same last forward, same retractions, for every request (both drive perfmodel/scheduling), on an
 aggregated server and on a PD decode server. Exact, no tolerance: with every forward taking the same time and
 every request queued at once, only the scheduling decisions order the events. What this does not cover: a PD
 pair's hand-off (the sim's handshake and transfer run in wall time over HTTP, the planner's in virtual time),

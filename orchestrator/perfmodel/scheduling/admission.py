@@ -3,10 +3,9 @@
 queue -> [PD decode: pre-allocation] -> admission (chunked prefill budget, KV test) -> running batch
   -> decode steps (one KV slot per request per step; retraction when the pool runs out) -> finished
 
-`BatchSchedule` is the one model of these decisions. The planner's virtual-time simulation
-(plan/simulate.py) and the simulated engine's asyncio scheduler (engines/sim/scheduler.py) both drive one
-per server and only add what is theirs (event times and transfers; tokens, HTTP and pacing), so the two
-cannot drift. Read from SGLang 0.5.17:
+`BatchSchedule` is the one model of these decisions; steps.py's StepScheduler drives it one forward at a
+time for both the planner's virtual-time simulation (plan/simulate.py) and the simulated engine
+(engines/sim/scheduler.py), which add only their clock, so the two cannot drift. Read from SGLang 0.5.17:
 
 - Aggregated (managers/schedule_policy.py PrefillAdder, scheduler_components/new_token_ratio_tracker.py):
   a waiting request is admitted when prompt + min(max_new_tokens, 4096) + page_size is below free KV - the

@@ -1,0 +1,133 @@
+"""One server's step loop without a clock: which forward runs next, what it costs, and what it produced.
+
+caller's clock: schedule() -> Step (PD decode hand-offs, then the next forward and its modelled seconds)
+  -> run it for Forward.duration_s (virtual or paced wall time) -> update_from_output(step) -> finished requests
+
+`StepScheduler` is the one copy of "which forward runs next", as vLLM's scheduler interface splits it
+(schedule() returns what the next forward runs, update_from_output() applies what it produced). The
+planner's virtual-time simulation (plan/simulate.py) and the simulated engine (engines/sim/scheduler.py)
+each drive one per server and keep only their clock, tokens and transport. What one turn does, as SGLang
+0.5.17's event loop (managers/scheduler.py, disaggregation/decode.py) does it:
+
+- PD decode, every turn (process_decode_queue): pre-allocate KV for queued requests (their prefill may
+  start now: the caller hands them off) and admit the requests whose KV has landed into the running batch.
+  A request whose KV needs no transfer (a warm-up, a health probe, the planner's decode-only trace:
+  SGLang's fake transfer) is there as soon as it is pre-allocated.
+- Aggregated and PD prefill: a prefill batch when one can be admitted (chunked prefill budget, KV test;
+  SGLang's default runs a waiting prefill before the next decode step, no mixed chunks).
+- Otherwise (not a PD prefill): retract if the next decode step needs more KV than is free, then one decode
+  step of the running batch.
+Admission, KV and retraction are admission.py's BatchSchedule; step times are the cost model's
+(prefill_time_s of the chunk's new and cached tokens, decode_step_s of the batch and its context).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits
+
+
+class StepCostModel(Protocol):
+    """The part of the cost model a step loop needs (orchestrator.perfmodel.costmodel.EngineCostModel)."""
+
+    def prefill_time_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float: ...
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float: ...
+
+
+@dataclass
+class Forward:
+    """One forward pass: a prefill batch of (request, new tokens) or a decode step of the running batch."""
+
+    kind: Literal["prefill", "decode"]
+    duration_s: float  # the cost model's seconds for it (the caller's clock scales or paces them)
+    prefill: list[tuple[Seq, int]] = field(default_factory=list)
+    running: list[Seq] = field(default_factory=list)  # decode: the batch as it starts (one token each)
+
+
+@dataclass
+class Step:
+    """What one turn of the loop decided, in the order it happened."""
+
+    preallocated: list[Seq] = field(default_factory=list)  # PD decode: KV now allocated; their prefill may start
+    joined: list[Seq] = field(default_factory=list)  # PD decode: KV landed; first token out ('done': it was the last)
+    retracted: list[Seq] = field(default_factory=list)  # left the running batch so the decode step fits
+    forward: Forward | None = None  # None: nothing to run until a request arrives, lands or is released
+
+
+class StepScheduler:
+    """One server's loop: queue requests, then alternate schedule() and update_from_output(step)."""
+
+    def __init__(self, limits: ServerLimits, cost: StepCostModel,
+                 cached_tokens: Callable[[Seq], int] | None = None):
+        """`cached_tokens(seq)`: leading prompt tokens a prefix cache holds when a request is admitted."""
+        self.batch = BatchSchedule(limits)
+        self.cost = cost
+        self.cached_tokens = cached_tokens
+        self._kv_local: set[Seq] = set()
+
+    @property
+    def limits(self) -> ServerLimits:
+        return self.batch.limits
+
+    def idle(self) -> bool:
+        return self.batch.idle()
+
+    # ----- requests ----------------------------------------------------------------------------------
+    def submit(self, seq: Seq) -> None:
+        """A request to prefill (aggregated, PD prefill) or, on a PD decode, one whose KV has landed."""
+        self.batch.submit(seq)
+
+    def enqueue_prealloc(self, seq: Seq, kv_local: bool = False) -> None:
+        """PD decode: a new request waits for its KV pre-allocation; `kv_local`: no transfer will bring it."""
+        self.batch.enqueue_prealloc(seq)
+        if kv_local:
+            self._kv_local.add(seq)
+
+    def release(self, seq: Seq) -> None:
+        """PD prefill: the request's transfer ended; its prompt's KV is free."""
+        self.batch.release(seq)
+
+    def finish(self, seq: Seq) -> None:
+        """End `seq` early (a stop token, an abort) wherever it is."""
+        self._kv_local.discard(seq)
+        self.batch.finish(seq)
+
+    # ----- the loop ----------------------------------------------------------------------------------
+    def schedule(self) -> Step:
+        """One turn: the hand-offs that happen now and the forward to run next (None when there is none)."""
+        batch, role, step = self.batch, self.batch.limits.role, Step()
+        if role == "decode":
+            step.preallocated = batch.pop_preallocated()
+            for seq in step.preallocated:
+                if seq in self._kv_local:
+                    self._kv_local.discard(seq)
+                    batch.submit(seq)
+            step.joined = batch.admit_transferred()
+        else:
+            pieces = batch.next_prefill(self.cached_tokens)
+            if pieces:
+                seconds = self.cost.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces])
+                step.forward = Forward("prefill", seconds, prefill=pieces)
+        if step.forward is None and role != "prefill":
+            step.retracted = batch.before_decode()
+            if batch.running:
+                running = batch.running_seqs()
+                seconds = self.cost.decode_step_s(len(running), batch.running_context)
+                step.forward = Forward("decode", seconds, running=running)
+        return step
+
+    def update_from_output(self, step: Step) -> list[Seq]:
+        """Apply `step`'s forward once it has run: the requests it finished, in order.
+
+        Prefill: those whose whole prompt is now computed (aggregated: their next token is out, state
+        'running', or 'done' when it was the last; PD prefill: 'held' for the transfer until release()).
+        Decode: those that reached max_new_tokens. Requests finished early while it ran are skipped."""
+        if step.forward is None:
+            return []
+        if step.forward.kind == "prefill":
+            return self.batch.prefill_done()
+        return self.batch.decode_done()
