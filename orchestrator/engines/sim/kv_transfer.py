@@ -74,7 +74,7 @@ def payload_checksum(room: int, nbytes: int) -> str:
     """blake2b-128 of the first `nbytes` of a room's KV as the prefill sends them."""
     digest = hashlib.blake2b(digest_size=16)
     for offset in range(0, nbytes, PATTERN_BYTES):
-        digest.update(expected_kv_bytes(room, offset, min(PATTERN_BYTES, nbytes - offset)))
+        digest.update(expected_kv_bytes(room, offset, min(PATTERN_BYTES, nbytes - offset)).data)
     return digest.hexdigest()
 
 
@@ -96,7 +96,7 @@ class PayloadCheck:
             raise KvTransferError("transfer", f"KV bytes of room {self.room}: chunk at byte {offset}, expected "
                                               f"{self.received} (lost or reordered chunk)")
         _verify(data, self.room, offset, self.mode)
-        self._digest.update(data)
+        self._digest.update(data.data)
         self.received += len(data)
 
     def finish(self, nbytes: int, checksum: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.api.generate import BadRequest, GenerateBody, SamplingParams
 
@@ -49,13 +49,16 @@ class IncrementalText:
     """
 
     def __init__(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
         self.text = ""
         self.surr_offset = 0
         self.read_offset = 0
 
     def update(self, codec: TextCodec, ids: list[int]) -> str:
         if len(ids) < self.read_offset:  # not the same growing sequence: start over
-            self.__init__()
+            self._start()
         surr = codec.decode(ids[self.surr_offset : self.read_offset])
         new = codec.decode(ids[self.surr_offset :])
         if len(new) > len(surr) and not new.endswith("\ufffd"):
@@ -78,13 +81,20 @@ class Item:
     bootstrap_room: int | None
 
 
-def normalise(body: GenerateBody, codec: TextCodec) -> list[Item]:
+def require_codec(codec: TextCodec | None) -> TextCodec:
+    """The server's tokenizer; it loads before the server reports ready, so a text prompt before that is refused."""
+    if codec is None:
+        raise BadRequest("text prompts need the tokenizer, which is still loading; send input_ids or retry")
+    return codec
+
+
+def normalise(body: GenerateBody, codec: TextCodec | None) -> list[Item]:
     """A validated body -> one Item per prompt, as SGLang's GenerateReqInput normalises a batch."""
     if body.text is not None:
         texts = body.text if isinstance(body.text, list) else [body.text]
-        prompts = [codec.encode(t) for t in texts]
-    else:
-        prompts = body.input_ids if body.is_batch else [body.input_ids]  # type: ignore[assignment,list-item]
+        prompts = [require_codec(codec).encode(t) for t in texts]
+    else:  # the body's validator made input_ids ints, or lists of ints for a batch
+        prompts = cast("list[list[int]]", body.input_ids if body.is_batch else [body.input_ids])
     items = []
     for i, prompt in enumerate(prompts):
         if not prompt:
@@ -101,7 +111,7 @@ def normalise(body: GenerateBody, codec: TextCodec) -> list[Item]:
             Item(
                 index=i,
                 rid=rid,
-                input_ids=list(prompt),  # type: ignore[arg-type]
+                input_ids=list(prompt),
                 params=body.per_prompt("sampling_params", i) or SamplingParams(),
                 bootstrap_host=body.per_prompt("bootstrap_host", i),
                 bootstrap_port=body.per_prompt("bootstrap_port", i),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
 from orchestrator.config.server_spec import MODE_OF_ROLE, PdTimeouts, ServerSpec
@@ -67,7 +68,7 @@ def architecture_of(settings: SimSettings) -> ModelArchitecture:
     path = os.path.join(settings.model_path, "config.json")
     if not os.path.isfile(path):
         raise ValueError(f"--model-path={settings.model_path!r} has no config.json; point it at a model directory")
-    return ModelArchitecture.from_hf_config(path)  # type: ignore[arg-type]
+    return ModelArchitecture.from_hf_config(Path(path))
 
 
 def cost_model_of(settings: SimSettings, arch: ModelArchitecture) -> EngineCostModel:

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from orchestrator.api.generate import BadRequest, GenerateBody, invalid_body_message
 from orchestrator.api.openai import (
@@ -28,7 +28,7 @@ from orchestrator.api.openai import (
 )
 from orchestrator.engines.sim.engine import Run, SimEngine, crash
 from orchestrator.engines.sim.openai.frames import chat_chunks, completion_chunks, full_response, openai_error
-from orchestrator.engines.sim.requests import normalise
+from orchestrator.engines.sim.requests import normalise, require_codec
 
 SGLANG_DEFAULT_MODEL_NAME = "default"  # protocol.py's DEFAULT_MODEL_NAME: `model` when a request leaves it out
 
@@ -51,7 +51,8 @@ class SimOpenAiApi:
         return await self._serve(request, ChatBody, "chat")
 
     # ----- one request -----------------------------------------------------------------------------------------
-    async def _serve(self, request: web.Request, model: type[BaseModel], kind: str) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, model: type[CompletionBody] | type[ChatBody], kind: str,
+                     ) -> web.StreamResponse:
         e = self.engine
         media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":  # SGLang's validate_json_request
@@ -99,7 +100,7 @@ class SimOpenAiApi:
         """The /generate body SGLang's adapter makes of an OpenAI body (its _convert_to_internal_request)."""
         e = self.engine
         if kind == "chat":
-            prompt: Any = {"input_ids": e.codec.encode(chat_prompt(body.messages, self.chat_template))}
+            prompt: Any = {"input_ids": require_codec(e.codec).encode(chat_prompt(body.messages, self.chat_template))}
         elif isinstance(body.prompt, str) or (isinstance(body.prompt, list) and body.prompt
                                               and isinstance(body.prompt[0], str)):
             prompt = {"text": body.prompt}
