@@ -62,7 +62,7 @@ from orchestrator.perfmodel.calibration import (
     runtime_overhead_gb,
 )
 from orchestrator.perfmodel.gpus import GB, gpu_spec
-from orchestrator.perfmodel.memory_terms import ACTIVATION_HEADROOM, MemoryTerms
+from orchestrator.perfmodel.memory_terms import ACTIVATION_HEADROOM
 from orchestrator.perfmodel.profile import CalibrationProfile, find_profile, shipped_profiles
 from orchestrator.perfmodel.speculative import MTP_ACCEPT_DECAY, MTP_FIRST_ACCEPT, Speculative, mtp_accept_length
 from orchestrator.perfmodel.timing import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY, TimingTerms
@@ -89,7 +89,7 @@ __all__ = [  # names other modules import from here (the terms live in the modul
 
 
 @dataclass
-class EngineCostModel(MemoryTerms, TimingTerms):
+class EngineCostModel(TimingTerms):
     """Timing and memory of one engine server (tp x dp x pp GPUs) for one model and weight format: its fields
     (ServerShape), memory terms (MemoryTerms) and time terms (TimingTerms), with SGLang's defaults resolved."""
 

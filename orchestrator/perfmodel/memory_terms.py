@@ -1,7 +1,7 @@
 """One engine server's fields as the cost model reads them (ServerShape) and its memory terms (MemoryTerms):
 weights, static pool, KV, running limits as SGLang derives them, CUDA-graph batch sizes, activation headroom.
 
-ServerShape -> MemoryTerms -> EngineCostModel (costmodel.py: with TimingTerms, SGLang's defaults resolved)
+ServerShape -> MemoryTerms -> TimingTerms (timing.py) -> EngineCostModel (costmodel.py: SGLang's defaults resolved)
 """
 
 from __future__ import annotations

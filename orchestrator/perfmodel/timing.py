@@ -1,5 +1,5 @@
-"""Time terms of one engine server (a mixin of EngineCostModel): roofline forwards, collectives, calibrated
-decode steps, prefill, KV transfer, start-up."""
+"""Time terms of one engine server (TimingTerms, built on its memory terms; EngineCostModel is one): roofline
+forwards, collectives, calibrated decode steps, prefill, KV transfer, start-up."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 
 from orchestrator.perfmodel.gpus import GB, gpu_spec
+from orchestrator.perfmodel.memory_terms import MemoryTerms
 from orchestrator.perfmodel.parallel import collectives, pipeline
 from orchestrator.perfmodel.weights import checkpoint_bytes, dummy_routing, experts_hit_fraction
 
@@ -46,8 +47,8 @@ def mla_passes(heads_per_gpu: float, backend: str | None) -> int:
 CALIBRATED_ACROSS_NODES = False
 
 
-class TimingTerms:
-    """Seconds; `self` is an EngineCostModel (fields and shape properties live there)."""
+class TimingTerms(MemoryTerms):
+    """Seconds (they read the memory terms' bytes: weights streamed, KV moved)."""
 
     def _peak_flops(self) -> float:
         tflops = self.gpu.fp8_tflops if self.format.compute == "fp8" else self.gpu.bf16_tflops
@@ -167,22 +168,24 @@ class TimingTerms:
         for that path. With pipeline parallelism the chunk's stages pipeline behind each other
         (perfmodel/parallel/pipeline.py)."""
         cal = self.calibration
-        calibrated = cal is not None and cal.efficiency_prefill
-        absorbed = bool(calibrated and cal.efficiency_absorbed and self.absorbed_prefill(cached_tokens))
+        gemm_share = cal.efficiency_prefill if cal is not None else None  # measured: the calibrated path
+        absorbed_share = cal.efficiency_absorbed if cal is not None else None
+        mha_share = cal.efficiency_attention if cal is not None else None
+        absorbed = bool(gemm_share and absorbed_share and self.absorbed_prefill(cached_tokens))
         a = self._prefill_args(new_tokens, cached_tokens, absorbed)
-        if calibrated:  # the pairs at their own measured share, carried as FLOPs at the GEMMs' share
-            attention_share = cal.efficiency_absorbed if absorbed else (cal.efficiency_attention or cal.efficiency_prefill)
-            a["attention_flops"] *= cal.efficiency_prefill / attention_share
+        if gemm_share:  # the pairs at their own measured share, carried as FLOPs at the GEMMs' share
+            attention_share = absorbed_share if absorbed and absorbed_share else (mha_share or gemm_share)
+            a["attention_flops"] *= gemm_share / attention_share
         saved = self.efficiency_prefill
-        if calibrated:
-            self.efficiency_prefill = cal.efficiency_prefill
+        if gemm_share:
+            self.efficiency_prefill = gemm_share
         try:
             forward = self._forward_s(**a, stage=self.pp > 1)
         finally:
             self.efficiency_prefill = saved
         if self.pp > 1:
             forward = pipeline.prefill_chunk_s(forward, self.pp, self.gpu.step_overhead_s)
-        return forward if calibrated else forward / self.attention_speed
+        return forward if gemm_share else forward / self.attention_speed
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch).
