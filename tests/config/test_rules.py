@@ -36,6 +36,11 @@ CONFIG_VERDICT = {
     "h200-agg-tp16.yaml": {"cluster.gpu", "benchmark.num_prompts"},
     "device-h200x2-1p1d.yaml": {"cluster.gpu", "model.path", "model.quantization", "benchmark.dataset_path", "benchmark.num_prompts"},
     "device-h200x2-agg.yaml": {"cluster.gpu", "model.path", "model.quantization", "benchmark.dataset_path", "benchmark.num_prompts"},
+    # issue 29's two-GPU runs through the product (local cluster, one GPU per node role)
+    "device-h200x2-local-1p1d.yaml": {"cluster.gpu", "model.path", "model.quantization", "benchmark.dataset_path",
+                                      "benchmark.num_prompts"},
+    "device-h200x2-local-agg-tp2.yaml": {"cluster.gpu", "model.path", "model.quantization", "benchmark.dataset_path",
+                                         "benchmark.num_prompts"},
     "device-h100x1-1p1d.yaml": {"model.path", "model.quantization", "benchmark.dataset_path", "benchmark.num_prompts"},
     "device-h100x1-agg.yaml": {"model.path", "model.quantization", "benchmark.dataset_path", "benchmark.num_prompts"},
     # issue 17's prepared full-size R1 runs on one 8xH200 host (trimmed ShareGPT copy; l38 is R1-shaped)
