@@ -279,14 +279,42 @@ class PDDispatcher:
         finally:
             self.leg_done(w, tokens)
 
+    def _start_legs(self, body: dict, pair: Pair, rid: str, timeout_s: float) -> tuple[bytes, asyncio.Task | None]:
+        """One attempt's body (explicit rid, fresh rooms) and its prefill leg, started; the caller runs the
+        decode leg. The rooms stay reserved until the prefill leg (the KV sender) has ended."""
+        rooms = [self._new_room() for _ in range(batch_size(body) or 1)] if pair.prefill is not None else []
+        sent = json_bytes(with_pairing(body, pair, rid, rooms))  # once: the same bytes go to both legs
+        if pair.prefill is None:
+            return sent, None
+        self._rooms_in_flight.update(rooms)
+        prefill_task = asyncio.ensure_future(
+            self._prefill_leg(pair.prefill, sent, bool(body.get("stream")), pair.prefill_tokens, timeout_s))
+        prefill_task.add_done_callback(lambda _t: self._rooms_in_flight.difference_update(rooms))
+        return sent, prefill_task
+
+    async def _attempt_failed(self, exc: BaseException, pair: Pair, rid: str, prefill_task: asyncio.Task | None,
+                              progress: Progress | None) -> None:
+        """An attempt failed (or was cancelled) before its answer: end the prefill leg, abort both legs
+        (same rid; not the decode a batch stop already aborted), keep the workers to blame out for a while."""
+        if prefill_task is not None:
+            prefill_task.cancel()
+            await asyncio.gather(prefill_task, return_exceptions=True)
+        self.set_progress(progress, "prefill")  # a retry starts over
+        stopping = progress is not None and progress.stopping
+        for w in (pair.prefill, None if stopping else pair.decode):
+            if w is not None:
+                self.abort_in_background(w, rid)
+        if isinstance(exc, LegFailure):
+            if exc.kind == "timeout":  # a stalled exchange implicates every leg still waiting
+                for w in (pair.prefill, pair.decode):
+                    if w is not None:
+                        self.mark_suspect(w)
+            elif exc.retryable:
+                self.mark_suspect(self.workers.get(exc.worker) or pair.decode)
+
     async def _attempt(self, body: dict, pair: Pair, timeout_s: float, answer: Answer) -> None:
         """Both legs of one attempt, concurrently; on any failure abort both and raise LegFailure."""
         rid = answer.rid
-        n = batch_size(body) or 1
-        rooms = [self._new_room() for _ in range(n)] if pair.prefill is not None else []
-        self._rooms_in_flight.update(rooms)
-        sent = json_bytes(with_pairing(body, pair, rid, rooms))  # once: the same bytes go to both legs
-        stream = bool(body.get("stream"))
         t0 = time.monotonic()
         # TTFT and e2e count from the request's first send (retries included); kv_wait is this attempt's.
         # The decode leg runs in this task, the prefill leg beside it; a prefill that fails while the
@@ -294,10 +322,8 @@ class PDDispatcher:
         me, cut = asyncio.current_task(), [False, False]  # [decoding, cut by the prefill]
         if answer.progress is not None:
             answer.progress.attempt = (rid, pair)
-        prefill_task = None
-        if pair.prefill is not None:
-            prefill_task = asyncio.ensure_future(
-                self._prefill_leg(pair.prefill, sent, stream, pair.prefill_tokens, timeout_s))
+        sent, prefill_task = self._start_legs(body, pair, rid, timeout_s)
+        if prefill_task is not None:
 
             def on_prefill_done(t: asyncio.Future) -> None:
                 if cut[0] and not t.cancelled() and t.exception() is not None:
@@ -308,7 +334,8 @@ class PDDispatcher:
         try:
             cut[0] = True
             try:
-                await self._decode_leg(pair.decode, sent, stream, pair.decode_tokens, timeout_s, answer.origin, answer)
+                await self._decode_leg(pair.decode, sent, bool(body.get("stream")), pair.decode_tokens, timeout_s,
+                                       answer.origin, answer)
             except asyncio.CancelledError:
                 if not cut[1] or me.uncancel() > 0:  # type: ignore[union-attr]
                     raise  # cancelled from outside (too)
@@ -328,24 +355,9 @@ class PDDispatcher:
                 else:
                     answer.kv_wait_s = prefill_task.result() - t0
         except BaseException as exc:
-            if prefill_task is not None:
-                prefill_task.cancel()
-                await asyncio.gather(prefill_task, return_exceptions=True)
-            self.set_progress(answer.progress, "prefill")  # a retry starts over
-            stopping = answer.progress is not None and answer.progress.stopping
-            for w in (pair.prefill, None if stopping else pair.decode):  # a stop aborted the decode leg
-                if w is not None:
-                    self.abort_in_background(w, rid)
-            if isinstance(exc, LegFailure):
-                if exc.kind == "timeout":  # a stalled exchange implicates every leg still waiting
-                    for w in (pair.prefill, pair.decode):
-                        if w is not None:
-                            self.mark_suspect(w)
-                elif exc.retryable:
-                    self.mark_suspect(self.workers.get(exc.worker) or pair.decode)
+            await self._attempt_failed(exc, pair, rid, prefill_task, answer.progress)
             raise
         finally:
-            self._rooms_in_flight.difference_update(rooms)
             if answer.progress is not None:
                 answer.progress.attempt = None
 
@@ -408,41 +420,25 @@ class PDDispatcher:
 
     async def _open_stream_once(self, body: dict, pair: Pair, timeout_s: float, attempt: int) -> StreamRelay:
         rid = self._new_rid()
-        rooms = [self._new_room() for _ in range(batch_size(body) or 1)] if pair.prefill else []
-        sent = json_bytes(with_pairing(body, pair, rid, rooms))
-        stream = bool(body.get("stream"))
         deadline = time.monotonic() + timeout_s
-        prefill_task = None
-        if pair.prefill is not None:
-            prefill_task = asyncio.ensure_future(
-                self._prefill_leg(pair.prefill, sent, stream, pair.prefill_tokens, timeout_s))
-            # Rooms stay reserved until the prefill leg (the KV sender) is finished.
-            self._rooms_in_flight.update(rooms)
-            prefill_task.add_done_callback(lambda _t: self._rooms_in_flight.difference_update(rooms))
+        sent, prefill_task = self._start_legs(body, pair, rid, timeout_s)
         w = pair.decode
         self.leg_start(w, pair.decode_tokens)
         resp = None
         try:
-            async with asyncio.timeout(timeout_s):
-                resp = await self.session.post(w.endpoint.url + "/generate", data=sent, headers=JSON_HEADERS)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    resp = await self.session.post(w.endpoint.url + "/generate", data=sent, headers=JSON_HEADERS)
+            except TimeoutError:
+                raise LegFailure("timeout", "decode", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
+            except aiohttp.ClientError as exc:
+                raise LegFailure("connect", "decode", w.name, repr(exc), True, 502) from None
             if resp.status != 200:
                 raise _http_failure("decode", w, resp.status, await resp.read())
         except BaseException as exc:
             self.leg_done(w, pair.decode_tokens)
             if resp is not None:
                 resp.release()
-            if prefill_task is not None:
-                prefill_task.cancel()
-            for x in (pair.prefill, pair.decode):
-                if x is not None:
-                    self.abort_in_background(x, rid)
-            if isinstance(exc, TimeoutError):
-                self.mark_suspect(w)
-                raise LegFailure("timeout", "decode", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
-            if isinstance(exc, aiohttp.ClientError):
-                self.mark_suspect(w)
-                raise LegFailure("connect", "decode", w.name, repr(exc), True, 502) from None
-            if isinstance(exc, LegFailure) and exc.retryable:
-                self.mark_suspect(w)
+            await self._attempt_failed(exc, pair, rid, prefill_task, None)
             raise
         return StreamRelay(self, resp, pair, rid, prefill_task, deadline, attempt)
