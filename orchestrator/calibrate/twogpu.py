@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 LAYOUTS: dict[str, list[str]] = {
-    "tp2": ["--tp-size", "2"],
+    # 2026-11-26 (issue 29, 2 x H200): with SGLang's auto-enabled FlashInfer all-reduce fusion (DeepseekV3, SM90)
+    # the tp2 start hung twice after its symmetric-memory set-up; DP attention and PP did not enable it and started
+    "tp2": ["--tp-size", "2", "--enforce-disable-flashinfer-allreduce-fusion"],
     "dpattn2-ep2": ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention", "--ep-size", "2"],
     "pp2": ["--pp-size", "2"],
 }
