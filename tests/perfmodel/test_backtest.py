@@ -124,6 +124,8 @@ def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
             return (client["input_tokens"] + client["completion_tokens"]) / client["wall_s"]
         return float(raw["total_tok_s"])
     lines = [line for line in path.read_text().splitlines() if line.startswith("Total token throughput (tok/s):")]
+    if point is not None and "block" in point:  # a log holding several runs' result blocks: the row names its own
+        return float(lines[point["block"] - 1].split(":")[1])
     assert len(lines) == 1, f"{evidence}: {len(lines)} result blocks, the row cannot say which it is"
     return float(lines[0].split(":")[1])
 
