@@ -102,9 +102,9 @@ def layout_tables(path: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="the two-GPU results folder (searched for collectives.json and "
-                    "calibration-twogpu.json)")
+                    "calibration-twogpu*.json)")
     args = ap.parse_args(argv)
-    raws = _find(args.results, "calibration-twogpu.json")
+    raws = _find(args.results, "calibration-twogpu*.json")
     if not raws:
         print(f"{args.results}: no calibration-twogpu.json under it", file=sys.stderr)
         return 2
