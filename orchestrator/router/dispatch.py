@@ -320,6 +320,7 @@ class PDDispatcher:
         # The decode leg runs in this task, the prefill leg beside it; a prefill that fails while the
         # decode waits cancels this task (its decode leg would wait for KV that never comes).
         me, cut = asyncio.current_task(), [False, False]  # [decoding, cut by the prefill]
+        assert me is not None, "an attempt runs in its request's task"
         if answer.progress is not None:
             answer.progress.attempt = (rid, pair)
         sent, prefill_task = self._start_legs(body, pair, rid, timeout_s)
@@ -328,7 +329,7 @@ class PDDispatcher:
             def on_prefill_done(t: asyncio.Future) -> None:
                 if cut[0] and not t.cancelled() and t.exception() is not None:
                     cut[1] = True
-                    me.cancel()  # type: ignore[union-attr]
+                    me.cancel()
 
             prefill_task.add_done_callback(on_prefill_done)
         try:
@@ -337,9 +338,11 @@ class PDDispatcher:
                 await self._decode_leg(pair.decode, sent, bool(body.get("stream")), pair.decode_tokens, timeout_s,
                                        answer.origin, answer)
             except asyncio.CancelledError:
-                if not cut[1] or me.uncancel() > 0:  # type: ignore[union-attr]
+                if not cut[1] or me.uncancel() > 0:
                     raise  # cancelled from outside (too)
-                raise prefill_task.exception() from None  # type: ignore[union-attr,misc]
+                failure = prefill_task.exception() if prefill_task is not None else None
+                assert failure is not None, "only a failed prefill leg cuts the decode"
+                raise failure from None
             finally:
                 cut[0] = False
             if prefill_task is not None:
@@ -349,9 +352,10 @@ class PDDispatcher:
                     await asyncio.wait((prefill_task,), timeout=self.settings.prefill_grace_s)
                 if not prefill_task.done():  # the prefill outlived its decode: free it
                     prefill_task.cancel()
-                    self.abort_in_background(pair.prefill, rid)  # type: ignore[arg-type]
-                elif prefill_task.exception() is not None:
-                    raise prefill_task.exception()  # type: ignore[misc]
+                    if pair.prefill is not None:  # it is: the pair has a prefill leg
+                        self.abort_in_background(pair.prefill, rid)
+                elif (failure := prefill_task.exception()) is not None:
+                    raise failure
                 else:
                     answer.kv_wait_s = prefill_task.result() - t0
         except BaseException as exc:
