@@ -22,9 +22,9 @@ step 300 $PDO plan --config $DEFAULT
 step 300 $PDO compare --configs $DEFAULT
 
 echo; echo "== 3. the README's PD-ratio override and adding a group by --set =="
-step 120 $PDO config validate --config $DEFAULT --set layout.prefill.0.count=2
+step 120 $PDO config validate $DEFAULT --set layout.prefill.0.count=2
 step 300 $PDO plan --config $DEFAULT --set layout.prefill.0.count=2
-step 120 $PDO config validate --config $DEFAULT --set layout.prefill.1.tp=4
+step 120 $PDO config validate $DEFAULT --set layout.prefill.1.tp=4
 step 300 $PDO plan --config $DEFAULT --set 'layout.prefill.+={count: 1, tp: 4}'
 
 echo; echo "== 4. the smaller items =="

@@ -82,12 +82,16 @@ def own_node_ip() -> str | None:
     return own[0] if len(ips) > 1 and len(own) == 1 else None
 
 
-class _HandleReprFilter(logging.Filter):
-    """Drops Serve's "Started <ray.serve._private.router.SharedRouterLongPollClient object at 0x...>." line."""
+class _ServeNoiseFilter(logging.Filter):
+    """Drops the driver's Serve INFO lines that say nothing to a user: an object's repr ("Started
+    <...SharedRouterLongPollClient object at 0x...>."), "Started Serve in namespace", and the "Connecting to
+    existing Serve app ... will not be applied" that serve.run_many logs right after our own serve.start."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (message.startswith("Started <") and " object at 0x" in message)
+        if message.startswith("Started <") and " object at 0x" in message:
+            return False
+        return not message.startswith(("Started Serve in namespace", "Connecting to existing Serve app in namespace"))
 
 
 def init_driver(address: str | None, namespace: str | None = "pd-orchestrator", log_to_driver: bool = False,
@@ -97,8 +101,8 @@ def init_driver(address: str | None, namespace: str | None = "pd-orchestrator", 
     import ray
 
     serve_log = logging.getLogger("ray.serve")
-    if not any(isinstance(f, _HandleReprFilter) for f in serve_log.filters):
-        serve_log.addFilter(_HandleReprFilter())
+    if not any(isinstance(f, _ServeNoiseFilter) for f in serve_log.filters):
+        serve_log.addFilter(_ServeNoiseFilter())
 
     runtime_env = None
     host = (address or "").removeprefix("ray://").rsplit(":", 1)[0]

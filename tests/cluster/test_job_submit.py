@@ -139,8 +139,9 @@ def test_readme_job_submit_line_works_as_printed_and_the_result_stays(tmp_path):
     # a clean run prints nothing alarming
     assert "killed by `ray.kill`" not in out and "Traceback" not in out
     assert out.count("ShareGPT ") <= 1
-    # nor noise: Ray's upload packing per .gitignore, a Serve object's repr
+    # nor noise: Ray's upload packing per .gitignore, a Serve object's repr, Serve's start-up chatter
     assert "Ignoring upload" not in out and " object at 0x" not in out
+    assert "Started Serve in namespace" not in out and "Connecting to existing Serve app" not in out
 
 
 def test_ray_job_stop_mid_run_keeps_every_finished_prompt(ray_driver, make_sim_config, tmp_path):
