@@ -341,6 +341,10 @@ class RouterConfig(Strict):
     max_prompt_tokens: int = Field(131072, ge=1)
     request_timeout_s: float | None = Field(None, gt=0, description="Per-leg timeout; default = deadline left.")
     max_attempts: int = Field(2, ge=1, le=10)
+    max_in_flight_requests: int | None = Field(
+        None, ge=1, description="Inference requests (/generate, /v1/completions, /v1/chat/completions) the gateway "
+        "holds at once; past it a request is answered 503 with the reason and counted in "
+        "pdorch_requests_rejected_total. None: no limit.")
 
 
 class MetricsConfig(Strict):

@@ -62,6 +62,10 @@ class RouterMetrics:
             PREFIX + "requests_failed", "Requests that ended in an error, by reason.", base + ["reason"],
             registry=reg,
         )
+        self.requests_rejected = Counter(
+            PREFIX + "requests_rejected", "Requests the gateway refused before routing them (503), by reason.",
+            base + ["reason"], registry=reg,
+        )
         # Input tokens are counted on the worker that prefilled them, output tokens on the one that
         # decoded them, so rate() of each is that phase's throughput, per worker or summed.
         self.input_tokens = Counter(
@@ -147,6 +151,10 @@ class RouterMetrics:
         ):
             if value is not None:
                 self._child(histogram).observe(value)
+
+    def rejected(self, reason: str) -> None:
+        """Count a request refused at the gateway (e.g. `queue_full`: router.max_in_flight_requests reached)."""
+        self._child(self.requests_rejected, reason).inc()
 
     def failed(self, reason: str) -> None:
         """Count a failed request; `reason` is a short, low-cardinality word (timeout, http_502, ...)."""

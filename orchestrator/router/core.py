@@ -66,6 +66,8 @@ class RouterCore:
         self._tokenizer: FaithfulTokenizer | None = None
         self._tokenizer_lock = asyncio.Lock()
         self.registry_version: int | None = None
+        self.in_flight = 0  # inference requests the HTTP ingress holds now (router.max_in_flight_requests)
+        self.rejected = 0
         self._last_health_check = 0.0
 
     @staticmethod
@@ -106,6 +108,20 @@ class RouterCore:
             if w.healthy and w.endpoint.role in counts:
                 counts[w.endpoint.role] += 1
         return counts
+
+    def take_slot(self) -> None:
+        """One more inference request in flight, or HTTPError 503 past router.max_in_flight_requests (counted)."""
+        limit = self.cfg.router.max_in_flight_requests
+        if limit is not None and self.in_flight >= limit:
+            self.rejected += 1
+            if self.metrics is not None:
+                self.metrics.rejected("queue_full")
+            raise HTTPError(503, f"gateway busy: {self.in_flight} requests in flight, the limit "
+                                 f"router.max_in_flight_requests={limit}; retry later or raise the limit")
+        self.in_flight += 1
+
+    def free_slot(self) -> None:
+        self.in_flight -= 1
 
     # -- prompts --
 

@@ -42,6 +42,32 @@ async def core_in_app_state(request: Request) -> RouterCore:
     return core
 
 
+INFERENCE_PATHS = frozenset({"/generate", "/v1/completions", "/v1/chat/completions"})
+
+
+class InFlightLimit:
+    """ASGI wrapper: each inference request holds a slot of its RouterCore from arrival until its response (a stream
+    too) has been sent; past router.max_in_flight_requests it is answered 503 at once, before its body is read."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        core = getattr(scope["app"].state, "core", None) if scope["type"] == "http" else None
+        if core is None or scope["method"] != "POST" or scope["path"] not in INFERENCE_PATHS:
+            await self.app(scope, receive, send)
+            return
+        try:
+            core.take_slot()
+        except HTTPError as exc:
+            await error_response(exc.status, exc.message)(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            core.free_slot()
+
+
 def build_http_app(find_core: Callable[[Request], Awaitable[RouterCore]] = core_in_app_state) -> FastAPI:
     """The ingress routes; each handler gets its RouterCore from `find_core` (by default app.state.core)."""
 
@@ -53,6 +79,7 @@ def build_http_app(find_core: Callable[[Request], Awaitable[RouterCore]] = core_
             await core.dispatcher.close()
 
     app = FastAPI(title="pd-orchestrator router", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.add_middleware(InFlightLimit)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

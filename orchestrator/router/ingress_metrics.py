@@ -22,6 +22,7 @@ class MetricsSink(Protocol):
     def state_change(self, old: str | None, new: str | None) -> None: ...  # a request's state; None: in / out
     def worker_outstanding(self, role: str, worker: str, n: int) -> None: ...
     def completed(self, result: RequestResult) -> None: ...
+    def rejected(self, reason: str) -> None: ...  # refused at the gateway before routing (503)
 
 
 class IngressTracker:

@@ -286,3 +286,34 @@ def test_http_requests_feed_the_router_metrics_like_the_batch_api(pd_workers):
     assert value("pdorch_ttft_seconds_count") == 1  # known only when streamed
     for state in ("queued", "prefill", "transferring", "decoding"):
         assert value("pdorch_requests_in_flight", state=state) == 0, state
+
+
+def test_past_max_in_flight_requests_the_gateway_answers_503_with_the_reason_and_counts_it(pd_workers):
+    import socket
+    from urllib.parse import urlsplit
+
+    from orchestrator.observe.metrics import RouterMetrics
+
+    core = router_core(pd_workers, max_in_flight_requests=1)
+    core.metrics = RouterMetrics("test", "1P/1D")
+    server = Ingress(core)
+    url = urlsplit(server.url)
+    try:
+        # a client whose body has not all arrived holds the one slot (a slot is taken on arrival)
+        slow = socket.create_connection((url.hostname, url.port), timeout=30)
+        slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"prompt\": [1, ")
+        wait_until(lambda: core.in_flight == 1, 30, 0.02, what="the slow request holding its slot")
+        busy = httpx.post(server.url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 1}, timeout=30)
+        assert busy.status_code == 503, busy.text
+        assert "router.max_in_flight_requests=1" in busy.json()["error"]["message"]
+        assert httpx.get(server.url + "/health", timeout=30).status_code == 200  # not an inference request
+        rejected = core.metrics.registry.get_sample_value(
+            "pdorch_requests_rejected_total", {"run_id": "test", "layout": "1P/1D", "reason": "queue_full"})
+        assert rejected == 1
+        slow.close()  # the client goes away: its slot is freed
+        wait_until(lambda: core.in_flight == 0, 30, 0.02, what="the slot freed")
+        ok = httpx.post(server.url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 1}, timeout=60)
+        assert ok.status_code == 200, ok.text
+    finally:
+        server.stop()
