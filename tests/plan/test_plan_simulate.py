@@ -94,9 +94,19 @@ def test_a_layout_whose_weights_leave_no_kv_is_refused() -> None:
         simulate_run(cfg, [(10, 10)])
 
 
-def test_the_reference_batch_size_simulates() -> None:
-    run = simulate_run(pd_config(), synthetic_batch(1000, seed=2025))
-    assert run.completed == 1000 and run.output_throughput > 0
+def test_the_reference_batch_simulates_every_token_and_no_faster_than_its_longest_request() -> None:
+    from orchestrator.perfmodel.costmodel import cost_model_for
+
+    cfg, batch = pd_config(), synthetic_batch(1000, seed=2025)
+    run = simulate_run(cfg, batch)
+    assert run.completed == len(run.ttft_s) == len(run.e2e_s) == 1000
+    assert (run.input_tokens, run.output_tokens) == (sum(p for p, _ in batch), sum(o for _, o in batch))
+    assert max(run.e2e_s) <= run.duration_s + 1e-9 and all(t <= e for t, e in zip(run.ttft_s, run.e2e_s))
+    # a decode step of one request at its shortest context is the cheapest step there is: the longest output,
+    # decoded alone, bounds the run from below
+    role, _, group = next(g for g in cfg.layout.groups() if g[0] == "decode")
+    prompt, output = max(batch, key=lambda request: request[1])
+    assert run.duration_s >= (output - 1) * cost_model_for(cfg, role, group).decode_step_s(1, prompt + 1)
 
 
 def test_percentile_interpolates_like_numpy() -> None:
