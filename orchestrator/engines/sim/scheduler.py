@@ -1,15 +1,15 @@
-"""Continuous-batching scheduler of the simulated engine: tokens and pacing around the shared scheduling model.
+"""The simulated engine's scheduler: the shared step loop on paced wall time, plus tokens, prefix cache and aborts.
 
-submit(SimRequest) -> BatchSchedule (perfmodel/admission.py: admission, KV, retraction) -> prefill batches
-  -> running -> decode steps (one token each) -> finished
+submit(SimRequest) -> StepScheduler.schedule() (perfmodel/scheduling: the next forward, its modelled
+seconds, admission, KV, retraction, PD decode pre-allocation) -> sleep it x time_scale x slow factor
+  -> update_from_output() -> tokens out -> finished
 
-Who is admitted, which KV a request holds and who is retracted is decided by perfmodel/admission.py's
-BatchSchedule, the same model the planner's simulation (plan/simulate.py) drives, so the two cannot drift.
-What is the engine's own lives here: one asyncio task that, like SGLang without mixed chunks, runs either
-one prefill batch or one decode step at a time, prefill first, sleeps for the cost model's time of it x
-time_scale x the fault injector's slow factor, and produces the tokens; the prefix cache; aborts. A PD
-decode pre-allocates a request's KV (preallocate) before its transfer, as SGLang's DecodePreallocQueue
-does. Callers wait on `SimRequest.updated` and read `output_ids` / `finish_reason`.
+Which forward runs next (prefill first, no mixed chunks; a PD decode pre-allocates and admits landed KV
+once per turn, as SGLang's DecodePreallocQueue does) is perfmodel/scheduling/steps.py's StepScheduler, the
+same object the planner's simulation (plan/simulate.py) drives on its virtual clock, so the two cannot
+drift. What is the engine's own lives here: one asyncio task that paces each forward on the model's
+timeline, the tokens, the prefix cache, stop tokens and aborts. Callers wait on `SimRequest.updated` and
+read `output_ids` / `finish_reason`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 from orchestrator.engines.sim.prefix_cache import PrefixCache
-from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
 from orchestrator.records import Role
 
 log = logging.getLogger(__name__)
@@ -31,14 +32,6 @@ log = logging.getLogger(__name__)
 _MASK64 = (1 << 64) - 1
 GEN_THROUGHPUT_WINDOW_STEPS = 40  # SGLang's default --decode-log-interval
 MAX_CATCH_UP_S = 2.0  # how far behind the model's timeline a busy host may fall and still catch up (wall s)
-
-
-class StepCostModel(Protocol):
-    """The part of the cost model the scheduler needs (orchestrator.perfmodel.costmodel.EngineCostModel)."""
-
-    def prefill_time_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float: ...
-
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float: ...
 
 
 def prompt_seed(input_ids: Sequence[int]) -> int:
@@ -152,13 +145,13 @@ class Scheduler:
                 f"KV capacity is {limits.kv_capacity_tokens} tokens: the model's weights leave no GPU memory "
                 "for KV cache at this TP size/quantization; use more GPUs per server or a smaller checkpoint"
             )
-        self.cost = cost
         self.limits = limits
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
         self.slow_factor = slow_factor
         self.on_finish = on_finish
-        self.batch = BatchSchedule(limits.model_limits())
+        self.steps = StepScheduler(limits.model_limits(), cost, cached_tokens=self._cached)
+        self.batch = self.steps.batch  # the queues and KV pool, read for stats and aborts
         self.prefilling: list[SimRequest] = []  # in the prefill batch that is running now
         self.prefix_cache = PrefixCache(limits.kv_capacity_tokens)
         self.decode_steps = 0
@@ -210,30 +203,30 @@ class Scheduler:
             req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
             if self.limits.role == "decode":
                 req.first_token = output_token(req.seed, 0, self.vocab_size)
-                self.batch.enqueue_prealloc(req.seq)
+                self.steps.enqueue_prealloc(req.seq, kv_local=True)
                 self._wake.set()
                 return
-        self.batch.submit(req.seq)
+        self.steps.submit(req.seq)
         self._wake.set()
 
     async def preallocate(self, req: SimRequest) -> None:
         """PD decode: wait until the scheduling model pre-allocates the request's KV (before its transfer)."""
         self._clamp(req)
         req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
-        self.batch.enqueue_prealloc(req.seq)
+        self.steps.enqueue_prealloc(req.seq)
         self._wake.set()
         await req.preallocated.wait()
 
     def drop(self, req: SimRequest) -> None:
         """Free what a request that never reached the batch holds (PD decode: cancelled during its transfer)."""
         if req.seq is not None:
-            self.batch.finish(req.seq)
+            self.steps.finish(req.seq)
             self._wake.set()
 
     async def release(self, req: SimRequest) -> None:
         """Free a finished PD prefill request's KV, held for its transfer until now."""
         if req.seq is not None and req.seq.state == "held":
-            self.batch.release(req.seq)
+            self.steps.release(req.seq)
             self._wake.set()
 
     def _unfinished(self) -> list[SimRequest]:
@@ -277,37 +270,33 @@ class Scheduler:
         return tokens / span if span > 0 else 0.0
 
     def idle(self) -> bool:
-        return self.batch.idle() and not self.prefilling
+        return self.steps.idle() and not self.prefilling
 
     # ----- the loop --------------------------------------------------------------------------------------
     async def _loop(self) -> None:
         while True:
             self._wake.clear()
             try:
-                self._admit_decode_side()
-                batch = self.batch.next_prefill(self._cached) if self.limits.role != "decode" else []
-                if batch:
-                    await self._run_prefill(batch)
-                elif self.batch.running:
-                    await self._run_decode_step()
-                else:
+                step = self.steps.schedule()
+                self._hand_off(step)
+                if step.forward is None:
                     self._timeline_at = None  # idle: the next step starts when work arrives
                     await self._wake.wait()
+                elif step.forward.kind == "prefill":
+                    await self._run_prefill(step)
+                else:
+                    await self._run_decode_step(step)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug must not leave clients waiting forever
                 log.exception("scheduler step failed; aborting all requests")
                 self.abort("", abort_all=True, message="simulated scheduler error; see server log")
 
-    def _admit_decode_side(self) -> None:
-        """PD decode: pre-allocate KV for queued requests; requests whose KV landed join the running batch."""
-        if self.limits.role != "decode":
-            return
-        for seq in self.batch.pop_preallocated():
-            if seq.state == "transfer" and seq.owner.first_token is not None:  # local: no transfer to wait for
-                self.batch.submit(seq)
+    def _hand_off(self, step: Step) -> None:
+        """PD decode: pre-allocated requests may start their transfer; landed ones have their first token."""
+        for seq in step.preallocated:
             seq.owner.preallocated.set()
-        for seq in self.batch.admit_transferred():
+        for seq in step.joined:
             req = seq.owner
             if not req.output_ids:  # KV arrived by transfer with the prefill's first token
                 req.output_ids.append(req.first_token)  # type: ignore[arg-type]
@@ -342,17 +331,16 @@ class Scheduler:
         self.modelled_busy_s += duration
         await asyncio.sleep(max(0.0, self._timeline_at - now))
 
-    async def _run_prefill(self, batch: list[tuple[Seq, int]]) -> None:
-        new = [take for _, take in batch]
-        cached = [seq.prefilled for seq, _ in batch]
-        self.prefilling = [seq.owner for seq, _ in batch]
+    async def _run_prefill(self, step: Step) -> None:
+        assert step.forward is not None
+        self.prefilling = [seq.owner for seq, _ in step.forward.prefill]
         try:
-            await self._sleep_modelled(self.cost.prefill_time_s(new, cached))
+            await self._sleep_modelled(step.forward.duration_s)
         finally:
             self.prefilling = []
         self.prefill_batches += 1
         now = time.monotonic()
-        for seq in self.batch.prefill_done():  # aborted ones are no longer in the model's batch
+        for seq in self.steps.update_from_output(step):  # aborted ones are no longer in the model's batch
             req: SimRequest = seq.owner
             self.prefix_cache.insert(req.input_ids)
             self._append_token(req)
@@ -360,16 +348,13 @@ class Scheduler:
                 req.first_token_at = now
             self._after_token(req, last=seq.state in ("done", "held"))
 
-    async def _run_decode_step(self) -> None:
-        self.batch.before_decode()  # may retract: they leave the running batch and keep their tokens
-        running = self.batch.running_seqs()
-        if not running:
-            return
+    async def _run_decode_step(self, step: Step) -> None:
+        assert step.forward is not None  # retracted requests left the running batch and keep their tokens
         started = time.monotonic()
-        await self._sleep_modelled(self.cost.decode_step_s(len(running), self.batch.running_context))
-        ended = {id(seq) for seq in self.batch.decode_done()}
+        await self._sleep_modelled(step.forward.duration_s)
+        ended = {id(seq) for seq in self.steps.update_from_output(step)}
         produced = 0
-        for seq in running:
+        for seq in step.forward.running:
             req: SimRequest = seq.owner
             if req.finished:  # aborted while the step ran
                 continue
@@ -398,7 +383,7 @@ class Scheduler:
         req.finish_reason = reason
         req.finished_at = time.monotonic()
         if req.seq is not None:
-            self.batch.finish(req.seq)  # frees its KV, unless a PD prefill holds it for the transfer
+            self.steps.finish(req.seq)  # frees its KV, unless a PD prefill holds it for the transfer
         req.preallocated.set()  # a PD decode waiting for pre-allocation stops waiting
         req.updated.set()
         req.finished_event.set()

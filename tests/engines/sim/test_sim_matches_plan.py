@@ -1,9 +1,10 @@
 """The simulated engine's scheduler and the planner's simulation schedule a trace alike: same first-token
-forward, same last forward, same retractions, for every request (both drive perfmodel/scheduling), on an
-aggregated server and on a PD decode server. Exact, no tolerance: with every forward taking the same time and
-every request queued at once, only the scheduling decisions order the events. What this does not cover: a PD
-pair's hand-off (the sim's handshake and transfer run in wall time over HTTP, the planner's in virtual time),
-compared end to end by benchmarks/embedded_vs_plan.py (docs/performance.md)."""
+forward, same last forward, same retractions, for every request, on an aggregated server and on a PD decode
+server. Both clocks (paced wall time, virtual time) drive one perfmodel/scheduling/steps.py StepScheduler per
+server; this checks that neither adds a decision of its own. Exact, no tolerance: with every forward taking the
+same time and every request queued at once, only the scheduling decisions order the events. What this does not
+cover: a PD pair's hand-off (the sim's handshake and transfer run in wall time over HTTP, the planner's in
+virtual time), compared end to end by benchmarks/embedded_vs_plan.py (docs/performance.md)."""
 
 from __future__ import annotations
 

@@ -35,8 +35,8 @@ async def test_a_shared_prefix_is_prefilled_once_and_the_second_prompt_is_faster
     sched = Scheduler(cost, SchedulerLimits(64, 1_000_000, 8192, time_scale=0.01), DEEPSEEK_R1.vocab_size, 1)
     sched.start()
     modelled: list[float] = []  # each prefill batch's modelled seconds, from the real cost model
-    prefill_time_s = sched.cost.prefill_time_s
-    sched.cost.prefill_time_s = lambda new, cached=None: modelled.append(prefill_time_s(new, cached)) or modelled[-1]
+    prefill_time_s = cost.prefill_time_s
+    cost.prefill_time_s = lambda new, cached=None: modelled.append(prefill_time_s(new, cached)) or modelled[-1]
     system = list(range(1, 4097))  # 4096 shared tokens, as a long system prompt
     first = SimRequest("a", system + [5, 6, 7], max_new_tokens=1, ignore_eos=True)
     sched.submit(first)
