@@ -113,3 +113,19 @@ def test_percentile_interpolates_like_numpy() -> None:
     assert percentile([1, 2, 3, 4], 50) == 2.5
     assert percentile([5.0], 99) == 5.0
     assert percentile(list(range(101)), 99) == 99
+
+
+def test_requests_two_decodes_take_at_one_instant_reach_the_prefill_together_as_the_first_wave_did() -> None:
+    # two decode servers; the client keeps 2 in flight: the first two end at the same instant on different
+    # decodes, and the next two are sent then. Each decode pre-allocates at its own turn; the prefill takes the
+    # requests bootstrapped at one instant in one forward (SGLang's PrefillBootstrapQueue), so the second
+    # wave repeats the first exactly (the planner once prefilled the first of them alone, then the other)
+    cfg = config_from_dict({
+        "cluster": {"gpu": "H100-SXM", "num_nodes": 3},
+        "model": {"quantization": "w4a8"},
+        "engine": {"kind": "sglang", "sglang": {"mem_fraction_static": 0.88}},
+        "layout": {"mode": "pd", "prefill": [{"tp": 8}], "decode": [{"count": 2, "tp": 8}]},
+    })
+    run = simulate_run(cfg, [(500, 4)] * 4, max_concurrency=2)
+    assert run.ttft_s == [pytest.approx(run.ttft_s[0])] * 4
+    assert run.e2e_s == [pytest.approx(run.e2e_s[0])] * 4
