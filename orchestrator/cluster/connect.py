@@ -115,6 +115,7 @@ def init_driver(address: str | None, namespace: str | None = "pd-orchestrator", 
              **({"_node_ip_address": node_ip} if node_ip else {}))
 
 
+GCS_ANSWER_S = 10.0  # a loaded head still answers one small RPC well within this
 _ADDRESS_FIX = ("start the head there (`ray start --head --port=<port> --labels role=prefill`), correct "
                 "cluster.address, or set cluster.address: local to start a cluster on this machine")
 
@@ -132,6 +133,29 @@ def require_reachable(address: str, timeout_s: float = 3.0) -> None:
     except OSError as exc:
         why = exc.strerror or type(exc).__name__.lower().replace("error", "")
         raise ClusterError(f"cluster.address={address}: nothing answers at {host}:{port} ({why}); {_ADDRESS_FIX}") from None
+    if not address.startswith("ray://"):  # a Ray Client server is another service; Ray's own error names it
+        other = _not_a_gcs(f"{host}:{port}", GCS_ANSWER_S)
+        if other is not None:
+            raise ClusterError(f"cluster.address={address}: {host}:{port} answers, but not as a Ray head's GCS "
+                               f"({other}); {_ADDRESS_FIX}")
+
+
+def _not_a_gcs(target: str, timeout_s: float) -> str | None:
+    """What answered at `target` if it is not a Ray GCS (one gRPC call it serves, silently), else None.
+
+    Something else listening there (another service, a proxy that takes every connection) would make
+    ray.init retry for a minute, printing a failed RPC each second."""
+    import grpc
+
+    with grpc.insecure_channel(target) as channel:
+        get_cluster_id = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
+        try:
+            get_cluster_id(b"", timeout=timeout_s)  # an empty GetClusterIdRequest
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return f"gRPC {code.name}: {exc.details()}"
+    return None
 
 
 def connect(cfg: RunConfig, state_path: Path | None = None, log_to_driver: bool = False) -> ClusterSession:

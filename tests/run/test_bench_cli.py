@@ -45,6 +45,27 @@ def test_an_address_nothing_answers_at_is_one_line_with_the_fix_first_and_last(t
     assert json.loads(result.read_text())["counts"] == {"num_prompts": 5, "completed": 0, "failed": 5}
 
 
+def test_an_address_where_something_else_answers_is_one_line_too(tmp_path) -> None:
+    """A host:port that takes the connection but is no Ray head (another service, or a proxy that takes every
+    connection, as in the issue-22 trial): one line naming it, not a minute of failed GCS RPCs."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501 to all
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        proc = _bench(tmp_path, f"cluster.address=127.0.0.1:{port}")
+    finally:
+        server.shutdown()
+    assert proc.returncode == 1
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith(f"INVALID: placement failed: ClusterError: cluster.address=127.0.0.1:{port}: "
+                               f"127.0.0.1:{port} answers, but not as a Ray head's GCS (gRPC "), lines[0]
+    assert "start the head there" in lines[0] and lines[-1] == lines[0]
+    assert "RpcError" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_a_layout_the_local_cluster_cannot_place_is_refused_at_preflight_before_any_cluster_starts(tmp_path) -> None:
     proc = _bench(tmp_path, "layout.prefill.0.count=2")
     assert proc.returncode == 1
