@@ -65,6 +65,7 @@ class ReadyEstimate:
     pair_warmup_s: float
     pairs: int
     jit_cached: bool
+    where: str = ""  # the GPU and weights the engine start was predicted for, e.g. "H100-SXM, SGLang, dummy weights"
 
     @property
     def ready_s(self) -> float:
@@ -74,7 +75,8 @@ class ReadyEstimate:
     def line(self) -> str:
         caches = "warm" if self.jit_cached else "cold"
         other = self.engine_start_cold_s if self.jit_cached else self.engine_start_warm_s
-        return (f"predicted time to ready: {self.ready_s:.0f} s (placement {self.placement_s:.0f} s + engine start "
+        where = f" on {self.where}" if self.where else ""
+        return (f"predicted time to ready{where}: {self.ready_s:.0f} s (placement {self.placement_s:.0f} s + engine start "
                 f"{self.ready_s - self.placement_s - self.pair_warmup_s:.0f} s with {caches} compile caches "
                 f"[{'cold' if self.jit_cached else 'warm'}: {other:.0f} s] + {self.pairs} pair warm-up(s) "
                 f"{self.pair_warmup_s:.2f} s; a cold NIXL pair's first-request stall, tens of seconds on "
@@ -152,7 +154,11 @@ def predict_ready(cfg: RunConfig, gpu: str, disk_gb_s: float = 2.0, jit_cached: 
     else:
         pairs = sum(g.count for g in layout.aggregated)
     warmup_s = simulate_run(cfg, [(4, 8)] * pairs, gpu=gpu, max_concurrency=None).duration_s  # serve's pair warm-up
-    return ReadyEstimate(PLACEMENT_S["sglang"], warm, cold, warmup_s, pairs, jit_cached)
+    weights = "dummy weights" if cfg.engine.sglang.load_format == "dummy" else (
+        f"weights read at {disk_gb_s:g} GB/s per node" if cfg.engine.sglang.load_format is None
+        else f"load format {cfg.engine.sglang.load_format}")
+    return ReadyEstimate(PLACEMENT_S["sglang"], warm, cold, warmup_s, pairs, jit_cached,
+                         f"{gpu} with SGLang, {weights}")
 
 
 def predict_closed_loop(cfg: RunConfig, concurrencies: Sequence[int] | None = None, gpu: str | None = None,
