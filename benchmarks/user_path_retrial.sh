@@ -2,6 +2,7 @@
 # Issue 22's trial again, as a new user meets it: run from the root of a fresh clone whose .venv
 # `scripts/dev-setup.sh` made. Each command is echoed (`$ ...`), then its output and exit code.
 # Record it with: python3 benchmarks/manifest.py record --out DIR --stdout output.txt -- bash benchmarks/user_path_retrial.sh
+# (argument `fixes`: only the commands whose output changed after the first retrial)
 set -u
 export RAY_USAGE_STATS_ENABLED=0
 PDO=.venv/bin/pd-orchestrator
@@ -13,6 +14,14 @@ step() {  # step TIMEOUT_S CMD...: echo, run (stdout+stderr), print the exit cod
   timeout "$limit" "$@" 2>&1
   echo "[exit $?]"
 }
+
+if [ "${1:-}" = "fixes" ]; then  # only the commands whose output changed after the first retrial (ccd4c40, 5a144c2)
+  step 120 $PDO config validate $DEFAULT --set layout.prefill.0.count=2
+  step 120 $PDO config validate $DEFAULT --set layout.prefill.1.tp=4
+  step 300 $PDO bench --config $DEFAULT --set cluster.address=10.255.255.1:6379
+  step 900 $PDO bench --config $DEFAULT --set benchmark.num_prompts=100 --set engine.sim.startup_s=0
+  exit 0
+fi
 
 echo "== 1. the README's first command (embedded default, 1000 prompts) =="
 step 900 $PDO bench --config $DEFAULT
