@@ -24,6 +24,7 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from orchestrator.config import RunConfig
 from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits, server_limits
@@ -189,7 +190,7 @@ class _Simulation:
         for req in ready:
             assert req.prefill is not None and req.prefill_seq is not None
             req.prefill.steps.submit(req.prefill_seq)
-        for prefill in dict.fromkeys(req.prefill for req in ready):
+        for prefill in dict.fromkeys(req.prefill for req in ready if req.prefill is not None):
             self.kick(prefill)
 
     def forward_done(self, server: _Server, step: Step) -> None:
@@ -246,7 +247,10 @@ def one_server_trace(batch: Sequence[tuple[int, int]], cost: StepCostModel, limi
         raise SimulationError("one_server_trace runs an aggregated or a decode server; a prefill's requests end at its transfer")
     sim = _Simulation([], [server], []) if limits.role == "decode" else _Simulation([], [], [server])
     sim.run(batch, None)
-    return [req.seq for req in sim.requests]  # type: ignore[misc]
+    seqs = [req.seq for req in sim.requests if req.seq is not None]
+    if len(seqs) != len(sim.requests):
+        raise SimulationError(f"{len(sim.requests) - len(seqs)} requests never reached the server (simulator bug)")
+    return seqs
 
 
 def client_concurrency(cfg: RunConfig, gpu: str | None = None, sglang_version: str | None = None) -> int:
@@ -263,7 +267,7 @@ def simulate_run(
     cfg: RunConfig,
     batch: Sequence[tuple[int, int]],
     gpu: str | None = None,
-    max_concurrency: int | None | str = "auto",
+    max_concurrency: int | None | Literal["auto"] = "auto",
     sglang_version: str | None = None,
 ) -> SimulatedRun:
     """Simulate `batch` [(prompt_len, output_len)] on cfg's layout; GPU = `gpu`, else cfg.cluster.gpu.
@@ -273,16 +277,18 @@ def simulate_run(
     if not batch:
         raise SimulationError("the batch is empty; benchmark.num_prompts must be >= 1")
     gpu = gpu or cfg.cluster.gpu
-    if max_concurrency == "auto":
+    if isinstance(max_concurrency, str):  # "auto"
         max_concurrency = client_concurrency(cfg, gpu, sglang_version)
     if cfg.layout.mode == "pd":
         sim = _Simulation(_servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), [])
     else:
         sim = _Simulation([], [], _servers(cfg, "aggregated", gpu, sglang_version))
     duration = sim.run(batch, max_concurrency)
-    done = [r for r in sim.requests if r.finish_s is not None]
-    if len(done) != len(sim.requests):
-        raise SimulationError(f"{len(sim.requests) - len(done)} requests never finished (simulator bug)")
+    e2e_s = [end - r.arrival_s for r in sim.requests if (end := r.finish_s) is not None]
+    ttft_s = [first - r.arrival_s for r in sim.requests if r.finish_s is not None and (first := r.first_token_s) is not None]
+    if len(e2e_s) != len(sim.requests) or len(ttft_s) != len(e2e_s):
+        raise SimulationError(f"{len(sim.requests) - len(e2e_s)} requests never finished, "
+                              f"{len(e2e_s) - len(ttft_s)} without a first token (simulator bug)")
     return SimulatedRun(
         layout=cfg.layout.describe(),
         gpu=gpu,
@@ -290,8 +296,8 @@ def simulate_run(
         duration_s=duration,
         input_tokens=sum(r.prompt_len for r in sim.requests),
         output_tokens=sum(r.output_len for r in sim.requests),
-        ttft_s=[r.first_token_s - r.arrival_s for r in done],  # type: ignore[operator]
-        e2e_s=[r.finish_s - r.arrival_s for r in done],  # type: ignore[operator]
-        completed=len(done),
+        ttft_s=ttft_s,
+        e2e_s=e2e_s,
+        completed=len(e2e_s),
         retracted=sum(server.steps.batch.retracted for server in sim.aggregated + sim.decode),
     )

@@ -90,7 +90,7 @@ class SimEngine:
             SchedulerLimits(
                 max_running_requests=self.cost.max_running(),
                 kv_capacity_tokens=capacity,
-                chunked_prefill_tokens=self.cost.chunked_prefill_tokens,
+                chunked_prefill_tokens=self.cost.prefill_chunk_tokens(),
                 time_scale=settings.time_scale,
                 role=settings.role,
                 page_size=self.cost.page_size,
@@ -273,7 +273,8 @@ class SimEngine:
 
     async def _drive_prefill(self, run: Run, fate: RequestFate) -> None:
         assert self.prefill_kv is not None
-        room_id = int(run.item.bootstrap_room)  # type: ignore[arg-type]
+        room_id = run.item.bootstrap_room
+        assert room_id is not None, "check_item refuses a PD request without a bootstrap room"
         room = self.prefill_kv.room(room_id)
         try:
             self.queues.prefill_bootstrap += 1
@@ -316,7 +317,8 @@ class SimEngine:
         assert self.receiver is not None
         item = run.item
         addr = f"http://{_url_host(item.bootstrap_host)}:{item.bootstrap_port or self.settings.bootstrap_port}"
-        room = int(item.bootstrap_room)  # type: ignore[arg-type]
+        room = item.bootstrap_room
+        assert room is not None, "check_item refuses a PD request without a bootstrap room"
         self.queues.decode_prealloc += 1
         in_prealloc = True
         try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
 from orchestrator.config.server_spec import MODE_OF_ROLE, PdTimeouts, ServerSpec
 from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model
+from orchestrator.records import Role
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class SimSettings:
     incremental_streaming_output: bool
 
     @property
-    def role(self) -> str:
+    def role(self) -> Role:
         return self.spec.role
 
     @property

@@ -36,6 +36,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.records import Role
+
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 NUM_RESERVED_DECODE_TOKENS = 512  # --num-reserved-decode-tokens
@@ -73,7 +75,7 @@ def clipped(max_new_tokens: int) -> int:
 class ServerLimits:
     """What bounds one server's scheduling: its role, KV pool, running requests and prefill chunk."""
 
-    role: str  # aggregated | prefill | decode
+    role: Role
     kv_capacity_tokens: int
     max_running: int
     chunked_prefill_tokens: int
