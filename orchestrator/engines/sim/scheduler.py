@@ -299,7 +299,7 @@ class Scheduler:
         for seq in step.joined:
             req = seq.owner
             if not req.output_ids:  # KV arrived by transfer with the prefill's first token
-                req.output_ids.append(req.first_token)  # type: ignore[arg-type]
+                req.output_ids.append(req.first_token)
                 req.first_token_at = time.monotonic()
                 req.updated.set()
             self._after_token(req, last=seq.state == "done")
