@@ -153,6 +153,13 @@ def invalid_body_message(errors: Sequence[Mapping[str, Any]]) -> str:
     return f"invalid request: {where or 'body'}: {msg} (got {got})"
 
 
+def invalid_field(errors: Sequence[Mapping[str, Any]]) -> str | None:
+    """The field the first validation error is about (OpenAI's error `param`), None for the body as a whole."""
+    if not errors or errors[0].get("type") == "json_invalid":
+        return None
+    return _field_path(errors[0].get("loc", ())) or None
+
+
 def parse_generate_body(raw: bytes | str) -> GenerateBody:
     """A /generate body from its JSON text; BadRequest with the one-line message when it is not valid."""
     try:

@@ -10,7 +10,7 @@ import asyncio
 import secrets
 import socket
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator
 
 import uvicorn
 
@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from orchestrator.api.generate import GenerateBody, invalid_body_message
+from orchestrator.api.generate import GenerateBody, invalid_body_message, invalid_field
 from orchestrator.api.openai import (
     ChatBody,
     CompletionBody,
@@ -28,9 +28,11 @@ from orchestrator.router.core import HTTPError, RouterCore
 from orchestrator.router.json_response import FastJSONResponse
 
 
-def error_response(status: int, message: str) -> JSONResponse:
+def error_response(status: int, message: str, param: str | None = None) -> JSONResponse:
+    """OpenAI's error object ({"error": {"message", "type", "param", "code"}}); `param` names the offending field,
+    `code` is the HTTP status as SGLang's own error responses give it."""
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return FastJSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
+    return FastJSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status)
 
 
 async def core_in_app_state(request: Request) -> RouterCore:
@@ -68,8 +70,33 @@ class InFlightLimit:
             core.free_slot()
 
 
-def build_http_app(find_core: Callable[[Request], Awaitable[RouterCore]] = core_in_app_state) -> FastAPI:
-    """The ingress routes; each handler gets its RouterCore from `find_core` (by default app.state.core)."""
+OPEN_PATHS = frozenset({"/health"})  # a load balancer's probe needs no key (SGLang's --api-key leaves it open too)
+
+
+class ApiKeyGate:
+    """ASGI wrapper: with router.api_key_env set, every request but /health must carry 'Authorization: Bearer <key>'
+    or is answered 401 before its body is read: a caller without the key learns nothing of the API, takes no
+    in-flight slot and is not counted as a rejected inference request."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        core = getattr(scope["app"].state, "core", None) if scope["type"] == "http" else None
+        if core is None or core.api_key is None or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        got = dict(scope["headers"]).get(b"authorization", b"")
+        if secrets.compare_digest(got, f"Bearer {core.api_key}".encode()):
+            await self.app(scope, receive, send)
+            return
+        message = ("missing or wrong API key: send 'Authorization: Bearer <key>' "
+                   f"(the key is in ${core.cfg.router.api_key_env} where the router runs)")
+        await error_response(401, message)(scope, receive, send)
+
+
+def build_http_app() -> FastAPI:
+    """The ingress routes over the RouterCore in `app.state.core` (the wrappers above read it there too)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -80,10 +107,12 @@ def build_http_app(find_core: Callable[[Request], Awaitable[RouterCore]] = core_
 
     app = FastAPI(title="pd-orchestrator router", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.add_middleware(InFlightLimit)
+    app.add_middleware(ApiKeyGate)  # added last = outermost: the key is checked before a slot is taken
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, invalid_body_message(exc.errors()))  # the sim engine's words for /generate
+        errors = exc.errors()  # the sim engine's words for /generate; `param` names the field as OpenAI does
+        return error_response(400, invalid_body_message(errors), invalid_field(errors))
 
     @app.exception_handler(HTTPError)
     async def _http_error(_request: Request, exc: HTTPError) -> JSONResponse:
@@ -91,16 +120,11 @@ def build_http_app(find_core: Callable[[Request], Awaitable[RouterCore]] = core_
             return FastJSONResponse(exc.body, exc.status)  # the engine's own client error, as SGLang shows it
         return error_response(exc.status, exc.message)
 
-    async def authorised(request: Request, core: RouterCore = Depends(find_core)) -> RouterCore:
-        if core.api_key is not None:
-            got = request.headers.get("authorization", "")
-            if not secrets.compare_digest(got.encode(), f"Bearer {core.api_key}".encode()):
-                raise HTTPError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' "
-                                     f"(the key is in ${core.cfg.router.api_key_env} where the router runs)")
-        return core
+    async def authorised(core: RouterCore = Depends(core_in_app_state)) -> RouterCore:
+        return core  # the key was checked by ApiKeyGate before the body was read
 
     @app.get("/health")
-    async def health(core: RouterCore = Depends(find_core)) -> Response:
+    async def health(core: RouterCore = Depends(core_in_app_state)) -> Response:
         counts = core.ready_counts()
         missing = [role for role, n in counts.items() if n == 0]
         if missing:

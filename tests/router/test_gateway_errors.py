@@ -1,0 +1,130 @@
+"""The gateway's refusals as an OpenAI client meets them: a malformed or incomplete body is a 400 whose error object
+has OpenAI's shape and names the field (message and `param`); without the API key, or with a wrong one, a 401 comes
+before the body is even read; the default gateway listens on loopback only.
+
+The ingress app is served by uvicorn on loopback in front of two simulated engine servers (tests/support.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import httpx
+import openai
+import pytest
+
+from orchestrator.config.schema import RouterConfig
+from tests.support import Ingress, router_core
+
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions")
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+COMPLETION = {"model": "m", "prompt": [1, 2], "max_tokens": 1}
+
+
+@pytest.fixture(scope="module")
+def ingress(pd_workers):
+    server = Ingress(router_core(pd_workers))
+    yield server
+    server.stop()
+
+
+def openai_error(r: httpx.Response, status: int) -> dict:
+    """The error object of a refusal, checked against OpenAI's shape."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["code"] == status, body
+    return body["error"]
+
+
+@pytest.mark.parametrize("path", OPENAI_PATHS)
+def test_a_body_that_is_not_json_is_a_400_saying_so(ingress, path):
+    r = httpx.post(ingress.url + path, content=b'{"messages": [', headers={"content-type": "application/json"},
+                   timeout=30)
+    error = openai_error(r, 400)
+    assert error["message"].startswith("invalid request: body is not valid JSON") and error["param"] is None
+
+
+@pytest.mark.parametrize("path, body, field, says", [
+    ("/v1/chat/completions", {"model": "m"}, "messages", "required, not sent"),
+    ("/v1/completions", {"model": "m", "max_tokens": 1}, "prompt", "required, not sent"),
+    ("/v1/chat/completions", {"model": "m", "messages": "hi"}, "messages", "valid list"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}, "max_tokens",
+     "valid integer"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature",
+     "valid number"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": [1]}, "stream",
+     "valid boolean"),
+    ("/v1/chat/completions", {"messages": [{"content": "x"}]}, "messages.0.role", "required, not sent"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 1.5}, "max_tokens", "integer"),
+    ("/v1/completions", {"prompt": "x", "ignore_eos": "sometimes"}, "ignore_eos", "valid boolean"),
+])
+def test_a_missing_or_mistyped_field_is_a_400_naming_it(ingress, path, body, field, says):
+    error = openai_error(httpx.post(ingress.url + path, json=body, timeout=30), 400)
+    assert error["param"] == field, error
+    assert error["message"].startswith(f"invalid request: {field}: ") and says in error["message"], error
+
+
+def test_the_openai_sdk_raises_bad_request_naming_the_field(ingress):
+    client = openai.OpenAI(base_url=ingress.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                       extra_body={"max_tokens": "many"})
+    assert refused.value.param == "max_tokens" and "max_tokens" in refused.value.message
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETION), ("/generate", {"input_ids": [1]}),
+    ("/v1/chat/completions", b'{"messages": ['), ("/v1/chat/completions", {"model": "m"}),
+])
+def test_without_or_with_a_wrong_key_every_request_is_a_401_before_its_body_is_read(pd_workers, monkeypatch, path,
+                                                                                     body):
+    monkeypatch.setenv("PDORCH_GATEWAY_KEY", "k-3f9a")
+    server = Ingress(router_core(pd_workers, api_key_env="PDORCH_GATEWAY_KEY"))
+    try:
+        def post(headers: dict[str, str]) -> httpx.Response:
+            kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+            return httpx.post(server.url + path, headers={"content-type": "application/json", **headers},
+                              timeout=30, **kwargs)
+
+        for headers in ({}, {"Authorization": "Bearer k-3f9"}, {"Authorization": "k-3f9a"}):
+            error = openai_error(post(headers), 401)
+            assert "missing or wrong API key" in error["message"] and "$PDORCH_GATEWAY_KEY" in error["message"]
+            assert "k-3f9a" not in error["message"]
+        assert server.core.in_flight == 0 and server.core.rejected == 0  # refused before taking a slot
+        right = post({"Authorization": "Bearer k-3f9a"})
+        assert right.status_code == (200 if body in (CHAT, COMPLETION, {"input_ids": [1]}) else 400), right.text
+        assert httpx.get(server.url + "/health", timeout=30).status_code == 200  # a probe needs no key
+    finally:
+        server.stop()
+
+
+def test_the_gateway_listens_on_loopback_unless_configured(pd_workers):
+    from orchestrator.router.http_app import serve_http
+
+    assert RouterConfig().host == "127.0.0.1"
+    core = router_core(pd_workers)
+    others = [ip for ip in socket.gethostbyname_ex(socket.gethostname())[2] if not ip.startswith("127.")]
+
+    async def reachable(host: str, port: int) -> bool:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+        except OSError:
+            return False
+        writer.close()
+        return True
+
+    async def serving() -> tuple[tuple[str, int], dict[str, bool]]:
+        server, task = await serve_http(core, core.cfg.router.host, 0)
+        try:
+            while not server.started:  # uvicorn fills server.servers during its start-up
+                await asyncio.sleep(0.01)
+            host, port = server.servers[0].sockets[0].getsockname()[:2]
+            return (host, port), {ip: await reachable(ip, port) for ip in ["127.0.0.1", *others]}
+        finally:
+            server.should_exit = True
+            await task
+
+    (host, port), reached = asyncio.run(serving())
+    assert host == "127.0.0.1" and port > 0
+    assert reached == {"127.0.0.1": True, **{ip: False for ip in others}}, reached
