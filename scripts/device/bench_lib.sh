@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SGLANG_HOST_IP
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
 export PYTHONPATH=$SITE:$REPO PATH=$P/bin:$PATH
 START=$(date +%s); BUDGET=${BUDGET:-570}
-MODEL=$REPO/models/deepseek-v2-lite
+MODEL=${MODEL:-$REPO/models/deepseek-v2-lite}
 SETS="--set model.path=$MODEL --set benchmark.dataset_path=$P/sharegpt.json ${BENCH_SETS:-}"
 el() { echo "[$PHASE t+$(( $(date +%s) - START ))s] $*" | tee -a $P/timeline.txt; }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
@@ -42,7 +42,7 @@ install_runtime() {  # Ray + data (.device/rt/runtime.tar.xz)
   # wheels carried beside it (2026-11-26: httptools, which our router's engine client imports, was not in runtime.tar.xz)
   for w in .device/rt/whl/*.whl; do [ -f "$w" ] && python3 -m zipfile -e "$w" $SITE; done
   cp $P/rt-rt/sharegpt.json $P/rt-rt/tokenizer.json.zip $P/ 2>/dev/null
-  [ -f $MODEL/tokenizer.json ] || python3 $MODEL/make_tokenizer.py $P/tokenizer.json.zip
+  [ -f $MODEL/tokenizer.json ] || [ ! -f $MODEL/make_tokenizer.py ] || python3 $MODEL/make_tokenizer.py $P/tokenizer.json.zip
   # the archive drops Ray's console scripts; the local cluster runs `ray start`
   printf '#!/bin/sh\nexec python3 -m ray.scripts.scripts "$@"\n' > $P/bin/ray; chmod +x $P/bin/ray
   python3 -c "import ray, sglang, pydantic, httpx, aiohttp, rich, yaml, prometheus_client, tokenizers; print('ray', ray.__version__, 'sglang', sglang.__version__)" 2>&1 | tail -3

