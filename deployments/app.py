@@ -5,6 +5,9 @@ Each worker group is its own application (no HTTP route) holding one `EngineWork
 replicas are pinned to nodes of their role by label, with one placement group per replica reserving
 its GPUs. The router application is the HTTP ingress; it finds workers through the registry, so it
 does not need the worker deployments bound into its graph.
+
+`serve` deploys one application per replica instead (`workers-<group>-<k>`, one replica each), so a live layout
+change adds or removes exactly the replicas it names (Serve would pick which replica of a group to stop).
 """
 
 from __future__ import annotations
@@ -104,6 +107,41 @@ def router_actor_options(cfg: RunConfig, driver_ip: str | None) -> dict:
     return {"num_cpus": 0, **({"resources": {f"node:{ip}": 0.001}} if ip else {})}
 
 
+@dataclass(frozen=True)
+class ReplicaApp:
+    """One worker replica deployed as its own application (`serve`): worker name `<group>/<index>`."""
+
+    app_name: str
+    group: str  # the group's deployment name, e.g. decode-0
+    role: Role
+    group_index: int
+    replica_index: int
+
+    @property
+    def worker_name(self) -> str:
+        return f"{self.group}/{self.replica_index}"
+
+
+def replica_apps(cfg: RunConfig) -> list[ReplicaApp]:
+    """Every replica of the layout as its own application, `workers-<group>-<k>` for k < the group's count."""
+    return [ReplicaApp(f"{spec.app_name}-{k}", spec.deployment, spec.role, spec.group_index, k)
+            for spec in worker_groups(cfg) for k in range(spec.replicas)]
+
+
+def build_replica_apps(cfg: RunConfig, run_id: str, apps: list[ReplicaApp], held: bool = False) -> list[RunTarget]:
+    """`apps` as Serve applications of one replica each; `held`: their workers wait for `admit` before routing."""
+    from deployments.worker import engine_worker_deployment
+
+    targets = []
+    for app in apps:
+        group = getattr(cfg.layout, app.role)[app.group_index]
+        options = {**worker_deployment_options(cfg, app.role, group), "num_replicas": 1}
+        deployment = engine_worker_deployment(app.group, **options)
+        bound = deployment.bind(cfg, app.role, app.group_index, run_id, app.replica_index, held)
+        targets.append(RunTarget(target=bound, name=app.app_name, route_prefix=None))
+    return targets
+
+
 def build_app(cfg: RunConfig, run_id: str) -> serve.Application:
     """The router application (HTTP ingress + benchmark handle); on router.host's node or the driver's,
     takes no CPU."""
@@ -125,17 +163,27 @@ class PlacementError(RuntimeError):
     """A Serve application failed to deploy or its replicas could not be placed in time."""
 
 
-def deploy(cfg: RunConfig, run_id: str, timeout_s: float, with_router: bool = True) -> None:
-    """Deploy worker apps (and the router), returning once every replica is constructed.
+def deploy(cfg: RunConfig, run_id: str, timeout_s: float, with_router: bool = True, per_replica: bool = False) -> None:
+    """Deploy worker apps (and the router), returning once every replica is constructed; `per_replica`: one
+    application per replica (`serve`), else one per group.
 
     Replicas return from __init__ right after launching their engine, so this measures placement;
     engine readiness is the router's `wait_ready`. Unplaceable replicas (no GPUs left on a labelled
     node) would wait forever, so we poll Serve's status with a timeout and report what is pending.
     """
     start_serve(cfg)
-    targets = build_worker_apps(cfg, run_id)
+    if per_replica:
+        targets = build_replica_apps(cfg, run_id, replica_apps(cfg))
+    else:
+        targets = build_worker_apps(cfg, run_id)
     if with_router:
         targets.append(RunTarget(target=build_app(cfg, run_id), name=ROUTER_APP, route_prefix=None))
+    run_targets(targets, timeout_s)
+
+
+def run_targets(targets: list[RunTarget], timeout_s: float) -> None:
+    """Deploy `targets` (other applications keep running) and wait until each is RUNNING; PlacementError names
+    what is still pending after `timeout_s` or failed."""
     serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
     names = [t.name for t in targets]
     deadline = time.monotonic() + timeout_s

@@ -149,6 +149,13 @@ class PDRouter:
         self._ensure_following()
         return [w.endpoint for w in self.core.dispatcher.workers.values()]
 
+    async def routing_view(self) -> dict:
+        """The registry version this replica follows, the workers it routes to, its open legs per worker (routed
+        or departed): what `serve apply` waits on before warming traffic in or removing a drained worker."""
+        self._ensure_following()
+        return {"registry_version": self.core.registry_version, "workers": sorted(self.core.dispatcher.workers),
+                "legs_in_flight": self.core.legs_in_flight()}
+
     def process_id(self) -> int:
         """This replica's pid (the router benchmarks read its CPU time from /proc)."""
         return os.getpid()

@@ -96,8 +96,12 @@ class EngineRank:
 class EngineWorker:
     """A prefill, decode or aggregated engine server behind one Serve replica."""
 
-    def __init__(self, cfg: RunConfig, role: Role, group_index: int, run_id: str):
+    def __init__(self, cfg: RunConfig, role: Role, group_index: int, run_id: str, replica_index: int | None = None,
+                 held: bool = False):
+        """`replica_index`: the name's index when this replica is its own application (`serve`); `held`: register
+        out of routing until the registry's `admit` (a replica added to a running service, warmed first)."""
         self.cfg = cfg
+        self.held = held
         self.role = role
         self.group = getattr(cfg.layout, role)[group_index]
         self.group_index = group_index
@@ -105,7 +109,7 @@ class EngineWorker:
         runtime = ray.get_runtime_context()
         # the registry entry belongs to this replica's actor: dropped when the actor is gone, even unannounced
         self.owner = runtime.get_actor_name() or None
-        preferred = ctx.rank.rank if ctx.rank is not None else 0
+        preferred = replica_index if replica_index is not None else ctx.rank.rank if ctx.rank is not None else 0
         self.name = ray.get(get_registry().claim_name.remote(ctx.deployment, preferred, self.owner), timeout=60)
         replica_index = int(self.name.rsplit("/", 1)[1])
         node_ip = ray.util.get_node_ip_address()
@@ -183,7 +187,7 @@ class EngineWorker:
             cache_state=self.cache_state,
         )
         if not self._stopped:
-            ray.get(get_registry().register.remote(self.endpoint, self.owner), timeout=60)
+            ray.get(get_registry().register.remote(self.endpoint, self.owner, self.held), timeout=60)
 
     def check_health(self) -> None:
         """Serve's health probe: the engine process lives and answers /health; keep the registry fresh."""
@@ -205,7 +209,7 @@ class EngineWorker:
             raise RuntimeError(f"{self.name}: /health failed {self._health_failures} times in a row")
         if ok:
             try:
-                ray.get(get_registry().register.remote(self.endpoint, self.owner), timeout=10)
+                ray.get(get_registry().register.remote(self.endpoint, self.owner, self.held), timeout=10)
             except ray.exceptions.GetTimeoutError:  # a slow registry is not a sick engine: next check retries
                 logger.warning("%s: worker registry did not answer within 10 s", self.name)
 

@@ -4,6 +4,10 @@ Serve handles route to *some* replica; a PD router must know *each* server's URL
 Worker replicas register on start (and again on every Serve health check), unregister on shutdown;
 the router reads `snapshot()` and so follows Serve's view of which replicas are alive.
 
+Routing admission (`serve apply`): a replica started `held` registers out of routing: `snapshot()` leaves it
+out until `admit(name)` (after its pairs are warmed); `retire(name)` takes a routed worker out of `snapshot()`
+again before it is drained and removed. `entries()` lists every worker with its state, held ones too.
+
 A replica cannot be trusted to unregister itself: Serve force-kills one whose graceful shutdown overruns
 (20 s; a loaded node gets there), a node can die with its replicas. So every entry names its owner (the
 replica's Ray actor name) and `snapshot()` drops entries whose owner actor is gone. Names are claimed
@@ -47,6 +51,8 @@ class Registry:
         self._workers: dict[str, WorkerEndpoint] = {}
         self._owners: dict[str, str] = {}  # worker name -> owning replica actor (none: registered by hand)
         self._claims: dict[str, str] = {}  # worker name -> the replica actor that claimed it
+        self._held: set[str] = set()  # registered but not routed: warming (started held) or retired (draining)
+        self._retired: set[str] = set()
         # versions start from the clock: a registry re-created after the old one died never repeats a version
         # its followers already saw (they update on a version change only)
         self._version = time.time_ns() // 1_000_000
@@ -63,7 +69,11 @@ class Registry:
                 return name
         raise AssertionError("unreachable: more candidate names than claims")
 
-    def register(self, endpoint: WorkerEndpoint, owner: str | None = None) -> int:
+    def register(self, endpoint: WorkerEndpoint, owner: str | None = None, held: bool = False) -> int:
+        """Add or refresh `endpoint`; `held`: a new entry stays out of routing until `admit` (a refresh of an
+        entry keeps its state, so the periodic re-registration does not undo an admission)."""
+        if held and endpoint.name not in self._workers:
+            self._held.add(endpoint.name)
         changed = self._workers.get(endpoint.name) != endpoint or self._owners.get(endpoint.name) != owner
         self._workers[endpoint.name] = endpoint
         if owner is None:
@@ -81,22 +91,48 @@ class Registry:
         if self._workers.pop(name, None) is not None:
             self._version += 1
         self._owners.pop(name, None)
+        self._held.discard(name)
+        self._retired.discard(name)
         if owner is not None and self._claims.get(name) == owner:
             del self._claims[name]
         return self._version
 
     def snapshot(self) -> tuple[int, list[WorkerEndpoint]]:
-        """(version, endpoints) of live replicas; the version changes whenever the set or an endpoint changes."""
+        """(version, endpoints) of live, routed replicas; the version changes whenever that set or an endpoint
+        changes."""
         if time.monotonic() - self._checked_at >= LIVENESS_EVERY_S:
             self._checked_at = time.monotonic()
             self.drop_dead_owners()
-        return self._version, list(self._workers.values())
+        return self._version, [e for name, e in self._workers.items() if name not in self._held]
+
+    def entries(self) -> list[tuple[WorkerEndpoint, str]]:
+        """Every registered worker with its state: routed, held (not yet admitted) or retired (draining)."""
+        return [(e, "retired" if name in self._retired else "held" if name in self._held else "routed")
+                for name, e in self._workers.items()]
+
+    def admit(self, name: str) -> int:
+        """Route to `name` from now on (its pairs are warm)."""
+        if name in self._held:
+            self._held.discard(name)
+            self._retired.discard(name)
+            self._version += 1
+        return self._version
+
+    def retire(self, name: str) -> int:
+        """Stop routing to `name` (it is about to be drained and removed); it stays listed in `entries()`."""
+        if name in self._workers and name not in self._retired:
+            self._held.add(name)
+            self._retired.add(name)
+            self._version += 1
+        return self._version
 
     def drop_dead_owners(self) -> list[str]:
         """Remove the entries whose replica actor is gone; returns their names."""
         dead = {name: owner for name, owner in self._owners.items() if not self._alive(owner)}
         for name, owner in dead.items():
             self._workers.pop(name, None)
+            self._held.discard(name)
+            self._retired.discard(name)
             del self._owners[name]
             if self._claims.get(name) == owner:  # a successor may have claimed the name already: keep its claim
                 del self._claims[name]
@@ -106,6 +142,8 @@ class Registry:
 
     def clear(self) -> None:
         self._workers.clear()
+        self._held.clear()
+        self._retired.clear()
         self._owners.clear()
         self._claims.clear()
         self._version += 1

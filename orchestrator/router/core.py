@@ -68,6 +68,7 @@ class RouterCore:
         self.registry_version: int | None = None
         self.in_flight = 0  # inference requests the HTTP ingress holds now (router.max_in_flight_requests)
         self.rejected = 0
+        self.departed: dict[str, Any] = {}  # WorkerStates the registry no longer routes to, legs maybe in flight
         self._last_health_check = 0.0
 
     @staticmethod
@@ -91,11 +92,24 @@ class RouterCore:
     def follow(self, version: int, endpoints: list[WorkerEndpoint]) -> None:
         if version != self.registry_version:
             self.registry_version = version
+            before = self.dispatcher.workers
             self.dispatcher.set_workers(endpoints)
+            for name, state in before.items():  # a retired worker may still hold legs picked before it left
+                if self.dispatcher.workers.get(name) is not state:
+                    self.departed[name] = state
             if self.metrics is not None:
                 for e in endpoints:  # series start at 0 so rate()/increase() count a worker's first tokens
                     self.metrics.add_worker(e.role, e.name)
             log.info("router: registry v%d, workers %s", version, sorted(e.name for e in endpoints))
+
+    def legs_in_flight(self) -> dict[str, int]:
+        """Legs this router has open per worker, routed or departed (a drain waits for a departed one's 0)."""
+        self.departed = {name: w for name, w in self.departed.items()
+                         if w.outstanding > 0 and self.dispatcher.workers.get(name) is not w}
+        out = {name: w.outstanding for name, w in self.departed.items()}
+        for name, w in self.dispatcher.workers.items():
+            out[name] = out.get(name, 0) + w.outstanding
+        return out
 
     async def maybe_check_health(self) -> None:
         if time.monotonic() - self._last_health_check >= HEALTH_CHECK_EVERY_S:

@@ -52,8 +52,10 @@ def with_free_router_port(cfg: RunConfig) -> RunConfig:
 class Deployment:
     """Workers + router of one run on a Ray cluster; a context manager that always tears down."""
 
-    def __init__(self, cfg: RunConfig, run_id: str, deadline_at: float, state_path: Path | None = None):
+    def __init__(self, cfg: RunConfig, run_id: str, deadline_at: float, state_path: Path | None = None,
+                 per_replica: bool = False):
         self.cfg = cfg
+        self.per_replica = per_replica  # one Serve application per worker replica (`serve`: live layout changes)
         self.run_id = run_id
         self.deadline_at = deadline_at  # time.time() by which the deployment must be ready
         self.state_path = state_path
@@ -84,7 +86,7 @@ class Deployment:
             check_nodes_fit(self.cfg, self.nodes)
             ray.get(get_registry().clear.remote())  # endpoints of an earlier run on this cluster are stale
             self._list_targets()  # before the router deploys: its replicas list their exporters there
-            deploy(self.cfg, self.run_id, timeout_s=self._time_left_s())
+            deploy(self.cfg, self.run_id, timeout_s=self._time_left_s(), per_replica=self.per_replica)
         except BaseException:
             self.close()
             raise

@@ -102,3 +102,27 @@ def test_liveness_is_the_replica_actor_itself(ray_driver) -> None:
 
     wait_until(lambda: not actor_alive(name), 30, what=f"the killed actor {name} to be gone from the GCS")
     assert not actor_alive(f"pdo-test-never-existed-{uuid.uuid4().hex[:8]}")
+
+
+def test_a_held_worker_is_listed_but_not_routed_until_admitted_and_a_refresh_keeps_it_admitted(reg: Registry):
+    reg.register(endpoint("prefill-0/0", 1000), "replica-a")
+    v0, _ = reg.snapshot()
+    reg.register(endpoint("prefill-0/1", 1001), "replica-b", held=True)
+    version, routed = reg.snapshot()
+    assert [e.name for e in routed] == ["prefill-0/0"]
+    assert dict((e.name, s) for e, s in reg.entries()) == {"prefill-0/0": "routed", "prefill-0/1": "held"}
+    assert reg.admit("prefill-0/1") > version  # the router follows a version change only
+    reg.register(endpoint("prefill-0/1", 1001), "replica-b", held=True)  # Serve's periodic re-registration
+    assert sorted(e.name for e in reg.snapshot()[1]) == ["prefill-0/0", "prefill-0/1"]
+
+
+def test_a_retired_worker_leaves_routing_at_once_and_stays_listed_until_it_unregisters(reg: Registry):
+    reg.register(endpoint("prefill-0/0", 1000), "replica-a")
+    reg.register(endpoint("prefill-0/1", 1001), "replica-b")
+    version, _ = reg.snapshot()
+    assert reg.retire("prefill-0/1") > version
+    reg.register(endpoint("prefill-0/1", 1001), "replica-b")  # its health-check refresh does not bring it back
+    assert [e.name for e in reg.snapshot()[1]] == ["prefill-0/0"]
+    assert dict((e.name, s) for e, s in reg.entries())["prefill-0/1"] == "retired"
+    reg.unregister("prefill-0/1", "replica-b")
+    assert [(e.name, state) for e, state in reg.entries()] == [("prefill-0/0", "routed")]

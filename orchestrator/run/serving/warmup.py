@@ -1,33 +1,26 @@
-"""`serve`: the deployment of `bench` kept up as an OpenAI gateway until SIGTERM / Ctrl-C.
-
-place (Deployment, as bench) -> ready workers -> one real request through every prefill-decode pair (the first
-request on a cold NIXL pair can stall for tens of seconds) -> one ready line with the gateway URL -> serve ->
-on SIGTERM/SIGINT: drain (wait until no worker runs, queues or transfers a request; bounded) -> tear down.
-"""
+"""Pair warm-up and drain, by the engines' own answers: one real request through each prefill-decode pair (the
+first request on a cold NIXL pair can stall for tens of seconds), and SGLang's gauges of requests a server holds."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.config import RunConfig
 from orchestrator.records import WorkerEndpoint
-from orchestrator.run.deployment import Deployment, with_free_router_port
-from orchestrator.run.driver import BenchInterrupted, check_stop, stop_reason
 
 WARMUP_INPUT_IDS = [10, 11, 12, 13]  # SGLang's own PD warm-up prompt
 # SGLang's gauges of requests a server still holds: running, waiting, and (PD) in bootstrap or KV transfer
 BUSY_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:num_prefill_bootstrap_queue_reqs",
                "sglang:num_prefill_inflight_queue_reqs", "sglang:num_decode_prealloc_queue_reqs",
                "sglang:num_decode_transfer_queue_reqs")
+REQUESTS_COUNTER = "sglang:num_requests_total"
 
 
 @dataclass(frozen=True)
@@ -36,6 +29,10 @@ class PairWarmup:
     decode: str
     seconds: float
     error: str | None = None
+
+    def line(self) -> str:
+        return (f"pair warm-up {self.prefill} -> {self.decode}: {self.seconds * 1000:.0f} ms"
+                + (f" FAILED ({self.error})" if self.error else ""))
 
 
 async def _warm_pair(client: httpx.AsyncClient, prefill: WorkerEndpoint | None, decode: WorkerEndpoint,
@@ -61,26 +58,46 @@ async def _warm_pair(client: httpx.AsyncClient, prefill: WorkerEndpoint | None, 
     return PairWarmup(prefill.name if prefill else "-", decode.name, time.monotonic() - started, error)
 
 
-async def warm_pairs(endpoints: list[WorkerEndpoint], timeout_s: float = 300) -> list[PairWarmup]:
-    """Every prefill x decode pair (or every aggregated worker) answers one request, all pairs at once."""
+def pairs_touching(endpoints: Iterable[WorkerEndpoint], new: set[str] | None = None
+                   ) -> list[tuple[WorkerEndpoint | None, WorkerEndpoint]]:
+    """Every prefill x decode pair (aggregated: every worker alone); with `new`, only pairs with a worker named
+    in it (the pairs a layout change adds)."""
+    endpoints = list(endpoints)
     prefills = [e for e in endpoints if e.role == "prefill"]
     others = [e for e in endpoints if e.role != "prefill"]
+    pairs: list[tuple[WorkerEndpoint | None, WorkerEndpoint]]
     pairs = [(p, d) for p in prefills for d in others] if prefills else [(None, d) for d in others]
+    if new is None:
+        return pairs
+    return [(p, d) for p, d in pairs if d.name in new or (p is not None and p.name in new)]
+
+
+async def warm_pairs(pairs: list[tuple[WorkerEndpoint | None, WorkerEndpoint]],
+                     timeout_s: float = 300) -> list[PairWarmup]:
+    """Each pair answers one request, all pairs at once."""
     async with httpx.AsyncClient() as client:
         return list(await asyncio.gather(*(_warm_pair(client, p, d, timeout_s) for p, d in pairs)))
 
 
-def busy_requests(endpoints: list[WorkerEndpoint]) -> int:
+def engine_counts(endpoint: WorkerEndpoint) -> tuple[int, int] | None:
+    """(requests the engine counted, requests it holds now) from its /metrics; None when it does not answer."""
+    try:
+        text = httpx.get(endpoint.url + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    total = held = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == REQUESTS_COUNTER:
+                total += s.value
+            elif s.name in BUSY_GAUGES:
+                held += s.value
+    return int(total), int(held)
+
+
+def busy_requests(endpoints: Iterable[WorkerEndpoint]) -> int:
     """Requests the workers still hold (SGLang's gauges from /metrics); unreachable workers count as idle."""
-    total = 0.0
-    for e in endpoints:
-        try:
-            text = httpx.get(e.url + "/metrics", timeout=5).text
-        except httpx.HTTPError:
-            continue
-        for family in text_string_to_metric_families(text):
-            total += sum(s.value for s in family.samples if s.name in BUSY_GAUGES)
-    return int(total)
+    return sum((engine_counts(e) or (0, 0))[1] for e in endpoints)
 
 
 def drain(endpoints: list[WorkerEndpoint], timeout_s: float, say: Callable[[str], None]) -> int:
@@ -93,36 +110,3 @@ def drain(endpoints: list[WorkerEndpoint], timeout_s: float, say: Callable[[str]
     say("drained: no request in flight" if not busy else
         f"drain timed out after {timeout_s:g} s: {busy} request(s) still held by workers are cut off")
     return busy
-
-
-def run_serve(cfg: RunConfig, drain_s: float = 30.0, say: Callable[[str], None] = print) -> int:
-    """Place, warm every pair, print the ready line, serve until SIGTERM/SIGINT, drain, tear down."""
-    cfg = with_free_router_port(cfg)
-    started = time.monotonic()
-    deadline_at = time.time() + cfg.benchmark.deadline_s
-    endpoints: list[WorkerEndpoint] = []
-    with Deployment(cfg, f"{cfg.name}-serve-{uuid.uuid4().hex[:6]}", deadline_at) as deployment:
-        try:
-            deployment.place()
-            endpoints = deployment.wait_ready()
-            say(f"workers ready in {time.monotonic() - started:.1f} s: "
-                + ", ".join(f"{e.name} {e.url}" for e in sorted(endpoints, key=lambda e: e.name)))
-            warmed = asyncio.run(warm_pairs(endpoints))
-            for w in warmed:
-                say(f"pair warm-up {w.prefill} -> {w.decode}: {w.seconds * 1000:.0f} ms"
-                    + (f" FAILED ({w.error})" if w.error else ""))
-            failed = [w for w in warmed if w.error]
-            if failed:
-                say(f"serve: {len(failed)} of {len(warmed)} pair warm-ups failed; not serving (see the engine logs)")
-                return 1
-            say(f"ready: OpenAI gateway {deployment.url}/v1 (model {cfg.model.name}) after "
-                f"{time.monotonic() - started:.1f} s; SIGTERM or Ctrl-C stops it")
-            sys.stdout.flush()
-            while True:
-                time.sleep(0.5)
-                check_stop()
-        except (BenchInterrupted, KeyboardInterrupt):
-            say(f"stopping ({stop_reason() or 'interrupted'}): draining in-flight requests (up to {drain_s:g} s)")
-            left = drain(endpoints, drain_s, say) if endpoints else 0
-            say("serve: stopped; tearing down the workers and the router")
-            return 0 if not left else 3
