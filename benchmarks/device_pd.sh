@@ -49,19 +49,12 @@ pack() { el "packing $1"; cp $P/timeline.txt $P/$1/ 2>/dev/null; tar -C $P -cJf 
 direct() { python3 scripts/device/serve_direct.py "$@"; }
 replay() { python3 scripts/device/replay.py "$@"; }
 
+. "$(dirname "$0")/../scripts/device/scrape_lib.sh"   # scrape_sglang_servers
 SCRAPER=""
 scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of every running SGLang server
   local dir=$1; mkdir -p $dir
   while true; do
-    for pid in $(pgrep -f "sglang.launch_server" 2>/dev/null); do
-      local args; args=$(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null) || continue
-      local port mode
-      port=$(echo "$args" | grep -oE -- "--port [0-9]+" | awk '{print $2}')
-      mode=$(echo "$args" | grep -oE -- "--disaggregation-mode [a-z]+" | awk '{print $2}'); mode=${mode:-agg}
-      [ -n "$port" ] || continue
-      curl -s -m 2 http://127.0.0.1:$port/metrics -o $dir/${mode}_$port.prom.tmp && mv $dir/${mode}_$port.prom.tmp $dir/${mode}_$port.prom
-      [ -s $dir/${mode}_$port.server_info.json ] || curl -s -f -m 2 http://127.0.0.1:$port/server_info -o $dir/${mode}_$port.server_info.json 2>/dev/null
-    done
+    scrape_sglang_servers $dir
     sleep 3
   done
 }

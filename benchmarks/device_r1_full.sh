@@ -70,18 +70,12 @@ r1_tokenizers() {  # R1's tokenizer.json into each R1 model directory (git-ignor
 }
 need_rt() { [ -f $SITE/.installed_rt ] && [ -f $P/sharegpt.json ] || { el "Ray tree missing: run phase 'rt' first"; exit 1; }; }
 
+. "$(dirname "$0")/../scripts/device/scrape_lib.sh"   # scrape_sglang_servers
 SCRAPER=""; SMI=""
 scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of every running SGLang server
   local dir=$1; mkdir -p $dir
   while true; do
-    for pid in $(pgrep -f "sglang.launch_server" 2>/dev/null); do
-      local args port mode; args=$(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null) || continue
-      port=$(echo "$args" | grep -oE -- "--port [0-9]+" | awk '{print $2}')
-      mode=$(echo "$args" | grep -oE -- "--disaggregation-mode [a-z]+" | awk '{print $2}'); mode=${mode:-agg}
-      [ -n "$port" ] || continue
-      curl -s -m 2 http://127.0.0.1:$port/metrics -o $dir/${mode}_$port.prom.tmp && mv $dir/${mode}_$port.prom.tmp $dir/${mode}_$port.prom
-      [ -s $dir/${mode}_$port.server_info.json ] || curl -s -f -m 2 http://127.0.0.1:$port/server_info -o $dir/${mode}_$port.server_info.json 2>/dev/null
-    done
+    scrape_sglang_servers $dir
     sleep 3
   done
 }

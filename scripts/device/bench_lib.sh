@@ -49,18 +49,12 @@ install_runtime() {  # Ray + data (.device/rt/runtime.tar.xz)
 }
 install_router() { install_chunk .device/rt/router.tar.xz router; }   # sglang-router 0.3.2
 
+. "$(dirname "${BASH_SOURCE[0]}")/scrape_lib.sh"   # scrape_sglang_servers
 SCRAPER=""
 scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of every running SGLang server
   local dir=$1; mkdir -p $dir
   while true; do
-    for pid in $(pgrep -f "sglang.launch_server" 2>/dev/null); do
-      local args port mode; args=$(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null) || continue
-      port=$(echo "$args" | grep -oE -- "--port [0-9]+" | awk '{print $2}')
-      mode=$(echo "$args" | grep -oE -- "--disaggregation-mode [a-z]+" | awk '{print $2}'); mode=${mode:-agg}
-      [ -n "$port" ] || continue
-      curl -s -m 2 http://127.0.0.1:$port/metrics -o $dir/${mode}_$port.prom.tmp && mv $dir/${mode}_$port.prom.tmp $dir/${mode}_$port.prom
-      [ -s $dir/${mode}_$port.server_info.json ] || curl -s -f -m 2 http://127.0.0.1:$port/server_info -o $dir/${mode}_$port.server_info.json 2>/dev/null
-    done
+    scrape_sglang_servers $dir
     # engine logs of the local cluster's run (its temp dir is removed when bench stops the cluster)
     for f in /tmp/pdo-ray-*/*/session_*/logs/pd-engines/*/*.log; do [ -f "$f" ] && cp "$f" $dir/; done
     sleep 3
@@ -97,29 +91,38 @@ PYEOF
   nvidia-smi --query-gpu=memory.used --format=csv >> $dir/env.txt 2>&1
 }
 
+RPG=""
+router_pair_up() {  # $1 = dir, $2 = seconds kept back from the pair's wait: a PD pair started outside Ray with our
+  # argv (serve_direct.py, GPUs from ROUTER_GPUS), the scraper, and SGLang's PD router on :30100 in front (RPG)
+  local D=$1 pg dg; read -r pg dg <<< "${ROUTER_GPUS:-0 0}"
+  el "PD pair for sglang-router (prefill on GPU $pg, decode on GPU $dg)"
+  python3 scripts/device/serve_direct.py start --config $PD_CFG $SETS --role prefill --gpu $pg --port 30000 --bootstrap-port 8998 --name prefill --state-dir $D
+  python3 scripts/device/serve_direct.py start --config $PD_CFG $SETS --role decode --gpu $dg --port 30001 --name decode --state-dir $D
+  start_scraper $D/scrape
+  python3 scripts/device/serve_direct.py wait --state-dir $D prefill decode --timeout-s $(( $(left) - $2 )) || { el "pair not ready"; }
+  setsid python3 -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30000 8998 \
+    --decode http://127.0.0.1:30001 --host 127.0.0.1 --port 30100 --policy round_robin \
+    --prometheus-host 127.0.0.1 --prometheus-port 30190 > $D/router.log 2>&1 &
+  RPG=$!
+  for i in $(seq 60); do [ "$(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:30100/health)" = 200 ] && break; sleep 1; done
+  el "router health: $(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:30100/health)"
+}
+router_pair_down() {  # $1 = dir: the router, then the pair router_pair_up started
+  kill -TERM -- -$RPG 2>/dev/null; python3 scripts/device/serve_direct.py stop --state-dir $1 prefill decode; kill -KILL -- -$RPG 2>/dev/null
+}
+
 router_pair() {  # SGLang's own PD router in front of a PD pair started outside Ray with our argv (same config)
   local D=$P/router; rm -rf $D; mkdir -p $D
   if [ -f .device/rt/batch.json ]; then cp .device/rt/batch.json $P/batch.json   # dumped here beforehand (same sampler)
   else el "batch: the bench's 1000 prompts (replay.py dump)"; python3 scripts/device/replay.py dump --config $PD_CFG $SETS --out $P/batch.json || return 1; fi
   cp $P/batch.json $D/ 2>/dev/null; python3 -c "import json; d=json.load(open('$P/batch.json')); print('batch', len(d['requests']), 'prompts, sha', d['sha'])"
-  local pg dg; read -r pg dg <<< "${ROUTER_GPUS:-0 0}"
-  el "PD pair for sglang-router (prefill on GPU $pg, decode on GPU $dg)"
-  python3 scripts/device/serve_direct.py start --config $PD_CFG $SETS --role prefill --gpu $pg --port 30000 --bootstrap-port 8998 --name prefill --state-dir $D
-  python3 scripts/device/serve_direct.py start --config $PD_CFG $SETS --role decode --gpu $dg --port 30001 --name decode --state-dir $D
-  start_scraper $D/scrape
-  python3 scripts/device/serve_direct.py wait --state-dir $D prefill decode --timeout-s $(( $(left) - 120 )) || { el "pair not ready"; }
-  setsid python3 -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30000 8998 \
-    --decode http://127.0.0.1:30001 --host 127.0.0.1 --port 30100 --policy round_robin \
-    --prometheus-host 127.0.0.1 --prometheus-port 30190 > $D/router.log 2>&1 &
-  local RPG=$!
-  for i in $(seq 60); do [ "$(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:30100/health)" = 200 ] && break; sleep 1; done
-  el "router health: $(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:30100/health)"
+  router_pair_up $D 120
   python3 scripts/device/replay.py run --batch $P/batch.json --url http://127.0.0.1:30100 --warmup --out $D/warmup.json
   el "measured: 1000 prompts through sglang-router"
   timeout $(( $(left) - 20 )) python3 scripts/device/replay.py run --batch $P/batch.json --url http://127.0.0.1:30100 --out $D/sglang_router.json 2>&1 | tail -20
   stop_scraper
   curl -s -m 5 http://127.0.0.1:30000/metrics -o $D/prefill.prom; curl -s -m 5 http://127.0.0.1:30001/metrics -o $D/decode.prom
   python3 scripts/device/kv_stats.py $D/prefill.prom $D/decode.prom | tee $D/kv_stats.json
-  kill -TERM -- -$RPG 2>/dev/null; python3 scripts/device/serve_direct.py stop --state-dir $D prefill decode; kill -KILL -- -$RPG 2>/dev/null
+  router_pair_down $D
 }
 

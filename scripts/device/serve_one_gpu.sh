@@ -93,19 +93,10 @@ prepare-serve)
   pack prepare-serve ;;
 router)
   install_all; install_router || exit 1; D=$P/router; rm -rf $D; mkdir -p $D
-  python3 scripts/device/serve_direct.py start --config $PD_CFG $SETS --role prefill --gpu 0 --port 30000 --bootstrap-port 8998 --name prefill --state-dir $D
-  python3 scripts/device/serve_direct.py start --config $PD_CFG $SETS --role decode --gpu 0 --port 30001 --name decode --state-dir $D
-  start_scraper $D/scrape
-  python3 scripts/device/serve_direct.py wait --state-dir $D prefill decode --timeout-s $(( $(left) - 200 )) || el "pair not ready"
-  setsid python3 -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30000 8998 \
-    --decode http://127.0.0.1:30001 --host 127.0.0.1 --port 30100 --policy round_robin \
-    --prometheus-host 127.0.0.1 --prometheus-port 30190 > $D/router.log 2>&1 &
-  RPG=$!
-  for i in $(seq 60); do [ "$(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:30100/health)" = 200 ] && break; sleep 1; done
-  el "router health: $(curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:30100/health)"
+  router_pair_up $D 200
   goodput http://127.0.0.1:30100 $D/goodput-sglang-router
   stop_scraper
-  kill -TERM -- -$RPG 2>/dev/null; python3 scripts/device/serve_direct.py stop --state-dir $D prefill decode; kill -KILL -- -$RPG 2>/dev/null
+  router_pair_down $D
   pack router ;;
 *) el "unknown phase $PHASE"; exit 2 ;;
 esac

@@ -1,0 +1,13 @@
+# Sourced, never run: one pass over every running SGLang server of this machine, for the device scripts'
+# scrapers (scripts/device/bench_lib.sh, benchmarks/device_pd.sh, benchmarks/device_r1_full.sh).
+scrape_sglang_servers() {  # $1 = dir: /metrics (last one wins) and /server_info (first one kept) of each server
+  local dir=$1 pid args port mode
+  for pid in $(pgrep -f "sglang.launch_server" 2>/dev/null); do
+    args=$(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null) || continue
+    port=$(echo "$args" | grep -oE -- "--port [0-9]+" | awk '{print $2}')
+    mode=$(echo "$args" | grep -oE -- "--disaggregation-mode [a-z]+" | awk '{print $2}'); mode=${mode:-agg}
+    [ -n "$port" ] || continue
+    curl -s -m 2 http://127.0.0.1:$port/metrics -o $dir/${mode}_$port.prom.tmp && mv $dir/${mode}_$port.prom.tmp $dir/${mode}_$port.prom
+    [ -s $dir/${mode}_$port.server_info.json ] || curl -s -f -m 2 http://127.0.0.1:$port/server_info -o $dir/${mode}_$port.server_info.json 2>/dev/null
+  done
+}
