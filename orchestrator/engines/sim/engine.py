@@ -22,6 +22,7 @@ from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetr
 from orchestrator.engines.sim.requests import BadRequest, IncrementalText, Item, TextCodec
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
 from orchestrator.engines.sim.settings import SimSettings, architecture_of, cost_model_of
+from orchestrator.perfmodel.scheduling.admission import server_limits
 
 log = logging.getLogger("orchestrator.engines.sim.server")
 
@@ -87,15 +88,7 @@ class SimEngine:
         self.faults = FaultInjector(parse_fault_spec(settings.faults))
         self.scheduler = Scheduler(
             self.cost,
-            SchedulerLimits(
-                max_running_requests=self.cost.max_running(),
-                kv_capacity_tokens=capacity,
-                chunked_prefill_tokens=self.cost.prefill_chunk_tokens(),
-                time_scale=settings.time_scale,
-                role=settings.role,
-                page_size=self.cost.page_size,
-                max_running_set=self.cost.max_running_requests is not None,
-            ),
+            SchedulerLimits.of(server_limits(self.cost, capacity), settings.time_scale),
             vocab_size=self.arch.vocab_size,
             eos_token_id=self.arch.eos_token_id,
             slow_factor=lambda: self.faults.step_factor,

@@ -103,6 +103,12 @@ class SchedulerLimits:
     page_size: int = 1
     max_running_set: bool = False  # --max-running-requests given
 
+    @classmethod
+    def of(cls, limits: ServerLimits, time_scale: float) -> SchedulerLimits:
+        """The planner's limits of the same server (perfmodel/scheduling server_limits), paced by `time_scale`."""
+        return cls(limits.max_running, limits.kv_capacity_tokens, limits.chunked_prefill_tokens, time_scale,
+                   limits.role, limits.page_size, limits.max_running_set)
+
     def model_limits(self) -> ServerLimits:
         return ServerLimits(self.role, self.kv_capacity_tokens, self.max_running_requests,
                             self.chunked_prefill_tokens, self.page_size, self.max_running_set)
