@@ -199,6 +199,26 @@ def engine_pids(lab: NetnsLab, role: str) -> set[int]:
     return {pid for pid in lab.pids(role) if "orchestrator.engines.sim.server" in _argv(pid)}
 
 
+ROUTER_TITLE = "PDRouter"  # in the process title Ray gives the router's Serve replica (ray::ServeReplica:...)
+
+
+def router_pids(lab: NetnsLab, role: str) -> set[int]:
+    """PIDs of the router's Serve replica on host `role` (found by its process title, not by a port number)."""
+    return {pid for pid in lab.pids(role) if any(ROUTER_TITLE in arg for arg in _argv(pid))}
+
+
+def held_by(sockets: list[ListeningSocket], pids: set[int], port: int) -> list[str]:
+    """The addresses on which one of `pids` listens on `port` (sorted): which process, not only which number.
+
+    Hosts are separate port spaces: another host's process (a Ray agent, say) may listen on the same number."""
+    return sorted({s.host for s in sockets if s.pid in pids and s.port == port})
+
+
+def process_line(pid: int) -> str:
+    """The command line of `pid` (its process title for a Ray worker), for messages."""
+    return " ".join(_argv(pid)).strip()[:160]
+
+
 def _argv(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")

@@ -24,7 +24,7 @@ import pytest
 
 from orchestrator.transfer.preflight import parse_ucx_transports
 from tests.multihost.benchjob import (API_KEY, API_KEY_ENV, EXPORTER_PORT, REPO, BenchJob, census, engine_pids,
-                                      host_config)
+                                      engine_urls, held_by, host_config, process_line, router_pids)
 from tests.multihost.lab import HostCluster
 from tests.support import wait_until
 
@@ -131,17 +131,29 @@ def test_fabric_preflight_measures_the_shaped_link(hosts: HostCluster, tmp_path)
 def test_bench_job_from_the_client_runs_across_hosts(hosts: HostCluster, tmp_path) -> None:
     """The reference run: VALID, engines on their node's address, KV over TCP on eth0, the router on the node
     router.host names (node-b, not the head), and meanwhile the census of listeners per host and the
-    router's API key."""
+    router's API key.
+
+    The census names processes, not only port numbers: each host is its own port space, and a port an engine
+    took on node-b may be taken on node-a by an unrelated process (it happened: Ray's dashboard agent, which
+    listens on its node's address and on 127.0.0.1, had the decode's number on node-a)."""
+    from orchestrator.cluster.ports import free_port
+
     lab = hosts.lab
     a, b = lab.hosts["node-a"].ip, lab.hosts["node-b"].ip
-    # the router ingress on node-b's address: its replica must run there (not on the head) to bind it
-    cfg = host_config(hosts, tmp_path, name="hosts", overrides={"router.host": b})
+    # the router ingress on node-b's address (its replica must run there, not on the head, to bind it), on a
+    # port free there: a number picked in the test's own namespace says nothing about node-b's ports
+    cfg = host_config(hosts, tmp_path, name="hosts",
+                      overrides={"router.host": b, "router.port": lab.call("node-b", free_port, b)})
     job = BenchJob(hosts, cfg, tmp_path, extra_env={API_KEY_ENV: API_KEY})
     try:
         job.wait_measuring()
         sockets = {role: census(lab, role) for role in ("node-a", "node-b", "client")}
         engines = {role: engine_pids(lab, role) for role in ("node-a", "node-b")}
-        router_host = next(role for role in ("node-a", "node-b") if any(s.port == cfg.router.port for s in sockets[role]))
+        engine_at = {role: engine_urls(lab, role) for role in ("node-a", "node-b")}
+        routers = {role: router_pids(lab, role) for role in ("node-a", "node-b")}
+        drivers = {role: set(pids) for role, pids in job.driver_pids().items()}
+        titles = {pid: process_line(pid) for role in ("node-a", "node-b") for pid in {s.pid for s in sockets[role]}}
+        router_host = next((role for role, pids in routers.items() if pids), "node-b")
         ingress = f"http://{lab.hosts[router_host].ip}:{cfg.router.port}/v1/completions"
         body = {"model": cfg.model.name, "prompt": [1, 2, 3], "max_tokens": 2}
 
@@ -169,26 +181,30 @@ def test_bench_job_from_the_client_runs_across_hosts(hosts: HostCluster, tmp_pat
     print("UCX transports:\n  " + "\n  ".join(transports))
     assert transports and all("tcp/eth0" in t for t in transports), transports
 
-    # the census: our services listen where the config says, on their own host only
-    def where(role: str, port: int) -> list[str]:
-        return sorted({s.host for s in sockets[role] if s.port == port})
-
-    prefill_port = int(by_role["prefill"]["url"].rsplit(":", 1)[1])
-    decode_port = int(by_role["decode"]["url"].rsplit(":", 1)[1])
-    assert where("node-a", prefill_port) == [a] and where("node-b", prefill_port) == []
-    assert where("node-b", decode_port) == [b] and where("node-a", decode_port) == []
-    assert router_host == "node-b", "the router replica is not on the node whose address router.host names"
-    assert where("node-b", cfg.router.port) == [b] and where("node-a", cfg.router.port) == [], \
+    # the census: our services listen where the config says, on their own host only (by process: which
+    # engine runs on which host is read from its command line, which sockets are its from the kernel)
+    for role in ("node-a", "node-b"):
+        print(f"CENSUS {role}: " + ", ".join(sorted({f'{s.pid}@{s.host}:{s.port}' for s in sockets[role]})))
+        print("  " + "\n  ".join(sorted({f"{pid}: {titles[pid]}" for pid in {s.pid for s in sockets[role]}})))
+    prefill_url, decode_url = by_role["prefill"]["url"], by_role["decode"]["url"]
+    assert engine_at == {"node-a": [prefill_url], "node-b": [decode_url]}, engine_at
+    prefill_port, decode_port = int(prefill_url.rsplit(":", 1)[1]), int(decode_url.rsplit(":", 1)[1])
+    assert held_by(sockets["node-a"], engines["node-a"], prefill_port) == [a]
+    assert held_by(sockets["node-b"], engines["node-b"], decode_port) == [b]
+    assert held_by(sockets["node-a"], engines["node-a"], decode_port) == []
+    assert held_by(sockets["node-b"], engines["node-b"], prefill_port) == []
+    assert router_host == "node-b" and not routers["node-a"], \
+        "the router replica is not (only) on the node whose address router.host names"
+    assert held_by(sockets["node-b"], routers["node-b"], cfg.router.port) == [b], \
         "the router ingress is not where router.host says"
     client_listeners = [str(s) for s in sockets["client"]]
     assert not client_listeners, f"the client host runs no service, yet: {client_listeners}"
     for role, ip in (("node-a", a), ("node-b", b)):
-        print(f"CENSUS {role}: " + ", ".join(sorted({f'{s.process}@{s.host}:{s.port}' for s in sockets[role]})))
         ours = [s for s in sockets[role] if s.pid in engines[role]]  # HTTP API, bootstrap, NIXL/UCX listeners
         assert engines[role] and ours, f"no engine process found listening on {role}"
         elsewhere = [str(s) for s in ours if s.host != ip]
         assert not elsewhere, f"{role}: engine sockets off the node's address {ip}: {elsewhere}"
-        exporter = [s.host for s in sockets[role] if s.port == EXPORTER_PORT]
+        exporter = held_by(sockets[role], drivers[role], EXPORTER_PORT)
         assert exporter in ([], ["127.0.0.1"]), f"{role}: the driver exporter listens on {exporter}"
 
     # the router's API key across hosts
