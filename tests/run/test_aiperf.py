@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.cluster.ports import free_port
-from orchestrator.run.aiperf import AiperfMissing, ClosedLoad, find_aiperf, profile_command, run_profile
+from orchestrator.run.aiperf import AiperfMissing, ClosedLoad, aiperf_env, find_aiperf, profile_command, run_profile
 from tests.support import SimServer, qwen3_sim_config, start_servers, wait_until
 
 
@@ -49,9 +49,29 @@ def test_profile_command_carries_the_contests_flags(tmp_path):
     assert (Path(cmd[cmd.index("--tokenizer") + 1]) / "tokenizer.json").is_file()
 
 
+LOAD_TOKENIZER = "from aiperf.common.tokenizer import Tokenizer; import sys; Tokenizer.from_pretrained(sys.argv[1])"
+
+
+@pytest.mark.parametrize("offline", ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"])
+def test_aiperf_loads_the_local_tokenizer_in_the_environment_it_is_given(offline):
+    """AIPerf 0.12.0's own tokenizer loader, in its own environment: with either offline switch set it takes the local
+    directory for a Hugging Face repo id and fails; aiperf_env drops both, and the same load succeeds."""
+    tool = find_aiperf()
+    python = str(tool.exe.parent / "python")
+    user_env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), offline: "1"}
+    kept = subprocess.run([python, "-c", LOAD_TOKENIZER, str(tool.tokenizer_dir)], env=user_env,
+                          capture_output=True, text=True, timeout=120)
+    assert kept.returncode != 0 and "Repo id must be in the form" in kept.stderr
+    dropped = subprocess.run([python, "-c", LOAD_TOKENIZER, str(tool.tokenizer_dir)], env=aiperf_env(user_env),
+                             capture_output=True, text=True, timeout=120)
+    assert dropped.returncode == 0, dropped.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_real_aiperf_against_one_simulated_worker(worker, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # run_profile must drop it: AIPerf rejects a local tokenizer with it
+    # run_profile must drop both: with either, AIPerf 0.12.0 rejects a local tokenizer directory
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     before = {name: served(worker, name) for name in ("sglang:num_requests_total", "sglang:prompt_tokens_total")}
     load = ClosedLoad(url=worker.url, model="sim-model", concurrency=2, input_tokens=64, output_tokens=8,
                       warmup_s=0, window_s=2, grace_s=10, num_dataset_entries=16)
