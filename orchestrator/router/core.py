@@ -41,13 +41,15 @@ HEALTH_CHECK_EVERY_S = 5.0
 
 
 class HTTPError(Exception):
-    """An error answered as `{"error": {"message", "type", "code"}}` (OpenAI's shape; SGLang's has .message)."""
+    """An error answered as OpenAI's `{"error": {"message", "type", "param", "code"}}` (json_response.error_object);
+    `body` is an engine's own 4xx body, answered in the same shape with its message."""
 
-    def __init__(self, status: int, message: str, body: Any = None):
+    def __init__(self, status: int, message: str, body: Any = None, code: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.body = body
+        self.code = code
 
 
 # ---- the router's state and logic, without Serve ------------------------------------------------------
@@ -131,7 +133,8 @@ class RouterCore:
             if self.metrics is not None:
                 self.metrics.rejected("queue_full")
             raise HTTPError(503, f"gateway busy: {self.in_flight} requests in flight, the limit "
-                                 f"router.max_in_flight_requests={limit}; retry later or raise the limit")
+                                 f"router.max_in_flight_requests={limit}; retry later or raise the limit",
+                            code="gateway_busy")
         self.in_flight += 1
 
     def free_slot(self) -> None:
@@ -158,7 +161,7 @@ class RouterCore:
         if n_tokens > limit:
             raise HTTPError(
                 400, f"{where}: prompt has {n_tokens} tokens, more than router.max_prompt_tokens={limit}; "
-                "shorten the prompt or raise router.max_prompt_tokens"
+                "shorten the prompt or raise router.max_prompt_tokens", code="context_length_exceeded"
             )
 
     async def to_input_ids(self, body: GenerateBody) -> dict:
@@ -186,7 +189,7 @@ class RouterCore:
             return await dispatch
         except DispatchError as exc:
             track.failed(str(exc))
-            raise HTTPError(exc.status, str(exc), exc.body) from None
+            raise HTTPError(exc.status, str(exc), exc.body, exc.code) from None
         except BaseException:
             track.failed("cancelled: the client went away")
             raise

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from orchestrator.router.json_response import error_object
 from orchestrator.router.policies import NoWorkerError, WorkerState
 
 
@@ -29,11 +30,12 @@ class LegFailure(Exception):
 class DispatchError(Exception):
     """A request failed for good (after retries); carries the HTTP status a client should see."""
 
-    def __init__(self, message: str, status: int, attempts: int, body: Any = None):
+    def __init__(self, message: str, status: int, attempts: int, body: Any = None, code: str | None = None):
         super().__init__(message)
         self.status = status
         self.attempts = attempts
         self.body = body
+        self.code = code  # a slug for the client's error object (decode_timeout, no_worker, ...)
 
 
 def _message_of(payload: Any) -> str:
@@ -48,6 +50,17 @@ def _message_of(payload: Any) -> str:
         if "detail" in payload:
             return str(payload["detail"])[:300]
     return str(payload)[:300]
+
+
+def engine_error_object(status: int, body: Any) -> dict:
+    """An engine's own error body (SGLang: `{"error": {"message"}}` from /generate, its flat `{"object": "error",
+    "message", "type", "param", "code": <int>}`, FastAPI's `{"detail"}`) in OpenAI's shape: its message, and its
+    param/code where they are strings."""
+    inner = body.get("error") if isinstance(body, dict) else None
+    fields = inner if isinstance(inner, dict) else body if isinstance(body, dict) else {}
+    param, code = fields.get("param"), fields.get("code")
+    return error_object(status, _message_of(body), param if isinstance(param, str) else None,
+                        code if isinstance(code, str) else None)
 
 
 def _http_failure(leg: str, w: WorkerState, status: int, raw: bytes) -> LegFailure:
@@ -95,11 +108,11 @@ class _RetryState:
 def _final_error(last: LegFailure | NoWorkerError | None, attempts: int, deadline_at: float | None) -> DispatchError:
     if isinstance(last, LegFailure):
         return DispatchError(f"{last} (after {attempts} attempt(s))", last.status, attempts,
-                             last.body if 400 <= last.status < 500 else None)
+                             last.body if 400 <= last.status < 500 else None, f"{last.leg}_{last.kind}")
     if isinstance(last, NoWorkerError):
-        return DispatchError(f"no_worker: {last}", 503, attempts)
+        return DispatchError(f"no_worker: {last}", 503, attempts, code="no_worker")
     left = None if deadline_at is None else deadline_at - time.time()
     return DispatchError(
         f"deadline: the run deadline passed before the request could be sent (left {left:.1f}s)"
-        if left is not None else "deadline: no time left", 504, attempts,
+        if left is not None else "deadline: no time left", 504, attempts, code="deadline_exceeded",
     )

@@ -25,14 +25,13 @@ from orchestrator.api.openai import (
 )
 from orchestrator.router import openai
 from orchestrator.router.core import HTTPError, RouterCore
-from orchestrator.router.json_response import FastJSONResponse
+from orchestrator.router.failures import engine_error_object
+from orchestrator.router.json_response import FastJSONResponse, error_object
 
 
-def error_response(status: int, message: str, param: str | None = None) -> JSONResponse:
-    """OpenAI's error object ({"error": {"message", "type", "param", "code"}}); `param` names the offending field,
-    `code` is the HTTP status as SGLang's own error responses give it."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return FastJSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status)
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
+    """OpenAI's error object (json_response.error_object); `param` names the offending field, `code` is a slug."""
+    return FastJSONResponse(error_object(status, message, param, code), status)
 
 
 async def core_in_app_state(request: Request) -> RouterCore:
@@ -62,7 +61,7 @@ class InFlightLimit:
         try:
             core.take_slot()
         except HTTPError as exc:
-            await error_response(exc.status, exc.message)(scope, receive, send)
+            await error_response(exc.status, exc.message, code=exc.code)(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)
@@ -92,7 +91,7 @@ class ApiKeyGate:
             return
         message = ("missing or wrong API key: send 'Authorization: Bearer <key>' "
                    f"(the key is in ${core.cfg.router.api_key_env} where the router runs)")
-        await error_response(401, message)(scope, receive, send)
+        await error_response(401, message, code="invalid_api_key")(scope, receive, send)
 
 
 def build_http_app() -> FastAPI:
@@ -116,9 +115,9 @@ def build_http_app() -> FastAPI:
 
     @app.exception_handler(HTTPError)
     async def _http_error(_request: Request, exc: HTTPError) -> JSONResponse:
-        if exc.body is not None and 400 <= exc.status < 500:
-            return FastJSONResponse(exc.body, exc.status)  # the engine's own client error, as SGLang shows it
-        return error_response(exc.status, exc.message)
+        if exc.body is not None and 400 <= exc.status < 500:  # the engine's own client error, in OpenAI's shape
+            return FastJSONResponse(engine_error_object(exc.status, exc.body), exc.status)
+        return error_response(exc.status, exc.message, code=exc.code)
 
     async def authorised(core: RouterCore = Depends(core_in_app_state)) -> RouterCore:
         return core  # the key was checked by ApiKeyGate before the body was read
@@ -128,7 +127,8 @@ def build_http_app() -> FastAPI:
         counts = core.ready_counts()
         missing = [role for role, n in counts.items() if n == 0]
         if missing:
-            return error_response(503, f"no healthy {' or '.join(missing)} worker yet (healthy: {counts})")
+            return error_response(503, f"no healthy {' or '.join(missing)} worker yet (healthy: {counts})",
+                                  code="no_worker")
         return Response(status_code=200)
 
     @app.get("/v1/models")

@@ -18,6 +18,14 @@ def json_bytes(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
 
+def error_object(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    """OpenAI's error object, `{"error": {"message", "type", "param", "code"}}`: `code` is a string slug or null as
+    OpenAI and sglang-router send it (SGLang 0.5.17's own server puts the HTTP status there as an int, which strict
+    SDKs reject: the Java and .NET OpenAI clients read `code` as a string); the status is the response's own."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
 class FastJSONResponse(JSONResponse):
     """A JSONResponse whose body orjson renders (compact, UTF-8, same JSON)."""
 

@@ -23,7 +23,8 @@ from orchestrator.api.openai import (
 )
 from orchestrator.api.sse import json_events
 from orchestrator.router.core import HTTPError, RouterCore
-from orchestrator.router.json_response import FastJSONResponse, json_bytes
+from orchestrator.router.failures import engine_error_object
+from orchestrator.router.json_response import FastJSONResponse, error_object, json_bytes
 
 
 def sampling_from_openai(body: CompletionBody | ChatBody, default_tokens: int) -> dict:
@@ -50,8 +51,9 @@ async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: s
                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                      "finish_reason": None}]})
         async for event in json_events(relay.chunks()):
-            if "error" in event:
-                yield _sse({"error": event["error"]})
+            if "error" in event:  # the engine's error event, in OpenAI's shape (SGLang's carries the status as code)
+                code = event["error"].get("code") if isinstance(event["error"], dict) else None
+                yield _sse(engine_error_object(code if isinstance(code, int) and code >= 400 else 500, event))
                 break
             meta = event.get("meta_info") or {}
             completion_tokens = int(meta.get("completion_tokens") or completion_tokens)
@@ -62,8 +64,8 @@ async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: s
             finish = finish_reason_type(meta)
             if finish == "abort":
                 reason = meta.get("finish_reason") or {}
-                yield _sse({"error": {"message": f"aborted: {reason.get('message')}", "type": "server_error",
-                                      "code": reason.get("status_code", 500)}})
+                yield _sse(error_object(int(reason.get("status_code") or 500), f"aborted: {reason.get('message')}",
+                                        code="request_aborted"))
                 break
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if kind == "chat":

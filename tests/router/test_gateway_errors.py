@@ -1,6 +1,8 @@
 """The gateway's refusals as an OpenAI client meets them: a malformed or incomplete body is a 400 whose error object
-has OpenAI's shape and names the field (message and `param`); without the API key, or with a wrong one, a 401 comes
-before the body is even read; the default gateway listens on loopback only.
+has OpenAI's shape and names the field (message and `param`); an engine's own 4xx comes in the same shape with the
+engine's message; `code` is a string slug or null as OpenAI and sglang-router send it (never the HTTP status as an
+int, which SGLang 0.5.17's own server sends and the Java/.NET OpenAI SDKs fail to read); without the API key, or with
+a wrong one, a 401 comes before the body is even read; the default gateway listens on loopback only.
 
 The ingress app is served by uvicorn on loopback in front of two simulated engine servers (tests/support.py)."""
 
@@ -28,12 +30,12 @@ def ingress(pd_workers):
     server.stop()
 
 
-def openai_error(r: httpx.Response, status: int) -> dict:
-    """The error object of a refusal, checked against OpenAI's shape."""
+def openai_error(r: httpx.Response, status: int, code: str | None = None) -> dict:
+    """The error object of a refusal, checked against OpenAI's shape (`code` a string slug or null)."""
     assert r.status_code == status, r.text
     body = r.json()
     assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-    assert body["error"]["type"] == "invalid_request_error" and body["error"]["code"] == status, body
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["code"] == code, body
     return body["error"]
 
 
@@ -73,6 +75,56 @@ def test_the_openai_sdk_raises_bad_request_naming_the_field(ingress):
     assert refused.value.param == "max_tokens" and "max_tokens" in refused.value.message
 
 
+ENGINE_REFUSES = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "min_tokens": 5}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", ENGINE_REFUSES),
+    ("/v1/completions", {"prompt": [1, 2], "max_tokens": 1, "min_tokens": 5}),
+])
+def test_an_engines_own_400_reaches_the_client_in_openais_shape_with_the_engines_message(ingress, path, body, stream):
+    """The gateway lets min_tokens > max_tokens through (SGLang answers it, not a silent clamp); the engine's
+    `{"error": {"message"}}` comes back with type, param and code, as the gateway's own errors."""
+    error = openai_error(httpx.post(ingress.url + path, json={**body, "stream": stream}, timeout=30), 400)
+    assert error["message"] == ("invalid request: sampling_params: min_new_tokens (5) must not exceed "
+                                "max_new_tokens (1)"), error
+    assert error["param"] is None
+
+
+def test_the_openai_sdk_reads_an_engines_400(ingress):
+    client = openai.OpenAI(base_url=ingress.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="m", messages=ENGINE_REFUSES["messages"], max_tokens=1,
+                                       extra_body={"min_tokens": 5})
+    assert refused.value.type == "invalid_request_error" and refused.value.code is None
+    assert "min_new_tokens (5) must not exceed max_new_tokens (1)" in refused.value.message
+
+
+def test_a_prompt_over_the_limit_is_context_length_exceeded(pd_workers):
+    server = Ingress(router_core(pd_workers, max_prompt_tokens=4))
+    try:
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 1}, timeout=30)
+        error = openai_error(r, 400, "context_length_exceeded")
+        assert "5 tokens, more than router.max_prompt_tokens=4" in error["message"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("engine_body, message, param, code", [
+    ({"error": {"message": "too long"}}, "too long", None, None),  # SGLang /generate's _create_error_response
+    ({"object": "error", "message": "bad", "type": "Bad Request", "param": None, "code": 400}, "bad", None, None),
+    ({"error": {"message": "x", "type": "BadRequestError", "param": "max_tokens", "code": "n"}}, "x", "max_tokens", "n"),
+    ({"detail": "odd"}, "odd", None, None),
+    ("plain text", "plain text", None, None),
+])
+def test_engine_error_bodies_of_every_shape_become_openais(engine_body, message, param, code):
+    from orchestrator.router.failures import engine_error_object
+
+    assert engine_error_object(400, engine_body) == {
+        "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+
+
 @pytest.mark.parametrize("path, body", [
     ("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETION), ("/generate", {"input_ids": [1]}),
     ("/v1/chat/completions", b'{"messages": ['), ("/v1/chat/completions", {"model": "m"}),
@@ -88,7 +140,7 @@ def test_without_or_with_a_wrong_key_every_request_is_a_401_before_its_body_is_r
                               timeout=30, **kwargs)
 
         for headers in ({}, {"Authorization": "Bearer k-3f9"}, {"Authorization": "k-3f9a"}):
-            error = openai_error(post(headers), 401)
+            error = openai_error(post(headers), 401, "invalid_api_key")
             assert "missing or wrong API key" in error["message"] and "$PDORCH_GATEWAY_KEY" in error["message"]
             assert "k-3f9a" not in error["message"]
         assert server.core.in_flight == 0 and server.core.rejected == 0  # refused before taking a slot

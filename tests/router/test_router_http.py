@@ -307,6 +307,7 @@ def test_past_max_in_flight_requests_the_gateway_answers_503_with_the_reason_and
         busy = httpx.post(server.url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 1}, timeout=30)
         assert busy.status_code == 503, busy.text
         assert "router.max_in_flight_requests=1" in busy.json()["error"]["message"]
+        assert busy.json()["error"]["code"] == "gateway_busy" and busy.json()["error"]["type"] == "server_error"
         assert httpx.get(server.url + "/health", timeout=30).status_code == 200  # not an inference request
         rejected = core.metrics.registry.get_sample_value(
             "pdorch_requests_rejected_total", {"run_id": "test", "layout": "1P/1D", "reason": "queue_full"})
