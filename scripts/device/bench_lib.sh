@@ -34,7 +34,10 @@ install_chunk() {  # $1 = carried archive, $2 = marker: unpack into $P/rt-<marke
   [ -f $SITE/.installed_$2 ] && return 0
   [ -f "$1" ] || { el "$1 not carried and not installed yet (send it in a call of this warm lease)"; return 1; }
   el "unpack $1"
-  rm -rf $P/rt-$2; mkdir -p $P/rt-$2; tar -C $P/rt-$2 -xJf "$1" && cp -a $P/rt-$2/site/. $SITE/ && touch $SITE/.installed_$2
+  rm -rf $P/rt-$2; mkdir -p $P/rt-$2; tar -C $P/rt-$2 -xJf "$1" || return 1
+  # the AIPerf chunk is an environment of its own (aiperf-venv/), with no site/ for the sglang tree
+  [ ! -d $P/rt-$2/site ] || cp -a $P/rt-$2/site/. $SITE/ || return 1
+  touch $SITE/.installed_$2
 }
 install_runtime() {  # Ray + data (.device/rt/runtime.tar.xz)
   install_site
@@ -55,8 +58,11 @@ scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of ev
   local dir=$1; mkdir -p $dir
   while true; do
     scrape_sglang_servers $dir
-    # engine logs of the local cluster's run (its temp dir is removed when bench stops the cluster)
-    for f in /tmp/pdo-ray-*/*/session_*/logs/pd-engines/*/*.log; do [ -f "$f" ] && cp "$f" $dir/; done
+    # engine logs of the local cluster's runs (its temp dir is removed when bench stops the cluster), one folder
+    # per deployment: prepare's and serve's engines have the same file names
+    for f in /tmp/pdo-ray-*/*/session_*/logs/pd-engines/*/*.log; do
+      [ -f "$f" ] || continue; local run; run=$(basename $(dirname $f)); mkdir -p $dir/$run; cp "$f" $dir/$run/
+    done
     sleep 3
   done
 }

