@@ -160,13 +160,16 @@ class TimingTerms(MemoryTerms):
         flops = 2 * (a["tokens"] * active_dense + routed + a["lm_head_tokens"] * p.lm_head)
         return (flops + (a["attention_flops"] if attention else 0.0)) / (self.tp * self._peak_flops())
 
-    def prefill_time_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float:
+    def prefill_time_s(
+        self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None, chunk_follows: bool = False,
+    ) -> float:
         """One prefill forward (a batch or a chunk): new_tokens[i] computed on top of cached_tokens[i].
 
         With a calibration profile the share of peak FLOPs is the one measured for this layer shape and GPU, and a
         batch that runs the absorbed MLA path (absorbed_prefill) prices its attention pairs at the share measured
-        for that path. With pipeline parallelism the chunk's stages pipeline behind each other
-        (perfmodel/parallel/pipeline.py)."""
+        for that path. With pipeline parallelism the chunk's stages pipeline behind the chunks that follow it:
+        `chunk_follows` (another prefill chunk waits behind this one) costs one stage iteration, the last or a
+        lone chunk all pp of them (perfmodel/parallel/pipeline.py)."""
         cal = self.calibration
         gemm_share = cal.efficiency_prefill if cal is not None else None  # measured: the calibrated path
         absorbed_share = cal.efficiency_absorbed if cal is not None else None
@@ -184,7 +187,8 @@ class TimingTerms(MemoryTerms):
         finally:
             self.efficiency_prefill = saved
         if self.pp > 1:
-            forward = pipeline.prefill_chunk_s(forward, self.pp, self.gpu.step_overhead_s)
+            requests = math.ceil(sum(1 for n in new_tokens if n > 0) / self.replicas / self.attn_dp)
+            forward = pipeline.prefill_chunk_s(forward, self.pp, requests, chunk_follows)
         return forward if gemm_share else forward / self.attention_speed
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
@@ -224,7 +228,8 @@ class TimingTerms(MemoryTerms):
             requests = math.ceil(batch_size / share)
             micro = pipeline.micro_batches(requests, self.pp)
             stage = self._decode_pass_s(math.ceil(bs / micro), ctx / micro, eager, tokens_per_request, stage=True)
-            return pipeline.decode_round_s(stage, self.pp, requests, self.gpu.step_overhead_s)
+            per_scheduler = math.ceil(requests / micro / self.attn_dp)  # each DP-attention rank schedules its own
+            return pipeline.decode_round_s(stage, self.pp, per_scheduler)
         return self._decode_pass_s(bs, ctx, eager, tokens_per_request)
 
     def _decode_pass_s(self, bs: int, ctx: float, eager: bool, tokens_per_request: int, stage: bool = False) -> float:

@@ -11,9 +11,11 @@ class RecordingCost:
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.follows: list[bool] = []
 
-    def prefill_time_s(self, new_tokens, cached_tokens=None) -> float:
+    def prefill_time_s(self, new_tokens, cached_tokens=None, chunk_follows=False) -> float:
         self.calls.append(("prefill", list(new_tokens), list(cached_tokens or [])))
+        self.follows.append(chunk_follows)
         return 1.0 + sum(new_tokens) / 1000
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
@@ -45,6 +47,17 @@ def test_an_aggregated_server_prefills_a_waiting_prompt_before_the_next_decode_s
         steps.update_from_output(step)
     assert kinds == [("prefill", [300], 0), ("prefill", [200], 0), ("decode", [], 2)]
     assert cost.calls[-1] == ("decode", 2, 100 + 1 + 500 + 1)  # both prompts and the token each prefill made
+
+
+def test_each_prefill_chunk_says_whether_another_waits_behind_it_so_a_pipeline_can_overlap_them():
+    steps, cost = server("aggregated", chunk=300)
+    for length in (500, 100):  # chunks of 300, then 200 + 100 together
+        steps.submit(Seq(length, 5))
+    for _ in range(2):
+        step = steps.schedule()
+        assert step.forward is not None and step.forward.kind == "prefill"
+        steps.update_from_output(step)
+    assert cost.follows == [True, False]  # the last chunk of the stream drains the pipeline alone
 
 
 def test_a_pd_prefill_holds_the_kv_for_its_transfer_and_never_decodes():

@@ -1,19 +1,33 @@
-"""Pipeline parallelism with micro-batches, as SGLang runs it (--pp-size): the running batch is split into
-pp micro-batches that follow each other through the pp stages, so in steady state every stage is busy.
+"""Pipeline parallelism with micro-batches, as SGLang runs it (--pp-size): pp micro-batch slots that follow each
+other through the pp stages in lockstep.
 
-- Decode: a round (every running request advances one token) takes pp x the stage time of one micro-batch
-  (batch / pp requests over layers / pp layers, its weights, its collectives and one send to the next
-  stage); the scheduler's per-step work for one micro-batch overlaps the other micro-batches' stage work
-  and shows only where it is longer. With fewer requests than stages there are fewer micro-batches and
-  nothing to overlap.
-- Prefill: a chunk's stage times pipeline behind each other; with m = pp micro-batches in flight a chunk
-  costs (m + pp - 1) / m stage times (the GPipe bubble), plus the scheduler's step.
+SGLang's PP loop is "a non-overlap scheduler loop" (managers/scheduler_pp_mixin.py, event_loop_pp, 0.4.8 on):
+every stage, for every micro-batch slot in turn, schedules it, runs its forward, and then blocks on matched
+send/recv exchanges with its neighbours (the requests, the hidden states onward, the sampled tokens back). So
+each stage iteration pays the scheduler's CPU work and those exchanges in series with its forward; the overlap
+scheduler that hides them without PP is off.
+
+- Decode: a round (every running request advances one token) is pp stage iterations; with m = min(pp, batch)
+  micro-batches each iteration runs one stage's layers over batch / m requests plus the iteration cost. With
+  one request the micro-batch crosses the stages one after the other; with pp of them every stage is busy.
+- Prefill: a chunk's stage iterations pipeline behind the chunks that follow it. A chunk with another chunk
+  waiting behind it costs one stage iteration (the next fills the pipeline); the last chunk of a stream (a
+  lone chunk) drains through all pp stages: k chunks cost k + pp - 1 iterations (GPipe's bubble with m = k).
 
 The stage time itself is perfmodel/timing.py's forward over a stage's share of the layers at the shape the
-layout gives one GPU; nothing here is fitted to a published PP run.
+layout gives one GPU; the iteration cost is measured (below); nothing is fitted to a throughput row.
 """
 
 from __future__ import annotations
+
+# One stage iteration's fixed cost and its cost per request of the micro-batch, beyond the stage's forward: the
+# least-squares fit of round = pp x (stage(B / m) + ITERATION_S + ITERATION_PER_REQUEST_S x B / m) on the six PP2
+# decode points (batch 1-256, 256-token prompts, CUDA graphs) of two H200s,
+# benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json, with the stage forward
+# the H200 R1-shaped profile's; derivation and residuals (RMS 6 %): benchmarks/pp_round_cost.py, output in
+# benchmarks/results/2026-11-26-pp-round-cost/output.txt. That run's PP2 rows are in-sample since.
+ITERATION_S = 2.62e-3
+ITERATION_PER_REQUEST_S = 13.3e-6
 
 
 def micro_batches(batch_size: int, pp: int) -> int:
@@ -21,18 +35,17 @@ def micro_batches(batch_size: int, pp: int) -> int:
     return max(1, min(pp, batch_size))
 
 
-def decode_round_s(stage_s: float, pp: int, batch_size: int, step_overhead_s: float) -> float:
-    """One decode round of `batch_size` requests over `pp` stages whose stage time (one micro-batch) is `stage_s`."""
-    overlap = (micro_batches(batch_size, pp) - 1) * stage_s
-    return pp * stage_s + max(0.0, step_overhead_s - overlap)
+def iteration_s(requests: int) -> float:
+    """A stage iteration's scheduler work and blocking exchanges for a micro-batch of `requests` requests."""
+    return ITERATION_S + ITERATION_PER_REQUEST_S * max(0, requests)
 
 
-def bubble_factor(pp: int, in_flight: int | None = None) -> float:
-    """Stage times per micro-batch when `in_flight` micro-batches (default pp) fill a pp-stage pipeline."""
-    m = in_flight or pp
-    return (m + pp - 1) / m
+def decode_round_s(stage_s: float, pp: int, micro_batch_requests: int) -> float:
+    """One decode round over `pp` stages whose forward for one micro-batch of `micro_batch_requests` is `stage_s`."""
+    return pp * (stage_s + iteration_s(micro_batch_requests))
 
 
-def prefill_chunk_s(stage_s: float, pp: int, step_overhead_s: float) -> float:
-    """One prefill chunk through a pp-stage pipeline with pp micro-batches in flight."""
-    return stage_s * bubble_factor(pp) + step_overhead_s
+def prefill_chunk_s(stage_s: float, pp: int, requests: int, chunk_follows: bool) -> float:
+    """One prefill chunk of `requests` requests through a pp-stage pipeline: one stage iteration when another
+    chunk waits behind it, all pp of them when it is the last (or only) one."""
+    return (stage_s + iteration_s(requests)) * (1 if chunk_follows else pp)

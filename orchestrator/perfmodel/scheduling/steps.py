@@ -33,7 +33,9 @@ from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, Serv
 class StepCostModel(Protocol):
     """The part of the cost model a step loop needs (orchestrator.perfmodel.costmodel.EngineCostModel)."""
 
-    def prefill_time_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None) -> float: ...
+    def prefill_time_s(
+        self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None, chunk_follows: bool = False,
+    ) -> float: ...
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float: ...
 
@@ -110,7 +112,8 @@ class StepScheduler:
         else:
             pieces = batch.next_prefill(self.cached_tokens)
             if pieces:
-                seconds = self.cost.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces])
+                follows = batch.chunked is not None or bool(batch.waiting)  # a pipeline (--pp-size) overlaps it
+                seconds = self.cost.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces], follows)
                 step.forward = Forward("prefill", seconds, prefill=pieces)
         if step.forward is None and role != "prefill":
             step.retracted = batch.before_decode()

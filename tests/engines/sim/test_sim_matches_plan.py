@@ -18,7 +18,7 @@ from orchestrator.plan.simulate import one_server_trace
 class OneSecondForwards:
     """Every forward takes the same time, so only the scheduling decisions decide the order of events."""
 
-    def prefill_time_s(self, new_tokens, cached_tokens=None) -> float:
+    def prefill_time_s(self, new_tokens, cached_tokens=None, chunk_follows=False) -> float:
         return 1.0
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
