@@ -83,6 +83,10 @@ class Calibration:
     efficiency_absorbed: float | None = None  # share of peak of absorbed-MLA prefill attention (timing.absorbed_prefill)
     absorbed_points: int = 0
     prefill_rms_rel: float | None = None  # the prefill fit's RMS relative error on its own forwards
+    # a start-up-only calibration (another layer shape): the fixed costs of a CUDA-graphed decode step on this GPU,
+    # per step and per layer, from its measured profiles (costmodel.graphed_step_floor); None where none measured
+    graph_step_s: float | None = None
+    graph_layer_s: float | None = None
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""

@@ -50,7 +50,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config.model_presets import ModelArchitecture
+import numpy as np
+
+from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
 from orchestrator.config.server_spec import KV_DTYPE_BYTES, ServerSpec, server_spec
 from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.calibration import (
@@ -84,7 +86,7 @@ __all__ = [  # names other modules import from here (the terms live in the modul
     "ACTIVATION_HEADROOM", "ATTENTION_BACKEND_SPEED", "GB", "MTP_ACCEPT_DECAY", "MTP_FIRST_ACCEPT",
     "WEIGHT_FORMATS", "WEIGHT_READ_EFFICIENCY", "Calibration", "EngineCostModel", "ParamCounts", "Speculative",
     "WeightFormat", "build_cost_model", "calibration_for", "checkpoint_bytes", "cost_model_for", "experts_hit_fraction",
-    "cost_model_of_spec", "find_calibration", "mtp_accept_length", "param_counts", "spec_fields", "weight_format",
+    "cost_model_of_spec", "find_calibration", "graphed_step_floor", "mtp_accept_length", "param_counts", "spec_fields", "weight_format",
 ]
 
 
@@ -247,7 +249,42 @@ def _find_calibration(
         return cal
     if not same_gpu:
         return None
-    return _startup_only(same_gpu[0].model_dump_json(), arch, quantization)
+    startup = _startup_only(same_gpu[0].model_dump_json(), arch, quantization)
+    if any(p.model.matches(arch, p.model.quantization) for p in pool):
+        return startup  # these layer dims were measured in another weight format: not a shape without a profile
+    step_s, layer_s = graphed_step_floor(gpu, pool) or (None, None)
+    return replace(startup, graph_step_s=step_s, graph_layer_s=layer_s)
+
+
+def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, float] | None:
+    """(per step, per layer) fixed seconds of a CUDA-graphed decode step on `gpu`, for a layer shape no profile measured.
+
+    Each profile's decode fit (calibration.fit_decode) leaves, after its weight reads at WEIGHT_READ_EFFICIENCY,
+    layers x layer_s of fixed time per step: the scheduler's step plus each layer's small kernels. Two layer counts
+    tell the two apart: one slope of (layers, layers x layer_s) over the GPUs with the same compute peaks, each GPU
+    with its own intercept (H100-SXM and H200 share Hopper's die, so launch-bound kernels take the same time there;
+    their HBM and hosts differ), is the per-layer floor; each GPU's own profiles then give its per-step part. Shipped today: R1-shaped 6 layers
+    (H100, H200 twice) and DeepSeek-V2-Lite 27 layers (H200) -> ~44 us per layer, ~0.64 ms (H100) / ~1.15 ms
+    (H200) per step. Assumed: a GQA layer (FA3, Triton MoE) has as many small kernels as an MLA/MoE one."""
+    target = gpu_spec(gpu)
+    points: dict[str, list[tuple[int, float]]] = {}
+    for profile in pool:
+        other = gpu_spec(profile.gpu.name)
+        if (other.bf16_tflops, other.fp8_tflops) != (target.bf16_tflops, target.fp8_tflops):
+            continue
+        arch = next((a for a in MODEL_PRESETS.values() if profile.model.matches(a, profile.model.quantization)), None)
+        decode = calibration_for(profile, arch, profile.model.quantization).decode if arch is not None else None
+        if decode is not None:
+            layers = profile.model.num_hidden_layers
+            points.setdefault(profile.gpu.name, []).append((layers, layers * decode.layer_s))
+    # one slope, each GPU its own intercept: only a GPU with two layer counts tells the slope anything
+    centred = [(x - np.mean([a for a, _ in pts]), y - np.mean([b for _, b in pts])) for pts in points.values() for x, y in pts]
+    spread = sum(dx * dx for dx, _ in centred)
+    if gpu not in points or spread == 0:
+        return None
+    layer_s = max(0.0, sum(dx * dy for dx, dy in centred) / spread)
+    step_s = max(0.0, float(np.mean([y - x * layer_s for x, y in points[gpu]])))
+    return step_s, float(layer_s)
 
 
 @lru_cache(maxsize=32)

@@ -67,9 +67,13 @@ class TimingTerms(MemoryTerms):
         kv_read_tokens: float,
         lm_head_tokens: int,
         stage: bool = False,
+        graphed_floor: bool = False,
     ) -> float:
         """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs. `stage`: one
-        pipeline stage's share (layers / pp, its weights and KV, one send onward; no scheduler step)."""
+        pipeline stage's share (layers / pp, its weights and KV, one send onward; no scheduler step).
+        `graphed_floor`: a CUDA-graphed decode step of a layer shape no profile measured: the GPU's measured fixed
+        costs (Calibration.graph_step_s / graph_layer_s) and reads at WEIGHT_READ_EFFICIENCY, the rate those were
+        measured against, in place of the assumed fixed costs and efficiency_decode."""
         if tokens <= 0:
             return 0.0
         share = 1 / self.pp if stage else 1.0
@@ -80,8 +84,13 @@ class TimingTerms(MemoryTerms):
         compute_s = share * flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
 
         bytes_read = self._weight_bytes_read(tokens) + kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp
-        memory_s = share * bytes_read / (self.gpu.hbm_tb_s * 1e12 * self.efficiency_decode)
-        fixed_s = (0.0 if stage else self.gpu.step_overhead_s) + share * arch.num_hidden_layers * self.gpu.layer_overhead_s
+        cal = self.calibration if graphed_floor else None
+        if cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None:
+            read_efficiency, step_s, layer_s = WEIGHT_READ_EFFICIENCY, cal.graph_step_s, cal.graph_layer_s
+        else:
+            read_efficiency, step_s, layer_s = self.efficiency_decode, self.gpu.step_overhead_s, self.gpu.layer_overhead_s
+        memory_s = share * bytes_read / (self.gpu.hbm_tb_s * 1e12 * read_efficiency)
+        fixed_s = (0.0 if stage else step_s) + share * arch.num_hidden_layers * layer_s
         return max(compute_s, memory_s) + self._comm_s(tokens, stage) + fixed_s
 
     def _weight_bytes_read(self, tokens: int) -> float:
@@ -251,6 +260,7 @@ class TimingTerms(MemoryTerms):
             kv_read_tokens=ctx,
             lm_head_tokens=bs,
             stage=stage,
+            graphed_floor=not self._tp_spans_nodes,
         )
         if eager:
             step += arch.num_hidden_layers * self.gpu.eager_layer_s / (self.pp if stage else 1)

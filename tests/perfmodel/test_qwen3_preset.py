@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.model_presets import DEEPSEEK_R1, QWEN3_235B_A22B_FP8, ModelArchitecture
-from orchestrator.perfmodel.costmodel import build_cost_model
+from orchestrator.config.model_presets import DEEPSEEK_R1, MODEL_PRESETS, QWEN3_235B_A22B_FP8, ModelArchitecture
+from orchestrator.perfmodel.costmodel import (
+    WEIGHT_READ_EFFICIENCY,
+    EngineCostModel,
+    build_cost_model,
+    calibration_for,
+    graphed_step_floor,
+)
+from orchestrator.perfmodel.profile import shipped_profiles
 from orchestrator.perfmodel.weights import checkpoint_bytes, param_counts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,13 +54,61 @@ def test_gqa_kv_is_split_over_tp_ranks_and_mla_is_replicated():
     assert r1.kv_bytes_per_gpu_token() == r1.kv_bytes_per_token()  # MLA's latent lives on every rank
 
 
+def _decode_server(gpu: str = "H100-SXM", **server) -> EngineCostModel:
+    return build_cost_model(QWEN3_235B_A22B_FP8, gpu, "fp8", tp=4, ep=4, mem_fraction_static=0.9,
+                            context_length=8192, role="decode", max_running_requests=256, **server)
+
+
 def test_decode_reads_each_ranks_kv_share_every_step():
-    """A decode step reads its rank's KV share (48 KiB/token at TP4, not the whole 188 KiB) on top of weights."""
-    cost = build_cost_model(QWEN3_235B_A22B_FP8, "H100-SXM", "fp8", tp=4, ep=4, mem_fraction_static=0.9,
-                            context_length=8192, role="decode", max_running_requests=256)
+    """A decode step reads its rank's KV share (48 KiB/token at TP4, not the whole 188 KiB) on top of weights, at
+    the streaming rate the measured fixed costs were fitted against."""
+    cost = _decode_server()
     short, long = cost.decode_step_s(64, 64 * 100), cost.decode_step_s(64, 64 * 4200)
-    kv_read_s = 64 * 4100 * cost.kv_bytes_per_gpu_token() / (cost.gpu.hbm_tb_s * 1e12 * cost.efficiency_decode)
+    kv_read_s = 64 * 4100 * cost.kv_bytes_per_gpu_token() / (cost.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
     assert long - short == pytest.approx(kv_read_s, rel=0.05)
+
+
+def test_graphed_step_floor_reproduces_the_fixed_time_each_gpus_profiles_measured():
+    """The per-step and per-layer fixed costs of a graphed decode come from the shipped profiles: each GPU's line
+    S + layers x L goes through the mean fixed time (layers x fitted layer_s) its own profiles left after weights."""
+    pool = shipped_profiles()
+    for gpu in ("H100-SXM", "H200"):
+        floor = graphed_step_floor(gpu, pool)
+        assert floor is not None
+        step_s, layer_s = floor
+        fixed = []
+        for profile in (p for p in pool if p.gpu.name == gpu):
+            arch = next(a for a in MODEL_PRESETS.values() if profile.model.matches(a, profile.model.quantization))
+            layers = profile.model.num_hidden_layers
+            decode = calibration_for(profile, arch, profile.model.quantization).decode
+            fixed.append(step_s + layers * layer_s - layers * decode.layer_s)
+        assert sum(fixed) == pytest.approx(0.0, abs=1e-9)
+    # the slope comes from H200's two layer counts (6: R1-shaped; 27: V2-Lite) and holds for H100 (same die)
+    assert graphed_step_floor("H100-SXM", pool)[1] == graphed_step_floor("H200", pool)[1]
+    assert graphed_step_floor("cpu-fast", pool) is None
+    # one GPU's profiles at a single layer count cannot tell step from layer apart
+    assert graphed_step_floor("H100-SXM", [p for p in pool if p.gpu.name == "H100-SXM"]) is None
+
+
+def test_a_shape_without_a_profile_decodes_on_the_measured_floor_not_the_assumed_fixed_costs():
+    """Qwen3 (no profile of its layer shape): a graphed decode step = weight and KV reads at WEIGHT_READ_EFFICIENCY
+    + TP all-reduces + the GPU's measured per-step and per-layer floor; the assumed 3 ms + 0.25 ms per layer (set for
+    R1 single-stream) no longer apply to it. Eager steps still add the eager per-layer cost."""
+    cost = _decode_server()
+    cal = cost.calibration
+    assert cal is not None and not cal.shape_matches and cal.decode is None
+    assert cal.graph_step_s is not None and cal.graph_layer_s is not None
+    bs, ctx = 12, 12 * 4100
+    reads = cost.weight_read_s(bs) + ctx * cost.kv_bytes_per_gpu_token() / (cost.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
+    floor = cal.graph_step_s + 94 * cal.graph_layer_s
+    assert cost.decode_step_s(bs, ctx) == pytest.approx(reads + cost._comm_s(bs) + floor, rel=1e-6)
+    assert floor < cost.gpu.step_overhead_s + 94 * cost.gpu.layer_overhead_s
+    eager = _decode_server(cuda_graph_max_bs=8)
+    assert eager.decode_step_s(bs, ctx) == pytest.approx(cost.decode_step_s(bs, ctx) + 94 * cost.gpu.eager_layer_s, rel=1e-6)
+    # the uncalibrated roofline (no profile at all) keeps its assumptions
+    bare = build_cost_model(QWEN3_235B_A22B_FP8, "H100-SXM", "fp8", calibrated=False, tp=4, ep=4, mem_fraction_static=0.9,
+                            context_length=8192, role="decode", max_running_requests=256)
+    assert bare.decode_step_s(bs, ctx) > cost.decode_step_s(bs, ctx) + 0.02
 
 
 def test_plan_fits_the_2026_reference_layout():

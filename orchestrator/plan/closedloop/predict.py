@@ -180,7 +180,11 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
         if cal is None:
             out.append(f"layout.{role}.{i}: no calibration profile (roofline cost model)")
         elif not cal.shape_matches:
-            out.append(f"layout.{role}.{i}: forwards from the roofline cost model; start-up figures from {cal.profile}")
+            floor = ("; graphed decode steps on this GPU's measured fixed costs "
+                     f"({cal.graph_step_s * 1e3:.2f} ms per step + {cal.graph_layer_s * 1e6:.0f} us per layer, from its "
+                     "shipped profiles of other shapes)" if cal.graph_step_s is not None and cal.graph_layer_s is not None
+                     and role != "prefill" else "")
+            out.append(f"layout.{role}.{i}: forwards from the roofline cost model{floor}; start-up figures from {cal.profile}")
         else:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
     return out
