@@ -54,11 +54,11 @@ class TimingTerms(MemoryTerms):
         tflops = self.gpu.fp8_tflops if self.format.compute == "fp8" else self.gpu.bf16_tflops
         return tflops * 1e12
 
-    def _allreduce_s(self, nbytes: float) -> float:
-        """One NCCL all-reduce over the TP group, inside a node or across nodes (published NCCL figures:
-        perfmodel/parallel/collectives.py)."""
+    def _allreduce_s(self, nbytes: float, eager: bool = False) -> float:
+        """One NCCL all-reduce over the TP group, inside a node or across nodes (published NCCL figures; `eager`:
+        outside a CUDA graph, the measured eager floor: perfmodel/parallel/collectives.py)."""
         links = collectives.link_figures(self.gpu, self.comm_efficiency)
-        return collectives.allreduce_s(nbytes, self.tp, self.nnodes if self._tp_spans_nodes else 1, links)
+        return collectives.allreduce_s(nbytes, self.tp, self.nnodes if self._tp_spans_nodes else 1, links, eager)
 
     def _forward_s(
         self,
@@ -68,6 +68,7 @@ class TimingTerms(MemoryTerms):
         lm_head_tokens: int,
         stage: bool = False,
         graphed_floor: bool = False,
+        eager: bool = False,
     ) -> float:
         """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs. `stage`: one
         pipeline stage's share (layers / pp, its weights and KV, one send onward; no scheduler step).
@@ -91,7 +92,7 @@ class TimingTerms(MemoryTerms):
             read_efficiency, step_s, layer_s = self.efficiency_decode, self.gpu.step_overhead_s, self.gpu.layer_overhead_s
         memory_s = share * bytes_read / (self.gpu.hbm_tb_s * 1e12 * read_efficiency)
         fixed_s = (0.0 if stage else step_s) + share * arch.num_hidden_layers * layer_s
-        return max(compute_s, memory_s) + self._comm_s(tokens, stage) + fixed_s
+        return max(compute_s, memory_s) + self._comm_s(tokens, stage, eager) + fixed_s
 
     def _weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit)."""
@@ -113,14 +114,15 @@ class TimingTerms(MemoryTerms):
         """Weight/expert read time of one forward at WEIGHT_READ_EFFICIENCY of datasheet HBM."""
         return self._weight_bytes_read(tokens) / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
 
-    def _comm_s(self, tokens: int, stage: bool = False) -> float:
+    def _comm_s(self, tokens: int, stage: bool = False, eager: bool = False) -> float:
         """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens (`stage`: one
-        stage's layers and its one send onward). With DP attention the all-reduce after attention becomes a
+        stage's layers and its one send onward; `eager`: not replayed from a CUDA graph, as every prefill forward
+        and a decode step beyond the captured sizes). With DP attention the all-reduce after attention becomes a
         gather of every rank's tokens before the MoE and a scatter after it: the same bytes per GPU."""
         arch = self.arch
         activation_bytes = tokens * arch.hidden_size * 2
         layers = arch.num_hidden_layers / self.pp if stage else arch.num_hidden_layers
-        comm_s = 2 * layers * self._allreduce_s(activation_bytes)
+        comm_s = 2 * layers * self._allreduce_s(activation_bytes, eager)
         if self.pp > 1:
             links = collectives.link_figures(self.gpu, self.comm_efficiency)
             send = collectives.p2p_send_s(activation_bytes, self.nnodes > 1, links)
@@ -192,7 +194,7 @@ class TimingTerms(MemoryTerms):
         if gemm_share:
             self.efficiency_prefill = gemm_share
         try:
-            forward = self._forward_s(**a, stage=self.pp > 1)
+            forward = self._forward_s(**a, stage=self.pp > 1, eager=not self.prefill_graphs)
         finally:
             self.efficiency_prefill = saved
         if self.pp > 1:
@@ -261,6 +263,7 @@ class TimingTerms(MemoryTerms):
             lm_head_tokens=bs,
             stage=stage,
             graphed_floor=not self._tp_spans_nodes,
+            eager=eager,
         )
         if eager:
             step += arch.num_hidden_layers * self.gpu.eager_layer_s / (self.pp if stage else 1)
@@ -289,7 +292,7 @@ class TimingTerms(MemoryTerms):
         if eager:
             per_layer += (c.eager_layer_s if c.eager_layer_s is not None else self.gpu.eager_layer_s)
             per_layer += (c.eager_layer_per_req_s or 0.0) * bs / split
-        step = self.weight_read_s(bs) + self._comm_s(bs) + layers * per_layer
+        step = self.weight_read_s(bs) + self._comm_s(bs, eager=eager) + layers * per_layer
         return step * cal.page_factor(self.page_size)
 
     def kv_transfer_s(self, num_tokens: int, same_node: bool) -> float:

@@ -26,6 +26,10 @@ class LinkFigures:
     inter_allreduce_busbw: float
     inter_alltoall_busbw: float  # per GPU: all-to-all cannot aggregate a node's NICs
     inter_p2p_bw: float  # one GPU's NIC
+    # an all-reduce launched eagerly (a prefill forward, a decode step beyond the captured CUDA graphs) inside a node:
+    # NCCL called from torch.distributed one call at a time, not replayed from a graph
+    eager_intra_latency_s: float | None = None
+    eager_intra_allreduce_busbw: float | None = None
 
 
 # Hopper HGX nodes (8 x H100 / H200 SXM, NVLink 4 through NVSwitch, 8 x ConnectX-7 NDR 400 Gb/s per node):
@@ -49,6 +53,13 @@ HOPPER = LinkFigures(
     # NDR 400 Gb/s: 46-49 GB/s per NIC (NVIDIA/nccl-tests issues 290 and 267); all-to-all gets one NIC per GPU
     inter_alltoall_busbw=48 * GB,
     inter_p2p_bw=48 * GB,
+    # measured on two H200s (NV18, NCCL 2.28.9, torch 2.11, NVLS off): eager all-reduce of 1-8,192 tokens x 7168
+    # bf16, median of 20 calls each timed with CUDA events, both calls' 22 points least-squares: 66.9 us + bytes /
+    # 282 GB/s (65-92 us up to 512 tokens, 476-493 us at 117 MB): benchmarks/results/2026-11-26-two-gpu-h200x2/
+    # call1-calibration/collectives.json and call3-calibration/collectives.json. H100 nodes take the same (the
+    # launch-bound floor is NCCL's and the host's, not the HBM's; not measured on H100).
+    eager_intra_latency_s=66.9e-6,
+    eager_intra_allreduce_busbw=282 * GB,
 )
 PUBLISHED = {"H100-SXM": HOPPER, "H200": HOPPER}
 
@@ -61,11 +72,14 @@ def link_figures(gpu: GpuSpec, efficiency: float = 0.8) -> LinkFigures:
     return LinkFigures(gpu.collective_latency_s, nvlink, nvlink, gpu.cross_node_latency_s, ib * 8, ib, ib)
 
 
-def allreduce_s(nbytes: float, ranks: int, nodes: int, links: LinkFigures) -> float:
-    """One all-reduce of `nbytes` over `ranks` GPUs on `nodes` nodes (1 or 2)."""
+def allreduce_s(nbytes: float, ranks: int, nodes: int, links: LinkFigures, eager: bool = False) -> float:
+    """One all-reduce of `nbytes` over `ranks` GPUs on `nodes` nodes (1 or 2); `eager`: launched outside a CUDA
+    graph (inside a node it then pays the measured eager floor and bandwidth where they exist)."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     factor = 2 * (ranks - 1) / ranks
+    if nodes <= 1 and eager and links.eager_intra_latency_s is not None and links.eager_intra_allreduce_busbw:
+        return links.eager_intra_latency_s + factor * nbytes / links.eager_intra_allreduce_busbw
     if nodes <= 1:
         return links.intra_latency_s + factor * nbytes / links.intra_allreduce_busbw
     return links.inter_latency_s + factor * nbytes / links.inter_allreduce_busbw
