@@ -73,14 +73,14 @@ do_plan() {  # $1 = dir: the cold/warm start-up prediction and the per-N goodput
     --json $1/plan.json > $1/plan.txt 2>&1; grep -iE "ready|cold|warm|good" $1/plan.txt | head -12
 }
 do_prepare() {  # $1 = dir, $2 = seconds kept back: prepare on a fresh compile-cache dir = the cold start
-  CC=$P/compile-cache-$(date +%s); echo $CC > $P/compile-cache-dir
-  SETS="$SETS --set engine.sglang.compile_cache_dir=$CC"
+  CACHE_DIR=$P/compile-cache-$(date +%s); echo $CACHE_DIR > $P/compile-cache-dir
+  SETS="$SETS --set engine.sglang.compile_cache_dir=$CACHE_DIR"
   start_scraper $1/scrape
-  el "prepare (cold compile caches in $CC)"
+  el "prepare (cold compile caches in $CACHE_DIR)"
   timeout $(( $(left) - $2 )) python3 scripts/device/one_command.py orchestrator.cli.prepare prepare --config $PD_CFG $SETS \
     --json $1/prepare.json 2>&1 | tee $1/prepare.txt | grep -v -E "^\(" | tail -20
   el "prepare exit ${PIPESTATUS[0]}"; stop_scraper; engine_log_tails $1/scrape
-  du -sh $CC 2>&1 | tail -1
+  du -sh $CACHE_DIR 2>&1 | tail -1
 }
 do_serve() {  # $1 = dir: serve on the prepared caches (the prepared start), goodput against its gateway, SIGTERM
   start_scraper $1/scrape
@@ -113,8 +113,8 @@ prepare)   # the cold start alone: one call of its own (2026-11-26: it took over
 serve)     # the prepared start + goodput on the caches `prepare` left (same warm lease)
   install_all; D=$P/serve; rm -rf $D; mkdir -p $D
   [ -x $AIPERF/bin/aiperf ] || { el "AIPerf not installed: carry .device/aiperf/aiperf.tar.xz"; exit 1; }
-  CC=$(cat $P/compile-cache-dir 2>/dev/null) || { el "no compile-cache dir: run the prepare call first"; exit 1; }
-  SETS="$SETS --set engine.sglang.compile_cache_dir=$CC"
+  CACHE_DIR=$(cat $P/compile-cache-dir 2>/dev/null) || { el "no compile-cache dir: run the prepare call first"; exit 1; }
+  SETS="$SETS --set engine.sglang.compile_cache_dir=$CACHE_DIR"
   do_serve $D; pack serve ;;
 prepare-serve)   # both in one call where the budget allows (the plan: ~84 s warm start, ~113 s cold)
   install_all; install_router; D=$P/prepare-serve; rm -rf $D; mkdir -p $D
