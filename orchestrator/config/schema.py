@@ -123,6 +123,11 @@ class SglangEngineConfig(Strict):
     kv_cache_dtype: str = Field("auto", description="--kv-cache-dtype, equal on both roles.")
     attention_backend: str | None = None
     mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    max_total_tokens: int | None = Field(None, ge=1, description="--max-total-tokens: cap of every server's KV pool "
+                                         "(tokens); null = what mem_fraction_static leaves after the weights.")
+    triton_attention_split_tile_size: int | None = Field(
+        None, ge=1, description="--triton-attention-split-tile-size: the triton decode splits KV into "
+        "context_length / this many parts (sizes its per-step fp32 buffers); null = SGLang's split count.")
     extra_args: list[str] = Field(default_factory=list, description="Passed to every server.")
     env: dict[str, str] = Field(default_factory=dict)
     disk_read_gb_s: float = Field(2.0, gt=0, description="Weight read speed of the nodes (real weights).")
@@ -205,6 +210,10 @@ class WorkerGroup(Strict):
     mem_fraction_static: float | None = Field(
         None, gt=0, lt=1, description="--mem-fraction-static of this group (weights + KV share of GPU memory); "
         "null = engine.sglang.mem_fraction_static, else SGLang's own estimate."
+    )
+    max_total_tokens: int | None = Field(
+        None, ge=1, description="--max-total-tokens of this group (KV pool cap, tokens); null = "
+        "engine.sglang.max_total_tokens, else the pool mem_fraction_static leaves."
     )
     chunked_prefill_size: int | None = Field(
         None, ge=512, description="--chunked-prefill-size (prompt tokens per prefill forward); null = SGLang's "

@@ -36,6 +36,8 @@ class Memory:
         "--mem-fraction-static", "group.mem_fraction_static", "engine.sglang.mem_fraction_static")
     kv_cache_dtype: str = knob("--kv-cache-dtype", "engine.sglang.kv_cache_dtype", default="auto")
     page_size: int = knob("--page-size", "engine.sglang.page_size", default=1)
+    max_total_tokens: int | None = knob(
+        "--max-total-tokens", "group.max_total_tokens", "engine.sglang.max_total_tokens")
 
     @property
     def kv_dtype_bytes(self) -> int:
@@ -107,6 +109,8 @@ class ServerSpec:
     load_format: str | None = knob("--load-format", "engine.sglang.load_format")
     attention_backend: str | None = knob(
         "--attention-backend", "group.attention_backend", "engine.sglang.attention_backend")
+    triton_split_tile_size: int | None = knob(
+        "--triton-attention-split-tile-size", "engine.sglang.triton_attention_split_tile_size")
     parallel: Parallelism = Parallelism()
     memory: Memory = Memory()
     batching: Batching = Batching()

@@ -354,5 +354,6 @@ def spec_fields(spec: ServerSpec) -> dict[str, Any]:
         cuda_graph_max_bs=b.cuda_graph_max_bs, cuda_graph=not b.disable_cuda_graph,
         prefill_graphs=not b.disable_prefill_cuda_graph,
         sglang_version=spec.sglang_version, attention_backend=spec.attention_backend, speculative=speculative,
-        load_format=spec.load_format,
+        load_format=spec.load_format, max_total_tokens=m.max_total_tokens,
+        triton_split_tile_size=spec.triton_split_tile_size,
     )

@@ -39,6 +39,7 @@ class GpuSpec:
     eager_layer_s: float = 0.65e-3
     activation_headroom_check: bool = True  # False on the cpu-fast test profile ("everything fits")
     dummy_init_gb_s: float = 200.0  # generating random weights on the GPU
+    sm_count: int = 132  # streaming multiprocessors (H100 SXM and H200: 132); caps SGLang's triton MLA KV splits
 
     @property
     def memory_bytes(self) -> float:

@@ -51,6 +51,8 @@ class ServerShape:
     prefill_graphs: bool = True  # False: --disable-prefill-cuda-graph
     page_size: int = 1
     attention_backend: str | None = None  # None: SGLang's pick (FA3/flashinfer on Hopper)
+    triton_split_tile_size: int | None = None  # --triton-attention-split-tile-size (None: SGLang's split count)
+    max_total_tokens: int | None = None  # --max-total-tokens: cap of each scheduler's KV pool
     speculative: Speculative | None = None  # MTP: R1's draft layer (memory, KV, draft + verify steps)
     load_format: str | None = None  # dummy: every token routes to the same experts (weights.experts_hit_fraction)
     calibration: Calibration | None = None  # from a shipped profile of this GPU and layer shape
@@ -126,12 +128,21 @@ class MemoryTerms(ServerShape):
         return fraction * self.gpu.memory_bytes
 
     def reserve_bytes(self) -> float:
-        """Left for activations, CUDA graphs, NCCL buffers: (1 - mem_fraction_static) x GPU memory."""
-        return self.gpu.memory_bytes - self.static_pool_bytes()
+        """Left for activations, CUDA graphs, NCCL buffers: GPU memory less weights and the KV pool ((1 -
+        mem_fraction_static) x GPU memory, more when --max-total-tokens caps the pool below what the fraction allows)."""
+        unused_pool = max(0.0, self.kv_bytes_per_gpu()) - self.kv_pool_bytes_per_gpu()
+        return self.gpu.memory_bytes - self.static_pool_bytes() + unused_pool
 
     def kv_bytes_per_gpu(self) -> float:
         """Static pool left for the KV cache after weights (negative: the weights do not fit)."""
         return self.static_pool_bytes() - self.weights_bytes_per_gpu()
+
+    def kv_pool_bytes_per_gpu(self) -> float:
+        """The KV pool SGLang allocates on one GPU: what the fraction leaves, capped by --max-total-tokens."""
+        free = max(0.0, self.kv_bytes_per_gpu())
+        if self.max_total_tokens is None:
+            return free
+        return min(free, self.max_total_tokens * self.kv_bytes_per_gpu_token() / self.pp)
 
     def kv_bytes_per_token(self) -> int:
         """KV bytes of one token over all layers and ranks: layers x (MLA: kv_lora_rank + rope; GQA: 2 x KV heads x
@@ -146,12 +157,16 @@ class MemoryTerms(ServerShape):
         return self.kv_bytes_per_token() * self.arch.kv_share_per_rank(self.tp // self.attn_dp)
 
     def kv_capacity_tokens(self) -> int:
-        """Tokens of KV one server holds: MLA replicates KV over TP (GQA splits it); DP attention and replicas add."""
+        """Tokens of KV one server holds: MLA replicates KV over TP (GQA splits it); DP attention and replicas add;
+        --max-total-tokens caps each scheduler's pool."""
         free = self.kv_bytes_per_gpu()
         if free <= 0:
             return 0
         per_gpu_token = self.kv_bytes_per_gpu_token() / self.pp  # each stage holds its layers' KV
-        return int(free // per_gpu_token) * self.attn_dp * self.replicas
+        per_scheduler = int(free // per_gpu_token)
+        if self.max_total_tokens is not None:  # SGLang caps each scheduler's profiled pool at the flag
+            per_scheduler = min(per_scheduler, self.max_total_tokens)
+        return per_scheduler * self.attn_dp * self.replicas
 
     def max_running(self) -> int:
         """Requests the server runs at once, as SGLang derives it per scheduler (DP-attention rank, replica).
@@ -194,37 +209,61 @@ class MemoryTerms(ServerShape):
         return per_rank > self.graph_max_bs
 
     # --- activation headroom -----------------------------------------------------------------------
+    # SGLang 0.5.17, sglang/srt/layers/attention/triton_backend.py: TritonAttnBackend.__init__ sets max_kv_splits
+    # (--triton-attention-num-kv-splits, 8; under MLA _mla_decode_kv_splits_cap raises it to
+    # max(8, min(next_pow2(SMs), next_pow2(ceil(context / 32))))); init_forward_metadata gives every eager decode
+    # step fresh fp32 buffers attn_logits (bs, heads / attn-TP, max_kv_splits, v_head_dim) and attn_lse
+    # (bs, heads, max_kv_splits), and only then replaces self.forward_metadata, which still holds the previous
+    # step's: two eager steps in a row have both batches' buffers alive at once.
     def _triton_kv_splits(self) -> int:
-        """SGLang's MLA triton decode: max(8, min(next_pow2(SMs = 132), next_pow2(context / 32)))."""
+        """max_kv_splits of SGLang's triton decode (see above): ceil(context / tile) with a split tile size."""
         context = self.context_length or self.arch.max_position_embeddings
-        return max(8, min(256, 1 << max(0, math.ceil(math.log2(max(1, math.ceil(context / 32)))))))
+        if self.triton_split_tile_size:
+            return -(-context // self.triton_split_tile_size)
+        if not self.arch.is_mla:
+            return sgd.TRITON_NUM_KV_SPLITS
+        by_context = 1 << max(0, math.ceil(math.log2(max(1, math.ceil(context / 32)))))
+        by_sms = 1 << max(0, math.ceil(math.log2(self.gpu.sm_count)))
+        return max(sgd.TRITON_NUM_KV_SPLITS, min(by_sms, by_context))
 
     def _attn_logits_bytes(self, batch: int) -> float:
-        """The triton backend's fp32 split-KV buffer for `batch` decode requests on one GPU."""
+        """The triton backend's fp32 split-KV buffers (attn_logits + attn_lse) for `batch` decode requests on one GPU."""
         if self.attention_backend != "triton":
             return 0.0
-        heads = self.arch.num_attention_heads / max(1, self.tp // self.attn_dp)
-        return batch * heads * self._triton_kv_splits() * (self.arch.kv_lora_rank or self.arch.head_dim) * 4
+        heads = self.arch.num_attention_heads // max(1, self.tp // self.attn_dp)
+        v_head_dim = self.arch.kv_lora_rank if self.arch.is_mla else self.arch.head_dim
+        return batch * heads * self._triton_kv_splits() * (v_head_dim + 1) * 4
 
-    def activation_peak_bytes(self, running: int | None = None) -> float:
-        """Peak transient memory of one forward on one GPU outside the static pool: the larger of a
-        prefill chunk (hidden-state buffers, MLA prefill q/k/v/out, MoE intermediates of every
-        (token, expert) pair, bf16) and an eager decode batch (the triton backend's per-batch split-KV
-        buffer, which an eager step allocates afresh). `running`: the decode batch the workload reaches
-        on this server (default: max_running)."""
+    def eager_decode_bytes(self, batch: int) -> float:
+        """Transient memory of an eager decode step of `batch` requests per attention rank (0 when a graph runs it):
+        its own split-KV buffers plus the previous eager step's, still referenced when the new ones are allocated."""
+        if batch <= self.graph_max_bs:
+            return 0.0
+        return 2 * self._attn_logits_bytes(batch)
+
+    def prefill_activation_bytes(self) -> float:
+        """A prefill chunk's transient buffers: hidden states, MLA prefill q/k/v/out, MoE intermediates of every
+        (token, expert) pair, bf16."""
         arch = self.arch
         chunk = self.chunked_prefill_tokens or 0
         heads = arch.num_attention_heads / max(1, self.tp // self.attn_dp)
         topk = arch.num_experts_per_tok if arch.n_routed_experts else 0
-        prefill = (
+        return (
             chunk * arch.hidden_size * 2 * 4
             + chunk * heads * (2 * arch.qk_head_dim + 2 * arch.value_head_dim) * 2
             + chunk * topk * (3 * arch.moe_intermediate_size / self.tp + arch.hidden_size) * 2
         )
+
+    def decode_batch_per_rank(self, running: int | None = None) -> int:
+        """The decode batch of one attention rank when the server runs `running` requests (default and cap:
+        max_running)."""
         running = self.max_running() if running is None else min(running, self.max_running())
-        per_rank = running // max(1, self.replicas * self.attn_dp)
-        eager = self._attn_logits_bytes(per_rank) if per_rank > self.graph_max_bs else 0.0
-        return max(prefill, eager)
+        return running // max(1, self.replicas * self.attn_dp)
+
+    def activation_peak_bytes(self, running: int | None = None) -> float:
+        """Peak transient memory of one forward on one GPU outside the static pool: the larger of a prefill chunk
+        and an eager decode step of the batch the workload reaches (`running`, default max_running)."""
+        return max(self.prefill_activation_bytes(), self.eager_decode_bytes(self.decode_batch_per_rank(running)))
 
     def runtime_overhead_bytes(self) -> float:
         """Memory outside the static pool once started: 1 GiB (CUDA context, NCCL, allocator slack) +

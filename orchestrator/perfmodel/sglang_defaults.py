@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from orchestrator.config.sglang_versions import version_tuple
 
 MIB_PER_GIB = 1024
+TRITON_NUM_KV_SPLITS = 8  # --triton-attention-num-kv-splits (0.4.x and 0.5.17)
 
 
 def _new(version: str) -> bool:

@@ -164,6 +164,7 @@ def server_memory(
     pool = model.static_pool_bytes()
     kv_tokens = model.kv_capacity_tokens()
     concurrency, needed = _kv_needed(cfg, role, model, batch)
+    running = concurrency if role != "prefill" else 0
     longest = max((p + o for p, o in batch), default=0) if batch else 0
     name = f"{cfg.model.quantization.upper()} {model.arch.name} TP{model.tp}" + (
         f"xPP{model.pp}" if model.pp > 1 else ""
@@ -175,17 +176,9 @@ def server_memory(
             f"{model.mem_fraction_static:.2f} x {model.gpu.memory_bytes / GB:.1f} GB = {pool / GB:.1f} GB"
             + (f", leaving KV for only {kv_tokens:,} tokens" if weights < pool else "")
         )
-    elif not model.activation_headroom_ok(concurrency if role != "prefill" else 0):
+    elif not model.activation_headroom_ok(running):
         verdict = DOES_NOT_FIT
-        peak = model.activation_peak_bytes(concurrency if role != "prefill" else 0)
-        free = model.free_after_start_bytes()
-        top = 1 - (model.runtime_overhead_bytes() + ACTIVATION_HEADROOM * peak) / model.gpu.memory_bytes
-        reason = (
-            f"activation headroom: mem_fraction_static {model.mem_fraction_static:.2f} leaves "
-            f"{free / GB:.1f} GB/GPU after start (graphs, context) for a forward that needs ~{peak / GB:.1f} GB "
-            f"(x{ACTIVATION_HEADROOM:g} margin): CUDA OOM under load; set engine.sglang.mem_fraction_static <= {top:.2f}"
-            + (" or a smaller --chunked-prefill-size" if role != "decode" else "")
-        )
+        reason = _headroom_reason(model, running, f"layout.{role}.{index}")
     elif kv_tokens < LITTLE_KV_SHARE * needed:
         verdict = LITTLE_KV
         reason = (
@@ -206,12 +199,32 @@ def server_memory(
         weights_breakdown_gb={k: v / GB for k, v in model.weight_bytes_breakdown().items()},
         static_pool_gb=pool / GB,
         reserve_gb=model.reserve_bytes() / GB,
-        kv_gb=max(0.0, model.kv_bytes_per_gpu()) / GB,
+        kv_gb=model.kv_pool_bytes_per_gpu() / GB,
         kv_capacity_tokens=kv_tokens,
         kv_needed_tokens=needed,
         concurrency=concurrency,
         verdict=verdict,
         reason=reason,
+    )
+
+
+def _headroom_reason(model: EngineCostModel, running: int, where: str) -> str:
+    """Why the reserve cannot hold the largest forward, and the settings that would (naming the group's fields)."""
+    peak = model.activation_peak_bytes(running)
+    top = 1 - (model.runtime_overhead_bytes() + ACTIVATION_HEADROOM * peak) / model.gpu.memory_bytes
+    fixes = [f"set {where}.mem_fraction_static <= {top:.2f}"]
+    batch = model.decode_batch_per_rank(running)
+    if model.eager_decode_bytes(batch) >= peak:
+        what = (f"an eager decode step of {batch} requests past the largest CUDA graph ({model.graph_max_bs}): "
+                f"the triton backend's attn_logits for it and for the step before")
+        fixes.append(f"{where}.max_running_requests <= {model.graph_max_bs} (every decode step replays a graph)")
+    else:
+        what = f"a prefill chunk of {model.prefill_chunk_tokens()} tokens"
+        fixes.append(f"a smaller {where}.chunked_prefill_size")
+    return (
+        f"activation headroom: mem_fraction_static {model.mem_fraction_static:.2f} leaves "
+        f"{model.free_after_start_bytes() / GB:.1f} GB/GPU after start (graphs, context) for {what}, ~{peak / GB:.1f} GB "
+        f"(x{ACTIVATION_HEADROOM:g} margin): CUDA OOM under load; " + " or ".join(fixes)
     )
 
 

@@ -144,3 +144,45 @@ def test_fp8_kv_cache_dtype_doubles_the_kv_tokens_the_memory_check_reports() -> 
     bf16, fp8 = report("auto"), report("fp8_e4m3")
     assert fp8.kv_gb == pytest.approx(bf16.kv_gb)  # same pool left after the weights ...
     assert fp8.kv_capacity_tokens == pytest.approx(2 * bf16.kv_capacity_tokens, rel=0.001)  # ... twice the tokens
+
+
+def _h200_pd_decode(**group: object):
+    from orchestrator.perfmodel.costmodel import cost_model_for
+
+    cfg = load_config(ROOT / "configs/device-h200x2-local-1p1d.yaml")
+    decode = cfg.layout.decode[0].model_copy(update=group)
+    return cfg, cost_model_for(cfg, "decode", decode)
+
+
+def test_the_eager_decode_buffer_is_the_one_that_killed_the_h200_decode() -> None:
+    # benchmarks/results/2026-11-26-two-gpu-h200x2 call 2, decode log: "Tried to allocate 6.34 GiB" in
+    # triton_backend.init_forward_metadata (attn_logits) with 811 requests in flight, 5.43 GiB free, 5.83 GiB held
+    # by the allocator (the previous eager step's buffer); call 5 ran eager steps of up to 641 requests and lived.
+    _, model = _h200_pd_decode()
+    one_step_gib = model.eager_decode_bytes(811) / 2 / 2**30
+    assert one_step_gib == pytest.approx(6.34, rel=0.01)  # 811 x 16 heads x 256 splits x (512 + 1) x fp32
+    assert model.eager_decode_bytes(256) == 0  # a captured graph runs it: its buffers are part of start-up
+    assert model.free_after_start_bytes() / 2**30 == pytest.approx(17.96, rel=0.05)  # "available_gpu_mem" logged
+    assert model.activation_headroom_ok(641) and not model.activation_headroom_ok(811)
+
+
+def test_the_h200_pd_config_at_085_is_refused_with_the_two_fixes_and_passes_with_room() -> None:
+    cfg = load_config(ROOT / "configs/device-h200x2-local-1p1d.yaml")
+    batch = [(341, 221)] * 1000  # the run's 1000 prompts: 341,326 input / 220,890 output tokens
+    report = check_layout_fits(cfg, batch=batch)
+    decode = next(g for g in report.groups if g.role == "decode")
+    assert decode.verdict == DOES_NOT_FIT and not report.fits
+    assert "eager decode step of 1000 requests past the largest CUDA graph (256)" in decode.reason
+    assert "layout.decode.0.mem_fraction_static <= 0.8" in decode.reason
+    assert "layout.decode.0.max_running_requests <= 256" in decode.reason
+    with pytest.raises(LayoutDoesNotFit, match="attn_logits"):
+        require_fit(cfg, batch=batch)
+    for fix in ({"mem_fraction_static": 0.80}, {"max_running_requests": 256}):
+        fixed = _with_decode(cfg, **fix)
+        assert check_layout_fits(fixed, batch=batch).verdict == FITS, fix
+
+
+def _with_decode(cfg, **group: object):
+    data = cfg.model_dump(mode="json")
+    data["layout"]["decode"][0].update(group)
+    return config_from_dict(data)
