@@ -1,5 +1,5 @@
 """What several test modules share: small sim configs, sim engine servers on loopback (one launcher), the
-router's ingress on loopback, a sim scheduler, a mini ShareGPT file, and the case log the bad-input and fuzz
+router's ingress on loopback, a sim scheduler, a mini ShareGPT file, closed-loop chat load on a gateway, and the case log the bad-input and fuzz
 suites report into (printed once at the end of the session by conftest).
 
 Fixtures live in conftest.py files; plain helpers live here, so no test module imports another one
@@ -345,3 +345,44 @@ def sim_engines_finished(doc: dict, role: str) -> int:
         finished, aborted = counts.groups()
         total += int(finished) - int(aborted)
     return total
+
+
+class ChatLoad:
+    """Closed-loop streamed chats through the gateway; every request ends completed (all its tokens, [DONE]) or
+    failed with its reason."""
+
+    def __init__(self, gateway: str, users: int, tokens: int = 32):
+        self.gateway = gateway
+        self.tokens = tokens
+        self.stop = threading.Event()
+        self.completed = 0
+        self.failed: list[str] = []
+        self.threads = [threading.Thread(target=self._user, daemon=True) for _ in range(users)]
+
+    def _user(self) -> None:
+        with httpx.Client(timeout=120) as client:
+            while not self.stop.is_set():
+                try:
+                    events = []
+                    with client.stream("POST", f"{self.gateway}/v1/chat/completions", json={
+                            "messages": [{"role": "user", "content": "Count the stars."}], "max_tokens": self.tokens,
+                            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}) as r:
+                        if r.status_code != 200:
+                            raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
+                        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+                    usage = json.loads(events[-2])["usage"]
+                    if events[-1] != "[DONE]" or usage["completion_tokens"] != self.tokens:
+                        raise RuntimeError(f"incomplete stream: {events[-2:]}")
+                    self.completed += 1
+                except Exception as exc:
+                    self.failed.append(f"{type(exc).__name__}: {exc}")
+
+    def __enter__(self) -> "ChatLoad":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=120)

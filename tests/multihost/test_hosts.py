@@ -4,19 +4,15 @@ token auth on every node and client, the simulated engines binding and advertisi
 and NIXL/UCX moving KV between the namespaces over TCP on the veth (`transfer.ucx.net_devices: eth0`).
 
 Tests run in file order on one session cluster: the lab itself, the cluster, a reference run (with the
-socket census, the API key and the secrets checked while and after it runs), then the faults
-(tests/multihost/test_link_faults.py).
+socket census, the API key and the secrets checked while and after it runs), then `serve` across the hosts
+(tests/multihost/test_hosts_serve.py), then the faults (tests/multihost/test_link_faults.py).
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import socket
-import subprocess
 import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -26,17 +22,8 @@ from orchestrator.transfer.preflight import parse_ucx_transports
 from tests.multihost.benchjob import (API_KEY, API_KEY_ENV, EXPORTER_PORT, REPO, BenchJob, census, engine_pids,
                                       engine_urls, held_by, host_config, process_line, router_pids)
 from tests.multihost.lab import HostCluster
-from tests.support import wait_until
 
 pytestmark = pytest.mark.ray
-
-
-def counter(url: str, name: str) -> float:
-    """One engine's counter `name` summed over its labels (from its /metrics)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    families = text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text)
-    return sum(s.value for f in families for s in f.samples if s.name == name)
 
 
 def test_hosts_reach_each_other_and_nothing_outside_the_lab(lab) -> None:
@@ -218,91 +205,6 @@ def test_bench_job_from_the_client_runs_across_hosts(hosts: HostCluster, tmp_pat
     leaks = [f"{what} in {place}" for place, text in places.items()
              for what, secret in (("Ray token", hosts.token), ("API key", API_KEY)) if secret in text]
     assert not leaks, leaks
-
-
-def test_serve_qwen3_layout_prefill_on_one_host_decode_on_the_other(hosts: HostCluster, tmp_path) -> None:
-    """`serve` of the 2026 preset's layout (configs/qwen3-pd-2026.yaml: 2 prefill TP4 + 2 decode TP4 EP4, short
-    simulated start-up) run as a driver on node-a: prefill on node-a, decode on node-b, every pair warmed across
-    the hosts, OpenAI chats from the client host through the gateway (stream and not) all complete and were
-    decoded on node-b; SIGTERM drains and tears down: no engine left on either host, the gateway closed."""
-    from orchestrator.cluster.ports import free_port
-    from orchestrator.config import dump_config, load_config
-
-    lab = hosts.lab
-    a, b = lab.hosts["node-a"].ip, lab.hosts["node-b"].ip
-    gateway_port = lab.call("node-a", free_port, a)
-    cfg = load_config(REPO / "configs" / "qwen3-pd-2026.yaml", [
-        f"cluster.address={hosts.state.gcs_address}", "engine.sim.startup_s=1", "engine.sim.time_scale=0.05",
-        "engine.sim.kv_transfer=nixl", "transfer.ucx.net_devices=eth0", "transfer.ucx.tls=tcp",
-        f"router.host={a}", f"router.port={gateway_port}", "benchmark.deadline_s=300",
-        f"benchmark.result_dir={tmp_path}"])
-    path = tmp_path / "serve.yaml"
-    path.write_text(dump_config(cfg))
-    proc = lab.popen("node-a", [sys.executable, "-m", "orchestrator", "serve", "--config", str(path),
-                                "--drain-s", "60"],
-                     env=hosts.env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = proc.stdout
-    assert output is not None
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in output), daemon=True).start()
-    chats = 6
-    try:
-        def ready() -> bool:
-            assert proc.poll() is None, "serve exited before its ready line:\n" + "\n".join(lines)
-            return any(line.startswith("ready: ") for line in lines)
-
-        wait_until(ready, 300, what="serve's ready line")
-        gateway = next(line for line in lines if line.startswith("ready: ")).split("OpenAI gateway ", 1)[1].split()[0]
-        assert gateway == f"http://{a}:{gateway_port}/v1", lines
-        workers = dict(item.split() for item in next(
-            line for line in lines if line.startswith("workers ready")).split(": ", 1)[1].split(", "))
-        prefills = {n: u for n, u in workers.items() if n.startswith("prefill")}
-        decodes = {n: u for n, u in workers.items() if n.startswith("decode")}
-        assert len(prefills) == 2 and all(u.startswith(f"http://{a}:") for u in prefills.values()), workers
-        assert len(decodes) == 2 and all(u.startswith(f"http://{b}:") for u in decodes.values()), workers
-        warm = [line for line in lines if line.startswith("pair warm-up ")]
-        assert len(warm) == 4 and not any("FAILED" in w for w in warm), lines  # 2 prefill x 2 decode
-
-        def served(urls: dict[str, str]) -> dict[str, float]:
-            return {n: lab.call("client", counter, u, "sglang:num_requests_total") for n, u in urls.items()}
-
-        before = served(decodes), served(prefills)
-
-        def chat(i: int) -> dict:
-            body = {"model": cfg.model.name, "messages": [{"role": "user", "content": f"Count to {i}."}],
-                    "max_tokens": 16, "ignore_eos": True, "stream": i % 2 == 1,
-                    "stream_options": {"include_usage": True}}
-            if not body["stream"]:
-                r = httpx.post(f"{gateway}/chat/completions", json=body, timeout=120)
-                assert r.status_code == 200, r.text
-                return r.json()["usage"]
-            events = []
-            with httpx.stream("POST", f"{gateway}/chat/completions", json=body, timeout=120) as r:
-                assert r.status_code == 200, r.read()
-                events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
-            assert events[-1] == "[DONE]", events
-            return json.loads(events[-2])["usage"]
-
-        usages = lab.call("client", lambda: list(ThreadPoolExecutor(chats).map(chat, range(chats))))
-        assert [u["completion_tokens"] for u in usages] == [16] * chats, usages
-        decoded = {n: c - before[0][n] for n, c in served(decodes).items()}
-        prefilled = {n: c - before[1][n] for n, c in served(prefills).items()}
-        print(f"SERVE across hosts: decode on node-b served {decoded}, prefill on node-a {prefilled}")
-        assert sum(decoded.values()) == chats and sum(prefilled.values()) == chats, (decoded, prefilled)
-
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    out = "\n".join(lines)
-    assert rc == 0, out
-    assert "stopping (received SIGTERM)" in out and "drained: no request in flight" in out, out
-    left = {role: engine_pids(lab, role) for role in ("node-a", "node-b")}
-    assert left == {"node-a": set(), "node-b": set()}, f"engines left running after serve stopped: {left}"
-    listening = [str(s) for s in census(lab, "node-a") if s.port == gateway_port]
-    assert not listening, f"the gateway still listens after serve stopped: {listening}"
 
 
 def test_prometheus_scrapes_both_hosts(hosts: HostCluster, tmp_path) -> None:

@@ -19,10 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import dump_config, load_config
+from tests.support import ChatLoad
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
-LOAD_TOKENS = 32
 
 
 def cli(env: dict, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -39,46 +39,6 @@ def status(env: dict) -> dict:
     out = cli(env, "serve", "status", "--json", timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout)
-
-
-class ChatLoad:
-    """Closed-loop streamed chats through the gateway; every request ends completed (all its tokens, [DONE]) or
-    failed with its reason."""
-
-    def __init__(self, gateway: str, users: int):
-        self.gateway = gateway
-        self.stop = threading.Event()
-        self.completed = 0
-        self.failed: list[str] = []
-        self.threads = [threading.Thread(target=self._user, daemon=True) for _ in range(users)]
-
-    def _user(self) -> None:
-        with httpx.Client(timeout=120) as client:
-            while not self.stop.is_set():
-                try:
-                    events = []
-                    with client.stream("POST", f"{self.gateway}/v1/chat/completions", json={
-                            "messages": [{"role": "user", "content": "Count the stars."}], "max_tokens": LOAD_TOKENS,
-                            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}) as r:
-                        if r.status_code != 200:
-                            raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:200]!r}")
-                        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
-                    usage = json.loads(events[-2])["usage"]
-                    if events[-1] != "[DONE]" or usage["completion_tokens"] != LOAD_TOKENS:
-                        raise RuntimeError(f"incomplete stream: {events[-2:]}")
-                    self.completed += 1
-                except Exception as exc:
-                    self.failed.append(f"{type(exc).__name__}: {exc}")
-
-    def __enter__(self) -> "ChatLoad":
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=120)
 
 
 def test_serve_detached_goodput_live_pd_change_under_load_and_down(ray_cluster, tmp_path):
