@@ -7,12 +7,15 @@ no Serve proxy and no Ray hop per request); `build_http_app()` is the same app f
 from __future__ import annotations
 
 import asyncio
+import inspect
 import secrets
 import socket
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
+import orjson
 import uvicorn
+from pydantic import BaseModel, ValidationError
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -94,6 +97,93 @@ class ApiKeyGate:
         await error_response(401, message, code="invalid_api_key")(scope, receive, send)
 
 
+def http_error_response(exc: HTTPError) -> JSONResponse:
+    if exc.body is not None and 400 <= exc.status < 500:  # the engine's own client error, in OpenAI's shape
+        return FastJSONResponse(engine_error_object(exc.status, exc.body), exc.status)
+    return error_response(exc.status, exc.message, code=exc.code)
+
+
+async def generate_route(core: RouterCore, body: GenerateBody) -> Response:
+    engine_body = await core.to_input_ids(body)
+    if body.stream:
+        relay = await core.open_stream(engine_body)
+        return StreamingResponse(relay.chunks(), media_type="text/event-stream")
+    return FastJSONResponse(await core.generate(engine_body))
+
+
+Endpoint = Callable[[RouterCore, Any], Awaitable[Response]]
+INFERENCE_ROUTES: dict[str, tuple[type[BaseModel], Endpoint]] = {
+    "/generate": (GenerateBody, generate_route),
+    "/v1/completions": (CompletionBody, openai.completions),
+    "/v1/chat/completions": (ChatBody, openai.chat_completions),
+}
+
+
+def _json_content(scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"application/json"
+    return False
+
+
+class InferenceFastPath:
+    """ASGI wrapper, innermost of ours: a POST of a JSON object to an inference path is validated and answered here,
+    skipping FastAPI's routing, dependency solving and body handling (about a quarter of the gateway's CPU per
+    request, docs/performance.md "Router overhead"). Everything else (another content type, a body that orjson
+    cannot read or that is not an object, other paths) goes on to FastAPI with its body replayed, so every answer,
+    errors included, is the one FastAPI's routes give."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        core = getattr(scope["app"].state, "core", None) if scope["type"] == "http" else None
+        route = INFERENCE_ROUTES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if core is None or route is None or not _json_content(scope):
+            await self.app(scope, receive, send)
+            return
+        messages, body = [], []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            body.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        try:
+            data = orjson.loads(b"".join(body)) if messages[-1]["type"] == "http.request" else None
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            await self.app(scope, _replay(messages, receive), send)
+            return
+        model, endpoint = route
+        try:
+            response = await endpoint(core, model.model_validate(data))
+        except ValidationError as exc:
+            errors = exc.errors()
+            response = error_response(400, invalid_body_message(errors), invalid_field(errors))
+        except HTTPError as exc:
+            response = http_error_response(exc)
+        await response(scope, receive, send)
+
+
+def _replay(messages: list[dict], receive):
+    pending = list(messages)
+
+    async def replayed() -> dict:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
+
+
+# FastAPI >= 0.16x looks up OpenTelemetry's global providers on every request unless told not to; the router
+# reports through Prometheus (RouterMetrics)
+NO_TELEMETRY: dict[str, Any] = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+                if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
+
 def build_http_app() -> FastAPI:
     """The ingress routes over the RouterCore in `app.state.core` (the wrappers above read it there too)."""
 
@@ -104,7 +194,8 @@ def build_http_app() -> FastAPI:
         if core is not None:  # close pooled engine connections with the server
             await core.dispatcher.close()
 
-    app = FastAPI(title="pd-orchestrator router", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app = FastAPI(title="pd-orchestrator router", docs_url=None, redoc_url=None, lifespan=lifespan, **NO_TELEMETRY)
+    app.add_middleware(InferenceFastPath)
     app.add_middleware(InFlightLimit)
     app.add_middleware(ApiKeyGate)  # added last = outermost: the key is checked before a slot is taken
 
@@ -115,9 +206,7 @@ def build_http_app() -> FastAPI:
 
     @app.exception_handler(HTTPError)
     async def _http_error(_request: Request, exc: HTTPError) -> JSONResponse:
-        if exc.body is not None and 400 <= exc.status < 500:  # the engine's own client error, in OpenAI's shape
-            return FastJSONResponse(engine_error_object(exc.status, exc.body), exc.status)
-        return error_response(exc.status, exc.message, code=exc.code)
+        return http_error_response(exc)
 
     async def authorised(core: RouterCore = Depends(core_in_app_state)) -> RouterCore:
         return core  # the key was checked by ApiKeyGate before the body was read
@@ -150,11 +239,7 @@ def build_http_app() -> FastAPI:
 
     @app.post("/generate")
     async def generate(body: GenerateBody, core: RouterCore = Depends(authorised)) -> Response:
-        engine_body = await core.to_input_ids(body)
-        if body.stream:
-            relay = await core.open_stream(engine_body)
-            return StreamingResponse(relay.chunks(), media_type="text/event-stream")
-        return FastJSONResponse(await core.generate(engine_body))
+        return await generate_route(core, body)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody, core: RouterCore = Depends(authorised)) -> Response:

@@ -9,6 +9,7 @@ The ingress app is served by uvicorn on loopback in front of two simulated engin
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 
 import httpx
@@ -180,3 +181,28 @@ def test_the_gateway_listens_on_loopback_unless_configured(pd_workers):
     (host, port), reached = asyncio.run(serving())
     assert host == "127.0.0.1" and port > 0
     assert reached == {"127.0.0.1": True, **{ip: False for ip in others}}, reached
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"model": "m"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}),
+    ("/v1/chat/completions", ENGINE_REFUSES),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 1.5}),
+    ("/v1/completions", {"prompt": [1, 2], "max_tokens": 1, "stream": True, "n": 2}),
+    ("/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": -1}}),
+    ("/generate", {"text": "a", "input_ids": [1]}),
+    ("/generate", {"input_ids": [[1], [2]], "rid": ["a"]}),
+    ("/generate", {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2, "temperature": 0}}),
+])
+def test_the_fast_inference_path_answers_as_fastapis_routes(ingress, path, body):
+    """A JSON POST to an inference path is answered by InferenceFastPath; the same body under another JSON media type
+    goes through FastAPI's own route: status and body are the same (a success differs only in the generated text's
+    ids, so the answers' keys and token counts are compared)."""
+    fast, routed = (httpx.post(ingress.url + path, content=json.dumps(body), timeout=30, headers={"content-type": ct})
+                    for ct in ("application/json", "application/merge-patch+json"))
+    assert fast.status_code == routed.status_code, (fast.text, routed.text)
+    if fast.status_code != 200:
+        assert fast.json() == routed.json()
+    else:
+        assert fast.json().keys() == routed.json().keys()
+        assert fast.json()["meta_info"]["completion_tokens"] == routed.json()["meta_info"]["completion_tokens"] == 2
