@@ -62,6 +62,30 @@ def server_model(run: dict, gpu: str, layers: int):
     )
 
 
+def chunked_prefill_s(model, k: int, length: int) -> float:
+    """k prompts of `length` tokens at once, cut in order into the server's prefill chunks (each chunk's requests
+    with the tokens they already computed), each chunk told whether another follows it (a pipeline overlaps it)."""
+    budget = int(model.chunked_prefill_tokens or length * k)
+    chunks: list[tuple[list[int], list[int]]] = []
+    new: list[int] = []
+    cached: list[int] = []
+    room = budget
+    for _ in range(k):
+        done = 0
+        while done < length:
+            take = min(length - done, room)
+            new.append(take)
+            cached.append(done)
+            done += take
+            room -= take
+            if room == 0:
+                chunks.append((new, cached))
+                new, cached, room = [], [], budget
+    if new:
+        chunks.append((new, cached))
+    return sum(model.prefill_time_s(n, c, i < len(chunks) - 1) for i, (n, c) in enumerate(chunks))
+
+
 def layout_tables(path: Path) -> list[str]:
     raw = json.loads(path.read_text())
     gpu = gpu_key(raw["gpu"]["name"])
@@ -93,9 +117,9 @@ def layout_tables(path: Path) -> list[str]:
         for row in run.get("prefill") or []:
             if row.get("latency_s_median"):
                 k, length = int(row["concurrency"]), int(row["input_tokens"])
-                predicted = model.prefill_time_s([length] * k)
+                predicted = chunked_prefill_s(model, k, length)
                 lines.append(f"    prefill {k:2d} x {length:5d}: {row['latency_s_median'] * 1e3:8.1f} ms / "
-                             f"{predicted * 1e3:8.1f} ms (one forward of the whole batch, model)")
+                             f"{predicted * 1e3:8.1f} ms (model: the batch in chunks of {model.chunked_prefill_tokens})")
     return lines
 
 
