@@ -137,9 +137,10 @@ class MemoryTerms(ServerShape):
         """Static pool left for the KV cache after weights (negative: the weights do not fit)."""
         return self.static_pool_bytes() - self.weights_bytes_per_gpu()
 
-    def kv_pool_bytes_per_gpu(self) -> float:
-        """The KV pool SGLang allocates on one GPU: what the fraction leaves, capped by --max-total-tokens."""
-        free = max(0.0, self.kv_bytes_per_gpu())
+    def kv_pool_bytes_per_gpu(self, budget: float | None = None) -> float:
+        """The KV pool SGLang allocates on one GPU: its profiled budget (default: what the fraction leaves after the
+        weights on a GPU of its own), capped by --max-total-tokens."""
+        free = max(0.0, self.kv_bytes_per_gpu() if budget is None else budget)
         if self.max_total_tokens is None:
             return free
         return min(free, self.max_total_tokens * self.kv_bytes_per_gpu_token() / self.pp)
@@ -159,12 +160,16 @@ class MemoryTerms(ServerShape):
     def kv_capacity_tokens(self) -> int:
         """Tokens of KV one server holds: MLA replicates KV over TP (GQA splits it); DP attention and replicas add;
         --max-total-tokens caps each scheduler's pool."""
-        free = self.kv_bytes_per_gpu()
-        if free <= 0:
+        return self.kv_tokens_in(self.kv_bytes_per_gpu())
+
+    def kv_tokens_in(self, pool_bytes_per_gpu: float) -> int:
+        """The server's KV tokens when each GPU has `pool_bytes_per_gpu` for its pool (SGLang's profiled budget),
+        capped per scheduler at --max-total-tokens."""
+        if pool_bytes_per_gpu <= 0:
             return 0
         per_gpu_token = self.kv_bytes_per_gpu_token() / self.pp  # each stage holds its layers' KV
-        per_scheduler = int(free // per_gpu_token)
-        if self.max_total_tokens is not None:  # SGLang caps each scheduler's profiled pool at the flag
+        per_scheduler = int(pool_bytes_per_gpu // per_gpu_token)
+        if self.max_total_tokens is not None:
             per_scheduler = min(per_scheduler, self.max_total_tokens)
         return per_scheduler * self.attn_dp * self.replicas
 

@@ -10,8 +10,10 @@ mem_fraction_static x GPU memory and holds weights + KV; the rest is the activat
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import permutations
 
 from orchestrator.config import RunConfig, WorkerGroup, config_from_dict
 from orchestrator.config.server_spec import ServerSpec, server_spec
@@ -27,6 +29,7 @@ _SEVERITY = {FITS: 0, LITTLE_KV: 1, DOES_NOT_FIT: 2}
 # When no batch is given: ShareGPT's mean prompt + output (SGLang's sampling, R1 tokenizer, seed 2025:
 # 306 + 203 tokens per request over 1000 prompts).
 DEFAULT_TOKENS_PER_REQUEST = 508
+DEFAULT_PROMPT_TOKENS = 306
 # Below this share of the batch's concurrent KV need, queueing dominates the run: "little KV".
 LITTLE_KV_SHARE = 0.5
 
@@ -64,6 +67,7 @@ class MemoryReport:
     quantization: str
     groups: list[GroupMemory]
     options: list[str] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)  # one line per GPU that several servers share
 
     @property
     def verdict(self) -> str:
@@ -86,7 +90,7 @@ class MemoryReport:
                 f"{g.reserve_gb:>8.1f} {g.kv_gb:>7.1f} {g.kv_capacity_tokens:>10,} {g.kv_needed_tokens:>9,}  "
                 f"{g.verdict}"
             )
-        return "\n".join(rows)
+        return "\n".join(rows + self.shared)
 
     def summary(self) -> str:
         """The verdict with every reason, and the options when something does not fit."""
@@ -134,6 +138,15 @@ def _kv_needed(
     return concurrency, int(concurrency * per_request)
 
 
+def _decode_batch(role: Role, concurrency: int, kv_tokens: int, batch: Sequence[tuple[int, int]] | None) -> int:
+    """The largest decode batch the server can reach: its concurrency, but never more requests than the KV pool holds
+    prompts of (0 on a PD prefill, which runs no decode steps)."""
+    if role == "prefill":
+        return 0
+    prompt = (sum(p for p, _ in batch) / len(batch)) if batch else DEFAULT_PROMPT_TOKENS
+    return min(concurrency, int(kv_tokens // max(1.0, prompt)))
+
+
 def group_memory(
     cfg: RunConfig,
     role: Role,
@@ -164,7 +177,7 @@ def server_memory(
     pool = model.static_pool_bytes()
     kv_tokens = model.kv_capacity_tokens()
     concurrency, needed = _kv_needed(cfg, role, model, batch)
-    running = concurrency if role != "prefill" else 0
+    running = _decode_batch(role, concurrency, kv_tokens, batch)
     longest = max((p + o for p, o in batch), default=0) if batch else 0
     name = f"{cfg.model.quantization.upper()} {model.arch.name} TP{model.tp}" + (
         f"xPP{model.pp}" if model.pp > 1 else ""
@@ -262,6 +275,9 @@ def check_layout_fits(
         quantization=cfg.model.quantization,
         groups=[group_memory(cfg, role, i, g, batch, gpu) for role, i, g in cfg.layout.groups()],
     )
+    judged: set[str] = set()
+    for residents in gpu_sharing(cfg):
+        report.shared.append(_judge_shared_gpu(cfg, residents, report.groups, judged, batch, gpu))
     if suggest and not report.fits:
         report.options = nearest_fitting_layouts(cfg, gpu)
     return report
@@ -273,6 +289,93 @@ def require_fit(cfg: RunConfig, force: bool = False, batch: Sequence[tuple[int, 
     if not report.fits and not force:
         raise LayoutDoesNotFit(report)
     return report
+
+
+# ----- servers sharing one GPU ---------------------------------------------------------------------------------
+def gpu_sharing(cfg: RunConfig) -> list[list[tuple[Role, int]]]:
+    """The (role, group index) of every server on each GPU that several share. On a local cluster with
+    gpu_split: off every raylet sees the machine's GPUs and Ray numbers each raylet's from 0, so the k-th GPU the
+    servers of one local node take is the k-th of the other node's too (a PD pair on one GPU)."""
+    if not (cfg.cluster.is_local and cfg.cluster.local.gpu_split == "off"):
+        return []
+    taken: dict[str, int] = defaultdict(int)
+    on_gpu: dict[int, list[tuple[Role, int]]] = defaultdict(list)
+    for role, i, group in cfg.layout.groups():
+        node = cfg.node_role(role, group)
+        per_server = -(-group.gpus_per_server // group.nnodes)
+        for _ in range(group.count):
+            for k in range(taken[node], taken[node] + per_server):
+                on_gpu[k].append((role, i))
+            taken[node] += per_server
+    return [servers for servers in on_gpu.values() if len(servers) > 1]
+
+
+def _judge_shared_gpu(cfg: RunConfig, residents: list[tuple[Role, int]], groups: list[GroupMemory], judged: set[str],
+                      batch: Sequence[tuple[int, int]] | None, gpu: str | None) -> str:
+    """Judge the servers of one shared GPU together (their verdicts replace the one-GPU-each view; a group on several
+    shared GPUs keeps its worst) and return the table's line for that GPU.
+
+    SGLang 0.5.17 (mem_cache/kv_cache_configurator.py, _profile_available_bytes) sizes a server's KV pool as the
+    memory free when it profiles less (1 - mem_fraction_static) x the memory free before its weights loaded, capped
+    by --max-total-tokens. The servers start together, so every weight is loaded and a server that profiles after
+    the others finds their pools taken: each start order is tried and each server keeps its smallest pool."""
+    models = [cost_model_of_spec(cfg, server_spec(cfg, role, getattr(cfg.layout, role)[i]), gpu=gpu or cfg.cluster.gpu)
+              for role, i in residents]
+    memory = models[0].gpu.memory_bytes
+    weights = sum(m.weights_bytes_per_gpu() for m in models)
+    overheads = sum(m.runtime_overhead_bytes() for m in models)
+    worst = [float("inf")] * len(models)
+    used_pools = 0.0
+    for order in permutations(range(len(models))):
+        pools, earlier = [0.0] * len(models), 0.0
+        for k in order:
+            budget = (models[k].mem_fraction_static or 0.0) * memory - weights - earlier
+            pools[k] = models[k].kv_pool_bytes_per_gpu(budget)
+            worst[k] = min(worst[k], budget if budget <= 0 else pools[k])
+            earlier += pools[k] + models[k].runtime_overhead_bytes()
+        used_pools = max(used_pools, sum(pools))
+    free = memory - weights - used_pools - overheads
+    names = [f"layout.{role}.{i}" for role, i in residents]
+    verdicts: list[tuple[str, str, int, int]] = []  # verdict, reason, KV tokens, decode batch per server
+    peaks = 0.0
+    for name, model, pool in zip(names, models, worst):
+        role: Role = model.role
+        tokens = model.kv_tokens_in(pool)
+        concurrency, needed = _kv_needed(cfg, role, model, batch)
+        running = _decode_batch(role, concurrency, tokens, batch)
+        peaks += model.activation_peak_bytes(running)
+        longest = max((p + o for p, o in batch), default=0) if batch else 0
+        if pool <= 0 or tokens < max(longest, model.prefill_chunk_tokens()):
+            others = ", ".join(n for n in names if n != name)
+            verdicts.append((DOES_NOT_FIT, (
+                f"shares its GPU with {others} (cluster.local.gpu_split: off) and they start together: profiled after "
+                f"them, SGLang leaves its KV pool {max(0.0, pool) / GB:.1f} GB ({tokens:,} tokens) at mem_fraction_static "
+                f"{model.mem_fraction_static:.2f}; cap every pool with engine.sglang.max_total_tokens (or {name}.max_total_tokens) "
+                f"so the first to start cannot take the others' share"), tokens, running))
+        elif tokens < LITTLE_KV_SHARE * needed:
+            verdicts.append((LITTLE_KV, f"KV holds {tokens:,} tokens (a GPU shared with {len(names) - 1} other server(s)) "
+                             f"but {concurrency} concurrent requests need ~{needed:,}; most requests will queue", tokens, running))
+        else:
+            verdicts.append((FITS, f"KV for {tokens:,} tokens on a shared GPU", tokens, running))
+    if free < ACTIVATION_HEADROOM * peaks:
+        fixes = [f"{n}.max_running_requests <= {m.graph_max_bs}" for n, m, v in zip(names, models, verdicts)
+                 if m.eager_decode_bytes(m.decode_batch_per_rank(v[3])) > 0]
+        headroom = (f"activation headroom on the shared GPU: {free / GB:.1f} GB free after {len(names)} servers' weights, "
+                    f"KV pools and start-up for forwards that can run at once, ~{peaks / GB:.1f} GB (x{ACTIVATION_HEADROOM:g}"
+                    f" margin): CUDA OOM under load; lower the max_total_tokens caps" + "".join(f" or {f}" for f in fixes))
+        verdicts = [(DOES_NOT_FIT, headroom, t, r) if v != DOES_NOT_FIT else (v, why, t, r) for v, why, t, r in verdicts]
+    by_name = {g.where: g for g in groups}
+    for name, model, pool, (verdict, reason, tokens, _) in zip(names, models, worst, verdicts):
+        g = by_name[name]
+        if g.weights_gb * GB >= model.static_pool_bytes():
+            continue  # the weights alone do not fit: that verdict stands
+        if name not in judged or _SEVERITY[verdict] > _SEVERITY[g.verdict]:
+            g.verdict, g.reason, g.kv_capacity_tokens = verdict, reason, tokens
+            g.kv_gb, g.reserve_gb = max(0.0, pool) / GB, (memory - weights - used_pools) / GB
+        judged.add(name)
+    return (f"  one GPU shared by {' + '.join(names)}: weights {weights / GB:.1f} + KV pools {used_pools / GB:.1f} + "
+            f"start-up {overheads / GB:.1f} of {memory / GB:.1f} GB leave {free / GB:.1f} GB for forwards "
+            f"(~{ACTIVATION_HEADROOM * peaks / GB:.1f} GB needed with the x{ACTIVATION_HEADROOM:g} margin)")
 
 
 def _with(cfg: RunConfig, **changes: object) -> RunConfig | None:

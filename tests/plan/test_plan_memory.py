@@ -186,3 +186,49 @@ def _with_decode(cfg, **group: object):
     data = cfg.model_dump(mode="json")
     data["layout"]["decode"][0].update(group)
     return config_from_dict(data)
+
+
+def test_a_pd_pair_on_one_gpu_is_judged_as_one_gpu_with_both_servers_and_their_kv_caps() -> None:
+    # configs/device-h100x1-1p1d.yaml: prefill + decode on the one H100 (gpu_split off), 0.92 each, pools capped
+    # at 120k tokens; it ran 1000 prompts on 2026-11-26 (benchmarks/results/2026-11-26-sglang-one-h100) without OOM
+    cfg = load_config(ROOT / "configs/device-h100x1-1p1d.yaml")
+    batch = [(341, 221)] * 1000
+    report = check_layout_fits(cfg, batch=batch)
+    prefill, decode = report.groups
+    assert prefill.kv_capacity_tokens == decode.kv_capacity_tokens == 120_000  # the cap, not 0.92's 1.5M tokens
+    assert prefill.kv_gb == pytest.approx(120_000 * 31_104 / 1e9, rel=0.01)  # V2-Lite MLA: 27 x 576 x bf16
+    # one GPU's memory for both: 85.9 GB - 2 x 31.4 weights - 2 x 3.7 KV, not 0.08 x 85.9 each
+    assert prefill.reserve_gb == decode.reserve_gb == pytest.approx(85.9 - 2 * 31.4 - 2 * 3.73, abs=0.2)
+    assert len(report.shared) == 1 and "layout.prefill.0 + layout.decode.0" in report.shared[0]
+    assert "one GPU shared by" in report.table()
+    assert report.fits and decode.verdict == LITTLE_KV  # 120k tokens for 1000 requests: they queue
+
+
+def test_two_uncapped_servers_on_one_gpu_do_not_fit_whichever_starts_second() -> None:
+    uncapped = _with_engine(load_config(ROOT / "configs/device-h100x1-1p1d.yaml"), max_total_tokens=None)
+    report = check_layout_fits(uncapped, batch=[(341, 221)] * 1000, suggest=False)
+    assert report.verdict == DOES_NOT_FIT
+    for group in report.groups:
+        assert group.kv_capacity_tokens == 0  # profiled after the other took 0.92 - weights: nothing left
+        assert "cap every pool with engine.sglang.max_total_tokens" in group.reason
+
+
+def test_caps_too_large_for_the_shared_gpu_leave_no_room_for_the_forwards() -> None:
+    cfg = _with_engine(load_config(ROOT / "configs/device-h100x1-1p1d.yaml"), max_total_tokens=400_000)
+    report = check_layout_fits(cfg, batch=[(341, 221)] * 1000, suggest=False)
+    assert report.verdict == DOES_NOT_FIT
+    assert all("activation headroom on the shared GPU" in g.reason for g in report.groups)
+    assert "lower the max_total_tokens caps" in report.summary()
+
+
+def test_servers_on_their_own_gpus_share_nothing() -> None:
+    cfg = load_config(ROOT / "configs/device-h200x2-local-1p1d.yaml")  # gpu_split auto: GPU 0 and GPU 1
+    assert check_layout_fits(cfg, batch=[(341, 221)] * 1000).shared == []
+    serve = check_layout_fits(load_config(ROOT / "configs/device-h100x1-qwen3-serve.yaml"))
+    assert serve.verdict == FITS and len(serve.shared) == 1
+
+
+def _with_engine(cfg, **sglang: object):
+    data = cfg.model_dump(mode="json")
+    data["engine"]["sglang"].update(sglang)
+    return config_from_dict(data)

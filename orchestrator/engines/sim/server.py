@@ -93,7 +93,7 @@ def server_info(engine: SimEngine) -> dict[str, Any]:
     startup_time = {**engine.startup_phases, "cuda_graph": {"decode": engine.startup_phases["cuda_graph"]}}
     memory = {
         "weight": engine.cost.weights_bytes_per_gpu() / 2**30,
-        "kvcache": engine.cost.kv_bytes_per_gpu() / 2**30,
+        "kvcache": engine.cost.kv_pool_bytes_per_gpu() / 2**30,
         "token_capacity": stats.kv_capacity_tokens,
         "graph": 0.0,
     }
