@@ -19,7 +19,8 @@ Assumptions (calibration knobs, not measurements; documented in docs/planning.md
 - Efficiencies: 45 % of peak FLOPs in prefill GEMMs, 60 % of HBM bandwidth in decode (config.engine.sim).
 - Fixed cost per forward: a scheduler step (3 ms) plus ~0.25 ms per layer of small kernels (MoE routing,
   norms, rope); chosen so single-stream R1 decode on 8 GPUs lands near the 40-50 tok/s that public
-  SGLang reports show without speculative decoding.
+  SGLang reports show without speculative decoding. A graphed decode step of a layer shape no profile measured
+  (Qwen3) takes the GPU's measured per-step and per-layer floor instead (graphed_step_floor).
 - Tensor parallel: two all-reduces per layer (after attention and after the MLP/MoE), bf16 activations,
   NCCL ring bus-bandwidth 80 % of link speed, hierarchical over nodes (NVLink inside, IB across).
 - MLA: the compressed KV latent (kv_lora_rank + rope dims per layer) is replicated on every attention-TP
