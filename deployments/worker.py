@@ -110,6 +110,9 @@ class EngineWorker:
         # the registry entry belongs to this replica's actor: dropped when the actor is gone, even unannounced
         self.owner = runtime.get_actor_name() or None
         preferred = replica_index if replica_index is not None else ctx.rank.rank if ctx.rank is not None else 0
+        # `serve`: the replica's own application is its slot; a later replica there replaces a dead one and waits
+        # out of routing until `serve` has warmed its pairs (the registry holds it)
+        self.slot = ctx.app_name if replica_index is not None else None
         self.name = ray.get(get_registry().claim_name.remote(ctx.deployment, preferred, self.owner), timeout=60)
         replica_index = int(self.name.rsplit("/", 1)[1])
         node_ip = ray.util.get_node_ip_address()
@@ -187,7 +190,7 @@ class EngineWorker:
             cache_state=self.cache_state,
         )
         if not self._stopped:
-            ray.get(get_registry().register.remote(self.endpoint, self.owner, self.held), timeout=60)
+            ray.get(get_registry().register.remote(self.endpoint, self.owner, self.held, self.slot), timeout=60)
 
     def check_health(self) -> None:
         """Serve's health probe: the engine process lives and answers /health; keep the registry fresh."""
@@ -209,7 +212,7 @@ class EngineWorker:
             raise RuntimeError(f"{self.name}: /health failed {self._health_failures} times in a row")
         if ok:
             try:
-                ray.get(get_registry().register.remote(self.endpoint, self.owner, self.held), timeout=10)
+                ray.get(get_registry().register.remote(self.endpoint, self.owner, self.held, self.slot), timeout=10)
             except ray.exceptions.GetTimeoutError:  # a slow registry is not a sick engine: next check retries
                 logger.warning("%s: worker registry did not answer within 10 s", self.name)
 

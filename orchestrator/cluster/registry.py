@@ -4,9 +4,12 @@ Serve handles route to *some* replica; a PD router must know *each* server's URL
 Worker replicas register on start (and again on every Serve health check), unregister on shutdown;
 the router reads `snapshot()` and so follows Serve's view of which replicas are alive.
 
-Routing admission (`serve apply`): a replica started `held` registers out of routing: `snapshot()` leaves it
+Routing admission (`serve`): a replica started `held` registers out of routing: `snapshot()` leaves it
 out until `admit(name)` (after its pairs are warmed); `retire(name)` takes a routed worker out of `snapshot()`
-again before it is drained and removed. `entries()` lists every worker with its state, held ones too.
+again before it is drained and removed. `entries()` lists every worker with its state, held ones too. A replica
+that names its `slot` (`serve`: its one-replica application) and is not the first owner of that slot is a
+replacement Serve started for a dead one: it registers held too, whatever it was started as, and `serve` warms its
+pairs before admitting it (a cold PD pair's first request can stall for tens of seconds).
 
 A replica cannot be trusted to unregister itself: Serve force-kills one whose graceful shutdown overruns
 (20 s; a loaded node gets there), a node can die with its replicas. So every entry names its owner (the
@@ -52,6 +55,7 @@ class Registry:
         self._owners: dict[str, str] = {}  # worker name -> owning replica actor (none: registered by hand)
         self._claims: dict[str, str] = {}  # worker name -> the replica actor that claimed it
         self._held: set[str] = set()  # registered but not routed: warming (started held) or retired (draining)
+        self._slots: dict[str, str] = {}  # slot -> the replica actor that last registered from it
         self._retired: set[str] = set()
         # versions start from the clock: a registry re-created after the old one died never repeats a version
         # its followers already saw (they update on a version change only)
@@ -69,11 +73,19 @@ class Registry:
                 return name
         raise AssertionError("unreachable: more candidate names than claims")
 
-    def register(self, endpoint: WorkerEndpoint, owner: str | None = None, held: bool = False) -> int:
-        """Add or refresh `endpoint`; `held`: a new entry stays out of routing until `admit` (a refresh of an
-        entry keeps its state, so the periodic re-registration does not undo an admission)."""
-        if held and endpoint.name not in self._workers:
-            self._held.add(endpoint.name)
+    def register(self, endpoint: WorkerEndpoint, owner: str | None = None, held: bool = False,
+                 slot: str | None = None) -> int:
+        """Add or refresh `endpoint`; `held`, or a new owner of a `slot` another owner registered from before (a
+        replacement): a new entry stays out of routing until `admit`. A refresh (same name, same owner) keeps the
+        entry's state, so the periodic re-registration does not undo an admission."""
+        name = endpoint.name
+        new_entry = name not in self._workers or self._owners.get(name) != owner
+        replacement = slot is not None and self._slots.get(slot) not in (None, owner)
+        if slot is not None and owner is not None:
+            self._slots[slot] = owner
+        if new_entry and (held or replacement):
+            self._held.add(name)
+            self._retired.discard(name)
         changed = self._workers.get(endpoint.name) != endpoint or self._owners.get(endpoint.name) != owner
         self._workers[endpoint.name] = endpoint
         if owner is None:
@@ -146,6 +158,7 @@ class Registry:
         self._retired.clear()
         self._owners.clear()
         self._claims.clear()
+        self._slots.clear()
         self._version += 1
 
 

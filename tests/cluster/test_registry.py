@@ -126,3 +126,43 @@ def test_a_retired_worker_leaves_routing_at_once_and_stays_listed_until_it_unreg
     assert dict((e.name, s) for e, s in reg.entries())["prefill-0/1"] == "retired"
     reg.unregister("prefill-0/1", "replica-b")
     assert [(e.name, state) for e, state in reg.entries()] == [("prefill-0/0", "routed")]
+
+
+def states(reg: Registry) -> dict[str, str]:
+    return {e.name: s for e, s in reg.entries()}
+
+
+@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("predecessor", ["unregistered", "killed", "entry still there"])
+def test_a_replica_serve_put_in_a_dead_ones_slot_is_held_until_admitted(reg: Registry, owners: Owners, held: bool,
+                                                                      predecessor: str):
+    """`serve`: a replica's application is its slot. The first owner of a slot routes as it was started (an initial
+    replica at once, one `serve apply` added once admitted); a replacement in the same slot is held until `serve` has
+    warmed its pairs, whatever became of its predecessor's entry and under whatever name it registers."""
+    owners.add("replica-d")
+    reg.register(endpoint("decode-1/0", 1000), "replica-a", held=held, slot="workers-decode-1-0")
+    reg.admit("decode-1/0")
+    assert states(reg) == {"decode-1/0": "routed"}
+    if predecessor == "unregistered":  # Serve's graceful stop ran its __del__
+        reg.unregister("decode-1/0", "replica-a")
+    elif predecessor == "killed":  # force-killed: its entry is dropped once its actor is gone
+        owners.discard("replica-a")
+        reg.snapshot()
+    else:  # its actor still drains while the replacement registers under the same name
+        pass
+    reg.register(endpoint("decode-1/0", 1005), "replica-d", held=held, slot="workers-decode-1-0")
+    assert states(reg) == {"decode-1/0": "held"} and names(reg) == set()
+    reg.register(endpoint("decode-1/0", 1005), "replica-d", held=held, slot="workers-decode-1-0")  # a refresh
+    assert names(reg) == set()
+    reg.admit("decode-1/0")
+    reg.register(endpoint("decode-1/0", 1005), "replica-d", held=held, slot="workers-decode-1-0")
+    assert names(reg) == {"decode-1/0"}
+
+
+def test_a_replacement_under_another_name_is_held_and_bench_replicas_without_a_slot_never_are(reg: Registry):
+    reg.register(endpoint("decode-0/0", 1000), "replica-a", slot="workers-decode-0-0")
+    reg.register(endpoint("decode-0/2", 1001), "replica-b", slot="workers-decode-0-0")  # the old one still held /0
+    assert states(reg) == {"decode-0/0": "routed", "decode-0/2": "held"}
+    reg.register(endpoint("prefill-0/0", 1002), "replica-c")  # `bench`: no slot, Serve's replacements route at once
+    reg.register(endpoint("prefill-0/0", 1003), "replica-d")
+    assert states(reg)["prefill-0/0"] == "routed"

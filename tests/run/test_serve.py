@@ -2,16 +2,19 @@
 decode TP4 EP4, simulated, short start-up) on the session's local Ray cluster: `serve --detach` (every PD pair
 warmed, one ready line) -> `serve status` -> `goodput` with the real AIPerf (20 s window at N 8 and 16) -> a live P:D
 change 2:2 -> 1:3 under load (`serve apply`: the removed prefill drained first, the new decode warmed before it gets
-traffic) -> `serve down` with a chat still streaming: drained, torn down, nothing lost."""
+traffic) -> the added decode's engine dies: Serve's replacement is warmed before it gets traffic again -> `serve down`
+with a chat still streaming: drained, torn down, nothing lost."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -19,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import dump_config, load_config
+from tests.support import cluster_pids, pid_listening_on, wait_until
 from tests.support import ChatLoad
 
 pytestmark = pytest.mark.ray
@@ -106,6 +110,23 @@ def test_serve_detached_goodput_live_pd_change_under_load_and_down(ray_cluster, 
         assert [w["name"] for w in after["workers"]] == ["prefill-0/0", "decode-0/0", "decode-0/1", "decode-1/0"]
         assert all(w["state"] == "routed" for w in after["workers"]), after["workers"]
         assert "workers-prefill-0-1" not in during["applications"], during["applications"]
+
+        # the added decode's engine dies: Serve replaces the replica, the replacement registers held, and the service
+        # warms its pair before the router sends it traffic again (it was never admitted before the fix)
+        dead = next(w for w in after["workers"] if w["name"] == "decode-1/0")
+        engine = pid_listening_on(urlsplit(dead["url"]).port, cluster_pids(ray_cluster))
+        assert engine is not None, dead
+        os.kill(engine, signal.SIGKILL)
+        with ChatLoad(gateway, users=4) as load:
+            (back,) = wait_until(lambda: status(env)["readmissions"], 180, 1.0, what="the replacement's admission")
+            assert back["url"] != dead["url"] and back["name"].startswith("decode-1/"), back
+            # its engine answered its one pair warm-up (prefill-0/0 -> the replacement) and nothing else before
+            assert len(back["pair_warmups"]) == 1 and back["requests_before_admission"] == 1, back
+            wait_until(lambda: next(w for w in status(env)["workers"] if w["url"] == back["url"])["requests"] >= 10,
+                       120, 0.5, what="traffic on the admitted replacement")
+        assert not load.failed and load.completed > 0, load.failed
+        states = {w["url"]: (w["name"], w["state"]) for w in status(env)["workers"]}
+        assert states[back["url"]] == (back["name"], "routed") and dead["url"] not in states, states
 
         # `serve down` while a long chat streams: the drain lets it finish whole, then everything is torn down
         chunks: list[str] = []

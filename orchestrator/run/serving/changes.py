@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from orchestrator.run.serving.service import Service
 
 ROUTER_FOLLOW_S = 30.0  # the router polls the registry every second; a slower answer is a fault
+READMIT_EVERY_S = 2.0  # how often a serving service looks for replicas Serve put in place of dead ones
+READMIT_RETRY_S = 10.0  # after a failed pair warm-up of such a replica
 
 
 class ChangeRefused(ValueError):
@@ -195,6 +197,65 @@ def add_replicas(service: "Service", change: LayoutChange, say: Callable[[str], 
     view = _wait_router(lambda v: names <= set(v["workers"]), "admit")
     say(f"admitted {', '.join(sorted(names))}: routed from registry version {view['registry_version']}")
     return records
+
+
+def admit_replacements(service: "Service", say: Callable[[str], None], not_before: dict[str, float]) -> list[dict]:
+    """Warm the pairs of every held worker no layout change is placing (a replica Serve started in place of a dead
+    one registers held) and admit those whose pairs all answered; `not_before`: worker -> when to try again after a
+    failed warm-up. Returns a record per admitted worker."""
+    import ray
+
+    from orchestrator.cluster.registry import get_registry
+
+    if not service.change_lock.acquire(blocking=False):  # `serve apply` warms and admits its own replicas
+        return []
+    try:
+        entries = _entries()
+        now = time.monotonic()
+        held = {name for name, (_, state) in entries.items() if state == "held" and not_before.get(name, 0) <= now}
+        if not held:
+            return []
+        usable = [e for e, state in entries.values() if state != "retired"]
+        warmed = asyncio.run(warm_pairs(pairs_touching(usable, held)))
+        records = []
+        for name in sorted(held):
+            mine = [w for w in warmed if name in (w.prefill, w.decode)]
+            for w in mine:
+                say(w.line())
+            failed = [w for w in mine if w.error]
+            if failed or not mine:
+                not_before[name] = time.monotonic() + READMIT_RETRY_S
+                say(f"replacement {name}: {len(failed)} of {len(mine)} pair warm-up(s) failed; kept out of routing, "
+                    f"trying again in {READMIT_RETRY_S:g} s" if mine else
+                    f"replacement {name}: no pair to warm yet (no routed worker of the other role); kept out of routing")
+                continue
+            requests = (engine_counts(entries[name][0]) or (None, None))[0]
+            ray.get(get_registry().admit.remote(name), timeout=30)
+            not_before.pop(name, None)
+            say(f"admitted replacement {name} ({entries[name][0].url}): {requests} request(s) before admission = its "
+                f"{len(mine)} pair warm-up(s)")
+            records.append({"at": time.time(), "name": name, "url": entries[name][0].url,
+                            "pair_warmups": [w.__dict__ for w in mine], "requests_before_admission": requests})
+        return records
+    finally:
+        service.change_lock.release()
+
+
+def watch_replacements(service: "Service") -> None:
+    """While the service serves: admit the replicas Serve restarts, once their pairs are warm (a thread's loop)."""
+    not_before: dict[str, float] = {}
+    failing: str | None = None
+    while service.phase == "serving" and not service.stop_requested:
+        time.sleep(READMIT_EVERY_S)
+        if service.phase != "serving" or service.stop_requested:
+            return
+        try:
+            service.readmissions += admit_replacements(service, service.say, not_before)
+            failing = None
+        except Exception as exc:  # the registry or a worker did not answer: try again next round, say it once
+            if repr(exc) != failing:
+                failing = repr(exc)
+                service.say(f"replacement check failed ({type(exc).__name__}: {exc}); trying again")
 
 
 def apply_layout(service: "Service", config_yaml: str | None, overrides: list[str], say: Callable[[str], None]) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -16,6 +17,7 @@ from orchestrator.config import RunConfig
 from orchestrator.records import WorkerEndpoint
 from orchestrator.run.deployment import Deployment, with_free_router_port
 from orchestrator.run.driver import BenchInterrupted, arm_signals, check_stop, stop_reason
+from orchestrator.run.serving.changes import watch_replacements
 from orchestrator.run.serving.control import ControlServer
 from orchestrator.run.serving.service import Service
 from orchestrator.run.serving.warmup import drain, pairs_touching, warm_pairs
@@ -50,6 +52,7 @@ def run_serve(cfg: RunConfig, drain_s: float = 30.0, say: Callable[[str], None] 
                     return rc
                 service.ready_at = time.time()
                 service.phase = "serving"
+                threading.Thread(target=watch_replacements, args=(service,), name="replacements", daemon=True).start()
                 say(f"ready: OpenAI gateway {service.gateway}/v1 (model {cfg.model.name}) after "
                     f"{service.ready_at - service.started_at:.1f} s; SIGTERM, Ctrl-C or `serve down"
                     f"{' --name ' + cfg.name if control else ''}` stops it")

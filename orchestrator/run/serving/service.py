@@ -31,6 +31,7 @@ class Service:
         self.deployment: Deployment | None = None
         self.warmups: list[PairWarmup] = []
         self.changes: list[dict] = []  # one summary per applied layout change
+        self.readmissions: list[dict] = []  # replicas Serve restarted, admitted after their pair warm-ups
         self.change_lock = threading.Lock()  # one layout change at a time
         self.phase = "starting"  # starting | serving | stopping
         self.rc: int | None = None  # set once torn down
@@ -93,6 +94,7 @@ class Service:
                 "uptime_s": round(time.time() - self.started_at, 1),
                 "ready_after_s": round(self.ready_at - self.started_at, 1) if self.ready_at else None,
                 "workers": [], "pair_warmups": [w.__dict__ for w in self.warmups], "changes": self.changes,
+                "readmissions": self.readmissions,
                 "applications": {}}
         if self.deployment is None or self.deployment.session is None:
             return base  # not connected to the cluster yet
