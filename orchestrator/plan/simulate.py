@@ -28,6 +28,7 @@ from typing import Literal
 
 from orchestrator.config import RunConfig
 from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits, server_limits
+from orchestrator.perfmodel.scheduling.request_bounds import never_runs
 from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
@@ -51,10 +52,6 @@ class _Request:
     decode: _Server | None = None
     seq: Seq | None = None  # on the server that decodes it (aggregated, or PD decode)
     prefill_seq: Seq | None = None  # PD: on the prefill server
-
-    @property
-    def kv_reserve(self) -> int:
-        return self.prompt_len + self.output_len
 
 
 @dataclass(eq=False)
@@ -138,25 +135,27 @@ class _Simulation:
         req.seq = Seq(req.prompt_len, req.output_len, owner=req)
         if self.aggregated:
             server = self.aggregated[i % len(self.aggregated)]
-            self.check_fits(server, req.kv_reserve, req)
+            self.check_fits(server, req.output_len, req)
             server.steps.submit(req.seq)
             self.kick(server)
             return
         req.decode = self.decode[i % len(self.decode)]
-        self.check_fits(req.decode, req.kv_reserve, req)
+        self.check_fits(req.decode, req.output_len, req)
         if self.prefill:  # else a decode-only trace (one_server_trace): the KV is there once allocated
             req.prefill = self.prefill[i % len(self.prefill)]
-            self.check_fits(req.prefill, req.prompt_len, req)
+            self.check_fits(req.prefill, 1, req)
             req.prefill_seq = Seq(req.prompt_len, 1, owner=req)  # the prefill samples the first token only
         # SGLang: the prefill waits for the decode's KV, pre-allocated at the decode's next turn
         req.decode.steps.enqueue_prealloc(req.seq, kv_local=req.prefill is None)
         self.kick(req.decode)
 
-    def check_fits(self, server: _Server, need: int, req: _Request) -> None:
-        if need > server.capacity_tokens:
+    def check_fits(self, server: _Server, max_new_tokens: int, req: _Request) -> None:
+        """Refuse, naming the request, one that `server` would never run to its end (it would wait forever)."""
+        why = never_runs(server.steps.limits, req.prompt_len, max_new_tokens)
+        if why is not None:
             raise SimulationError(
-                f"request {req.index} needs {need} KV tokens but {server.name} holds only "
-                f"{server.capacity_tokens}; lower benchmark.context_len or use a layout with more KV"
+                f"request {req.index} ({req.prompt_len:,} prompt + {req.output_len:,} output tokens) cannot run on "
+                f"{server.name}: {why}; lower benchmark.context_len or use a layout with more KV"
             )
 
     def kick(self, server: _Server) -> None:

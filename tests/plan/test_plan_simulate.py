@@ -83,8 +83,35 @@ def test_a_smaller_kv_cache_queues_requests_and_slows_the_run() -> None:
 
 
 def test_a_request_larger_than_the_kv_cache_is_refused_by_name() -> None:
-    with pytest.raises(SimulationError, match="request 1 needs 10000 KV tokens but decode-0-0 holds only"):
+    with pytest.raises(SimulationError, match=r"request 1 \(5,000 prompt \+ 5,000 output tokens\) cannot run on decode-0-0"):
         simulate_run(pd_config(gpu_memory_gb=49), [(100, 10), (5_000, 5_000)])
+
+
+class _FlatCost:
+    def prefill_time_s(self, new_tokens, cached_tokens=None, chunk_follows=False) -> float:
+        return 0.01
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        return 0.001
+
+
+@pytest.mark.parametrize("role,refused,why,runs", [
+    # prompt + output = the pool: SGLang's admission needs prompt + max_new_tokens + a page below it
+    ("aggregated", (900, 100), "SGLang cuts its output to 98 tokens", (900, 98)),
+    ("decode", (400, 600), "SGLang cuts its output to 598 tokens", (400, 598)),
+    # a PD decode pre-allocates prompt + 512 reserved tokens before the prefill runs: never, in a 1000-token pool
+    ("decode", (600, 10), "prompt \\+ 512 reserved decode tokens", (488, 10)),
+    ("aggregated", (995, 1), "SGLang aborts prompts of 994 tokens or more", (993, 1)),
+])
+def test_a_request_that_would_wait_forever_at_kv_capacity_is_refused_with_the_reason(role, refused, why, runs) -> None:
+    from orchestrator.perfmodel.scheduling.admission import ServerLimits
+    from orchestrator.plan.simulate import one_server_trace
+
+    limits = ServerLimits(role, kv_capacity_tokens=1000, max_running=8, chunked_prefill_tokens=512)
+    with pytest.raises(SimulationError, match=f"request 0 .*cannot run on {role}-0-0: .*{why}"):
+        one_server_trace([refused], _FlatCost(), limits)
+    [seq] = one_server_trace([runs], _FlatCost(), limits)  # just inside SGLang's bounds: it runs to its end
+    assert seq.state == "done" and seq.output == runs[1]
 
 
 def test_a_layout_whose_weights_leave_no_kv_is_refused() -> None:

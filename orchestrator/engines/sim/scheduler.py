@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 from orchestrator.engines.sim.prefix_cache import PrefixCache
 from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.request_bounds import max_new_tokens_allowed
 from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
 from orchestrator.records import Role
 
@@ -195,9 +196,9 @@ class Scheduler:
         return self.limits.kv_capacity_tokens - self.limits.page_size - 1
 
     def _clamp(self, req: SimRequest) -> None:
-        # admission needs prompt + max_new_tokens + a page below the free KV (SGLang's PrefillAdder)
-        room = self.limits.kv_capacity_tokens - req.prompt_len - self.limits.page_size - 1
-        req.max_new_tokens = max(1, min(req.max_new_tokens, room))
+        # SGLang's init_req_max_new_tokens: prompt + max_new_tokens + a page below the KV pool (one rule, shared
+        # with the planner, which refuses what this cuts)
+        req.max_new_tokens = max(1, min(req.max_new_tokens, max_new_tokens_allowed(self.limits.model_limits(), req.prompt_len)))
 
     def submit(self, req: SimRequest) -> None:
         """Queue a request (the caller has checked prompt_len < capacity; max_new_tokens is clamped to fit).
