@@ -36,7 +36,7 @@ async def test_a_shared_prefix_is_prefilled_once_and_the_second_prompt_is_faster
     sched.start()
     modelled: list[float] = []  # each prefill batch's modelled seconds, from the real cost model
     prefill_time_s = cost.prefill_time_s
-    cost.prefill_time_s = lambda new, cached=None: modelled.append(prefill_time_s(new, cached)) or modelled[-1]
+    cost.prefill_time_s = lambda new, cached=None, follows=False: modelled.append(prefill_time_s(new, cached, follows)) or modelled[-1]
     system = list(range(1, 4097))  # 4096 shared tokens, as a long system prompt
     first = SimRequest("a", system + [5, 6, 7], max_new_tokens=1, ignore_eos=True)
     sched.submit(first)
