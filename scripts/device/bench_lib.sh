@@ -21,11 +21,12 @@ el() { echo "[$PHASE t+$(( $(date +%s) - START ))s] $*" | tee -a $P/timeline.txt
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 pack() { el "packing $1"; cp $P/timeline.txt $P/$1/ 2>/dev/null; tar -C $P -cJf "$OUT/$1.tar.xz" $1; ls -la "$OUT"; }
 
+. "$(dirname "${BASH_SOURCE[0]}")/site_lib.sh"   # unpack_site: whole archive or parts over several calls
 install_site() {
   [ -f $SITE/.installed_site ] && return 0
-  local a=${SITE_ARCHIVE:-.device/site-slim/site.tar.xz}
-  [ -f "$a" ] || { el "sglang tree missing and $a not carried: send the site call first (same warm lease)"; exit 1; }
-  el "unpack sglang tree"; rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf "$a" && touch $SITE/.installed_site
+  el "unpack sglang tree"; unpack_site $SITE; local rc=$?
+  [ $rc = 3 ] && exit 0   # a part staged; the next call carries the next one
+  [ $rc = 0 ] || { el "sglang tree missing: carry .device/site-slim or the parts in .device/site-split (site_lib.sh)"; exit 1; }
   # the calibration's SGLang patches (as calibrate.sh applies them): timestamps, and candidate changes that stay
   # off unless switched on (pd-early sets PDO_EARLY_KV_INDICES=1 in the engines' env)
   [ -f $SITE/.nixl_patched_v8 ] || { python3 -m orchestrator.calibrate nixl-patch $SITE && touch $SITE/.nixl_patched_v8; }

@@ -40,9 +40,11 @@ export PYTHONPATH=$SITE:$REPO PDO_CALIB_ALLOW_CACHE_WIPE=${PDO_CALIB_ALLOW_CACHE
 el() { echo "[$PHASE t+$(( $(date +%s) - START ))s] $*"; }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 
+. scripts/device/site_lib.sh   # unpack_site: the whole archive, or its parts over several calls of one lease
 if [ ! -f $SITE/.installed_site ]; then
-  el "unpack sglang tree"
-  rm -rf $SITE; mkdir -p $SITE; tar -C $SITE -xJf ${SITE_ARCHIVE:-.device/site-slim/site.tar.xz} && touch $SITE/.installed_site || { el "unpack failed"; exit 1; }
+  el "unpack sglang tree"; unpack_site $SITE; rc=$?
+  [ $rc = 3 ] && exit 0   # a part staged; the next call carries the next one
+  [ $rc = 0 ] || { el "unpack failed"; exit 1; }
 fi
 if [ -f .device/cache/caches.tar.xz ] && [ ! -f /root/.pdo_caches_restored ]; then
   tar -C / -xJf .device/cache/caches.tar.xz && touch /root/.pdo_caches_restored && el "compile caches restored"
