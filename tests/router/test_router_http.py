@@ -318,3 +318,31 @@ def test_past_max_in_flight_requests_the_gateway_answers_503_with_the_reason_and
         assert ok.status_code == 200, ok.text
     finally:
         server.stop()
+
+
+def test_the_gateway_sends_without_waiting_for_the_clients_ack(pd_workers):
+    """Every connection serve_http accepts has TCP_NODELAY: a response goes out in two writes (headers, body), and with
+    Nagle on the body waited for the client's delayed ACK of the headers (~40 ms per request at 1 in flight)."""
+    import asyncio
+    import socket
+
+    from orchestrator.router.http_app import serve_http
+
+    core = router_core(pd_workers)
+
+    async def accepted_nodelay() -> list[int]:
+        server, task = await serve_http(core, "127.0.0.1", 0)
+        try:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            async with httpx.AsyncClient() as client:
+                assert (await client.get(f"http://127.0.0.1:{port}/health", timeout=30)).status_code == 200
+                return [conn.transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                        for conn in server.server_state.connections]
+        finally:
+            server.should_exit = True
+            await task
+
+    flags = asyncio.run(accepted_nodelay())
+    assert flags and all(flags), flags
