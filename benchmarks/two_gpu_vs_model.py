@@ -21,6 +21,7 @@ from orchestrator.perfmodel.costmodel import build_cost_model
 from orchestrator.perfmodel.from_raw import gpu_key
 from orchestrator.perfmodel.gpus import gpu_spec
 from orchestrator.perfmodel.parallel import collectives
+from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, server_limits
 
 LAYOUT_FIELDS: dict[str, dict[str, Any]] = {
     "tp2": dict(tp=2),
@@ -57,33 +58,25 @@ def server_model(run: dict, gpu: str, layers: int):
     return build_cost_model(
         shape, gpu, "fp8", attention_backend=d.get("attention_backend") or "triton", load_format="dummy",
         mem_fraction_static=d.get("mem_fraction_static") or 0.7, cuda_graph_max_bs=d.get("cuda_graph_decode_max_bs"),
-        context_length=d.get("context_length") or 16384, chunked_prefill_tokens=d.get("chunked_prefill_size"),
+        context_length=d.get("context_length") or 16384,
+        # the flag: SGLang logs each DP-attention rank's share of it (server_args.py divides it by the DP size)
+        chunked_prefill_tokens=(d.get("chunked_prefill_size") or 8192) * (d.get("dp_size") or 1 if d.get("enable_dp_attention") else 1),
         **LAYOUT_FIELDS[run["variant"]],
     )
 
 
 def chunked_prefill_s(model, k: int, length: int) -> float:
-    """k prompts of `length` tokens at once, cut in order into the server's prefill chunks (each chunk's requests
-    with the tokens they already computed), each chunk told whether another follows it (a pipeline overlaps it)."""
-    budget = int(model.chunked_prefill_tokens or length * k)
-    chunks: list[tuple[list[int], list[int]]] = []
-    new: list[int] = []
-    cached: list[int] = []
-    room = budget
+    """k prompts of `length` tokens at once through the planner's own chunking (scheduling/admission.py: the
+    server's chunk budget, per DP-attention rank its share), each chunk told whether another follows it."""
+    batch = BatchSchedule(server_limits(model))
     for _ in range(k):
-        done = 0
-        while done < length:
-            take = min(length - done, room)
-            new.append(take)
-            cached.append(done)
-            done += take
-            room -= take
-            if room == 0:
-                chunks.append((new, cached))
-                new, cached, room = [], [], budget
-    if new:
-        chunks.append((new, cached))
-    return sum(model.prefill_time_s(n, c, i < len(chunks) - 1) for i, (n, c) in enumerate(chunks))
+        batch.submit(Seq(length, 1))
+    total = 0.0
+    while pieces := batch.next_prefill():
+        follows = bool(batch.chunking or batch.waiting)
+        total += model.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces], follows)
+        batch.prefill_done()
+    return total
 
 
 def layout_tables(path: Path) -> list[str]:
@@ -119,7 +112,7 @@ def layout_tables(path: Path) -> list[str]:
                 k, length = int(row["concurrency"]), int(row["input_tokens"])
                 predicted = chunked_prefill_s(model, k, length)
                 lines.append(f"    prefill {k:2d} x {length:5d}: {row['latency_s_median'] * 1e3:8.1f} ms / "
-                             f"{predicted * 1e3:8.1f} ms (model: the batch in chunks of {model.chunked_prefill_tokens})")
+                             f"{predicted * 1e3:8.1f} ms (model: chunked as the planner does, flag {model.chunked_prefill_tokens})")
     return lines
 
 

@@ -151,12 +151,36 @@ class TimingTerms(MemoryTerms):
         pairs = sum(n * (c + (n + 1) / 2) for n, c in zip(new_tokens, cached))
         share = self.replicas
         total = sum(new_tokens)
-        return dict(
+        args = dict(
             tokens=math.ceil(total / share),
             attention_flops=pair_flops * arch.num_hidden_layers * pairs / share,
             kv_read_tokens=(sum(cached) + total) / share,
             lm_head_tokens=math.ceil(sum(1 for n in new_tokens if n > 0) / share),
         )
+        if self.dp_attention and self.attn_dp > 1:
+            busiest_tokens, busiest_pairs = self._busiest_attention_rank(new_tokens, cached, pair_flops)
+            # the busiest rank's attention (projections and pairs, its own requests at all its heads) sets the
+            # forward, where the division by tp assumed every rank an equal share: the difference is added
+            args["attention_flops"] += pair_flops * arch.num_hidden_layers * (busiest_pairs * self.attn_dp - pairs)
+            args["rank_gemm_flops"] = 2 * self.params.attention * (busiest_tokens * self.attn_dp - total)
+        return args
+
+    def _busiest_attention_rank(self, new_tokens: Sequence[int], cached: Sequence[int], pair_flops: float) -> tuple[int, float]:
+        """(new tokens, attention pairs) of the busiest DP-attention rank of one prefill forward. Each rank runs the
+        attention of its own requests with the attention weights replicated (attention TP = tp / dp), and the ranks
+        step in lockstep (SGLang's DP attention gathers every rank's tokens for the MoE in each layer), so a forward
+        lasts as long as its busiest rank's attention. A request's chunk stays on one rank; chunks go to the
+        least-loaded rank, largest first (scheduling/admission.py gives each rank at most its own chunk budget)."""
+        per_token = 2 * self.params.attention
+        loads = [(0.0, 0, 0.0)] * self.attn_dp  # (flops per layer, tokens, pairs) per rank
+        pieces = sorted(((n, n * (c + (n + 1) / 2)) for n, c in zip(new_tokens, cached) if n > 0),
+                        key=lambda x: -(x[0] * per_token + x[1] * pair_flops))
+        for n, pairs in pieces:
+            i = min(range(self.attn_dp), key=lambda r: loads[r][0])
+            load, tokens, rank_pairs = loads[i]
+            loads[i] = (load + n * per_token + pairs * pair_flops, tokens + n, rank_pairs + pairs)
+        _, tokens, pairs = max(loads)
+        return tokens, pairs
 
     def prefill_compute_s(
         self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None, attention: bool = True,
@@ -168,7 +192,7 @@ class TimingTerms(MemoryTerms):
         p = self.params
         active_dense = p.attention + p.dense_mlp + p.shared_experts + p.router
         routed = a["tokens"] * self.arch.num_experts_per_tok * self.arch.moe_layers * p.one_expert_per_layer
-        flops = 2 * (a["tokens"] * active_dense + routed + a["lm_head_tokens"] * p.lm_head)
+        flops = 2 * (a["tokens"] * active_dense + routed + a["lm_head_tokens"] * p.lm_head) + a.pop("rank_gemm_flops", 0.0)
         return (flops + (a["attention_flops"] if attention else 0.0)) / (self.tp * self._peak_flops())
 
     def prefill_time_s(
@@ -190,6 +214,7 @@ class TimingTerms(MemoryTerms):
         if gemm_share:  # the pairs at their own measured share, carried as FLOPs at the GEMMs' share
             attention_share = absorbed_share if absorbed and absorbed_share else (mha_share or gemm_share)
             a["attention_flops"] *= gemm_share / attention_share
+        a["attention_flops"] += a.pop("rank_gemm_flops", 0.0)  # DP attention: the busiest rank's projections (GEMMs)
         saved = self.efficiency_prefill
         if gemm_share:
             self.efficiency_prefill = gemm_share

@@ -116,3 +116,36 @@ def test_dummy_weights_route_every_token_to_the_same_experts_under_a_biased_rout
 def test_mla_latent_reads_follow_the_kernels_head_tiles() -> None:
     assert mla_passes(128, "triton") == 8 and mla_passes(16, "triton") == 1  # BLOCK_H = 16
     assert mla_passes(128, "fa3") == 2 and mla_passes(16, None) == 1
+
+
+def test_dp_attention_ranks_chunk_their_own_prompts_and_a_forward_lasts_its_busiest_rank() -> None:
+    from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits
+
+    # SGLang divides --chunked-prefill-size by the DP size: each rank chunks its own prompt at its share, two at once
+    batch = BatchSchedule(ServerLimits("aggregated", 1_000_000, 64, 8192, prefill_ranks=2))
+    for _ in range(2):
+        batch.submit(Seq(8192, 1))
+    assert [take for _, take in batch.next_prefill()] == [4096, 4096] and len(batch.chunking) == 2
+    batch.prefill_done()
+    assert [take for _, take in batch.next_prefill()] == [4096, 4096] and not batch.chunking
+    cfg = load_config(H200_2X8, ["benchmark.num_prompts=2000", *PP_DPATTN, "layout.aggregated.0.pp=1"])
+    role, _, group = next(iter(cfg.layout.groups()))
+    model = cost_model_for(cfg, role, group)
+    # one prompt keeps one rank busy; two go to both ranks at once (the MoE takes both ranks' tokens)
+    assert model.prefill_time_s([4096, 4096]) < 1.5 * model.prefill_time_s([4096])
+
+
+def test_dp_attention_prefill_reproduces_the_two_gpu_points_it_was_not_fitted_on() -> None:
+    import json
+
+    from benchmarks.two_gpu_vs_model import chunked_prefill_s, server_model
+
+    raw = json.loads((ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json").read_text())
+    run = next(r for r in raw["runs"] if r["variant"] == "dpattn2-ep2")
+    model = server_model(run, "H200", 6)
+    assert model.chunked_prefill_tokens == 8192  # the flag; the server logged each rank's 4,096
+    for point in run["prefill"]:
+        k, length = point["concurrency"], point["input_tokens"]
+        if k * length >= 8192:  # smaller ones are mostly the client's ~25 ms
+            error = chunked_prefill_s(model, k, length) / point["latency_s_median"] - 1
+            assert abs(error) < 0.2, (k, length, error)  # lone prompts were -48 % when each chunk was spread over both ranks

@@ -82,6 +82,9 @@ class ServerLimits:
     page_size: int = 1
     max_running_set: bool = False  # --max-running-requests given (PD decode: extra request slots when <= 32)
     reserved_decode_tokens: int = NUM_RESERVED_DECODE_TOKENS
+    # DP-attention ranks: each chunks its own requests at chunked_prefill_tokens / ranks (SGLang divides
+    # --chunked-prefill-size by the DP size with DP attention, server_args.py), the forward holds all ranks' chunks
+    prefill_ranks: int = 1
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -102,6 +105,7 @@ def server_limits(cost: Any, kv_capacity_tokens: int | None = None) -> ServerLim
         chunked_prefill_tokens=cost.chunked_prefill_tokens,
         page_size=cost.page_size,
         max_running_set=cost.max_running_requests is not None,
+        prefill_ranks=cost.attn_dp,
     )
 
 
@@ -139,7 +143,7 @@ class BatchSchedule:
             raise ValueError(f"kv_capacity_tokens={limits.kv_capacity_tokens}: the weights leave no KV cache")
         self.limits = limits
         self.waiting: deque[Seq] = deque()  # to prefill; PD decode: transferred, waiting to join
-        self.chunked: Seq | None = None  # the request whose prompt spans several prefill batches
+        self.chunking: list[Seq] = []  # requests whose prompts span several prefill batches (one per DP rank at most)
         self.prefilling: list[tuple[Seq, int]] = []  # (request, new tokens) of the forward in flight
         self.running: list[tuple[int, int, Seq]] = []  # heap of (finish step, id, request)
         self.prealloc_queue: deque[Seq] = deque()  # PD decode: waiting for pre-allocation
@@ -156,6 +160,11 @@ class BatchSchedule:
         self._single: list[tuple[int, int, Seq]] = []  # PD decode: max-heap of -(prompt + clipped max_new)
 
     # ----- views -------------------------------------------------------------------------------------
+    @property
+    def chunked(self) -> Seq | None:
+        """The first request whose prompt spans several prefill batches (None when none does)."""
+        return self.chunking[0] if self.chunking else None
+
     def generated(self, seq: Seq) -> int:
         """Output tokens `seq` holds now (its join count plus the decode steps since it joined)."""
         return seq.output + (self.step - seq.join_step if seq.state == "running" else 0)
@@ -167,7 +176,7 @@ class BatchSchedule:
         return [entry[2] for entry in self.running]
 
     def idle(self) -> bool:
-        return not (self.waiting or self.chunked or self.prefilling or self.running or self.prealloc_queue
+        return not (self.waiting or self.chunking or self.prefilling or self.running or self.prealloc_queue
                     or self.retracted_queue)
 
     # ----- queues ------------------------------------------------------------------------------------
@@ -247,15 +256,18 @@ class BatchSchedule:
         `cached_tokens(seq)`: leading prompt tokens found in a prefix cache when a request is admitted."""
         lim = self.limits
         budget = lim.chunked_prefill_tokens
+        per_request = max(1, budget // lim.prefill_ranks)  # one rank's chunk
         batch: list[tuple[Seq, int]] = []
-        if self.chunked is not None:
-            seq, self.chunked = self.chunked, None
-            take = min(seq.fill - seq.prefilled, budget)
-            batch.append((seq, take))
-            budget -= take
+        continuing, self.chunking = self.chunking, []
+        for seq in continuing:
+            take = min(seq.fill - seq.prefilled, budget, per_request)
+            if take > 0:
+                batch.append((seq, take))
+                budget -= take
             if seq.prefilled + take < seq.fill:
-                self.chunked = seq
-                budget = 0
+                self.chunking.append(seq)
+        if len(self.chunking) >= lim.prefill_ranks:
+            budget = 0  # every rank continues a chunked prompt
         charged = 0  # this batch's admissions: prompt + clipped max_new_tokens each (SGLang's PrefillAdder)
         while self.waiting and budget > 0:
             seq = self.waiting[0]
@@ -271,12 +283,13 @@ class BatchSchedule:
             seq.state = "prefill"
             if cached_tokens is not None and seq.prefilled == 0:  # SGLang computes at least the last token
                 seq.prefilled = min(cached_tokens(seq), seq.fill - 1)
-            take = min(seq.fill - seq.prefilled, budget)
+            take = min(seq.fill - seq.prefilled, budget, per_request)
             batch.append((seq, take))
             budget -= take
             if seq.prefilled + take < seq.fill:
-                self.chunked = seq
-                break
+                self.chunking.append(seq)
+                if len(self.chunking) >= lim.prefill_ranks:
+                    break
         self.prefilling = batch
         return batch
 
@@ -373,8 +386,8 @@ class BatchSchedule:
             self.prealloc_queue.remove(seq)
         elif state == "retracted":
             self.retracted_queue.remove(seq)
-        if seq is self.chunked:
-            self.chunked = None
+        if seq in self.chunking:
+            self.chunking.remove(seq)
         self._free(seq)
 
     def release(self, seq: Seq) -> None:

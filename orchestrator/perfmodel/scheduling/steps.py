@@ -112,7 +112,7 @@ class StepScheduler:
         else:
             pieces = batch.next_prefill(self.cached_tokens)
             if pieces:
-                follows = batch.chunked is not None or bool(batch.waiting)  # a pipeline (--pp-size) overlaps it
+                follows = bool(batch.chunking or batch.waiting)  # a pipeline (--pp-size) overlaps it
                 seconds = self.cost.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces], follows)
                 step.forward = Forward("prefill", seconds, prefill=pieces)
         if step.forward is None and role != "prefill":
