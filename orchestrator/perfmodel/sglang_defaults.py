@@ -90,6 +90,10 @@ def cuda_graph_batch_sizes(
     sizes = [b for b in sizes if b <= top]
     if top not in sizes:
         sizes.append(top)
+    if req_pool is not None and max(sizes) > req_pool:
+        # cuda_graph_runner.get_batch_sizes_to_capture: sizes above the request pool (--max-running-requests) are
+        # never captured, the pool size itself is
+        sizes = sorted({b for b in sizes if b <= req_pool} | {req_pool})
     return sizes
 
 

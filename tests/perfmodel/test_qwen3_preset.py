@@ -126,3 +126,19 @@ def test_plan_fits_the_2026_reference_layout():
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("layout.")]
     assert [(r[0], r[1], r[3], r[-1]) for r in rows] == [("layout.prefill.0", "2", "TP4", "fits"),
                                                       ("layout.decode.0", "2", "TP4", "fits")]
+
+
+def test_max_running_requests_caps_the_captured_graph_sizes():
+    """SGLang captures no decode graph above its request pool (cuda_graph_runner.get_batch_sizes_to_capture filters
+    sizes by req_to_token_pool.size = --max-running-requests): the reference decode server (TP4, default graph max 512
+    on H100) captures 1..256, 36 sizes, and its start-up pays for those only."""
+    capped = _decode_server()
+    assert capped.graph_max_bs == 512  # the TP4 default before the pool filter
+    assert capped.graph_batch_sizes()[-1] == 256 and len(capped.graph_batch_sizes()) == 36
+    odd = build_cost_model(QWEN3_235B_A22B_FP8, "H100-SXM", "fp8", tp=4, ep=4, mem_fraction_static=0.9,
+                           context_length=8192, role="decode", max_running_requests=100)
+    assert odd.graph_batch_sizes()[-3:] == [88, 96, 100]  # the pool size itself is captured
+    uncapped = build_cost_model(QWEN3_235B_A22B_FP8, "H100-SXM", "fp8", tp=4, ep=4, mem_fraction_static=0.9,
+                                context_length=8192, role="decode")
+    assert uncapped.graph_batch_sizes()[-1] == 512
+    assert capped.startup_s() < uncapped.startup_s()
