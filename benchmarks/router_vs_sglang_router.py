@@ -10,7 +10,10 @@ Paths (client -> ... -> 1 simulated prefill + 1 simulated decode at `engine.sim.
 - `sglang-router`: `sglang-router` 0.3.2 (`launch_router --pd-disaggregation --policy round_robin`), HTTP
   `/generate`; `smg`: the newest SGLang gateway on the package index (`smg` 1.13.0, `smg launch`, same flags);
 - `batch`: the bench driver's path, `PDRouter.generate_batch_chunks` over one stream=True Serve handle;
-- `http`: `POST /generate` to the router replica's own HTTP server; `openai`: `POST /v1/completions` there.
+- `http`: `POST /generate` to the router replica's own HTTP server; `openai`: `POST /v1/completions` there;
+- `direct`: no router: each client posts the same body (its own rid and bootstrap room) to the prefill and the decode
+  itself, as mini_lb does, and takes the answer when both legs have answered: the floor the "added p50" of the
+  gateways is read against (issue 24: the gateway adds <= 1 ms p50 over a direct worker).
 HTTP paths are closed loops of N keep-alive clients, latency as the client sees it; the batch path's latency
 is the router's own send-to-answer time (what `bench` reports). Within a round every path runs once per
 concurrency, in an order that rotates between rounds, so load drift on a shared machine hits all alike.
@@ -40,7 +43,7 @@ import router_throughput as paths  # noqa: E402
 
 from orchestrator.provenance import command_line, write_manifest  # noqa: E402
 
-PATHS = ("sglang-router", "smg", "batch", "http", "openai")
+PATHS = ("sglang-router", "smg", "batch", "http", "openai", "direct")
 GATEWAY_VERSIONS = {"sglang-router": "sglang-router 0.3.2", "smg": "smg 1.13.0"}
 
 
@@ -76,39 +79,79 @@ def router_pids(bench) -> dict[str, list[int]]:
     return {"ours": replicas, **gateways, "engines": engines, "driver": [os.getpid()]}
 
 
+async def run_direct_http(endpoints, reqs, concurrency: int) -> tuple[float, list[float]]:
+    """Closed loop of `concurrency` clients doing mini_lb's pairing themselves: the same /generate body with a rid
+    and a bootstrap room to the prefill and the decode at once; latency until both answered."""
+    import random
+
+    import aiohttp
+
+    prefill = next(e for e in endpoints if e.role == "prefill")
+    decode = next(e for e in endpoints if e.role == "decode")
+    queue = list(reqs)
+    latencies: list[float] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2 * concurrency)) as session:
+
+        async def leg(url: str, body: dict) -> None:
+            async with session.post(url + "/generate", json=body) as resp:
+                await resp.read()
+                assert resp.status == 200, await resp.text()
+
+        async def client() -> None:
+            while queue:
+                req = queue.pop()
+                body = {"input_ids": req.input_ids, "sampling_params": {"temperature": 0, "max_new_tokens":
+                        req.output_len, "ignore_eos": True}, "rid": f"{random.getrandbits(128):032x}",
+                        "bootstrap_host": prefill.bootstrap_host or "127.0.0.1",
+                        "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": random.getrandbits(63) or 1}
+                t0 = time.time()
+                await asyncio.gather(leg(prefill.url, body), leg(decode.url, body))
+                latencies.append(time.time() - t0)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return time.perf_counter() - start, latencies
+
+
 def run_cell(bench, path: str, requests: int, concurrency: int, output_len: int, pids: dict) -> dict:
     reqs = paths.make_requests(requests, output_len)
     load_before = os.getloadavg()[0]
     cpu_before = {k: sum(process_cpu_s(p) for p in v) for k, v in pids.items()}
     if path == "batch":
         elapsed, lat = paths.run_handle(bench.router, reqs, concurrency)
+    elif path == "direct":
+        elapsed, lat = asyncio.run(run_direct_http(bench.endpoints, reqs, concurrency))
     elif path in ("http", "openai"):
         elapsed, lat = asyncio.run(paths.run_http(bench.urls["http"], reqs, concurrency,
                                                   "openai" if path == "openai" else "generate"))
     else:
         elapsed, lat = asyncio.run(paths.run_http(bench.urls[path], reqs, concurrency))
     router = "ours" if path in ("batch", "http", "openai") else path
-    cpu_ms = {k: round((sum(process_cpu_s(p) for p in pids[k]) - cpu_before[k]) / len(lat) * 1e3, 2)
-              for k in (router, "engines", "driver")}
+    cpu_ms = {k: round((sum(process_cpu_s(p) for p in pids[k]) - cpu_before[k]) / len(lat) * 1e3, 3)
+              for k in (router, "engines", "driver") if k in pids}
     return {"path": path, "concurrency": concurrency, "req_s": round(len(lat) / elapsed, 2),
-            "router_cpu_ms_per_request": cpu_ms[router], "engines_cpu_ms_per_request": cpu_ms["engines"],
+            "router_cpu_ms_per_request": cpu_ms.get(router, 0.0), "engines_cpu_ms_per_request": cpu_ms["engines"],
             "driver_cpu_ms_per_request": cpu_ms["driver"],
-            "p50_ms": round(paths.percentile(lat, 50) * 1e3, 1), "p99_ms": round(paths.percentile(lat, 99) * 1e3, 1),
+            "p50_ms": round(paths.percentile(lat, 50) * 1e3, 3), "p99_ms": round(paths.percentile(lat, 99) * 1e3, 3),
             "requests": len(lat), "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2)}
 
 
 def ratio_table(rows: list[dict], rounds: int) -> str:
-    """Median over rounds per (path, concurrency): req/s, ratio to sglang-router, p50/p99, added p50/p99."""
+    """Median over rounds per (path, concurrency): req/s, ratio to sglang-router, p50/p99, added p50/p99 (over
+    sglang-router's, and over the direct path's where it ran), CPU per request with its min-max over rounds."""
     by: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
         by.setdefault((r["path"], r["concurrency"]), []).append(r)
     lines = ["| path | concurrency | req/s (median) | ratio to sglang-router (median, min-max over rounds) | "
-             "p50 ms | p99 ms | added p50 ms | added p99 ms | router CPU ms/request | engines CPU ms/request |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "p50 ms | p99 ms | added p50 ms | added p99 ms | added p50 ms over direct | router CPU ms/request "
+             "(median, min-max) | engines CPU ms/request |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in sorted({r["concurrency"] for r in rows}):
         base = by[("sglang-router", c)]
         base_p50 = statistics.median(r["p50_ms"] for r in base)
         base_p99 = statistics.median(r["p99_ms"] for r in base)
+        direct = by.get(("direct", c))
+        direct_p50 = statistics.median(r["p50_ms"] for r in direct) if direct else None
         for path in PATHS:
             cells = by.get((path, c))
             if not cells:
@@ -117,10 +160,12 @@ def ratio_table(rows: list[dict], rounds: int) -> str:
             p50 = statistics.median(r["p50_ms"] for r in cells)
             p99 = statistics.median(r["p99_ms"] for r in cells)
             added = ("", "") if path == "sglang-router" else (f"{p50 - base_p50:+.1f}", f"{p99 - base_p99:+.1f}")
+            over_direct = "" if direct_p50 is None or path in ("direct", "batch") else f"{p50 - direct_p50:+.2f}"
+            cpu = [r["router_cpu_ms_per_request"] for r in cells]
             lines.append(f"| {path} | {c} | {statistics.median(r['req_s'] for r in cells):.1f} | "
-                         f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | {p50:.1f} | "
-                         f"{p99:.1f} | {added[0]} | {added[1]} | "
-                         f"{statistics.median(r['router_cpu_ms_per_request'] for r in cells):.2f} | "
+                         f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | {p50:.2f} | "
+                         f"{p99:.2f} | {added[0]} | {added[1]} | {over_direct} | "
+                         f"{statistics.median(cpu):.3f} ({min(cpu):.3f}-{max(cpu):.3f}) | "
                          f"{statistics.median(r['engines_cpu_ms_per_request'] for r in cells):.2f} |")
     return "\n".join(lines)
 
