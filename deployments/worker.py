@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from orchestrator.cluster.ports import free_port
 from orchestrator.cluster.registry import get_registry
 from orchestrator.config import RunConfig
+from orchestrator.engines.allow_list import ALLOW_FROM_ENV, resolve
 from orchestrator.engines.base import EngineProcess, WorkerPlacement, engine_addresses
 from orchestrator.engines.registry import backend_for
 from orchestrator.records import Role, WorkerEndpoint
@@ -134,6 +135,9 @@ class EngineWorker:
         )
         self.backend = backend_for(cfg)
         self.launch = self.backend.build_launch(cfg, self.group, self.placement)
+        if cfg.engine.allow_from:  # who may connect to the engine's ports: resolved here, enforced by the engine
+            alive = [n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]]
+            self.launch.env[ALLOW_FROM_ENV] = ",".join(str(n) for n in resolve(cfg.engine.allow_from, alive))
         safe_name = self.name.replace("/", "-")
         log_dir = _engine_log_dir(run_id)
         self.engine = EngineProcess(self.launch, log_dir / f"{safe_name}.log")

@@ -6,6 +6,7 @@ allowed (see `ConfigError`). Unknown keys are errors everywhere.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -154,6 +155,26 @@ class EngineConfig(Strict):
         "default: the address peers reach them at (transfer.host_ip or the Ray node IP). '0.0.0.0' listens "
         "on all interfaces. A local cluster always uses cluster.local.bind_host.",
     )
+    allow_from: list[str] = Field(
+        default_factory=list,
+        description="Hosts that may connect to the engines' HTTP API and PD bootstrap ports (others get no answer): "
+        "IPv4 addresses/networks and 'cluster' = every Ray node's address (the gateway's and workers' hosts); loopback "
+        "always; list a monitoring host too. Empty: any host. Enforced by the simulated engine (SGLang: not yet).",
+    )
+
+    @model_validator(mode="after")
+    def _allow_list_enforceable(self) -> "EngineConfig":
+        for entry in self.allow_from:
+            if entry != "cluster":
+                try:
+                    ipaddress.IPv4Network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(f"allow_from: {entry!r} is not an IPv4 address or network (e.g. 10.1.0.7 or "
+                                     "10.1.0.0/24) nor 'cluster'") from None
+        if self.allow_from and self.kind == "sglang":
+            raise ValueError("allow_from is enforced by the simulated engine only so far; for SGLang restrict the "
+                             "workers' ports with the hosts' firewall and leave allow_from empty")
+        return self
 
 
 # SGLang 0.5.17's --attention-backend choices that run DeepSeek's MLA on NVIDIA GPUs (Hopper: fa3 is

@@ -5,12 +5,16 @@ with the real AIPerf (short windows at N 8 and 16) -> a live P:D change 2:1 -> 1
 apply`: prefill-0/1 drained and removed, decode-0/1 placed on node-b, warmed across the hosts before it gets
 traffic) -> `serve down` while a chat streams: drained, torn down on both hosts, nothing lost.
 
+The workers take `engine.allow_from: [cluster]`: the client host gets the gateway and no answer from any worker
+port (HTTP API, PD bootstrap; the added decode's too), while the gateway's host and the peer workers' reach them.
+
 Runs after test_hosts.py on the session cluster (file order) and before the link faults end it.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +33,25 @@ pytestmark = pytest.mark.ray
 NODES = ("node-a", "node-b")
 
 
+def bootstrap_port(prefill_url: str) -> int:
+    return httpx.get(f"{prefill_url}/server_info", timeout=10).json()["disaggregation_bootstrap_port"]
+
+
+def unanswered(lab, host: str, urls: list[str], timeout_s: float = 1.5) -> list[str]:
+    """The URLs whose TCP port does not accept a connection from `host` within `timeout_s`."""
+    def probe() -> list[str]:
+        silent = []
+        for url in urls:
+            address, port = url.removeprefix("http://").rsplit(":", 1)
+            try:
+                socket.create_connection((address, int(port)), timeout_s).close()
+            except OSError:
+                silent.append(url)
+        return silent
+
+    return lab.call(host, probe)
+
+
 def test_serve_across_hosts_goodput_live_pd_change_under_load_and_down(hosts: HostCluster, tmp_path: Path) -> None:
     lab = hosts.lab
     a, b = lab.hosts["node-a"].ip, lab.hosts["node-b"].ip
@@ -37,6 +60,7 @@ def test_serve_across_hosts_goodput_live_pd_change_under_load_and_down(hosts: Ho
         f"cluster.address={hosts.state.gcs_address}", "engine.sim.startup_s=1", "engine.sim.time_scale=0.05",
         "engine.sim.kv_transfer=nixl", "transfer.ucx.net_devices=eth0", "transfer.ucx.tls=tcp",
         "layout.decode.0.count=1",  # room on node-b for the decode `serve apply` adds there
+        "engine.allow_from=[cluster]",  # workers answer node-a and node-b only, not the client host
         f"router.host={a}", f"router.port={gateway_port}", "benchmark.deadline_s=300",
         f"benchmark.result_dir={tmp_path}"])
     path = tmp_path / "serve.yaml"
@@ -66,10 +90,17 @@ def test_serve_across_hosts_goodput_live_pd_change_under_load_and_down(hosts: Ho
                          "decode-0/0": ("routed", f"http://{b}")}, before["workers"]
         assert all(s == "RUNNING" for s in before["applications"].values()), before["applications"]
         decode_url = before["workers"][-1]["url"]
+        prefill_urls = [w["url"] for w in before["workers"] if w["role"] == "prefill"]
+        bootstrap = [f"http://{a}:{lab.call('node-a', bootstrap_port, u)}" for u in prefill_urls]
+        # the allow-list: no answer to the client host, while the gateway's host and the peers reach every port
+        assert unanswered(lab, "client", [*prefill_urls, *bootstrap, decode_url]) == [*prefill_urls, *bootstrap,
+                                                                                      decode_url]
+        assert unanswered(lab, "node-b", [*prefill_urls, *bootstrap]) == []  # the decode's host
+        assert unanswered(lab, "node-a", [decode_url]) == []  # the gateway's (and the prefills') host
 
         # the contest's closed-loop command from the client host, real AIPerf, short windows at N 8 and 16
-        decoded = lab.call("client", engine_metric, decode_url, "sglang:num_requests_total")
-        assert decoded is not None, f"node-b's decode {decode_url} does not answer the client host"
+        decoded = lab.call("node-a", engine_metric, decode_url, "sglang:num_requests_total")
+        assert decoded is not None, f"node-b's decode {decode_url} does not answer node-a"
         out = tmp_path / "goodput"
         goodput = lab.run("client", [sys.executable, "-m", "orchestrator", "goodput", "--config", str(path),
                                      "--url", gateway, "--concurrency", "8,16", "--isl", "1000", "--osl", "64",
@@ -82,7 +113,7 @@ def test_serve_across_hosts_goodput_live_pd_change_under_load_and_down(hosts: Ho
         assert [r["concurrency"] for r in rows] == [8, 16], goodput.stdout + goodput.stderr
         assert all(r["errors"] == 0 and r["requests"] > 0 and r["output_tok_s"] > 0 for r in rows), rows
         # every AIPerf request was decoded on node-b (AIPerf's warm-up and grace requests count there too)
-        on_b = (lab.call("client", engine_metric, decode_url, "sglang:num_requests_total") or 0.0) - decoded
+        on_b = (lab.call("node-a", engine_metric, decode_url, "sglang:num_requests_total") or 0.0) - decoded
         assert on_b >= sum(r["requests"] for r in rows), (on_b, rows)
 
         # P:D 2:1 -> 1:2 under load from the client: prefill-0/1 out, decode-0/1 in on node-b
@@ -113,6 +144,8 @@ def test_serve_across_hosts_goodput_live_pd_change_under_load_and_down(hosts: Ho
         assert placed == {"prefill-0/0": ("routed", a, f"http://{a}"), "decode-0/0": ("routed", b, f"http://{b}"),
                           "decode-0/1": ("routed", b, f"http://{b}")}, after["workers"]
         assert len(engine_pids(lab, "node-a")) == 1 and len(engine_pids(lab, "node-b")) == 2
+        added_url = next(w["url"] for w in after["workers"] if w["name"] == "decode-0/1")
+        assert unanswered(lab, "client", [added_url]) == [added_url] and unanswered(lab, "node-a", [added_url]) == []
 
         # `serve down` while a long chat streams from the client: it finishes whole, then everything goes
         def chat_through_down() -> list[str]:

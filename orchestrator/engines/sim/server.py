@@ -27,6 +27,7 @@ from aiohttp import web
 from orchestrator.api.generate import BadRequest, SamplingParams, parse_generate_body
 from orchestrator.config.model_presets import MODEL_PRESETS
 from orchestrator.config.server_spec import add_spec_args, spec_from_args
+from orchestrator.engines.allow_list import start_site
 from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine, crash
 from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, parse_fault_spec
 from orchestrator.engines.sim.kv_transfer import MIB
@@ -69,8 +70,7 @@ def server_info(engine: SimEngine) -> dict[str, Any]:
     args = {
         "model_path": s.model_path or s.model_preset,
         "served_model_name": s.served_model_name,
-        "host": s.host,
-        "port": s.port,
+        "host": s.host, "port": s.port,
         "disaggregation_mode": s.mode,
         "disaggregation_bootstrap_port": s.bootstrap_port,
         "disaggregation_transfer_backend": s.spec.pd.transfer_backend or "mooncake",
@@ -342,7 +342,7 @@ async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, p
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     runners.append(runner)
-    await web.TCPSite(runner, host, port, reuse_address=True, backlog=2048).start()  # uvicorn default, as SGLang
+    await start_site(runner, host, port, backlog=2048)  # uvicorn's backlog, as SGLang; engine.allow_from enforced
 
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
