@@ -279,7 +279,8 @@ def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float,
             layers = profile.model.num_hidden_layers
             points.setdefault(profile.gpu.name, []).append((layers, layers * decode.layer_s))
     # one slope, each GPU its own intercept: only a GPU with two layer counts tells the slope anything
-    centred = [(x - np.mean([a for a, _ in pts]), y - np.mean([b for _, b in pts])) for pts in points.values() for x, y in pts]
+    centred = [(x - float(np.mean([a for a, _ in pts])), y - float(np.mean([b for _, b in pts])))
+               for pts in points.values() for x, y in pts]
     spread = sum(dx * dx for dx, _ in centred)
     if gpu not in points or spread == 0:
         return None
