@@ -122,7 +122,8 @@ class SimEngine:
                 endpoint_name=f"sim-prefill-{uuid.uuid4().hex[:12]}",
             )
         elif s.mode == "decode":
-            self.receiver = KvReceiver(s.timeouts, self.transfer_mode, s.node, s.kv_buffer_mb * MIB, s.kv_verify)
+            self.receiver = KvReceiver(s.timeouts, self.transfer_mode, s.node, s.kv_buffer_mb * MIB, s.kv_verify,
+                                       kv_layout=(s.spec.memory.page_size, s.spec.memory.kv_cache_dtype))
         self._arm_crash_timer()
 
     async def warm_up(self) -> None:
@@ -188,9 +189,9 @@ class SimEngine:
             "attn_tp_size": p.tp // (p.dp if p.dp_attention else 1),
             "attn_cp_size": 1,
             "dp_size": p.dp,
-            "pp_size": 1,
-            "page_size": 1,
-            "kv_cache_dtype": "auto",
+            "pp_size": p.pp,
+            "page_size": s.spec.memory.page_size,
+            "kv_cache_dtype": s.spec.memory.kv_cache_dtype,  # the decode refuses a pair whose dtypes differ
             "follow_bootstrap_room": True,
             "enable_dsa_cache_layer_split": False,
             "prefill_http_port": s.port,
@@ -210,8 +211,10 @@ class SimEngine:
                 f"The input ({len(item.input_ids)} tokens) is longer than the model's context length "
                 f"({limit} tokens)."
             )
-        if any(t < 0 or t >= self.arch.vocab_size for t in item.input_ids):
-            raise BadRequest(f"input_ids must be token ids in [0, {self.arch.vocab_size})")
+        vocab = self.arch.vocab_size
+        outside = next((t for t in item.input_ids if t < 0 or t >= vocab), None)
+        if outside is not None:  # SGLang's wording for out-of-vocabulary ids (tokenizer_manager.py)
+            raise BadRequest(f"input_ids contains out-of-vocabulary token id {outside}; valid range is [0, {vocab}).")
         if s.mode != "null" and item.bootstrap_host != FAKE_BOOTSTRAP_HOST:
             if item.bootstrap_room is None:
                 raise BadRequest(MISSING_ROOM)

@@ -51,10 +51,12 @@ class KvReceiver:
     """Decode side: bootstrap check, heartbeat, and the per-room handshake/ready/data/finish sequence."""
 
     def __init__(self, timeouts: PdTimeouts, transfer_mode: str, node: str, buffer_bytes: int,
-                 verify: str = "full"):
+                 verify: str = "full", kv_layout: tuple[int, str] = (1, "auto")):
+        """`kv_layout`: this decode's (--page-size, --kv-cache-dtype), which the prefill's must equal."""
         if verify not in VERIFY_MODES:
             raise ValueError(f"--kv-verify={verify!r}; allowed: {', '.join(VERIFY_MODES)}")
         self.verify = verify
+        self.page_size, self.kv_cache_dtype = kv_layout
         self.verified_transfers = 0  # rooms whose payload passed the pattern check and the checksum
         self.received_bytes = 0
         self.timeouts = timeouts
@@ -100,6 +102,7 @@ class KvReceiver:
                 async with self.session.get(url, timeout=timeout) as resp:
                     if resp.status == 200:
                         info = await resp.json()
+                        self._check_layout(info, room)
                         self._prefill_info[addr] = info
                         return info
                     last = f"HTTP {resp.status}: {(await resp.text())[:200]}"
@@ -112,6 +115,18 @@ class KvReceiver:
             f"Decode handshake failed for request rank=0 with exception KVTransferError(bootstrap_room={room}): "
             f"Could not fetch prefill parallel info from {addr} after {t.bootstrap_retries} attempts ({last})",
         )
+
+    def _check_layout(self, info: dict[str, Any], room: int) -> None:
+        """SGLang 0.5.17's sanity checks of the prefill's info (disaggregation/common/conn.py): equal page size and
+        KV cache dtype, else the KV could not be read."""
+        theirs, ours = (info.get("page_size"), info.get("kv_cache_dtype")), (self.page_size, self.kv_cache_dtype)
+        for (name, flag), prefill, decode in zip((("page_size", "--page-size"), ("kv_cache_dtype", "--kv-cache-dtype")),
+                                                 theirs, ours):
+            if prefill is not None and prefill != decode:
+                what = "Page size" if name == "page_size" else "KV cache dtype"
+                raise KvTransferError("bootstrap", (
+                    f"{what} mismatch: prefill server has {name}={prefill}, but decode server has {name}={decode}. "
+                    f"Both servers must use the same {flag} value. (bootstrap_room={room})"))
 
     async def fetch(self, addr: str, room: int, rid: str) -> KvAux:
         """Handshake, wait for the KV, move and verify it, finish; bounded by the waiting timeout."""

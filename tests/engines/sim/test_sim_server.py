@@ -115,6 +115,35 @@ async def test_request_without_bootstrap_room_is_rejected_with_sglangs_400(pd_pa
         }
 
 
+async def test_out_of_vocabulary_ids_are_refused_by_both_legs_with_sglangs_400(pd_pair):
+    prefill, decode = pd_pair
+    for bad in (DEEPSEEK_R1.vocab_size, -1):
+        p, d = await pd_generate(prefill, decode, {"input_ids": [5, bad, 7], "sampling_params": {"max_new_tokens": 2}})
+        expected = {"error": {"message": f"input_ids contains out-of-vocabulary token id {bad}; valid range is "
+                                         f"[0, {DEEPSEEK_R1.vocab_size})."}}
+        assert (p.status_code, p.json()) == (d.status_code, d.json()) == (400, expected)
+
+
+def test_a_pair_whose_kv_cache_dtypes_differ_is_refused_as_sglangs_decode_does(tmp_path):
+    fp8 = sim_engine_config().model_copy(deep=True)
+    fp8.engine.sglang.kv_cache_dtype = "fp8_e4m3"
+    prefill = SimServer(fp8, "prefill", tmp_path)
+    decode = SimServer(sim_engine_config(), "decode", tmp_path)
+    try:
+        prefill.wait(), decode.wait()
+        route = httpx.get(f"http://127.0.0.1:{prefill.bootstrap_port}/route", params={
+            "prefill_dp_rank": -1, "prefill_cp_rank": -1, "target_tp_rank": -1, "target_pp_rank": -1}).json()
+        assert (route["kv_cache_dtype"], route["page_size"]) == ("fp8_e4m3", 1)  # the server's own, not "auto"
+        body = {"input_ids": [4, 5, 6], "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
+                "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": 11}
+        r = httpx.post(f"{decode.url}/generate", json=body, timeout=30)
+        assert r.status_code == 500
+        assert ("KV cache dtype mismatch: prefill server has kv_cache_dtype=fp8_e4m3, but decode server has "
+                "kv_cache_dtype=auto") in r.json()["message"]
+    finally:
+        prefill.stop(), decode.stop()
+
+
 async def test_decode_streams_sse_chunks_ending_in_done(pd_pair):
     prefill, decode = pd_pair
     body = {"input_ids": PROMPTS[1], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}, "stream": True}
@@ -277,7 +306,7 @@ def test_model_that_does_not_fit_is_refused_before_binding(capsys):
         ("[1, 2]", "body: send a JSON object"),
         ({}, "text, input_ids: send exactly one of them"),
         ({"input_ids": ["a"]}, "input_ids.0"),
-        ({"input_ids": [-1]}, "token ids in [0, 129280)"),
+        ({"input_ids": [-1]}, "valid range is [0, 129280)"),
         ({"input_ids": [1], "sampling_params": {"max_new_tokens": -3}}, "sampling_params.max_new_tokens"),
         ({"input_ids": [[1], [2]], "rid": ["a"]}, "rid: 1 values for a batch of 2 prompts"),
         ({"input_ids": []}, "input_ids: empty prompt"),
