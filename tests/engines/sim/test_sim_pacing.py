@@ -30,7 +30,7 @@ class FixedSteps:
             self.loop.spend_cpu(self.cpu_s)
         return STEP_S
 
-    def prefill_time_s(self, new_tokens, cached_tokens=None) -> float:
+    def prefill_time_s(self, new_tokens, cached_tokens=None, chunk_follows=False) -> float:
         return self._step()
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
