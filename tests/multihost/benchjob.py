@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from orchestrator.cluster.listening import ListeningSocket
+from orchestrator.cluster.ports import free_port, port_free
 from orchestrator.config import RunConfig, dump_config
 from orchestrator.cluster.netns import NetnsLab
 from tests.support import sim_config, wait_until
@@ -47,6 +48,7 @@ def host_config(hosts, tmp_path: Path, name: str, num_prompts: int = 160, overri
         # the router replica is not pinned to a node and serves HTTP itself: every interface of its node
         "router.host": "0.0.0.0",
         "router.api_key_env": API_KEY_ENV,
+        "router.port": router_port(hosts.lab),
         "router.request_timeout_s": 8.0,  # per leg: a leg cut off by a fault fails in 8 s, not at the deadline
         "router.max_attempts": 2,
         "metrics.exporter_port": EXPORTER_PORT,
@@ -57,6 +59,15 @@ def host_config(hosts, tmp_path: Path, name: str, num_prompts: int = 160, overri
         "benchmark.result_dir": str(tmp_path / "results"),
         **(overrides or {}),
     })
+
+
+def router_port(lab: NetnsLab) -> int:
+    """A port free on both node hosts: the router replica binds 0.0.0.0 on whichever node it lands on, and a
+    number picked in the test's own namespace says nothing about the ports the lab's Ray daemons hold there."""
+    while True:
+        port = lab.call("node-a", free_port, "0.0.0.0")
+        if lab.call("node-b", port_free, "0.0.0.0", port):
+            return port
 
 
 class BenchJob:
