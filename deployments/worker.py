@@ -217,8 +217,11 @@ class EngineWorker:
         if ok:
             try:
                 ray.get(get_registry().register.remote(self.endpoint, self.owner, self.held, self.slot), timeout=10)
-            except ray.exceptions.GetTimeoutError:  # a slow registry is not a sick engine: next check retries
-                logger.warning("%s: worker registry did not answer within 10 s", self.name)
+            except ray.exceptions.RayError as exc:  # a slow or lost registry is not a sick engine: the next check
+                # retries, and get_registry() re-creates a lost one (raising here would make Serve restart a
+                # healthy engine)
+                logger.warning("%s: worker registry did not take the registration (%s); next check retries",
+                               self.name, type(exc).__name__)
 
     def endpoint_info(self) -> dict:
         """Where this replica runs and how its engine is doing (for tests and the run report)."""
