@@ -347,6 +347,21 @@ def sim_engines_finished(doc: dict, role: str) -> int:
     return total
 
 
+def assert_one_live_change(status: dict, layouts: tuple[str, str], removed_name: str, added_name: str,
+                           context: str) -> None:
+    """`serve status` recorded exactly one P:D change from layouts[0] to layouts[1]: `removed_name` retired and drained
+    with nothing cut off, `added_name` admitted after its one pair warm-up and nothing else (`context`: for
+    messages, e.g. the apply's output)."""
+    (change,) = status["changes"]
+    assert (change["from"], change["to"]) == layouts, change
+    (removed,) = change["removed"]
+    assert removed["name"] == removed_name and removed["cut_off"] == 0, context
+    assert removed["requests_at_drained"] >= removed["requests_at_retire"], removed
+    (added,) = change["added"]
+    assert added["name"] == added_name and len(added["pair_warmups"]) == 1, added
+    assert added["requests_before_admission"] == 1, context
+
+
 class ChatLoad:
     """Closed-loop streamed chats through the gateway; every request ends completed (all its tokens, [DONE]) or
     failed with its reason."""
