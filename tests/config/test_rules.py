@@ -45,6 +45,9 @@ CONFIG_VERDICT = {
     "device-h100x1-agg.yaml": {"model.path", "model.quantization", "benchmark.dataset_path", "benchmark.num_prompts"},
     # issue 28 (c): the 2026 task's shape cut to 6 layers, serve + goodput on one GPU
     "device-h100x1-qwen3-serve.yaml": {"model.path", "benchmark.num_prompts", "benchmark.seed", "benchmark.deadline_s"},
+    # issue 29: the same on two GPUs (prefill GPU 0, decode GPU 1)
+    "device-h200x2-qwen3-serve.yaml": {"cluster.gpu", "model.path", "benchmark.num_prompts", "benchmark.seed",
+                                       "benchmark.deadline_s"},
     # issue 17's prepared full-size R1 runs on one 8xH200 host (trimmed ShareGPT copy; l38 is R1-shaped)
     "h200-r1-agg-tp8.yaml": {"cluster.gpu", "benchmark.dataset_path", "benchmark.num_prompts"},
     "h200-r1-agg-tp8-dpattn.yaml": {"cluster.gpu", "benchmark.dataset_path", "benchmark.num_prompts"},
