@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--model-path", required=True, help="a model folder with config.json (the R1-shaped one)")
     t.add_argument("--out", required=True)
     t.add_argument("--budget-s", type=float, required=True, help="wall seconds for everything (one device call: <= 600)")
-    t.add_argument("--layouts", default="tp2,dpattn2-ep2,pp2", help="comma-separated: tp2, dpattn2-ep2, pp2")
+    t.add_argument("--layouts", default="tp2,dpattn2-ep2,pp2", help="comma-separated: tp2, dpattn2-ep2, pp2, tp2-eager (no CUDA graphs), pp2-tail (decode 512 + context)")
     t.add_argument("--collective-tokens", default="1,8,32,64,128,256,512,1024,2048,4096,8192",
                    help="token counts of the collectives (bytes = tokens x hidden x 2)")
     t.add_argument("--no-collectives", action="store_true", help="skip the NCCL micro-benchmark")

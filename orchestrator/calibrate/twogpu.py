@@ -10,6 +10,8 @@ One device call (`scripts/device/calibrate.sh twogpu` on an nvidia-h100-x2 / nvi
      tp2          --tp-size 2                                          (two all-reduces per layer)
      dpattn2-ep2  --tp-size 2 --dp-size 2 --enable-dp-attention --ep-size 2   (gather / all-to-all MoE)
      pp2          --pp-size 2                                          (micro-batches over two stages)
+     tp2-eager    tp2 with --disable-cuda-graph: eager decode steps and context only
+     pp2-tail     pp2's decode batch 512 and context points only
 Everything lands in OUT/calibration-twogpu.json (+ collectives.json) as it is measured. The driver is stdlib
 only, like the rest of orchestrator/calibrate; `--dry-run` prints the plan and commands and starts nothing.
 """
@@ -28,6 +30,16 @@ LAYOUTS: dict[str, list[str]] = {
     "tp2": ["--tp-size", "2", "--enforce-disable-flashinfer-allreduce-fusion"],
     "dpattn2-ep2": ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention", "--ep-size", "2"],
     "pp2": ["--pp-size", "2"],
+    # issue 25 (h25eager): an eager TP2 decode step (no CUDA graph: what a decode runs past its captured batches),
+    # the fusion off as in tp2
+    "tp2-eager": ["--tp-size", "2", "--enforce-disable-flashinfer-allreduce-fusion", "--disable-cuda-graph"],
+    # pp2's points that the first run's budget cut off (decode batch 512, context), same flags and graphs as pp2
+    "pp2-tail": ["--pp-size", "2"],
+}
+# layouts that measure only some points (the others were measured by the layout they extend)
+ONLY: dict[str, dict] = {
+    "tp2-eager": {"measure": ["decode", "context"], "cuda_graphs": False},
+    "pp2-tail": {"measure": ["decode", "context"], "decode_batches": [512]},
 }
 # tokens of one collective: decode batches and prefill chunks (bytes = tokens x hidden x 2, bf16)
 COLLECTIVE_TOKENS = [1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
@@ -80,11 +92,17 @@ def plan(layouts: list[str], mem_fraction: str = "0.70") -> list[dict]:
     """single.py variants, one per layout: start-up, prefill (one chunk and k chunks), decode, context."""
     graphs = ["--cuda-graph-max-bs-decode", str(max(GRAPH_BATCHES)),
               "--cuda-graph-bs-decode", *[str(b) for b in GRAPH_BATCHES]]
-    return [{"name": name, "cache_state": "warm" if i else "cold",
-             "flags": [*LAYOUTS[name], "--mem-fraction-static", mem_fraction, *graphs],
-             "measure": ["prefill", "decode", "context"], "prefill_lengths": PREFILL_LENGTHS,
-             "prefill_concurrent": PREFILL_CONCURRENT, "decode_batches": DECODE_BATCHES,
-             "context_lengths": CONTEXT_LENGTHS, "min_left_s": MIN_LEFT_S} for i, name in enumerate(layouts)]
+    variants = []
+    for i, name in enumerate(layouts):
+        only = ONLY.get(name, {})
+        variants.append({"name": name, "cache_state": "warm" if i else "cold",
+                         "flags": [*LAYOUTS[name], "--mem-fraction-static", mem_fraction,
+                                   *(graphs if only.get("cuda_graphs", True) else [])],
+                         "measure": only.get("measure", ["prefill", "decode", "context"]),
+                         "prefill_lengths": PREFILL_LENGTHS, "prefill_concurrent": PREFILL_CONCURRENT,
+                         "decode_batches": only.get("decode_batches", DECODE_BATCHES),
+                         "context_lengths": CONTEXT_LENGTHS, "min_left_s": MIN_LEFT_S})
+    return variants
 
 
 def collectives_command(out_dir: Path, hidden: int, tokens: list[int], python: str = sys.executable) -> list[str]:
@@ -139,8 +157,10 @@ def dry_run(model_path: str, out_dir: Path, layouts: list[str], tokens: list[int
     lines = [f"two-GPU calibration of {model_path} -> {out_dir}",
              "collectives: " + " ".join(collectives_command(out_dir, 7168, tokens))]
     for variant in plan(layouts):
+        points = {"prefill": f"prefill L {variant['prefill_lengths']} + k x L {variant['prefill_concurrent']}",
+                  "decode": f"decode B {variant['decode_batches']}",
+                  "context": f"context B=16 C {variant['context_lengths']}"}
         lines.append(f"server {variant['name']}: sglang.launch_server {' '.join([*variant['flags'], *flags])}; "
-                     f"measure {', '.join(variant['measure'])} (prefill L {variant['prefill_lengths']} + k x L "
-                     f"{variant['prefill_concurrent']}; decode B {variant['decode_batches']}; context B=16 C "
-                     f"{variant['context_lengths']}); skipped with < {variant['min_left_s']} s left")
+                     f"measure {', '.join(variant['measure'])} ({'; '.join(points[m] for m in variant['measure'])}); "
+                     f"skipped with < {variant['min_left_s']} s left")
     return "\n".join(lines)

@@ -54,7 +54,7 @@ def test_dry_run_prints_every_server_and_the_collectives_and_starts_nothing(tmp_
 
 
 def test_the_plan_measures_each_layout_and_the_bubble_comes_from_prefill_latencies() -> None:
-    variants = plan(list(LAYOUTS))
+    variants = plan(["tp2", "dpattn2-ep2", "pp2"])
     assert [v["name"] for v in variants] == ["tp2", "dpattn2-ep2", "pp2"]
     assert variants[1]["flags"][:7] == ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention", "--ep-size", "2"]
     assert all(v["measure"] == ["prefill", "decode", "context"] for v in variants)
@@ -186,3 +186,22 @@ def test_a_twogpu_run_measures_every_layout_with_its_own_points(tmp_path, monkey
     assert res["runs"][1]["pp_bubble"] == {"4x1024": 1.0, "16x1024": 1.0, "8x4096": 1.0}  # k chunks took k x one
     saved = json.loads((tmp_path / "calibration-twogpu.json").read_text())
     assert saved["runs"][2]["decode"][0]["estimator"].startswith("DP ranks")
+
+
+def test_the_eager_tp2_and_the_pp2_tail_measure_only_their_own_points(tmp_path, capsys) -> None:
+    # issue 25 (h25eager): an eager TP2 decode step needs TP2 without CUDA graphs, the fusion still off; pp2-tail
+    # measures what the first pp2 run's budget cut off (decode batch 512, context) with pp2's flags and graphs
+    eager, tail = plan(["tp2-eager", "pp2-tail"])
+    assert "--disable-cuda-graph" in eager["flags"] and "--enforce-disable-flashinfer-allreduce-fusion" in eager["flags"]
+    assert not any(f.startswith("--cuda-graph") for f in eager["flags"])
+    assert eager["measure"] == ["decode", "context"] and eager["decode_batches"] == plan(["tp2"])[0]["decode_batches"]
+    assert tail["flags"] == plan(["pp2"])[0]["flags"]
+    assert tail["measure"] == ["decode", "context"] and tail["decode_batches"] == [512]
+    rc = main(["twogpu", "--model-path", str(R1S), "--out", str(tmp_path / "o"), "--budget-s", "540", "--dry-run",
+               "--layouts", "tp2-eager,pp2-tail", "--no-collectives"])
+    out = capsys.readouterr().out
+    assert rc == 0 and ("server tp2-eager: sglang.launch_server --tp-size 2 --enforce-disable-flashinfer-allreduce-fusion "
+                        "--disable-cuda-graph --mem-fraction-static 0.70; measure decode, context (decode B [1, 8, 32, 64,"
+                        " 128, 256, 512]; context B=16 C [256, 2048, 8192])") in out
+    assert ("measure decode, context (decode B [512]; context B=16 C [256, 2048, 8192])") in out
+    assert "prefill L" not in out
