@@ -238,6 +238,7 @@ def signal_table(relative: str) -> str:
 RENDERERS: dict[str, Callable[[], str]] = {
     "readme-truth-before-launch": readme_truth_before_launch,
     "fidelity-backtest": fidelity_backtest,
+    "fidelity-closed-loop-backtest": lambda: tool("plan", "--backtest", "--closed-loop", "--markdown").strip(),
     "performance-router-s5": lambda: raw("2026-11-24-router-vs-sglang-router-s5/stdout.txt", table_only=True),
     "performance-router-s5-before": lambda: raw("2026-11-24-router-vs-sglang-router-s5/before/stdout.txt",
                                                 table_only=True),

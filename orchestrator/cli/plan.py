@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "calibration profiles (benchmarks/backtest/runs.yaml), measured vs predicted and the error",
     )
     p.add_argument("--markdown", action="store_true", help="with --backtest: a Markdown table (docs/fidelity.md)")
+    p.add_argument("--closed-loop", action="store_true",
+                   help="with --backtest: the closed-loop (AIPerf goodput) rows of benchmarks/backtest/closed_loop.yaml "
+                   "instead: predicted now vs measured, the bound set before each run, a pre-registered prediction's error")
     p.add_argument("--search", action="store_true", help="enumerate layouts of the cluster and rank them")
     p.add_argument("--top", type=int, default=None,
                    help="with --search: print the best N layouts, and write them with --write-dir (default: 25 "
@@ -110,9 +113,21 @@ def _cmd_backtest(markdown: bool) -> int:
     return 1 if any(r.regressed for r in rows) else 0  # a reported miss is a finding, not a failure
 
 
+def _cmd_closed_loop_backtest(markdown: bool) -> int:
+    from orchestrator.plan.closedloop.backtest import closed_loop_backtest, closed_loop_table
+
+    try:
+        checks = closed_loop_backtest()
+    except (SimulationError, ValueError) as exc:
+        print(f"plan --backtest --closed-loop: {exc}", file=sys.stderr)
+        return 2
+    print(closed_loop_table(checks, markdown=markdown))
+    return 0  # a miss against a bound set before the run is a finding, reported, not a failure
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     if args.backtest:
-        return _cmd_backtest(args.markdown)
+        return _cmd_closed_loop_backtest(args.markdown) if args.closed_loop else _cmd_backtest(args.markdown)
     if not args.config:
         print("plan needs --config FILE (or --backtest)", file=sys.stderr)
         return 2

@@ -1,14 +1,20 @@
 """Closed-loop back-test: measured AIPerf points (benchmarks/backtest/closed_loop.yaml) against `plan`'s prediction.
 
-dataset rows (config, N, measured output tok/s, good fraction, TTFT/ITL p50) -> one simulated window per row
-(predict.py's point at that N, the row's config) -> ClosedLoopCheck (errors = predicted / measured - 1, gate agreed?)
--> ClosedLoopBand for a model: the output tok/s MAPE and the rest, what `plan` prints in place of "no out-of-sample
-rows yet" once a model has rows. Every row is out of sample; none has a bound (reported, not pinned).
+dataset rows (config, N, measured output tok/s, good fraction, TTFT/ITL p50, start-up; or `measured: null` for a run
+not yet measured) -> one simulated window per row (predict.py's point at that N, the row's config) -> ClosedLoopCheck
+(errors = predicted / measured - 1, gate agreed?, inside the row's bound?; for a pre-registered row also the error of
+the prediction recorded before the run, read from its committed file) -> ClosedLoopBand for a model: the output tok/s
+MAPE and the rest over the measured rows, what `plan` prints in place of "no out-of-sample rows yet".
+
+Every row is out of sample. A bound (per metric, a fraction) is set before the row's run is measured and never widened;
+`bound: null` = reported, not pinned (no bound was set before the row was first predicted).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -16,10 +22,22 @@ import yaml
 
 from orchestrator.config import load_config
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
-from orchestrator.plan.closedloop.predict import ClosedLoopPoint
+from orchestrator.plan.closedloop.predict import ClosedLoopPoint, predict_ready
 
 ROOT = Path(__file__).resolve().parents[3]
 DATASET = ROOT / "benchmarks" / "backtest" / "closed_loop.yaml"
+METRICS = ("output_tok_s", "good_fraction", "ttft_p50_ms", "itl_p50_ms", "ready_s", "ready_cold_s")
+LABELS = {"output_tok_s": "out tok/s", "ttft_p50_ms": "TTFT p50 ms", "itl_p50_ms": "ITL p50 ms",
+          "ready_s": "ready s", "ready_cold_s": "ready cold s"}
+
+
+@dataclass(frozen=True)
+class RecordedPrediction:
+    """A prediction committed before its run was measured: the `plan --json` file and the commit that wrote it."""
+
+    path: str
+    commit: str
+    values: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -27,15 +45,38 @@ class ClosedLoopCheck:
     row_id: str
     model: str
     concurrency: int
-    measured: dict[str, float]
+    measured: dict[str, float] | None  # None: the run is not measured yet (a pre-registered prediction)
     predicted: dict[str, float]
     min_good_fraction: float
+    bound: dict[str, float] | None = None
+    bound_set: str | None = None
+    recorded: RecordedPrediction | None = None
+    expect_miss: tuple[str, ...] = field(default=())
 
-    def error(self, key: str) -> float:
-        return self.predicted[key] / self.measured[key] - 1 if self.measured[key] else float("nan")
+    @property
+    def pending(self) -> bool:
+        return self.measured is None
+
+    def error(self, key: str, predicted: dict[str, float] | None = None) -> float:
+        values = self.predicted if predicted is None else predicted
+        if self.measured is None or key not in self.measured or key not in values or not self.measured[key]:
+            return float("nan")
+        return values[key] / self.measured[key] - 1
+
+    def recorded_error(self, key: str) -> float:
+        return self.error(key, self.recorded.values) if self.recorded is not None else float("nan")
+
+    def inside(self, key: str, predicted: dict[str, float] | None = None) -> bool | None:
+        """Within the row's bound for `key` (None: no bound on it, or not measured)."""
+        err = self.error(key, predicted)
+        if not self.bound or key not in self.bound or math.isnan(err):
+            return None
+        return abs(err) <= self.bound[key] + 1e-12
 
     @property
     def gate_agrees(self) -> bool:
+        if self.measured is None:
+            return True
         gate = self.min_good_fraction
         return (self.predicted["good_fraction"] >= gate) == (self.measured["good_fraction"] >= gate)
 
@@ -43,10 +84,11 @@ class ClosedLoopCheck:
 @dataclass(frozen=True)
 class ClosedLoopBand:
     model: str
-    checks: tuple[ClosedLoopCheck, ...]
+    checks: tuple[ClosedLoopCheck, ...]  # measured rows only
 
     def _mape(self, key: str) -> float:
-        return sum(abs(c.error(key)) for c in self.checks) / len(self.checks)
+        errors = [abs(c.error(key)) for c in self.checks if not math.isnan(c.error(key))]
+        return sum(errors) / len(errors) if errors else float("nan")
 
     def text(self) -> str:
         worst = max((c.error("output_tok_s") for c in self.checks), key=abs)
@@ -57,13 +99,32 @@ class ClosedLoopBand:
                 f"at {agreed} of {len(self.checks)} (benchmarks/backtest/closed_loop.yaml)")
 
 
-def _predict(config: str, overrides: tuple[str, ...], concurrency: int) -> tuple[str, dict[str, float], float]:
+def _predict(config: str, overrides: tuple[str, ...], concurrency: int, startup: bool
+             ) -> tuple[str, dict[str, float], float]:
     cfg = load_config(ROOT / config, list(overrides))
     slo = cfg.benchmark.slo
     point = ClosedLoopPoint(concurrency, simulate_closed_loop(cfg, ClosedLoopLoad.of(cfg, concurrency)), slo)
     predicted = {"output_tok_s": point.output_tok_s, "good_fraction": point.good_fraction,
                  "ttft_p50_ms": point.run.ttft_ms()["p50"], "itl_p50_ms": point.run.itl_ms()["p50"]}
+    if startup:
+        warm, cold = predict_ready(cfg, cfg.cluster.gpu), predict_ready(cfg, cfg.cluster.gpu, jit_cached=False)
+        predicted.update(ready_s=warm.ready_s, ready_cold_s=cold.ready_s)
     return cfg.model.architecture().name, predicted, slo.min_good_fraction
+
+
+def _recorded(spec: dict | None, concurrency: int) -> RecordedPrediction | None:
+    """The committed `plan --json` rows of a pre-registered prediction, at this row's N."""
+    if not spec:
+        return None
+    document = json.loads((ROOT / spec["path"]).read_text())
+    row = next(r for r in document["rows"] if r["concurrency"] == concurrency)
+    ready = document.get("time_to_ready") or {}
+    values = {"output_tok_s": row["output_tok_s"], "good_fraction": row["good_fraction"],
+              "ttft_p50_ms": row["ttft_ms"]["p50"], "itl_p50_ms": row["itl_ms"]["p50"]}
+    if ready:
+        values["ready_s"] = ready["placement_s"] + ready["engine_start_warm_s"] + ready["pair_warmup_s"]
+        values["ready_cold_s"] = ready["placement_s"] + ready["engine_start_cold_s"] + ready["pair_warmup_s"]
+    return RecordedPrediction(spec["path"], spec["commit"], values)
 
 
 def closed_loop_backtest(path: Path = DATASET) -> list[ClosedLoopCheck]:
@@ -77,14 +138,68 @@ def _backtest_cached(path: str, _mtime: int) -> tuple[ClosedLoopCheck, ...]:
     rows = (yaml.safe_load(Path(path).read_text()) or {}).get("rows", [])
     out = []
     for row in rows:
-        model, predicted, gate = _predict(row["config"], tuple(row.get("set", [])), int(row["concurrency"]))
-        out.append(ClosedLoopCheck(row["id"], model, int(row["concurrency"]), dict(row["measured"]), predicted, gate))
+        measured = row.get("measured")
+        startup = measured is None or any(k in measured for k in ("ready_s", "ready_cold_s"))
+        n = int(row["concurrency"])
+        model, predicted, gate = _predict(row["config"], tuple(row.get("set", [])), n, startup)
+        out.append(ClosedLoopCheck(
+            row["id"], model, n, None if measured is None else dict(measured), predicted, gate,
+            bound=row.get("bound"), bound_set=row.get("bound_set"), recorded=_recorded(row.get("recorded"), n),
+            expect_miss=tuple(row.get("expect_miss") or ())))
     return tuple(out)
 
 
 def closed_loop_band(model: str, path: Path = DATASET) -> ClosedLoopBand | None:
-    """The closed-loop error of `model`'s rows; None when the dataset has none of it (or no dataset)."""
+    """The closed-loop error of `model`'s measured rows; None when the dataset has none of it (or no dataset)."""
     if not Path(path).is_file():
         return None
-    checks = tuple(c for c in closed_loop_backtest(path) if c.model == model)
+    checks = tuple(c for c in closed_loop_backtest(path) if c.model == model and not c.pending)
     return ClosedLoopBand(model, checks) if checks else None
+
+
+def _cell(check: ClosedLoopCheck, key: str) -> str:
+    value = check.predicted.get(key)
+    if value is None:
+        return ""
+    digits = 2 if key == "itl_p50_ms" else 0
+    text = f"{value:,.{digits}f}"
+    if check.measured is None or key not in check.measured:
+        return text
+    inside = check.inside(key)
+    mark = "" if inside is None else (" ok" if inside else " MISS")
+    return f"{text} / {check.measured[key]:,.{digits}f} ({check.error(key):+.0%}{mark})"
+
+
+def closed_loop_table(checks: list[ClosedLoopCheck], markdown: bool = False) -> str:
+    """One line per row: predicted (now) / measured (error, inside the bound?) per metric; the bound and when it was
+    set; for a pre-registered row the error of the prediction recorded before the run."""
+    keys = ("output_tok_s", "ttft_p50_ms", "itl_p50_ms", "ready_s")
+    head = ["row", "N", *(f"{LABELS[k]} predicted / measured" for k in keys), "bound (set)", "recorded before the run"]
+    lines = []
+    for c in checks:
+        bound = ("none (reported)" if not c.bound else
+                 ", ".join(f"{LABELS.get(k, k)} ±{v:.0%}" for k, v in c.bound.items()) + f" ({c.bound_set})")
+        if c.recorded is None:
+            recorded = ""
+        elif c.pending:
+            recorded = f"{c.recorded.commit}: not measured yet"
+        else:
+            recorded = f"{c.recorded.commit}: " + ", ".join(
+                f"{LABELS[k]} {c.recorded_error(k):+.0%}" for k in keys if not math.isnan(c.recorded_error(k)))
+        cells = [c.row_id, str(c.concurrency), *(_cell(c, k) or "-" for k in keys), bound, recorded]
+        cells[2:6] = [x + (" (pending)" if c.pending and x != "-" else "") for x in cells[2:6]]
+        lines.append(cells)
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(cells) + " |" for cells in lines]
+    else:
+        out = ["  ".join(head)] + ["  ".join(cells) for cells in lines]
+    measured = [c for c in checks if not c.pending]
+    bounded = [(c, k) for c in measured for k in (c.bound or {}) if c.inside(k) is not None]
+    misses = [f"{c.row_id} {LABELS.get(k, k)} ({c.error(k):+.0%})" for c, k in bounded if not c.inside(k)]
+    if markdown:
+        out.append("")  # a paragraph, not one more table row
+    out.append(f"closed-loop back-test: {len(measured)} measured rows, {len(checks) - len(measured)} pending; "
+               f"{len(bounded) - len(misses)} of {len(bounded)} bounded metrics inside the bound set before the run"
+               + (f"; misses: {', '.join(misses)}" if misses else ""))
+    return "\n".join(out)
