@@ -6,7 +6,7 @@
 REPO=$(pwd)
 OUT=${OUT:-/tmp/bench_out}; mkdir -p "$OUT"
 write_manifest() {  # $OUT/manifest.json (as calibrate.sh): the command with the settings it read; a second call adds to it
-  python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|BENCH_[A-Z_]*|SITE_ARCHIVE)=' | sort | tr '\n' ' ')bash $0 $*" >/dev/null \
+  python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|BENCH_[A-Z_]*|SITE_ARCHIVE|CONFIG|ROUTER_GPUS|CONC|GP_ARGS|GOODPUT_RESERVE_S)=' | sort | tr '\n' ' ')bash $0 $*" >/dev/null \
     || echo "manifest.json not written" >&2
 }
 P=${PDO_DIR:-/root/pdo}; SITE=${SITE_DIR:-/root/site}; mkdir -p $P $P/bin   # persistent while the lease is warm

