@@ -109,8 +109,8 @@ def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> Non
 def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
     """The total token throughput a measured row's raw file records: SGLang's result block in a .txt/.log, the
     `total_tok_s` of a summary .json, or (k x (prompt + output tokens)) / the client's wall time of one point of a
-    calibration raw file (`point`: its run variant, measure, batch and context); None when the evidence is not
-    such a file in the repository."""
+    calibration raw file (`point`: its run variant, measure, batch and context; a prefill point: its concurrency and
+    prompt length, over its median latency); None when the evidence is not such a file in the repository."""
     path = ROOT / evidence.split()[0]
     if not path.is_file() or path.suffix not in (".txt", ".log", ".json"):
         return None
@@ -118,6 +118,10 @@ def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
         raw = json.loads(path.read_text())
         if raw.get("schema") == "pdo-calibration-raw/1" and point is not None:
             run = next(r for r in raw["runs"] if r["variant"] == point["variant"])
+            if point["measure"] == "prefill":  # k prompts of L tokens, one output token each: the last answer's latency
+                row = next(r for r in run["prefill"]
+                           if (r["concurrency"], r["input_tokens"]) == (point["concurrency"], point["input_tokens"]))
+                return row["concurrency"] * (row["input_tokens"] + 1) / row["latency_s_median"]
             row = next(r for r in run[point["measure"]]
                        if (r["batch_size"], r["context_tokens"]) == (point["batch_size"], point["context_tokens"]))
             client = row["client"]
