@@ -179,33 +179,48 @@ class MemoryTerms(ServerShape):
         --max-running-requests (split over DP-attention ranks, capped at half the rank's KV tokens in 0.5.x),
         else clamp(tokens / context x 512, 2048, 4096) capped at tokens / 2: never unlimited.
         """
+        return max(1, self.running_per_scheduler() * self.attn_dp * self.replicas)
+
+    def running_per_scheduler(self) -> int:
+        """One scheduler's running limit, which is also the size of its request pool (0.5.17
+        kv_cache_configurator.resolve_max_num_reqs sizes req_to_token_pool with it)."""
         ranks = self.attn_dp * self.replicas
         per_rank_tokens = self.kv_capacity_tokens() // max(1, ranks)
         context = self.context_length or self.arch.max_position_embeddings
         requested = self.max_running_requests
         if requested is None and self.speculative is not None:
             requested = 48  # SGLang 0.5.17's speculative_hook, unless --max-running-requests is given
-        per_rank = sgd.max_running_requests(
-            self.sglang_version, per_rank_tokens, context, requested, attn_dp=self.attn_dp
-        )
-        return max(1, per_rank * ranks)
+        return sgd.max_running_requests(self.sglang_version, per_rank_tokens, context, requested, attn_dp=self.attn_dp)
 
     @property
     def graph_max_bs(self) -> int:
-        """The largest decode batch (per attention rank) that replays a CUDA graph; 0 without graphs."""
+        """--cuda-graph-max-bs as SGLang's server_args resolves it (the flag, else its GPU/TP default; 0 without
+        decode graphs): what its mem_fraction_static default reserves for. The graphs it captures may stop lower
+        (captured_graph_max_bs)."""
         if not self.cuda_graph or self.role == "prefill":
             return 0
         return self.cuda_graph_max_bs or sgd.cuda_graph_max_bs_default(
             self.sglang_version, self.gpu.memory_gb * 1024, self.tp
         )
 
+    @property
+    def captured_graph_max_bs(self) -> int:
+        """The largest decode graph one scheduler captures, which sizes the graph buffers: graph_max_bs capped at
+        its request pool (SGLang 0.5.17 runner/base_cuda_graph_runner.py get_batch_sizes_to_capture drops sizes
+        above req_to_token_pool.size and adds the pool size itself), so a server capped at 256 running requests
+        captures to 256 even where the default max is 512."""
+        sizes = self.graph_batch_sizes()
+        return max(sizes) if sizes else 0
+
     def graph_batch_sizes(self) -> list[int]:
-        """Decode batch sizes SGLang captures at start (none on a PD prefill server or with graphs off)."""
+        """Decode batch sizes SGLang captures at start (none on a PD prefill server or with graphs off), up to its
+        request pool. A server whose weights leave no KV never starts; its list is server_args' own (the start-up
+        fits read it at another layer shape's TP)."""
         if self.graph_max_bs == 0:
             return []
-        req_pool = self.max_running_requests if self.max_running_requests is not None else None
+        req_pool = self.running_per_scheduler()
         return sgd.cuda_graph_batch_sizes(
-            self.sglang_version, self.gpu.memory_gb * 1024, self.tp, self.cuda_graph_max_bs, req_pool
+            self.sglang_version, self.gpu.memory_gb * 1024, self.tp, self.cuda_graph_max_bs, req_pool or None
         )
 
     def decode_runs_eager(self, batch_size: int) -> bool:
@@ -242,7 +257,7 @@ class MemoryTerms(ServerShape):
     def eager_decode_bytes(self, batch: int) -> float:
         """Transient memory of an eager decode step of `batch` requests per attention rank (0 when a graph runs it):
         its own split-KV buffers plus the previous eager step's, still referenced when the new ones are allocated."""
-        if batch <= self.graph_max_bs:
+        if batch <= self.captured_graph_max_bs:
             return 0.0
         return 2 * self._attn_logits_bytes(batch)
 
@@ -273,9 +288,9 @@ class MemoryTerms(ServerShape):
     def runtime_overhead_bytes(self) -> float:
         """Memory outside the static pool once started: 1 GiB (CUDA context, NCCL, allocator slack) +
         the decode graphs' buffers (triton: the fp32 split-KV buffer and KV-index buffer sized for the
-        largest graph batch; SGLang's own 2 MiB per graph batch size otherwise)."""
+        largest captured graph batch; SGLang's own 2 MiB per graph batch size otherwise)."""
         context = self.context_length or self.arch.max_position_embeddings
-        graphs = self.graph_max_bs
+        graphs = self.captured_graph_max_bs
         buffers = self._attn_logits_bytes(graphs) + graphs * context * 8 if graphs else 0.0
         return 2**30 + max(buffers, 2 * graphs * 2**20)
 

@@ -228,7 +228,7 @@ def _headroom_reason(model: EngineCostModel, running: int, where: str) -> str:
     fixes = [f"set {where}.mem_fraction_static <= {top:.2f}"]
     batch = model.decode_batch_per_rank(running)
     if model.eager_decode_bytes(batch) >= peak:
-        what = (f"an eager decode step of {batch} requests past the largest CUDA graph ({model.graph_max_bs}): "
+        what = (f"an eager decode step of {batch} requests past the largest CUDA graph ({model.captured_graph_max_bs}): "
                 f"the triton backend's attn_logits for it and for the step before")
         fixes.append(f"{where}.max_running_requests <= {model.graph_max_bs} (every decode step replays a graph)")
     else:
@@ -239,6 +239,15 @@ def _headroom_reason(model: EngineCostModel, running: int, where: str) -> str:
         f"{model.free_after_start_bytes() / GB:.1f} GB/GPU after start (graphs, context) for {what}, ~{peak / GB:.1f} GB "
         f"(x{ACTIVATION_HEADROOM:g} margin): CUDA OOM under load; " + " or ".join(fixes)
     )
+
+
+def _graph_max_bs_text(model: EngineCostModel) -> str | None:
+    """The decode graph max SGLang resolves, and where its request pool stops the capture below it."""
+    if model.graph_max_bs == 0:
+        return None
+    if model.captured_graph_max_bs < model.graph_max_bs:
+        return f"{model.graph_max_bs} (captured to {model.captured_graph_max_bs}: the request pool, max_running_requests)"
+    return str(model.graph_max_bs)
 
 
 def sglang_defaults_text(cfg: RunConfig, gpu: str | None = None) -> str:
@@ -254,7 +263,7 @@ def sglang_defaults_text(cfg: RunConfig, gpu: str | None = None) -> str:
         unset = {
             "chunked_prefill_size": (spec.batching.chunked_prefill_size, model.chunked_prefill_tokens),
             "mem_fraction_static": (spec.memory.mem_fraction_static, model.mem_fraction_static),
-            "cuda_graph_max_bs": (spec.batching.cuda_graph_max_bs, model.graph_max_bs if role != "prefill" else None),
+            "cuda_graph_max_bs": (spec.batching.cuda_graph_max_bs, _graph_max_bs_text(model)),
             "max_running_requests": (spec.batching.max_running_requests, model.max_running()),
         }
         shown = [f"{name} {value}" for name, (given, value) in unset.items() if given is None and value is not None]

@@ -232,3 +232,26 @@ def _with_engine(cfg, **sglang: object):
     data = cfg.model_dump(mode="json")
     data["engine"]["sglang"].update(sglang)
     return config_from_dict(data)
+
+
+def test_a_decode_server_capped_at_256_running_holds_graph_buffers_for_256_not_the_default_512() -> None:
+    """SGLang 0.5.17 resolves --cuda-graph-max-bs to 512 on an H100 at TP8 (server_args, which its mem_fraction_static
+    default reserves for), but captures no graph above the scheduler's request pool (get_batch_sizes_to_capture clamps
+    to req_to_token_pool.size = the running limit): the graph buffers the decode holds after start are 256's."""
+    from orchestrator.perfmodel.costmodel import cost_model_for
+    from orchestrator.plan.memory import sglang_defaults_text
+
+    def decode(**group) -> tuple:
+        data = pd_1p1d("H100-SXM", "w4a8")
+        data["layout"]["decode"] = [{"tp": 8, "attention_backend": "triton", **group}]
+        cfg = config_from_dict(data)
+        return cfg, cost_model_for(cfg, "decode", cfg.layout.decode[0])
+
+    cfg, capped = decode(max_running_requests=256)
+    _, explicit = decode(max_running_requests=256, cuda_graph_max_bs=256)
+    _, uncapped = decode()
+    assert (capped.graph_max_bs, capped.captured_graph_max_bs, capped.graph_batch_sizes()[-1]) == (512, 256, 256)
+    assert capped.runtime_overhead_bytes() == pytest.approx(explicit.runtime_overhead_bytes())
+    assert uncapped.captured_graph_max_bs == 512 and uncapped.runtime_overhead_bytes() > capped.runtime_overhead_bytes()
+    assert ("layout.decode.0: chunked_prefill_size 8192, mem_fraction_static 0.875, cuda_graph_max_bs 512 (captured "
+            "to 256: the request pool, max_running_requests)") in sglang_defaults_text(cfg)
