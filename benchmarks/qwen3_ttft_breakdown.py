@@ -45,8 +45,9 @@ def members(archive: Path) -> dict[str, str]:
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
             name = member.name
-            if name.endswith((".log", "profile_export.jsonl")) and "aiperf.log" not in name:
-                out[name] = io.TextIOWrapper(tar.extractfile(member), encoding="utf-8").read()
+            stream = tar.extractfile(member)
+            if stream is not None and name.endswith((".log", "profile_export.jsonl")) and "aiperf.log" not in name:
+                out[name] = io.TextIOWrapper(stream, encoding="utf-8").read()
     return out
 
 
@@ -81,7 +82,7 @@ def records(files: dict[str, str], n: int) -> list[dict]:
 
 
 def breakdown(recs: list[dict], ready: dict, first: dict, last: dict, seen: dict) -> list[dict[str, float]]:
-    rooms = sorted(seen, key=seen.get)
+    rooms = sorted(seen, key=lambda room: seen[room])
     used: set[str] = set()
     rows = []
     profiled = [r for r in recs if r["metadata"]["benchmark_phase"] == "profiling" and "time_to_first_token" in r["metrics"]]
@@ -91,7 +92,7 @@ def breakdown(recs: list[dict], ready: dict, first: dict, last: dict, seen: dict
         candidates = [x for x in rooms if x not in used and sent < seen[x] < sent + ttft and x in ready and x in first and x in last]
         if not candidates:
             continue
-        room = max(candidates, key=seen.get)
+        room = max(candidates, key=lambda x: seen[x])
         used.add(room)
         if first[room][3]:  # one chunk only: no mark of when its batch was scheduled
             continue

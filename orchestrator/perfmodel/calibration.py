@@ -87,6 +87,9 @@ class Calibration:
     # per step and per layer, from its measured profiles (costmodel.graphed_step_floor); None where none measured
     graph_step_s: float | None = None
     graph_layer_s: float | None = None
+    # a layer shape no profile measured: the profile (same GPU, same weight format, another shape) whose prefill
+    # shares of peak it borrows (costmodel._lend_prefill_shares); None where the shares are the profile's own
+    prefill_lender: str | None = None
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""

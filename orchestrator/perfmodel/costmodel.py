@@ -254,7 +254,28 @@ def _find_calibration(
     if any(p.model.matches(arch, p.model.quantization) for p in pool):
         return startup  # these layer dims were measured in another weight format: not a shape without a profile
     step_s, layer_s = graphed_step_floor(gpu, pool) or (None, None)
-    return replace(startup, graph_step_s=step_s, graph_layer_s=layer_s)
+    return _lend_prefill_shares(replace(startup, graph_step_s=step_s, graph_layer_s=layer_s), gpu, quantization, pool)
+
+
+def _lend_prefill_shares(cal: Calibration, gpu: str, quantization: str, pool: list[CalibrationProfile]) -> Calibration:
+    """A layer shape no profile measured (Qwen3) takes the GEMM and MHA-attention shares of peak of this GPU's
+    profile in the same weight format that timed prefill forwards from its server log (else another GPU's with the
+    same compute peaks): the same GEMM kernels (FP8 block-quantized dense and fused-MoE GEMMs) and the same triton
+    extend-attention kernel, on other matrix sizes. Not the absorbed-MLA share: a GQA layer has no absorbed path.
+    Checked, not fitted, on the Qwen3-shaped pair's lone 4,000-token forwards on one H100 (docs/fidelity.md)."""
+    target = gpu_spec(gpu)
+    lenders = sorted(
+        (p for p in pool if p.model.quantization == quantization and any(x.source == "server-log" for x in p.prefill)
+         and (gpu_spec(p.gpu.name).fp8_tflops, gpu_spec(p.gpu.name).bf16_tflops) == (target.fp8_tflops, target.bf16_tflops)),
+        key=lambda p: p.gpu.name != gpu)
+    arch = next((a for p in lenders for a in MODEL_PRESETS.values() if p.model.matches(a, quantization)), None)
+    if arch is None:
+        return cal
+    lender = next(p for p in lenders if p.model.matches(arch, quantization))
+    shares = calibration_for(lender, arch, quantization)
+    return replace(cal, efficiency_prefill=shares.efficiency_prefill, prefill_points=shares.prefill_points,
+                   efficiency_attention=shares.efficiency_attention, prefill_rms_rel=shares.prefill_rms_rel,
+                   prefill_lender=lender.name)
 
 
 def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, float] | None:

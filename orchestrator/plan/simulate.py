@@ -15,6 +15,12 @@ before its prefill may start, once per turn of its loop as SGLang's DecodePreall
 adds only the clock: virtual event times, the router's round robin, KV transfers serialised per decode
 link. TTFT is when the first token is available to the client (PD: KV landed on decode and the request
 joined its running batch; aggregated: end of its last prefill chunk).
+
+Two SGLang/GPU mechanisms on that clock: a PD prefill in SGLang's overlap loop (the default) enqueues a batch's KV
+only while processing its result, after it launched the next batch and that batch finished (the result's host copy
+waits for it): a finished batch's KV waits for the next forward when one starts at once, measured on one H100
+(docs/performance.md, "Where a request's KV transfer time goes"); `--disable-overlap-schedule` sends it at once.
+Servers sharing one GPU (a local cluster with gpu_split: off) time-slice it (perfmodel/scheduling/timeslice.py).
 """
 
 from __future__ import annotations
@@ -30,13 +36,14 @@ from orchestrator.config import RunConfig
 from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits, server_limits
 from orchestrator.perfmodel.scheduling.request_bounds import never_runs
 from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
+from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
 from orchestrator.records import Role
 
 __all__ = [  # the results and batch helpers live in plan/runs.py; importers may keep using this module
     "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "batch_shapes",
-    "simulate_run", "synthetic_batch",
+    "simulate_run", "synthetic_batch", "shared_gpu_groups",
 ]
 
 
@@ -65,6 +72,10 @@ class _Server:
     steps: StepScheduler
     busy: bool = False  # a forward is running
     link_free_s: float = 0.0  # the decode server's receive link (KV transfers queue on it)
+    overlap: bool = False  # PD prefill in SGLang's overlap loop: a batch's KV is sent after the next forward
+    held: list[_Request] | None = None  # PD prefill: KV computed, waiting for the running forward to end
+    gpu: TimeSlicedGpu | None = None  # the GPU it time-slices with other servers, if it shares one
+    step_in_flight: Step | None = None  # on a shared GPU: the forward whose end the GPU re-times
 
     @property
     def capacity_tokens(self) -> int:
@@ -83,15 +94,26 @@ def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | 
                 f"{role}-{index}-0: the weights leave no KV cache on {model.gpu.name}; "
                 f"run `pd-orchestrator plan` for layouts that fit"
             )
+        flags = [*cfg.engine.sglang.extra_args, *group.extra_args]
+        overlap = role == "prefill" and "--disable-overlap-schedule" not in flags and cfg.engine.kind == "sglang"
         for replica in range(group.count):
-            out.append(_Server(f"{role}-{index}-{replica}", role, node, model, StepScheduler(server_limits(model), model)))
+            out.append(_Server(f"{role}-{index}-{replica}", role, node, model, StepScheduler(server_limits(model), model),
+                               overlap=overlap))
     return out
 
 
 class _Simulation:
     """The event loop: a heap of (time, seq, action) and the servers the actions touch."""
 
-    def __init__(self, prefill: list[_Server], decode: list[_Server], aggregated: list[_Server]):
+    def __init__(self, prefill: list[_Server], decode: list[_Server], aggregated: list[_Server],
+                 shared_gpus: Sequence[Sequence[str]] = ()):
+        by_name = {s.name: s for s in prefill + decode + aggregated}
+        for names in shared_gpus:  # servers that time-slice one GPU (shared_gpu_groups)
+            gpu = TimeSlicedGpu(",".join(names))
+            for name in names:
+                if name in by_name:
+                    by_name[name].gpu = gpu
+        self.servers = by_name
         self.events: list = []
         self.seq = itertools.count()
         self.now = 0.0
@@ -169,7 +191,7 @@ class _Simulation:
         step = server.steps.schedule()
         server.busy = step.forward is not None  # before the hand-offs, which may kick this server again
         if step.forward is not None:
-            self.at(self.now + step.forward.duration_s, self.forward_done, server, step)
+            self.start_forward(server, step)
         for seq in step.preallocated:  # PD decode: the prefill may start now (a decode-only trace has none)
             if seq.owner.prefill is not None:
                 if not self.bootstrapped:
@@ -192,19 +214,48 @@ class _Simulation:
         for prefill in dict.fromkeys(req.prefill for req in ready if req.prefill is not None):
             self.kick(prefill)
 
-    def forward_done(self, server: _Server, step: Step) -> None:
+    def start_forward(self, server: _Server, step: Step) -> None:
+        """The forward ends after its cost-model time, or, on a GPU shared with other servers, when its work has
+        drained at 1/k of the GPU while k forwards were in flight there (every start and end re-times the others)."""
         assert step.forward is not None
+        if server.gpu is None:
+            self.at(self.now + step.forward.duration_s, self.forward_done, server, step)
+            return
+        server.gpu.start(self.now, server.name, step.forward.duration_s)
+        server.step_in_flight = step
+        self.retime(server.gpu)
+
+    def retime(self, gpu: TimeSlicedGpu) -> None:
+        for name, end_s, token in gpu.completions():
+            server = self.servers[name]
+            self.at(end_s, self.forward_done, server, server.step_in_flight, token)
+
+    def forward_done(self, server: _Server, step: Step, token: int | None = None) -> None:
+        assert step.forward is not None
+        if server.gpu is not None:
+            if not server.gpu.finish(self.now, server.name, token if token is not None else -2):
+                return  # re-timed since this event was scheduled
+            self.retime(server.gpu)
         prefill = step.forward.kind == "prefill"
+        computed: list[_Request] = []
         for seq in server.steps.update_from_output(step):
             req = seq.owner
             if prefill and server.role == "prefill":
-                self.send_kv(server, req)
+                computed.append(req)
                 continue
             if prefill and req.first_token_s is None:  # aggregated: the next token is out
                 req.first_token_s = self.now
             if seq.state == "done":
                 self.finish(req)
+        for req in server.held or ():  # the batch before this one: its result waited for this forward to end
+            self.send_kv(server, req)
+        server.held = None
         self.turn(server)
+        if server.overlap and server.busy:
+            server.held = computed  # sent when the forward just launched ends
+        else:
+            for req in computed:
+                self.send_kv(server, req)
 
     def send_kv(self, prefill: _Server, req: _Request) -> None:
         decode = req.decode
@@ -279,9 +330,10 @@ def simulate_run(
     if isinstance(max_concurrency, str):  # "auto"
         max_concurrency = client_concurrency(cfg, gpu, sglang_version)
     if cfg.layout.mode == "pd":
-        sim = _Simulation(_servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), [])
+        sim = _Simulation(_servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), [],
+                          shared_gpu_groups(cfg))
     else:
-        sim = _Simulation([], [], _servers(cfg, "aggregated", gpu, sglang_version))
+        sim = _Simulation([], [], _servers(cfg, "aggregated", gpu, sglang_version), shared_gpu_groups(cfg))
     duration = sim.run(batch, max_concurrency)
     e2e_s = [end - r.arrival_s for r in sim.requests if (end := r.finish_s) is not None]
     ttft_s = [first - r.arrival_s for r in sim.requests if r.finish_s is not None and (first := r.first_token_s) is not None]

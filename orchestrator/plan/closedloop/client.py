@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-from orchestrator.plan.simulate import SimulationError, _Request, _servers, _Simulation
+from orchestrator.plan.simulate import SimulationError, _Request, _servers, _Simulation, shared_gpu_groups
 from orchestrator.stats import percentile
 
 
@@ -108,9 +108,10 @@ class _ClosedLoopSimulation(_Simulation):
 
     def __init__(self, cfg: RunConfig, load: ClosedLoopLoad, gpu: str, sglang_version: str | None):
         if cfg.layout.mode == "pd":
-            super().__init__(_servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), [])
+            super().__init__(_servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), [],
+                             shared_gpu_groups(cfg))
         else:
-            super().__init__([], [], _servers(cfg, "aggregated", gpu, sglang_version))
+            super().__init__([], [], _servers(cfg, "aggregated", gpu, sglang_version), shared_gpu_groups(cfg))
         self.load = load
 
     def finish(self, req: _Request) -> None:

@@ -184,7 +184,10 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
                      f"({cal.graph_step_s * 1e3:.2f} ms per step + {cal.graph_layer_s * 1e6:.0f} us per layer, from its "
                      "shipped profiles of other shapes)" if cal.graph_step_s is not None and cal.graph_layer_s is not None
                      and role != "prefill" else "")
-            out.append(f"layout.{role}.{i}: forwards from the roofline cost model{floor}; start-up figures from {cal.profile}")
+            shares = (f"; prefill at the shares of peak of {cal.prefill_lender} (GEMMs {cal.efficiency_prefill:.1%}, attention "
+                      f"{cal.efficiency_attention or cal.efficiency_prefill:.1%}: same GPU and weight format, another layer shape)"
+                      if cal.prefill_lender and role != "decode" else "")
+            out.append(f"layout.{role}.{i}: forwards from the roofline cost model{floor}{shares}; start-up figures from {cal.profile}")
         else:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
     return out
