@@ -50,7 +50,7 @@ class ClosedLoopCheck:
     min_good_fraction: float
     bound: dict[str, float] | None = None
     bound_set: str | None = None
-    recorded: RecordedPrediction | None = None
+    recorded: tuple[RecordedPrediction, ...] = ()  # predictions committed before the run, oldest (the bound's) first
     expect_miss: tuple[str, ...] = field(default=())
 
     @property
@@ -63,8 +63,8 @@ class ClosedLoopCheck:
             return float("nan")
         return values[key] / self.measured[key] - 1
 
-    def recorded_error(self, key: str) -> float:
-        return self.error(key, self.recorded.values) if self.recorded is not None else float("nan")
+    def recorded_error(self, key: str, which: int = 0) -> float:
+        return self.error(key, self.recorded[which].values) if len(self.recorded) > which else float("nan")
 
     def inside(self, key: str, predicted: dict[str, float] | None = None) -> bool | None:
         """Within the row's bound for `key` (None: no bound on it, or not measured)."""
@@ -112,10 +112,12 @@ def _predict(config: str, overrides: tuple[str, ...], concurrency: int, startup:
     return cfg.model.architecture().name, predicted, slo.min_good_fraction
 
 
-def _recorded(spec: dict | None, concurrency: int) -> RecordedPrediction | None:
-    """The committed `plan --json` rows of a pre-registered prediction, at this row's N."""
-    if not spec:
-        return None
+def _recorded(specs: dict | list | None, concurrency: int) -> tuple[RecordedPrediction, ...]:
+    """The committed `plan --json` rows of each pre-registered prediction, at this row's N."""
+    return tuple(_one_recorded(s, concurrency) for s in ([specs] if isinstance(specs, dict) else specs or []))
+
+
+def _one_recorded(spec: dict, concurrency: int) -> RecordedPrediction:
     document = json.loads((ROOT / spec["path"]).read_text())
     row = next(r for r in document["rows"] if r["concurrency"] == concurrency)
     ready = document.get("time_to_ready") or {}
@@ -179,13 +181,10 @@ def closed_loop_table(checks: list[ClosedLoopCheck], markdown: bool = False) -> 
     for c in checks:
         bound = ("none (reported)" if not c.bound else
                  ", ".join(f"{LABELS.get(k, k)} ±{v:.0%}" for k, v in c.bound.items()) + f" ({c.bound_set})")
-        if c.recorded is None:
-            recorded = ""
-        elif c.pending:
-            recorded = f"{c.recorded.commit}: not measured yet"
-        else:
-            recorded = f"{c.recorded.commit}: " + ", ".join(
-                f"{LABELS[k]} {c.recorded_error(k):+.0%}" for k in keys if not math.isnan(c.recorded_error(k)))
+        recorded = "; ".join(
+            f"{r.commit}: not measured yet" if c.pending else f"{r.commit}: " + ", ".join(
+                f"{LABELS[k]} {c.recorded_error(k, i):+.0%}" for k in keys if not math.isnan(c.recorded_error(k, i)))
+            for i, r in enumerate(c.recorded))
         cells = [c.row_id, str(c.concurrency), *(_cell(c, k) or "-" for k in keys), bound, recorded]
         cells[2:6] = [x + (" (pending)" if c.pending and x != "-" else "") for x in cells[2:6]]
         lines.append(cells)
