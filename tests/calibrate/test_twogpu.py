@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.calibrate.command import main
-from orchestrator.calibrate.twogpu import LAYOUTS, collectives_command, plan, pp_bubble
+from orchestrator.calibrate.twogpu import collectives_command, plan, pp_bubble
 
 ROOT = Path(__file__).resolve().parents[2]
 R1S = ROOT / "benchmarks/calibration/r1-shaped"
