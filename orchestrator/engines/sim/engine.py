@@ -92,6 +92,7 @@ class SimEngine:
             vocab_size=self.arch.vocab_size,
             eos_token_id=self.arch.eos_token_id,
             slow_factor=lambda: self.faults.step_factor,
+            before_step=lambda: self.faults.on_step(),
         )
         self.metrics = SimMetrics(
             MetricLabels(settings.served_model_name, settings.engine_type),
@@ -153,6 +154,13 @@ class SimEngine:
         at = self.faults.spec.crash_at_s
         if at is not None:
             self._crash_timer = asyncio.get_running_loop().call_later(at, crash, "crash_at_s")
+
+    def unavailable(self) -> str | None:
+        """Why the server cannot take requests now (503 on /generate and /health), or None: starting up, or its
+        scheduler failed (the cause)."""
+        if not self.ready:
+            return "The server is starting up (simulated start-up delay)."
+        return self.scheduler.failure
 
     # ----- facts ---------------------------------------------------------------------------------------------
     def modelled_transfer_s(self, prompt_tokens: int, decode_node: str | None) -> float:
@@ -324,6 +332,8 @@ class SimEngine:
                 self.metrics.bootstrap_failed()
                 raise
             await self.scheduler.preallocate(run.req)  # the prefill starts only after this (SGLang's order)
+            if run.req.finished:  # refused or failed while waiting for KV room; the router aborts the prefill leg
+                return
             self.queues.decode_prealloc -= 1
             in_prealloc = False
             self.queues.decode_transfer += 1
@@ -345,6 +355,9 @@ class SimEngine:
 
     def _finish_run(self, run: Run) -> None:
         req = run.req
+        failure = self.scheduler.failure
+        if run.error is None and failure is not None and (req.finish_reason or {}).get("message") == failure:
+            run.error = (500, failure)
         req.finished_at = req.finished_at or time.monotonic()
         self.runs.discard(run)
         run.done.set()

@@ -39,6 +39,14 @@ class FaultSpec(BaseModel):
         0.0, ge=0, le=1, description="Fraction of requests whose output token ids are wrong (still 200)."
     )
     seed: int = Field(0, description="Seed of the random stream behind error_rate and corrupt_rate.")
+    scheduler_error_after_steps: int | None = Field(
+        None, ge=0, description="Raise inside the scheduler at forward step N+1 (an engine bug): every request in "
+        "flight and every later one fails naming the error, and /health answers 503."
+    )
+
+
+class SimulatedEngineBug(RuntimeError):
+    """The scheduler_error_after_steps fault: an exception inside a scheduler step."""
 
 
 class FaultSpecError(ValueError):
@@ -86,6 +94,7 @@ class FaultInjector:
 
     spec: FaultSpec = field(default_factory=FaultSpec)
     requests_seen: int = 0
+    steps_seen: int = 0
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.spec.seed)
@@ -98,6 +107,13 @@ class FaultInjector:
     def hangs_health(self) -> bool:
         """A server hung on requests also leaves its health probes unanswered (SGLang's probe generates)."""
         return self.spec.hang == "requests" and self.requests_seen >= self.spec.hang_after_requests
+
+    def on_step(self) -> None:
+        """Count one forward step of the scheduler; raise when the spec says this step fails."""
+        due = self.spec.scheduler_error_after_steps
+        self.steps_seen += 1
+        if due is not None and self.steps_seen > due:
+            raise SimulatedEngineBug(f"injected fault scheduler_error_after_steps={due} (forward step {self.steps_seen})")
 
     def on_request(self) -> RequestFate:
         """Count one /generate request and decide its fate (one draw per rate, in a fixed order)."""
@@ -116,4 +132,4 @@ class FaultInjector:
         )
 
     def describe(self) -> dict[str, Any]:
-        return {**self.spec.model_dump(), "requests_seen": self.requests_seen}
+        return {**self.spec.model_dump(), "requests_seen": self.requests_seen, "steps_seen": self.steps_seen}

@@ -146,6 +146,7 @@ class Scheduler:
         eos_token_id: int,
         slow_factor: Callable[[], float] = lambda: 1.0,
         on_finish: Callable[[SimRequest], None] | None = None,
+        before_step: Callable[[], None] = lambda: None,
     ):
         if limits.kv_capacity_tokens < 1:
             raise ValueError(
@@ -157,6 +158,7 @@ class Scheduler:
         self.eos_token_id = eos_token_id
         self.slow_factor = slow_factor
         self.on_finish = on_finish
+        self.before_step = before_step  # the fault injector's hook (scheduler_error_after_steps)
         self.steps = StepScheduler(limits.model_limits(), cost, cached_tokens=self._cached)
         self.batch = self.steps.batch  # the queues and KV pool, read for stats and aborts
         self.prefilling: list[SimRequest] = []  # in the prefill batch that is running now
@@ -168,6 +170,8 @@ class Scheduler:
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._live: set[SimRequest] = set()  # every unfinished request it was given, wherever the model holds it
+        self.failure: str | None = None  # why the loop stopped (a step raised); every request then fails with it
         # pacing (see _sleep_modelled): when the running step ends on the model's timeline; None while idle
         self._timeline_at: float | None = None
         self.modelled_busy_s = 0.0
@@ -204,10 +208,14 @@ class Scheduler:
         """Queue a request (the caller has checked prompt_len < capacity; max_new_tokens is clamped to fit).
 
         PD decode: a request whose KV has landed (first_token set, preallocate() done) joins the batch; a
-        local one (warm-up, health probe: SGLang's fake transfer) is pre-allocated first, its KV then there."""
+        local one (warm-up, health probe: SGLang's fake transfer) is pre-allocated first, its KV then there.
+        After a failure the request ends at once with its cause."""
+        if self._refused_after_failure(req):
+            return
         if req.seq is None:
             self._clamp(req)
             req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
+            self._live.add(req)
             if self.limits.role == "decode":
                 req.first_token = output_token(req.seed, 0, self.vocab_size)
                 self.steps.enqueue_prealloc(req.seq, kv_local=True)
@@ -217,22 +225,27 @@ class Scheduler:
         self._wake.set()
 
     async def preallocate(self, req: SimRequest) -> None:
-        """PD decode: wait until the scheduling model pre-allocates the request's KV (before its transfer)."""
+        """PD decode: wait until the scheduling model pre-allocates the request's KV (before its transfer), or the
+        request ends (aborted, or the scheduler failed)."""
+        if self._refused_after_failure(req):
+            return
         self._clamp(req)
         req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
+        self._live.add(req)
         self.steps.enqueue_prealloc(req.seq)
         self._wake.set()
         await req.preallocated.wait()
 
     def drop(self, req: SimRequest) -> None:
         """Free what a request that never reached the batch holds (PD decode: cancelled during its transfer)."""
-        if req.seq is not None:
+        self._live.discard(req)
+        if req.seq is not None and self.failure is None:
             self.steps.finish(req.seq)
             self._wake.set()
 
     async def release(self, req: SimRequest) -> None:
         """Free a finished PD prefill request's KV, held for its transfer until now."""
-        if req.seq is not None and req.seq.state == "held":
+        if req.seq is not None and req.seq.state == "held" and self.failure is None:
             self.steps.release(req.seq)
             self._wake.set()
 
@@ -289,15 +302,34 @@ class Scheduler:
                 if step.forward is None:
                     self._timeline_at = None  # idle: the next step starts when work arrives
                     await self._wake.wait()
-                elif step.forward.kind == "prefill":
+                    continue
+                self.before_step()
+                if step.forward.kind == "prefill":
                     await self._run_prefill(step)
                 else:
                     await self._run_decode_step(step)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a bug must not leave clients waiting forever
-                log.exception("scheduler step failed; aborting all requests")
-                self.abort("", abort_all=True, message="simulated scheduler error; see server log")
+            except Exception as exc:  # a bug must not leave clients waiting forever, nor spin on the same error
+                self._fail(exc)
+                return
+
+    def _fail(self, exc: Exception) -> None:
+        """Stop after a step raised: the model's batch may be half-updated, so every request it was given (found
+        by `_live`, not by the queues) fails with the cause, and so does every later one (SGLang's scheduler
+        process dies on an exception and takes its server with it)."""
+        log.exception("scheduler step failed; failing every request in flight and every new one")
+        self.failure = f"simulated scheduler failed: {type(exc).__name__}: {exc}"
+        for req in [*self._live, *self.prefilling]:
+            self._finish(req, self.failure_reason())
+
+    def failure_reason(self) -> dict:
+        return {"type": "abort", "message": self.failure, "status_code": 500}
+
+    def _refused_after_failure(self, req: SimRequest) -> bool:
+        if self.failure is not None:
+            self._finish(req, self.failure_reason())
+        return self.failure is not None
 
     def _hand_off(self, step: Step) -> None:
         """PD decode: pre-allocated requests may start their transfer; landed ones have their first token."""
@@ -389,7 +421,8 @@ class Scheduler:
             return
         req.finish_reason = reason
         req.finished_at = time.monotonic()
-        if req.seq is not None:
+        self._live.discard(req)
+        if req.seq is not None and self.failure is None:
             self.steps.finish(req.seq)  # frees its KV, unless a PD prefill holds it for the transfer
         req.preallocated.set()  # a PD decode waiting for pre-allocation stops waiting
         req.updated.set()

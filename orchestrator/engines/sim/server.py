@@ -161,8 +161,8 @@ class SimHttpApi:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         e = self.engine
-        if not e.ready:
-            return sglang_error(503, "The server is starting up (simulated start-up delay).")
+        if (unavailable := e.unavailable()) is not None:
+            return sglang_error(503, unavailable)
         fate = e.faults.on_request()
         if fate.crash:
             crash("crash_after_requests")
@@ -221,8 +221,8 @@ class SimHttpApi:
         return resp
 
     async def health(self, request: web.Request) -> web.Response:
-        if not self.engine.ready:
-            return web.Response(status=503)
+        if (unavailable := self.engine.unavailable()) is not None:
+            return web.Response(status=503, text=unavailable)
         if self.engine.faults.hangs_health:
             await _hang_forever()
         return web.Response(status=200)
@@ -230,8 +230,8 @@ class SimHttpApi:
     async def health_generate(self, request: web.Request) -> web.Response:
         """A one-token generation through the scheduler (PD: the fake bootstrap host, no peer needed)."""
         e = self.engine
-        if not e.ready:
-            return web.Response(status=503)
+        if (unavailable := e.unavailable()) is not None:
+            return web.Response(status=503, text=unavailable)
         if e.faults.hangs_health:
             await _hang_forever()
         item = Item(0, f"HEALTH_CHECK_{uuid.uuid4().hex}", [0], SamplingParams(max_new_tokens=1),

@@ -150,3 +150,33 @@ async def test_slow_factor_stretches_every_step():
     assert len(reqs["slow"].output_ids) < 20  # same work, started together, still far from done
     await slow.stop()
     await normal.stop()
+
+
+class _OldSignatureCostModel:
+    """The bug that once hung test_sim_pacing: a cost model whose prefill_time_s lacks the step loop's chunk_follows
+    argument, so the scheduler's first prefill step raises TypeError after the model took the request off its queue."""
+
+    def prefill_time_s(self, new_tokens, cached_tokens=None) -> float:
+        return 0.001
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        return 0.001
+
+
+async def test_a_scheduler_step_that_raises_fails_every_request_with_the_cause_instead_of_hanging():
+    sched = Scheduler(_OldSignatureCostModel(), SchedulerLimits(8, 100_000, 8192), VOCAB, eos_token_id=-1)
+    sched.start()
+    in_flight = SimRequest("in-flight", [1, 2, 3], max_new_tokens=5, ignore_eos=True)
+    sched.submit(in_flight)
+    await asyncio.wait_for(in_flight.finished_event.wait(), 5)  # before the fix: never set (the test hung)
+    cause = "simulated scheduler failed: TypeError: _OldSignatureCostModel.prefill_time_s() takes"
+    assert in_flight.aborted and in_flight.finish_reason["message"].startswith(cause)
+    assert sched.failure is not None and sched.failure.startswith(cause)
+    later = SimRequest("later", [4, 5], max_new_tokens=5)
+    sched.submit(later)
+    transferred = SimRequest("transferred", [6, 7], max_new_tokens=5)
+    await asyncio.wait_for(sched.preallocate(transferred), 5)  # (PD decode) one waiting for KV room ends too
+    for req in (later, transferred):
+        assert req.finish_reason == {"type": "abort", "message": sched.failure, "status_code": 500}
+    assert sched._task is not None and sched._task.done()  # the loop stopped, not spinning on the same error
+    await sched.stop()

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.cluster.ports import free_port
 from orchestrator.config.model_presets import DEEPSEEK_R1
-from tests.support import HAVE_NIXL, SimServer, pd_generate, sim_engine_config, start_servers, wait_until
+from tests.support import HAVE_NIXL, SimServer, pd_generate, sim_engine_config, sim_server, start_servers, wait_until
 
 pytestmark = pytest.mark.slow  # simulated engine servers as subprocesses
 
@@ -288,6 +289,30 @@ def test_crash_fault_kills_the_process_like_a_kill(tmp_path, how):
         assert server.proc.proc.wait(timeout=10) == 137
     finally:
         server.stop()
+
+
+async def test_a_scheduler_step_that_raises_fails_the_requests_in_flight_and_new_ones_and_turns_the_server_unhealthy():
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 1_000_000, "ignore_eos": True}}
+    cause = "simulated scheduler failed: SimulatedEngineBug: injected fault scheduler_error_after_steps=0"
+    with sim_server() as url:
+        running = lambda: total(scrape(SimpleNamespace(url=url)), "sglang:num_running_reqs")  # noqa: E731
+        async with httpx.AsyncClient(timeout=30) as client:
+            chunks = []
+            async with client.stream("POST", f"{url}/generate", json={**body, "stream": True}) as streamed:
+                plain = asyncio.ensure_future(client.post(f"{url}/generate", json=body))
+                await _until(lambda: running() >= 2)  # both requests are in the running batch
+                (await client.post(f"{url}/sim/faults", json={"scheduler_error_after_steps": 0})).raise_for_status()
+                async for line in streamed.aiter_lines():
+                    if line.startswith("data: {"):
+                        chunks.append(json.loads(line[6:]))
+            answered = await plain
+            health, later = await asyncio.gather(client.get(f"{url}/health"), client.post(f"{url}/generate", json=body))
+    assert len(chunks[-1]["output_ids"]) > 0  # it was streaming tokens when the step raised
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "abort"
+    assert chunks[-1]["meta_info"]["finish_reason"]["message"].startswith(cause)
+    assert answered.status_code == 500 and answered.json()["message"].startswith(cause)
+    assert health.status_code == 503 and health.text.startswith(cause)
+    assert later.status_code == 503 and later.json()["message"].startswith(cause)
 
 
 def test_model_that_does_not_fit_is_refused_before_binding(capsys):

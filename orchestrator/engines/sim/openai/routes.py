@@ -58,8 +58,8 @@ class SimOpenAiApi:
         if media_type != "application/json":  # SGLang's validate_json_request
             return openai_error(400, f"content-type: Unsupported Media Type: Only 'application/json' is allowed "
                                      f"(got {media_type or 'none'})", HTTPStatus.BAD_REQUEST.phrase)
-        if not e.ready:
-            return openai_error(503, "The server is starting up (simulated start-up delay).", "503")
+        if (unavailable := e.unavailable()) is not None:
+            return openai_error(503, unavailable, "503")
         fate = e.faults.on_request()
         if fate.crash:
             crash("crash_after_requests")
