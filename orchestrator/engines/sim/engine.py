@@ -219,6 +219,8 @@ class SimEngine:
                 f"The input ({len(item.input_ids)} tokens) is longer than the model's context length "
                 f"({limit} tokens)."
             )
+        if (unplaceable := self.scheduler.never_preallocated(len(item.input_ids))) is not None:
+            raise BadRequest(unplaceable)
         vocab = self.arch.vocab_size
         outside = next((t for t in item.input_ids if t < 0 or t >= vocab), None)
         if outside is not None:  # SGLang's wording for out-of-vocabulary ids (tokenizer_manager.py)

@@ -199,6 +199,19 @@ class Scheduler:
         """Prompts shorter than this can be admitted: prompt + 1 new token + a page below the KV pool."""
         return self.limits.kv_capacity_tokens - self.limits.page_size - 1
 
+    def never_preallocated(self, prompt_len: int) -> str | None:
+        """PD decode: why a prompt's KV (+ --num-reserved-decode-tokens) can never be pre-allocated here, or None.
+        SGLang 0.5.17 aborts only prompts above the pool (DecodePreallocQueue._check_if_req_exceed_kv_capacity) and
+        leaves one in between queued until the prefill's bootstrap timeout; we refuse it at once."""
+        lim = self.limits.model_limits()
+        needed = prompt_len + lim.reserved_decode_tokens
+        if lim.role != "decode" or needed <= lim.kv_capacity_tokens:
+            return None
+        return (f"The input ({prompt_len} tokens) + {lim.reserved_decode_tokens} reserved decode tokens "
+                f"(--num-reserved-decode-tokens) = {needed} tokens exceeds the decode's KV pool "
+                f"({lim.kv_capacity_tokens} tokens): its KV can never be pre-allocated. Use a shorter input or a "
+                "decode server with a larger KV pool.")
+
     def _clamp(self, req: SimRequest) -> None:
         # SGLang's init_req_max_new_tokens: prompt + max_new_tokens + a page below the KV pool (one rule, shared
         # with the planner, which refuses what this cuts)
@@ -210,7 +223,7 @@ class Scheduler:
         PD decode: a request whose KV has landed (first_token set, preallocate() done) joins the batch; a
         local one (warm-up, health probe: SGLang's fake transfer) is pre-allocated first, its KV then there.
         After a failure the request ends at once with its cause."""
-        if self._refused_after_failure(req):
+        if self._refused_after_failure(req) or self._refused_by_the_pool(req):
             return
         if req.seq is None:
             self._clamp(req)
@@ -227,7 +240,7 @@ class Scheduler:
     async def preallocate(self, req: SimRequest) -> None:
         """PD decode: wait until the scheduling model pre-allocates the request's KV (before its transfer), or the
         request ends (aborted, or the scheduler failed)."""
-        if self._refused_after_failure(req):
+        if self._refused_after_failure(req) or self._refused_by_the_pool(req):
             return
         self._clamp(req)
         req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
@@ -315,9 +328,8 @@ class Scheduler:
                 return
 
     def _fail(self, exc: Exception) -> None:
-        """Stop after a step raised: the model's batch may be half-updated, so every request it was given (found
-        by `_live`, not by the queues) fails with the cause, and so does every later one (SGLang's scheduler
-        process dies on an exception and takes its server with it)."""
+        """Stop after a step raised: every request it was given (found by `_live`: the model's batch may be
+        half-updated) and every later one fails with the cause (SGLang's scheduler dies with its server)."""
         log.exception("scheduler step failed; failing every request in flight and every new one")
         self.failure = f"simulated scheduler failed: {type(exc).__name__}: {exc}"
         for req in [*self._live, *self.prefilling]:
@@ -325,6 +337,12 @@ class Scheduler:
 
     def failure_reason(self) -> dict:
         return {"type": "abort", "message": self.failure, "status_code": 500}
+
+    def _refused_by_the_pool(self, req: SimRequest) -> bool:  # the server refuses it earlier (check_item)
+        why = None if req.seq is not None else self.never_preallocated(req.prompt_len)
+        if why is not None:
+            self._finish(req, {"type": "abort", "message": why, "status_code": 400})
+        return why is not None
 
     def _refused_after_failure(self, req: SimRequest) -> bool:
         if self.failure is not None:

@@ -180,3 +180,23 @@ async def test_a_scheduler_step_that_raises_fails_every_request_with_the_cause_i
         assert req.finish_reason == {"type": "abort", "message": sched.failure, "status_code": 500}
     assert sched._task is not None and sched._task.done()  # the loop stopped, not spinning on the same error
     await sched.stop()
+
+
+async def test_a_pd_decode_prompt_whose_kv_and_reserve_exceed_the_pool_ends_with_the_reason_instead_of_waiting():
+    """The pre-allocation needs prompt + 512 reserved decode tokens free at once: a 600-token prompt on a 1,000-token
+    pool never got it and waited forever; 488 tokens (488 + 512 = 1,000) is pre-allocated."""
+    sched = make_scheduler(kv_tokens=1000, role="decode")
+    fits = SimRequest("fits", list(range(1, 489)), max_new_tokens=4, ignore_eos=True)
+    await asyncio.wait_for(sched.preallocate(fits), 5)
+    assert not fits.finished and sched.kv_used_tokens == 488
+    sched.drop(fits)
+    never, local = (SimRequest(rid, list(range(1, 601)), max_new_tokens=4) for rid in ("never", "local"))
+    await asyncio.wait_for(sched.preallocate(never), 5)  # before the fix: never returned
+    sched.submit(local)  # a local request (SGLang's fake transfer) is pre-allocated the same way
+    await asyncio.wait_for(local.finished_event.wait(), 5)
+    why = ("The input (600 tokens) + 512 reserved decode tokens (--num-reserved-decode-tokens) = 1112 tokens exceeds "
+           "the decode's KV pool (1000 tokens): its KV can never be pre-allocated.")
+    for req in (never, local):
+        assert req.aborted and req.finish_reason["message"].startswith(why) and req.finish_reason["status_code"] == 400
+    assert sched.never_preallocated(488) is None and sched.kv_used_tokens == 0
+    await sched.stop()

@@ -145,6 +145,23 @@ def test_a_pair_whose_kv_cache_dtypes_differ_is_refused_as_sglangs_decode_does(t
         prefill.stop(), decode.stop()
 
 
+def test_a_decode_refuses_a_prompt_its_kv_pool_can_never_pre_allocate_with_the_numbers(tmp_path):
+    cfg = sim_engine_config()
+    cfg.engine.sglang.max_total_tokens = 2000
+    decode = SimServer(cfg, "decode", tmp_path)
+    try:
+        decode.wait()
+        body = {"input_ids": list(range(3, 1603)), "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
+                "bootstrap_port": free_port(), "bootstrap_room": 12}
+        r = httpx.post(f"{decode.url}/generate", json=body, timeout=30)
+    finally:
+        decode.stop()
+    assert r.status_code == 400  # at once: no prefill needed, none contacted
+    assert r.json()["error"]["message"].startswith(
+        "The input (1600 tokens) + 512 reserved decode tokens (--num-reserved-decode-tokens) = 2112 tokens exceeds the "
+        "decode's KV pool (2000 tokens)")
+
+
 async def test_decode_streams_sse_chunks_ending_in_done(pd_pair):
     prefill, decode = pd_pair
     body = {"input_ids": PROMPTS[1], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}, "stream": True}
