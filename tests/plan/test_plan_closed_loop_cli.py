@@ -96,3 +96,13 @@ def test_compare_ab_tests_pd_against_aggregated_under_the_first_configs_closed_l
 def test_compare_real_on_a_closed_loop_points_to_serve_and_goodput(capsys):
     assert main(["compare", "--configs", QWEN, QWEN, "--real"]) == 2
     assert "`serve` + `goodput`" in capsys.readouterr().err
+
+
+def test_plan_names_what_prices_a_qwen3_pair_sharing_one_gpu(capsys):
+    code = main(["plan", "--config", str(ROOT / "configs" / "device-h100x1-qwen3-serve.yaml"), "--concurrency", "4"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "decode-0-0 and prefill-0-0 share one GPU (cluster.local.gpu_split: off): their forwards time-slice it" in out
+    assert "layout.prefill.0: forwards from the roofline cost model; prefill at the shares of peak of h100-sxm-r1s6" in out
+    code = main(["plan", "--config", str(ROOT / "configs" / "device-h200x2-qwen3-serve.yaml"), "--concurrency", "4"])
+    assert code == 0 and "share one GPU" not in capsys.readouterr().out  # a GPU per server

@@ -18,7 +18,7 @@ from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, ClosedLoopRun, simulate_closed_loop
 from orchestrator.plan.deadline import PLACEMENT_S, engine_start_s
 from orchestrator.plan.runs import LABEL
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulate import shared_gpu_groups, simulate_run
 
 PASS, FAIL = "PASS", "FAIL"
 
@@ -190,6 +190,9 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
             out.append(f"layout.{role}.{i}: forwards from the roofline cost model{floor}{shares}; start-up figures from {cal.profile}")
         else:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
+    for names in shared_gpu_groups(cfg):
+        out.append(f"{' and '.join(names)} share one GPU (cluster.local.gpu_split: off): their forwards time-slice it, "
+                   "each at 1/k of the GPU while k run (perfmodel/scheduling/timeslice.py)")
     return out
 
 
