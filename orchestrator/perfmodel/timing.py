@@ -69,6 +69,7 @@ class TimingTerms(MemoryTerms):
         stage: bool = False,
         graphed_floor: bool = False,
         eager: bool = False,
+        decode: bool = False,
     ) -> float:
         """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs. `stage`: one
         pipeline stage's share (layers / pp, its weights and KV, one send onward; no scheduler step).
@@ -92,7 +93,7 @@ class TimingTerms(MemoryTerms):
             read_efficiency, step_s, layer_s = self.efficiency_decode, self.gpu.step_overhead_s, self.gpu.layer_overhead_s
         memory_s = share * bytes_read / (self.gpu.hbm_tb_s * 1e12 * read_efficiency)
         fixed_s = (0.0 if stage else step_s) + share * arch.num_hidden_layers * layer_s
-        return max(compute_s, memory_s) + self._comm_s(tokens, stage, eager) + fixed_s
+        return max(compute_s, memory_s) + self._comm_s(tokens, stage, eager, decode) + fixed_s
 
     def _weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit)."""
@@ -114,20 +115,39 @@ class TimingTerms(MemoryTerms):
         """Weight/expert read time of one forward at WEIGHT_READ_EFFICIENCY of datasheet HBM."""
         return self._weight_bytes_read(tokens) / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
 
-    def _comm_s(self, tokens: int, stage: bool = False, eager: bool = False) -> float:
+    def _comm_s(self, tokens: int, stage: bool = False, eager: bool = False, decode: bool = False) -> float:
         """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens (`stage`: one
         stage's layers and its one send onward; `eager`: not replayed from a CUDA graph, as every prefill forward
-        and a decode step beyond the captured sizes). With DP attention the all-reduce after attention becomes a
-        gather of every rank's tokens before the MoE and a scatter after it: the same bytes per GPU."""
+        and a decode step beyond the captured sizes). With DP attention a decode step gathers and reduce-scatters
+        (_dp_attention_layer_comm_s); a prefill forward (SGLang's SUM_LEN padding when a batch extends) gathers by an
+        all-reduce of the zero-padded global batch and all-reduces the MLP output: TP's two all-reduces."""
         arch = self.arch
         activation_bytes = tokens * arch.hidden_size * 2
         layers = arch.num_hidden_layers / self.pp if stage else arch.num_hidden_layers
-        comm_s = 2 * layers * self._allreduce_s(activation_bytes, eager)
+        if decode and self.dp_attention and self.attn_dp > 1 and self.tp == self.attn_dp:
+            comm_s = layers * self._dp_attention_layer_comm_s(activation_bytes, eager)
+        else:  # TP; a DP-attention prefill; DP attention with attention TP > 1 (see _dp_attention_layer_comm_s)
+            comm_s = 2 * layers * self._allreduce_s(activation_bytes, eager)
         if self.pp > 1:
             links = collectives.link_figures(self.gpu, self.comm_efficiency)
             send = collectives.p2p_send_s(activation_bytes, self.nnodes > 1, links)
             comm_s += send if stage else (self.pp - 1) * send
         return comm_s
+
+    def _dp_attention_layer_comm_s(self, global_bytes: float, eager: bool) -> float:
+        """One decode layer's collectives under DP attention with attention TP 1 (dp = tp, SGLang 0.5.17
+        layers/dp_attention.py and layers/communicator.py): each rank's attention output is gathered into the global
+        batch before the MoE / MLP (MAX_LEN padding, as inside a CUDA graph and for balanced decode batches:
+        all_gather_into_tensor over the TP group) and the MLP output reduce-scattered back to each rank's own tokens
+        (dp_reduce_scatter_tensor): one all-gather and one reduce-scatter of the global tokens, two launches as TP's
+        two all-reduces with half their bytes. Attention TP > 1 inside a DP rank adds a reduce-scatter and an
+        all-gather of the rank's own tokens inside its attention TP group (four launches per layer); that path was
+        not read end to end (its scattered-input and fusion options) and keeps TP's two all-reduces in _comm_s:
+        charged as four launches it would move the TP8 x PP2 x DP-attention 2 team row from -14.9 % to -19.2 %
+        (docs/fidelity.md, "DP attention and context at TP > 1")."""
+        links = collectives.link_figures(self.gpu, self.comm_efficiency)
+        nodes = self.nnodes if self._tp_spans_nodes else 1
+        return 2 * collectives.allgather_s(global_bytes, self.tp, nodes, links, eager)
 
     def absorbed_prefill(self, cached_tokens: Sequence[int] | None) -> bool:
         """Does a prefill batch with these cached tokens run the absorbed MLA path (see ABSORBED_PREFILL_BACKENDS)?"""
@@ -289,6 +309,7 @@ class TimingTerms(MemoryTerms):
             stage=stage,
             graphed_floor=not self._tp_spans_nodes,
             eager=eager,
+            decode=True,
         )
         if eager:
             step += arch.num_hidden_layers * self.gpu.eager_layer_s / (self.pp if stage else 1)
@@ -317,7 +338,7 @@ class TimingTerms(MemoryTerms):
         if eager:
             per_layer += (c.eager_layer_s if c.eager_layer_s is not None else self.gpu.eager_layer_s)
             per_layer += (c.eager_layer_per_req_s or 0.0) * bs / split
-        step = self.weight_read_s(bs) + self._comm_s(bs, eager=eager) + layers * per_layer
+        step = self.weight_read_s(bs) + self._comm_s(bs, eager=eager, decode=True) + layers * per_layer
         return step * cal.page_factor(self.page_size)
 
     def kv_transfer_s(self, num_tokens: int, same_node: bool) -> float:

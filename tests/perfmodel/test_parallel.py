@@ -105,6 +105,30 @@ def test_an_eager_all_reduce_pays_the_floor_measured_between_two_h200s() -> None
     assert collectives.allreduce_s(small, 16, 2, links, eager=True) == collectives.allreduce_s(small, 16, 2, links)
 
 
+def test_a_dp_attention_decode_layer_gathers_and_reduce_scatters_where_tp_all_reduces_twice() -> None:
+    links = collectives.HOPPER
+    global_bytes = 256 * 7168 * 2
+    # an all-gather (or a reduce-scatter) moves (n - 1) / n of the gathered bytes: half an all-reduce's
+    gather = collectives.allgather_s(global_bytes, 8, 1, links)
+    assert gather - links.intra_latency_s == pytest.approx((collectives.allreduce_s(global_bytes, 8, 1, links)
+                                                           - links.intra_latency_s) / 2)
+    one_node = ROOT / "configs/h200-r1-agg-tp8.yaml"  # 8 x H200, TP8
+    base: list[str] = []
+    tp = load_config(one_node, base)
+    dp = load_config(one_node, [*base, "layout.aggregated.0.dp=8", "layout.aggregated.0.dp_attention=true"])
+    tp_model, dp_model = (cost_model_for(c, *[(r, g) for r, _, g in c.layout.groups()][0]) for c in (tp, dp))
+    layers = DEEPSEEK_R1.num_hidden_layers
+    # decode (SGLang's MAX_LEN padding): one all-gather and one reduce-scatter of the global batch per layer
+    assert dp_model._comm_s(256, decode=True) == pytest.approx(layers * 2 * gather)
+    assert dp_model._comm_s(256, decode=True) < tp_model._comm_s(256, decode=True)
+    # a prefill forward (SUM_LEN: the gather is an all-reduce of the zero-padded global batch) pays TP's two all-reduces
+    assert dp_model._comm_s(8192) == pytest.approx(tp_model._comm_s(8192))
+    # attention TP > 1 inside a DP rank keeps TP's two all-reduces (its extra pair is not charged: docs/fidelity.md)
+    dp2 = load_config(one_node, [*base, "layout.aggregated.0.dp=2", "layout.aggregated.0.dp_attention=true"])
+    dp2_model = cost_model_for(dp2, *[(r, g) for r, _, g in dp2.layout.groups()][0])
+    assert dp2_model._comm_s(256, decode=True) == pytest.approx(tp_model._comm_s(256, decode=True))
+
+
 def test_dummy_weights_route_every_token_to_the_same_experts_under_a_biased_router() -> None:
     assert dummy_routing("dummy", DEEPSEEK_R1.topk_method) and not dummy_routing("auto", DEEPSEEK_R1.topk_method)
     assert not dummy_routing("dummy", DEEPSEEK_V2_LITE.topk_method)  # greedy softmax: no per-expert bias

@@ -102,3 +102,17 @@ def p2p_send_s(nbytes: float, cross_node: bool, links: LinkFigures) -> float:
     if cross_node:
         return links.inter_latency_s + nbytes / links.inter_p2p_bw
     return links.intra_latency_s + nbytes / links.intra_alltoall_busbw
+
+
+def allgather_s(nbytes: float, ranks: int, nodes: int, links: LinkFigures, eager: bool = False) -> float:
+    """One all-gather (or reduce-scatter: the same traffic) whose gathered result is `nbytes` on every GPU: each GPU
+    moves (n - 1) / n of it, half an all-reduce's bytes (an all-reduce is a reduce-scatter plus an all-gather).
+    `eager` as allreduce_s."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    factor = (ranks - 1) / ranks
+    if nodes <= 1 and eager and links.eager_intra_latency_s is not None and links.eager_intra_allreduce_busbw:
+        return links.eager_intra_latency_s + factor * nbytes / links.eager_intra_allreduce_busbw
+    if nodes <= 1:
+        return links.intra_latency_s + factor * nbytes / links.intra_allreduce_busbw
+    return links.inter_latency_s + factor * nbytes / links.inter_allreduce_busbw
