@@ -3,8 +3,8 @@
 profile (perfmodel/profile.py) -> Calibration:
 - decode: one GPU's decode step on the profile GPU = weight/expert bytes at HBM speed (physics, scales
   with TP and GPU) + per layer (l0 + l_req x requests + l_ctx x context tokens), fitted by least squares
-  on the CUDA-graph points; eager steps (batch above the largest captured graph) add per layer
-  (e0 + e_req x requests), fitted on the eager points against the graph fit. Per-request and
+  on the CUDA-graph points (eager steps, beyond the largest captured graph, are launch-bound: timing.py's
+  eager_launch_s, fitted on every profile's eager points by benchmarks/eager_launch_cost.py). Per-request and
   per-context terms are one GPU's share: they divide by TP on the target (heads and expert slices
   split over TP ranks); per-layer terms scale with the target's layer count.
 - prefill: shares of peak FLOP/s of the GEMMs, of MHA attention pairs and of absorbed-MLA attention pairs
@@ -41,12 +41,9 @@ class DecodeCoeffs:
     layer_s: float
     layer_per_req_s: float
     layer_per_ctx_s: float
-    eager_layer_s: float | None
-    eager_layer_per_req_s: float | None
     graph_points: int
-    eager_points: int
+    eager_points: int  # not fitted here: gpus.GpuSpec eager_launch_* (benchmarks/eager_launch_cost.py)
     graph_rms_rel: float  # root-mean-square relative error of the fit on its own points
-    eager_rms_rel: float | None
 
 
 @dataclass(frozen=True)
@@ -185,26 +182,9 @@ def fit_decode(
         # same experts, so the expert reads a uniform router implies never happen): keep the roofline
         return None
     eager = [p for p in points if not p.cuda_graph]
-    e0 = e_req = eager_rms = None
-    if eager:
-        base = np.array([
-            weight_read_s(p.batch_size) + layers * (coef[0] + coef[1] * p.batch_size + coef[2] * p.context_tokens)
-            for p in eager
-        ])
-        extra = np.array([p.step_s for p in eager]) - base
-        if len(eager) >= 2 and len({p.batch_size for p in eager}) >= 2:
-            xe = np.array([[layers, layers * p.batch_size] for p in eager], dtype=float)
-            ce = _nnls(xe, extra)
-        else:
-            ce = np.array([max(0.0, float(np.mean(extra))) / layers, 0.0])
-        e0, e_req = float(ce[0]), float(ce[1])
-        pe = base + np.array([layers * (e0 + e_req * p.batch_size) for p in eager])
-        me = np.array([p.step_s for p in eager])
-        eager_rms = float(np.sqrt(np.mean(((pe - me) / me) ** 2)))
     return DecodeCoeffs(
         layer_s=float(coef[0]), layer_per_req_s=float(coef[1]), layer_per_ctx_s=float(coef[2]),
-        eager_layer_s=e0, eager_layer_per_req_s=e_req, graph_points=len(graph), eager_points=len(eager),
-        graph_rms_rel=graph_rms, eager_rms_rel=eager_rms,
+        graph_points=len(graph), eager_points=len(eager), graph_rms_rel=graph_rms,
     )
 
 

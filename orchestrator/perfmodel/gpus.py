@@ -32,11 +32,17 @@ class GpuSpec:
     jit_cold_s: float = 15.0
     jit_warm_s: float = 5.0
     # Defaults where no calibration profile measured them (measured on H200 with V2-Lite, SGLang 0.5.17,
-    # 2026-11-21 logs: warm graph capture 10-20 s for 36 sizes x 27 layers; cold +1.5 s per size; an eager
-    # decode step (batch above the largest graph) ~1 ms more per layer than the graph replay).
+    # 2026-11-21 logs: warm graph capture 10-20 s for 36 sizes x 27 layers; cold +1.5 s per size).
     graph_capture_per_bs_layer_s: float = 0.012
     graph_compile_cold_per_bs_s: float = 1.5
-    eager_layer_s: float = 0.65e-3
+    # An eager decode step (batch above the largest captured graph) is launched kernel by kernel from the
+    # scheduler's Python thread: it lasts max(GPU work, CPU launch), CPU launch = step + layers x per-layer +
+    # requests x per-request (+ each eager collective's launch). Fitted on every one-GPU eager point of SGLang
+    # 0.5.17 on H100 and H200 hosts (V2-Lite 27 layers, R1 shape 6 layers): benchmarks/eager_launch_cost.py,
+    # output benchmarks/results/2026-11-26-eager-launch-cost/. A host CPU's figure, taken for every GPU here.
+    eager_launch_step_s: float = 3.43e-3
+    eager_launch_layer_s: float = 1.76e-3
+    eager_launch_per_request_s: float = 16.0e-6
     activation_headroom_check: bool = True  # False on the cpu-fast test profile ("everything fits")
     dummy_init_gb_s: float = 200.0  # generating random weights on the GPU
     sm_count: int = 132  # streaming multiprocessors (H100 SXM and H200: 132); caps SGLang's triton MLA KV splits
@@ -62,7 +68,8 @@ GPU_SPECS: dict[str, GpuSpec] = {
         collective_latency_s=0.0, cross_node_latency_s=0.0, transfer_latency_s=0.2e-3,
         engine_init_s=0.3, kv_alloc_s=0.0, graph_capture_per_bs_s=0.0, jit_cold_s=0.0,
         jit_warm_s=0.0, dummy_init_gb_s=1e6, graph_capture_per_bs_layer_s=0.0, graph_compile_cold_per_bs_s=0.0,
-        eager_layer_s=0.0, activation_headroom_check=False,
+        eager_launch_step_s=0.0, eager_launch_layer_s=0.0, eager_launch_per_request_s=0.0,
+        activation_headroom_check=False,
     ),
 }
 

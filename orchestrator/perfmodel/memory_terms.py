@@ -224,9 +224,12 @@ class MemoryTerms(ServerShape):
         )
 
     def decode_runs_eager(self, batch_size: int) -> bool:
-        """True when a decode step of `batch_size` (whole server) exceeds the largest captured graph."""
-        per_rank = math.ceil(batch_size / max(1, self.replicas) / self.attn_dp)
-        return per_rank > self.graph_max_bs
+        """True when a decode step of `batch_size` (whole server) exceeds the largest captured graph: one attention
+        rank's share, and with pipeline parallelism one micro-batch's (each forward replays the graph of its own
+        micro-batch size, timing.py splits the batch into min(pp, batch) of them)."""
+        requests = math.ceil(batch_size / max(1, self.replicas))
+        micro = max(1, min(self.pp, requests))
+        return math.ceil(requests / micro / self.attn_dp) > self.graph_max_bs
 
     # --- activation headroom -----------------------------------------------------------------------
     # SGLang 0.5.17, sglang/srt/layers/attention/triton_backend.py: TritonAttnBackend.__init__ sets max_kv_splits

@@ -250,7 +250,7 @@ class TimingTerms(MemoryTerms):
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch).
 
-        A batch above the largest captured CUDA graph runs eagerly and pays the eager cost per layer. With
+        A batch above the largest captured CUDA graph runs eagerly: launch-bound (eager_launch_s). With
         speculative decoding a real step is num_steps draft forwards of the MTP layer plus one verify forward
         of num_draft_tokens per request and emits `decode_tokens_per_step` tokens per request on average; the
         time returned is per emitted token (real step / accept length), so simulators keep one token per step."""
@@ -292,9 +292,13 @@ class TimingTerms(MemoryTerms):
         """One decode forward of `bs` tokens over `ctx` context tokens on one model copy (`stage`: one
         pipeline stage's share of the layers, without the scheduler's step)."""
         cal = self.calibration
+        requests = math.ceil(bs / tokens_per_request / self.attn_dp)  # one scheduler's (an attention-DP rank's)
         if cal is not None and cal.decode is not None and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes):
             full = self._calibrated_decode_s(bs, ctx, eager)
-            return full / self.pp if stage else full
+            gpu_s = full / self.pp if stage else full
+            # the page-size ratio was measured on whole steps (graphed and eager alike): it scales both
+            launch_s = self.eager_launch_s(requests, stage) * cal.page_factor(self.page_size)
+            return max(gpu_s, launch_s) if eager else gpu_s
         arch = self.arch
         # absorbed MLA in decode: scores over kv_lora+rope and the weighted sum over kv_lora, per head (GQA: q/k, v)
         if arch.is_mla:
@@ -311,9 +315,24 @@ class TimingTerms(MemoryTerms):
             eager=eager,
             decode=True,
         )
-        if eager:
-            step += arch.num_hidden_layers * self.gpu.eager_layer_s / (self.pp if stage else 1)
-        return step / self.attention_speed
+        step /= self.attention_speed
+        return max(step, self.eager_launch_s(requests, stage)) if eager else step
+
+    def eager_launch_s(self, requests: int, stage: bool = False) -> float:
+        """CPU time to launch one eager decode forward kernel by kernel (no CUDA graph): the scheduler's Python
+        thread issues every layer's kernels and each eager collective (its launch taken at the measured eager
+        all-reduce floor, parallel/collectives.py), then processes the batch's requests, so an eager step lasts
+        at least this however small its GPU work (gpus.GpuSpec eager_launch_*, fitted on one-GPU eager points by
+        benchmarks/eager_launch_cost.py). `stage`: one pipeline stage's layers; its scheduler's per-step and
+        per-request work is already the PP stage iteration (parallel/pipeline.py)."""
+        gpu = self.gpu
+        layers = self.arch.num_hidden_layers / (self.pp if stage else 1)
+        collective_s = 0.0
+        if self.tp > 1:
+            links = collectives.link_figures(gpu, self.comm_efficiency)
+            collective_s = 2 * (links.eager_intra_latency_s or links.intra_latency_s)  # two per layer (_comm_s)
+        per_step = 0.0 if stage else gpu.eager_launch_step_s + gpu.eager_launch_per_request_s * requests
+        return per_step + layers * (gpu.eager_launch_layer_s + collective_s)
 
     def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool) -> float:
         """Measured per-layer terms (profile GPU, one GPU's share) + weight reads and collectives (physics).
@@ -335,9 +354,7 @@ class TimingTerms(MemoryTerms):
         kv_bytes = self.kv_dtype_bytes / cal.kv_dtype_bytes  # the latent read scales with --kv-cache-dtype
         ctx_term = c.layer_per_ctx_s * ctx / self.attn_dp * passes * hbm_ratio * kv_bytes
         per_layer = c.layer_s + c.layer_per_req_s * bs / split + ctx_term
-        if eager:
-            per_layer += (c.eager_layer_s if c.eager_layer_s is not None else self.gpu.eager_layer_s)
-            per_layer += (c.eager_layer_per_req_s or 0.0) * bs / split
+        # eager (beyond the graphs): the same GPU work with eager collectives; its CPU launch is _decode_pass_s's
         step = self.weight_read_s(bs) + self._comm_s(bs, eager=eager, decode=True) + layers * per_layer
         return step * cal.page_factor(self.page_size)
 
