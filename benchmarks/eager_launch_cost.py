@@ -15,8 +15,10 @@ Sources (all one GPU, SGLang 0.5.17, triton attention):
   2026-11-26-dummy-routing-h200/call1/server-{dummy,random}-eager-count.log (their trace hook adds a file write and a
   GPU sync per MoE call, 3 per step).
 No TP > 1 point is fitted on: the two-GPU rows (aggregated V2-Lite TP 2) stay out-of-sample. The script then
-checks (not fits) the eager steps of the two-GPU lease of 2026-11-26 (benchmarks/results/2026-11-26-two-gpu-h200x2/):
-the V2-Lite PD decode servers of calls 4 and 5 (TP 1) and the aggregated TP 2 server of call 2, same machine.
+checks (not fits) the eager steps of the two two-GPU leases of 2026-11-26: the V2-Lite PD decode servers (TP 1) of
+benchmarks/results/2026-11-26-two-gpu-h200x2/ calls 4 and 5 and of 2026-11-26-two-gpu-lease2-h200x2/ call 4, the
+aggregated V2-Lite TP 2 server of the first lease's call 2, and the R1-shaped TP 2 server without CUDA graphs of the
+second lease's call 5 (`tp2-eager`, batch 1-512).
 
 Usage (repo root; no GPU):  .venv/bin/python benchmarks/eager_launch_cost.py
 """
@@ -111,12 +113,15 @@ def points() -> list[dict]:
     return out
 
 
-TWO_GPU = RESULTS / "2026-11-26-two-gpu-h200x2"
+LEASE1, LEASE2 = RESULTS / "2026-11-26-two-gpu-h200x2", RESULTS / "2026-11-26-two-gpu-lease2-h200x2"
 CHECKS = (  # (label, archive, member, tp)
-    ("PD decode TP1 (call 4)", "call4-router/router.tar.xz", "router/decode.log", 1),
-    ("PD decode TP1 (call 5)", "call5-pd/pd.tar.xz", "pd/scrape/decode-0-0.log", 1),
-    ("aggregated TP2 (call 2)", "call2-pd-agg/agg-tp2.tar.xz", "agg-tp2/scrape/aggregated-0-0.log", 2),
+    ("PD decode TP1 (lease 1 call 4)", LEASE1 / "call4-router/router.tar.xz", "router/decode.log", 1),
+    ("PD decode TP1 (lease 1 call 5)", LEASE1 / "call5-pd/pd.tar.xz", "pd/scrape/decode-0-0.log", 1),
+    ("PD decode TP1 (lease 2 call 4)", LEASE2 / "call4-pd-serve/pd.tar.xz",
+     "pd/scrape/device-h200x2-local-1p1d-set-7b8b71-20261126-125512-4b3d1f/decode-0-0.log", 1),
+    ("aggregated TP2 (lease 1 call 2)", LEASE1 / "call2-pd-agg/agg-tp2.tar.xz", "agg-tp2/scrape/aggregated-0-0.log", 2),
 )
+R1_TP2_EAGER = LEASE2 / "call5-calibration/calibration-twogpu-extra.json"
 
 
 def log_intervals(text: str) -> list[tuple[int, int, float, bool]]:
@@ -136,10 +141,10 @@ def log_intervals(text: str) -> list[tuple[int, int, float, bool]]:
 
 def checks() -> None:
     """Measured eager steps of the two-GPU lease against the model's eager step (not fitted on)."""
-    print("\ncheck (not fitted on): eager decode intervals of V2-Lite servers on one two-H200 lease (2026-11-26); "
+    print("\ncheck (not fitted on): eager decode intervals of V2-Lite servers on two two-H200 leases (2026-11-26); "
           "model = the planner's decode_step_s")
     for label, archive, member, tp in CHECKS:
-        with tarfile.open(TWO_GPU / archive) as tar:
+        with tarfile.open(archive) as tar:
             f = tar.extractfile(member)
             assert f is not None
             text = f.read().decode(errors="replace")
@@ -155,6 +160,20 @@ def checks() -> None:
                   f"(launch {model.eager_launch_s(running) * 1e3:5.1f}; {errors[-1]:+.0%})")
         if errors:
             print(f"  {label}: mean error {statistics.mean(errors):+.0%} over {len(errors)} intervals")
+    raw = json.loads(R1_TP2_EAGER.read_text())
+    run = next(r for r in raw["runs"] if r["variant"] == "tp2-eager")
+    shape = replace(DEEPSEEK_R1, num_hidden_layers=6, first_k_dense_replace=3)
+    model = build_cost_model(shape, "H200", "fp8", attention_backend="triton", load_format="dummy", tp=2,
+                             context_length=16384, cuda_graph=False, mem_fraction_static=0.7)
+    print(f"\ncheck (not fitted on): R1 shape x 6 layers, TP 2 with --disable-cuda-graph ({R1_TP2_EAGER.relative_to(ROOT)})")
+    errors = []
+    for p in run["decode"] + (run.get("context") or []):
+        b, ctx = p["batch_size"], p["context_tokens"]
+        predicted = model.decode_step_s(b, b * (ctx + 50))
+        errors.append(predicted * 1e3 / p["step_ms_median"] - 1)
+        print(f"  batch {b:3d} x context {ctx:5d}: measured {p['step_ms_median']:5.1f} ms (min {p['step_ms_min']:5.1f}), "
+              f"model {predicted * 1e3:5.1f} ms (launch {model.eager_launch_s(b) * 1e3:4.1f}; {errors[-1]:+.0%})")
+    print(f"  R1-shaped TP2 eager: mean error {statistics.mean(errors):+.0%} over {len(errors)} points")
 
 
 def main() -> int:
