@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--knob-mem-fraction", default="0.70")
     s.add_argument("--plan-json", help="a JSON list of variants instead of the default plan")
     s.add_argument("--flag", action="append", default=[], help="extra SGLang flag for every start (repeat)")
+    s.add_argument("--dry-run", action="store_true", help="print each server's flags and points; start nothing")
 
     d = sub.add_parser("pd", help="prefill + decode on this one GPU: KV transfer per page size, logprob check")
     d.add_argument("--model-path", required=True)
@@ -76,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
 def run(a: argparse.Namespace) -> int:
     if a.cmd == "twogpu":
         return _twogpu(a)
+    if a.cmd == "single" and a.dry_run:
+        from .single import default_plan, describe_plan
+
+        plan = json.loads(Path(a.plan_json).read_text()) if a.plan_json else default_plan(a.knob_mem_fraction)
+        print(describe_plan(plan, a.flag, a.context_length))
+        return 0
     if a.cmd in ("single", "pd"):
         from orchestrator.provenance import command_line, write_manifest
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import logparse
 from .client import generate_many, random_ids
-from .server import ServerDied, SglangServer, derived_limits
+from .server import BASE_FLAGS, ServerDied, SglangServer, derived_limits
 
 SCHEMA = "pdo-calibration-raw/1"
 
@@ -187,6 +187,21 @@ def measure_context(server, rng, vocab, budget, max_context: int, lengths=None) 
         if not server.alive():
             break
     return rows
+
+
+def describe_plan(plan: list[dict], common_flags: list[str], context_length: int = 16384) -> str:
+    """What `run_single` would start and measure, one line per server, without starting anything."""
+    common = ["--context-length", str(context_length), *common_flags]
+    points = {"prefill": lambda v: f"prefill L {v.get('prefill_lengths') or PREFILL_LENGTHS}",
+              "decode": lambda v: f"decode B {v.get('decode_batches') or DECODE_BATCHES} C={DECODE_CONTEXT}",
+              "context": lambda v: f"context B={CONTEXT_BATCH} C {v.get('context_lengths') or CONTEXT_LENGTHS}",
+              "beyond": lambda v: f"beyond B {BEYOND_BATCHES} C={DECODE_CONTEXT}"}
+    lines = []
+    for v in plan:
+        measured = "; ".join(points[m](v) for m in v.get("measure", []) if m in points) or "start-up only"
+        lines.append(f"server {v['name']} ({v.get('cache_state')}): sglang.launch_server {' '.join(BASE_FLAGS)} "
+                     f"{' '.join(common + v['flags'])}; measure {measured}; skipped with < {v.get('min_left_s', 90)} s left")
+    return "\n".join(lines)
 
 
 def run_single(model_path: str, name: str, out_dir: Path, budget_s: float, port: int = 30000,

@@ -67,9 +67,14 @@ case $PHASE in
 v2lite)
   python3 -m orchestrator.calibrate single --model-path $W/models/v2lite --name v2lite --out $D --budget-s $(( $(left) - 25 )) \
     ${SINGLE_ARGS:-} ;;   # e.g. SINGLE_ARGS="--plan-json benchmarks/calibration/plans/v2lite-context.json --name v2lite-ctx" 
-r1)
-  python3 -m orchestrator.calibrate single --model-path $W/models/r1s --name r1s6 --out $D --budget-s $(( $(left) - 25 )) \
-    --flag=--trust-remote-code ${R1_FLAGS:---flag=--triton-attention-split-tile-size --flag=256} ;;
+r1)   # SINGLE_ARGS as in v2lite, e.g. "--plan-json benchmarks/calibration/plans/r1-graph-padding.json --name r1s6-graphpad"
+  # (batch 16 vs context with and without a captured graph of 16); the JSON reaches $OUT every 10 s and the harness
+  # gets SIGINT at the budget, as in twogpu, so a call cut at its limit keeps what was measured
+  ( while sleep 10; do cp $D/calibration-*.json $OUT/ 2>/dev/null; done ) & COPIER=$!
+  timeout -s INT -k 30 $(( $(left) - 10 )) python3 -m orchestrator.calibrate single --model-path $W/models/r1s --name r1s6 \
+    --out $D --budget-s $(( $(left) - 25 )) \
+    --flag=--trust-remote-code ${R1_FLAGS:---flag=--triton-attention-split-tile-size --flag=256} ${SINGLE_ARGS:-}
+  HRC=$?; kill $COPIER 2>/dev/null; (exit $HRC) ;;
   # (2026-11-24, H100: with pure defaults the Triton MLA backend's CUDA-graph buffer, max_bs 256 x 128 heads x
   #  256 KV splits x 512 x fp32 = 16 GiB, OOMs at start-up; a split tile of 256 caps the splits at 16384/256 = 64)
 pd)
