@@ -106,6 +106,8 @@ def test_a_run_changed_by_set_has_a_name_and_run_id_of_its_own(capsys) -> None:
 
 
 def test_plan_of_a_cluster_at_an_address_says_the_labels_are_as_declared(capsys) -> None:
-    assert main(["plan", "--config", str(ROOT / "configs/h100-agg-tp16.yaml"), "--synthetic"]) == 0
+    # exit 1 is the deadline verdict of this preset's synthetic batch (it has moved across 420 s with the cost
+    # model); what this test checks is the placement line, so only a usage error (2) fails it here
+    assert main(["plan", "--config", str(ROOT / "configs/h100-agg-tp16.yaml"), "--synthetic"]) in (0, 1)
     assert ("placement: fits (2 nodes x 8 GPUs by role: role=prefill: 2; as declared: bench checks the real labels "
             "at placement)") in capsys.readouterr().out
