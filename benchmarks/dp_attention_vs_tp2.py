@@ -8,7 +8,7 @@ Reads the raw calibration files (no GPU, no model fit) and prints:
      (kernels/ops/attention/metadata.py get_num_kv_splits_triton, decode_attention.py _fwd_grouped_kernel_stage1):
      CTAs = requests x 16-head tiles x non-empty KV splits, and the 32-token tiles they walk (W). A CUDA-graph
      batch padded to a larger captured size carries rows of length 1, which raise every request's split count
-     up to the MLA cap (256): many short walks; a batch at a captured size runs the SM-count heuristic: few long walks.
+     up to the cap (64 with --triton-attention-split-tile-size 256): many short walks; a batch at a captured size runs the SM-count heuristic: few long walks.
 
 Usage (repo root): .venv/bin/python benchmarks/dp_attention_vs_tp2.py
 """
@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks/results"
 DP = RESULTS / "2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json"
 TP2 = RESULTS / "2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json"
+PADDING = RESULTS / "2026-11-26-context-graph-padding-h100/calibration-r1s6-graphpad.json"
 CONTEXT_RUNS = [  # (label, raw file, variant, GPU SMs, query heads per GPU, requests per GPU at batch 16)
     ("H200 TP1 (one-GPU machine)", RESULTS / "2026-11-26-dummy-routing-h200/call2/calibration-dummy-graphs.json",
      "dummy-graphs", 132, 128, 16),
@@ -33,8 +34,13 @@ CONTEXT_RUNS = [  # (label, raw file, variant, GPU SMs, query heads per GPU, req
      "cold-default", 132, 128, 16),
     ("H200 TP2 (two-GPU machine)", TP2, "tp2", 132, 64, 16),
     ("H200 DP-attn 2 rank (two-GPU machine)", DP, "dpattn2-ep2", 132, 128, 8),
+    # hctx: one H100, the same server with and without a captured graph of 16 (plans/r1-graph-padding.json)
+    ("H100 TP1, 16 captured (hctx)", PADDING, "graphs-with-16", 132, 128, 16),
+    ("H100 TP1, 16 not captured (hctx)", PADDING, "graphs-without-16", 132, 128, 16),
 ]
-MLA_SPLIT_CAP = 256  # _mla_decode_kv_splits_cap: max(8, min(next_pow2(132 SMs), next_pow2(16384 / 32)))
+# every run here passes --triton-attention-split-tile-size 256, which replaces _mla_decode_kv_splits_cap's 256
+# (triton_backend.py: max_kv_splits = ceil(context_len / split_tile_size)): 16,384 / 256 = 64 splits at most
+MLA_SPLIT_CAP = 64
 TILE = 32  # BLOCK_N and _MIN_BLOCK_KV of the grouped decode kernel
 HEAD_TILE = 16  # BLOCK_H
 
