@@ -5,8 +5,11 @@ benchmarks/backtest/runs.yaml (rows: conditions, config + overrides, batch, meas
 engine_start_s for start-ups, the activation-headroom check for memory outcomes) -> BacktestRow
 (prediction, measurement, error, within its bound) -> table; plus derived rows: the PD / aggregated
 ratio and the direction of every knob that two rows differ in. Every row is in-sample (a shipped profile
-was fitted on that run) or out-of-sample; `mape` summarises each set separately and `error_band` is the
-out-of-sample throughput error `plan` prints next to its predictions. Bounds are the dataset's, set before
+was fitted on that run) or out-of-sample, and every throughput row measures a full run (a batch through the
+servers: what `plan` predicts) or one calibration point (one lone server's decode/context/prefill point of a
+`pdo-calibration-raw/1` file, timed by the harness client's wall); `mape` summarises each set and class
+separately and `error_band` is the out-of-sample full-run throughput error `plan` prints next to its
+predictions, with the calibration points' figure beside it. Bounds are the dataset's, set before
 a row was first predicted; a row outside its bound is reported (`expect: miss`), never held to a wider one.
 
 No GPU and no dataset are needed: batches are the committed request lengths of the real runs.
@@ -52,6 +55,7 @@ class BacktestRow:
     expect: str = "in"  # in: inside its bound when first predicted (a regression guard); miss: outside, reported
     sample: str = "out"  # in: a shipped profile was fitted on this run; out: an independent prediction
     bound_set: str = ""  # date + commit the bound was set (before the first prediction)
+    scope: str = ""  # throughput rows: run (a batch through the servers) | point (one calibration-harness point)
 
     @property
     def error(self) -> float | None:
@@ -146,6 +150,7 @@ def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
     )
     measured = row["measured"]
     if kind == "throughput":
+        common["scope"] = throughput_scope(row)
         batch = build_batch(batches[row["batch"]], base)
         # every recorded run had the whole batch in flight (bench: 1000 of 1000; published: 2000 at once)
         run = simulate_run(cfg, batch, max_concurrency=None, sglang_version=version)
@@ -184,6 +189,37 @@ def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
             f"(needs x{model_headroom():.1f}), mem fraction {model.mem_fraction_static}",
         )
     raise BacktestError(f"row {row['id']!r}: kind {kind!r} is not throughput, startup or memory")
+
+
+CALIBRATION_SCHEMA = "pdo-calibration-raw/1"
+SCOPE_NAMES = {"run": "full runs", "point": "single-server calibration points"}
+
+
+def throughput_scope(row: dict) -> str:
+    """What a throughput row measures, by what it is: 'point' when it names one point (`raw_point`) of a
+    calibration raw file (`pdo-calibration-raw/1`: one lone server, tokens over the harness client's wall,
+    stalls included), else 'run' (a batch through the servers, ours or published). A row that names a
+    calibration point without a calibration file as evidence, or the reverse, is refused."""
+    evidence = str(row.get("evidence", "")).split()
+    calibration = bool(evidence) and _schema_of(evidence[0]) == CALIBRATION_SCHEMA
+    names_point = "measure" in (row.get("raw_point") or {})
+    if calibration != names_point:
+        have = "a calibration raw file" if calibration else "no calibration raw file"
+        raise BacktestError(f"row {row.get('id')!r}: evidence is {have} but raw_point "
+                            f"{'names no' if calibration else 'names a'} calibration point (variant, measure, ...)")
+    return "point" if calibration else "run"
+
+
+@lru_cache(maxsize=64)
+def _schema_of(evidence_path: str) -> str | None:
+    path = ROOT / evidence_path
+    if path.suffix != ".json" or not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return raw.get("schema") if isinstance(raw, dict) else None
 
 
 def _honesty(row: dict) -> dict:
@@ -251,15 +287,16 @@ def _fmt(value: float | str, unit: str) -> str:
 
 
 def backtest_table(rows: Sequence[BacktestRow], markdown: bool = False) -> str:
-    """One line per row: id, in/out of sample, source, measured, predicted, error, bound and when it was set, verdict."""
-    head = ["row", "sample", "source", "measured", "predicted", "error", "bound", "bound set", "ok", "detail"]
+    """One line per row: id, in/out of sample, what it measures (run | point), source, measured, predicted, error,
+    bound and when it was set, verdict."""
+    head = ["row", "sample", "measures", "source", "measured", "predicted", "error", "bound", "bound set", "ok", "detail"]
     lines = []
     for r in rows:
         bound = f"±{r.bound:.0%}" if r.bound is not None else ("same" if r.kind in ("memory", "direction") else "-")
         ok = {True: "yes", False: "MISS", None: "-"}[r.within]
         if r.within is False and r.expect == "miss":
             ok = "MISS (reported)"
-        lines.append([r.id, r.sample, r.source, _fmt(r.measured, r.unit), _fmt(r.predicted, r.unit), r.error_text(),
+        lines.append([r.id, r.sample, r.scope or r.kind, r.source, _fmt(r.measured, r.unit), _fmt(r.predicted, r.unit), r.error_text(),
                       bound, r.bound_set.split(" (")[0], ok, r.detail])
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -273,16 +310,21 @@ def backtest_table(rows: Sequence[BacktestRow], markdown: bool = False) -> str:
 SAMPLE_NAMES = {"in": "in-sample (a shipped profile was fitted on the run)", "out": "out-of-sample (never fitted on)"}
 
 
-def mape(rows: Sequence[BacktestRow], sample: str, kind: str = "throughput") -> tuple[float | None, int]:
-    """Mean absolute percentage error of the rows of one sample ('in' | 'out') and kind, and how many there are."""
-    errors = [abs(r.error) for r in rows if r.sample == sample and r.kind == kind and r.error is not None]
+def mape(rows: Sequence[BacktestRow], sample: str, kind: str = "throughput",
+         scope: str | None = None) -> tuple[float | None, int]:
+    """Mean absolute percentage error of the rows of one sample ('in' | 'out') and kind (and, for throughput,
+    scope: 'run' | 'point' | None for both), and how many there are."""
+    errors = [abs(r.error) for r in rows if r.sample == sample and r.kind == kind and r.error is not None
+              and scope in (None, r.scope)]
     return (statistics.mean(errors) if errors else None), len(errors)
 
 
 def _mape_text(rows: Sequence[BacktestRow], sample: str) -> str:
     parts = []
-    for kind, label in (("throughput", "throughput"), ("startup", "start-up"), ("ratio", "ratios")):
-        value, n = mape(rows, sample, kind)
+    for kind, scope, label in (("throughput", "run", "throughput of full runs"),
+                               ("throughput", "point", "throughput of single-server calibration points"),
+                               ("startup", None, "start-up"), ("ratio", None, "ratios")):
+        value, n = mape(rows, sample, kind, scope)
         if n:
             parts.append(f"{label} {value:.1%} over {n} row{'s' if n > 1 else ''}")
     knobs = [r for r in rows if r.sample == sample and r.kind in ("direction", "memory")]
@@ -305,24 +347,39 @@ def summary(rows: Sequence[BacktestRow]) -> str:
         text += "; REGRESSED (inside when first predicted): " + ", ".join(f"{r.id} ({r.error_text()})" for r in regressed)
     if missed:
         text += " (docs/fidelity.md says why)"
-    return "\n".join([text, _mape_text(rows, "in"), _mape_text(rows, "out")])
+    return "\n".join([text, _mape_text(rows, "in"), _mape_text(rows, "out"), POINTS_NOTE])
+
+
+POINTS_NOTE = ("(full runs: a batch through the servers, what `plan` predicts; calibration points: one lone server's "
+               "decode/context/prefill point, tokens over the harness client's wall, which includes stalls the planner "
+               "does not claim to predict, e.g. likely first-use kernel compilation in eager mode)")
 
 
 @dataclass(frozen=True)
 class ErrorBand:
-    """The planner's throughput error on the runs no profile was fitted on: what a `plan` prediction is worth."""
+    """The planner's throughput error on the full runs no profile was fitted on: what a `plan` prediction is
+    worth; with the out-of-sample single-server calibration points' error beside it (not part of the band)."""
 
     mape: float
     worst: float  # the largest signed error, by size
     rows: int
+    points_mape: float | None = None
+    points_worst: float | None = None
+    points: int = 0
 
     def text(self) -> str:
-        return f"±{self.mape:.0%} on out-of-sample rows (MAPE of {self.rows} runs never fitted on; worst {self.worst:+.0%})"
+        text = (f"±{self.mape:.0%} on out-of-sample runs (MAPE of {self.rows} full runs never fitted on; "
+                f"worst {self.worst:+.0%})")
+        if self.points:
+            text += (f"; single-server calibration points: ±{self.points_mape:.0%} over {self.points} "
+                     f"(worst {self.points_worst:+.0%}; the harness client's wall, not a full run)")
+        return text
 
 
 def error_band(path: str | Path = DATASET) -> ErrorBand | None:
-    """The out-of-sample throughput error band, from the back-test as the model predicts it now (only the
-    out-of-sample throughput rows are simulated); None when the dataset has none. Cached per dataset file."""
+    """The out-of-sample full-run throughput error band (plus the calibration points' figure), from the back-test
+    as the model predicts it now (only the out-of-sample throughput rows are simulated); None when the dataset has
+    no out-of-sample full run. Cached per dataset file."""
     resolved = Path(path).resolve()
     return _error_band_cached(str(resolved), resolved.stat().st_mtime_ns)
 
@@ -333,16 +390,19 @@ def _error_band_cached(path: str, _mtime: int) -> ErrorBand | None:
     base = Path(path).parent
     rows = [predict_row(row, data["batches"], base) for row in data["runs"]
             if row.get("sample") == "out" and row.get("kind") == "throughput"]
-    errors = [r.error for r in rows if r.error is not None]
+    errors = [r.error for r in rows if r.error is not None and r.scope == "run"]
+    points = [r.error for r in rows if r.error is not None and r.scope == "point"]
     if not errors:
         return None
-    return ErrorBand(mape=statistics.mean(abs(e) for e in errors), worst=max(errors, key=abs), rows=len(errors))
+    return ErrorBand(mape=statistics.mean(abs(e) for e in errors), worst=max(errors, key=abs), rows=len(errors),
+                     points_mape=statistics.mean(abs(e) for e in points) if points else None,
+                     points_worst=max(points, key=abs) if points else None, points=len(points))
 
 
 def out_of_sample_models(path: str | Path = DATASET) -> set[str]:
-    """Architecture names the out-of-sample throughput rows were measured on (a band from them says nothing
-    about another model)."""
+    """Architecture names the out-of-sample full-run throughput rows were measured on (the band comes from them
+    and says nothing about another model)."""
     data = load_dataset(path)
     base = Path(path).parent.parent.parent  # rows name their configs relative to the repository root
     return {load_config(base / row["config"]).model.architecture().name for row in data["runs"]
-            if row.get("sample") == "out" and row.get("kind") == "throughput"}
+            if row.get("sample") == "out" and row.get("kind") == "throughput" and throughput_scope(row) == "run"}

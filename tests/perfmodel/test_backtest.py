@@ -66,10 +66,14 @@ def test_the_table_and_the_summary_report_misses_and_each_sample_s_mape(rows) ->
         if row.within is False:
             assert ("MISS (reported)" if row.expect == "miss" else "MISS") in line and row.id in text
     for sample in ("in", "out"):
-        errors = [abs(r.predicted / r.measured - 1) for r in listed if r.sample == sample and r.kind == "throughput"]
-        value, n = mape(listed, sample)
-        assert n == len(errors) > 0 and value == pytest.approx(sum(errors) / n)
-        assert f"throughput {value:.1%} over {n} rows" in text
+        for scope, label in (("run", "full runs"), ("point", "single-server calibration points")):
+            errors = [abs(r.predicted / r.measured - 1) for r in listed
+                      if r.sample == sample and r.kind == "throughput" and r.scope == scope]
+            value, n = mape(listed, sample, scope=scope)
+            assert n == len(errors) > 0 and value == pytest.approx(sum(errors) / n)
+            assert f"throughput of {label} {value:.1%} over {n} rows" in text
+            assert all(f" {scope} " in line for line in table.splitlines()
+                       if line.split(" ", 1)[0] in {r.id for r in listed if r.scope == scope})
     in_line, out_line = text.splitlines()[1:3]
     assert in_line.startswith("MAPE in-sample") and out_line.startswith("MAPE out-of-sample")
     # the V2-Lite rows come from the runs its profile was fitted on; the published R1 runs from none
@@ -77,15 +81,51 @@ def test_the_table_and_the_summary_report_misses_and_each_sample_s_mape(rows) ->
     assert rows["h100x16-r1-tp16-organisers-baseline"].sample == "out"
 
 
-def test_error_band_is_the_out_of_sample_throughput_mape(rows) -> None:
+def test_error_band_is_the_out_of_sample_full_run_mape_with_the_points_figure_beside_it(rows) -> None:
     from orchestrator.plan.backtest import error_band, mape
 
     band = error_band()
-    value, n = mape(list(rows.values()), "out")
+    value, n = mape(list(rows.values()), "out", scope="run")
+    points, j = mape(list(rows.values()), "out", scope="point")
     assert band is not None and band.rows == n and band.mape == pytest.approx(value)
-    worst = max((r.error for r in rows.values() if r.sample == "out" and r.kind == "throughput"), key=abs)
+    assert band.points == j > 0 and band.points_mape == pytest.approx(points)
+    worst = max((r.error for r in rows.values() if r.sample == "out" and r.scope == "run"), key=abs)
     assert band.worst == pytest.approx(worst)
-    assert band.text().startswith(f"±{value:.0%} on out-of-sample rows")
+    # the calibration points (one lone server, the harness client's wall) do not move the band a run is quoted with
+    assert all(abs(r.error) <= max(abs(band.worst), band.mape) for r in rows.values()
+               if r.sample == "out" and r.scope == "run")
+    assert band.text().startswith(f"±{value:.0%} on out-of-sample runs (MAPE of {n} full runs never fitted on")
+    assert f"single-server calibration points: ±{points:.0%} over {j}" in band.text()
+
+
+def test_every_throughput_row_is_a_full_run_or_a_calibration_point_by_what_it_is(rows, tmp_path) -> None:
+    """A row that names one point (raw_point) of a pdo-calibration-raw/1 file is a point; a batch run (ours or
+    published) is a run; a row claiming one without the other is refused."""
+    from orchestrator.plan.backtest import BacktestError
+
+    data = load_dataset()
+    for spec in data["runs"]:
+        if spec["kind"] != "throughput":
+            continue
+        evidence = ROOT / spec["evidence"].split()[0]
+        calibration = evidence.suffix == ".json" and evidence.is_file() and \
+            json.loads(evidence.read_text()).get("schema") == "pdo-calibration-raw/1"
+        assert rows[spec["id"]].scope == ("point" if calibration and "raw_point" in spec else "run"), spec["id"]
+    for rid in ("h200x2-v2lite-pd-1p1d-ours", "h200x2-v2lite-agg-dp2", "h100x16-r1-tp16-batch-caps-1024",
+                "h100x16-r1-tp16-organisers-baseline", "h200x16-r1-tp8-pp2-dpattn2-team", "h200x8-r1-tp8-gpustack",
+                "h200x2-v2lite-pd-product-warm"):
+        assert rows[rid].scope == "run", rid
+    for rid in ("h200-r1s6-dummy-short-512x256", "h200x2-r1s6-tp2-eager-decode-1x256", "h200x2-r1s6-tp2-prefill-1x256",
+                "h200x2-r1s6-pp2-tail-decode-512x256", "h200x2-r1s6-dpattn2-ep2-long-16x8192"):
+        assert rows[rid].scope == "point", rid
+    point = dict(next(r for r in data["runs"] if r["id"] == "h200x2-r1s6-tp2-decode-8x256"))
+    run = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-organisers-baseline"))
+    shutil.copy(DATASET.parent / "sharegpt-full-1000-seed2025-v2lite.json", tmp_path)
+    for bad in ({**point, "raw_point": None}, {**run, "raw_point": point["raw_point"]}):
+        path = tmp_path / "runs.yaml"
+        path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [bad]}))
+        with pytest.raises(BacktestError, match="raw_point"):
+            run_backtest(path)
 
 
 def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> None:

@@ -94,7 +94,8 @@ def test_plan_shows_predicted_vs_an_earlier_run_of_the_layout_and_flags_each_dis
             "run 20.0 s, TTFT p50 1.00 s; predicted") in out
     assert "measured" not in out.replace("predicted / measured", "")
     assert "(throughput error -" in out
-    assert "back-test error band of this throughput: ±" in out and " on out-of-sample rows (MAPE of " in out
+    assert "back-test error band of this throughput: ±" in out and " on out-of-sample runs (MAPE of " in out
+    assert " full runs never fitted on; worst " in out and "; single-server calibration points: ±" in out
     assert "  disagreement: output tok/s -" in out and ", outside the back-test's ±" in out
     assert "  disagreement: TTFT p50 predicted " in out and " vs 1.00 s in that run (+" in out
 
