@@ -250,7 +250,7 @@ def _closed_loop_band_text(cfg: RunConfig) -> str:
     if closed is not None:
         return closed.text()
     band = _error_band(cfg)
-    return (band.text() + " of batch throughput (`plan --backtest`; TTFT, ITL and goodput are not back-tested)"
+    return ("batch throughput " + band.text() + " (`plan --backtest`; TTFT, ITL and goodput are not back-tested)"
             if band else _no_band(cfg))
 
 
@@ -272,7 +272,8 @@ def _print_placement(cfg: RunConfig) -> bool:
 
 
 def _error_band(cfg: RunConfig) -> ErrorBand | None:
-    """The back-test's out-of-sample band, when it has rows of this config's model (None otherwise)."""
+    """The back-test's out-of-sample full-run band (calibration points' figure beside it), when it has full runs of
+    this config's model (None otherwise)."""
     try:
         if cfg.model.architecture().name not in out_of_sample_models():
             return None
