@@ -43,6 +43,12 @@ class GpuSpec:
     eager_launch_step_s: float = 3.43e-3
     eager_launch_layer_s: float = 1.76e-3
     eager_launch_per_request_s: float = 16.0e-6
+    # What a client waits per request beyond the forwards: HTTP, SGLang's tokenizer manager and ZMQ hops in, the
+    # scheduler's result one loop iteration later, the detokenizer's hops and the HTTP answer out. The median of
+    # (client latency - modelled forward) of the launch-bound lone prompts of the two one-GPU H100 calibration
+    # files (R1 shape x 6, V2-Lite x 27): benchmarks/answer_latency.py, output
+    # benchmarks/results/2026-11-26-answer-latency/. Token ids in and out (no text); a host's figure, as above.
+    answer_latency_s: float = 6.1e-3
     activation_headroom_check: bool = True  # False on the cpu-fast test profile ("everything fits")
     dummy_init_gb_s: float = 200.0  # generating random weights on the GPU
     sm_count: int = 132  # streaming multiprocessors (H100 SXM and H200: 132); caps SGLang's triton MLA KV splits
@@ -68,7 +74,7 @@ GPU_SPECS: dict[str, GpuSpec] = {
         collective_latency_s=0.0, cross_node_latency_s=0.0, transfer_latency_s=0.2e-3,
         engine_init_s=0.3, kv_alloc_s=0.0, graph_capture_per_bs_s=0.0, jit_cold_s=0.0,
         jit_warm_s=0.0, dummy_init_gb_s=1e6, graph_capture_per_bs_layer_s=0.0, graph_compile_cold_per_bs_s=0.0,
-        eager_launch_step_s=0.0, eager_launch_layer_s=0.0, eager_launch_per_request_s=0.0,
+        eager_launch_step_s=0.0, eager_launch_layer_s=0.0, eager_launch_per_request_s=0.0, answer_latency_s=0.0,
         activation_headroom_check=False,
     ),
 }

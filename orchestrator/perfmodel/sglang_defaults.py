@@ -38,6 +38,15 @@ def _new(version: str) -> bool:
     return version_tuple(version) >= (0, 5, 0)
 
 
+def prefill_graphs_captured(version: str, mla: bool) -> bool:
+    """Whether SGLang captures prefill CUDA graphs when --disable-prefill-cuda-graph is not given. 0.5.x defaults the
+    prefill phase to its breakable CUDA graph and turns it off for MLA attention outside DSA (server_args.py,
+    _disable_breakable_cudagraph_if_incompatible: "Breakable CUDA graph is incompatible with MLA attention (non-DSA);
+    disabling prefill CUDA graph", in the log of every R1-shaped and V2-Lite server we ran); 0.4.x captures none.
+    Without them a prefill forward is launched kernel by kernel (perfmodel/timing.py prefill_time_s)."""
+    return _new(version) and not mla
+
+
 def chunked_prefill_default(version: str, gpu_mem_mib: float) -> int:
     """--chunked-prefill-size when unset: 2k below 35 GiB, 4k below 60 GiB (0.5.x), 8k below 160 GiB, else 16k."""
     gib = gpu_mem_mib / MIB_PER_GIB

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.gpus import GB, gpu_spec
 from orchestrator.perfmodel.memory_terms import MemoryTerms
 from orchestrator.perfmodel.parallel import collectives, pipeline
@@ -242,10 +243,27 @@ class TimingTerms(MemoryTerms):
             forward = self._forward_s(**a, stage=self.pp > 1, eager=not self.prefill_graphs)
         finally:
             self.efficiency_prefill = saved
+        if not gemm_share:
+            forward /= self.attention_speed
+        requests = self._scheduler_requests(sum(1 for n in new_tokens if n > 0))
         if self.pp > 1:
-            requests = math.ceil(sum(1 for n in new_tokens if n > 0) / self.replicas / self.attn_dp)
+            if not (self.prefill_graphs and sgd.prefill_graphs_captured(self.sglang_version, self.arch.is_mla)):
+                forward = max(forward, self.eager_launch_s(requests, stage=True))  # each stage launches its own layers
             forward = pipeline.prefill_chunk_s(forward, self.pp, requests, chunk_follows)
-        return forward if gemm_share else forward / self.attention_speed
+        return forward
+
+    def _scheduler_requests(self, requests: int) -> int:
+        return math.ceil(requests / self.replicas / self.attn_dp)
+
+    def prefill_launch_s(self, requests: int) -> float:
+        """CPU time to launch one prefill forward of `requests` requests kernel by kernel (0 with prefill CUDA graphs,
+        or with PP, whose stages' launches prefill_time_s holds). SGLang 0.5.17 captures no prefill graph for MLA
+        models (sglang_defaults.prefill_graphs_captured), so a prefill forward, like an eager decode step
+        (eager_launch_s), cannot end before its launch; the step loop (scheduling/steps.py) charges it where SGLang's
+        overlap loop has no previous forward to launch it behind."""
+        if self.pp > 1 or (self.prefill_graphs and sgd.prefill_graphs_captured(self.sglang_version, self.arch.is_mla)):
+            return 0.0
+        return self.eager_launch_s(self._scheduler_requests(requests))
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch).

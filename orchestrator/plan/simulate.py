@@ -21,6 +21,11 @@ only while processing its result, after it launched the next batch and that batc
 waits for it): a finished batch's KV waits for the next forward when one starts at once, measured on one H100
 (docs/performance.md, "Where a request's KV transfer time goes"); `--disable-overlap-schedule` sends it at once.
 Servers sharing one GPU (a local cluster with gpu_split: off) time-slice it (perfmodel/scheduling/timeslice.py).
+
+What a client sees: every request also waits the answer latency (the servers' GpuSpec.answer_latency_s: HTTP,
+SGLang's tokenizer manager and ZMQ hops, the detokenizer, the answer; benchmarks/answer_latency.py), once, charged
+between its send and its arrival at the router: TTFT, end-to-end times, the run's duration and, in a closed loop, the
+next send all include it; the servers' throughput does not (those processes run beside the scheduler).
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ class _Request:
     index: int
     prompt_len: int
     output_len: int
-    arrival_s: float = 0.0
+    arrival_s: float = 0.0  # reached the router (sent_s + the answer latency)
+    sent_s: float = 0.0  # the client sent it
     first_token_s: float | None = None
     finish_s: float | None = None
     prefill: _Server | None = None  # PD: the pair the router chose
@@ -95,10 +101,11 @@ def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | 
                 f"run `pd-orchestrator plan` for layouts that fit"
             )
         flags = [*cfg.engine.sglang.extra_args, *group.extra_args]
-        overlap = role == "prefill" and "--disable-overlap-schedule" not in flags and cfg.engine.kind == "sglang"
+        overlap_loop = "--disable-overlap-schedule" not in flags and model.pp == 1  # PP's loop never overlaps
+        overlap = role == "prefill" and overlap_loop and cfg.engine.kind == "sglang"
         for replica in range(group.count):
-            out.append(_Server(f"{role}-{index}-{replica}", role, node, model, StepScheduler(server_limits(model), model),
-                               overlap=overlap))
+            steps = StepScheduler(server_limits(model), model, overlap_launch=overlap_loop)
+            out.append(_Server(f"{role}-{index}-{replica}", role, node, model, steps, overlap=overlap))
     return out
 
 
@@ -106,7 +113,9 @@ class _Simulation:
     """The event loop: a heap of (time, seq, action) and the servers the actions touch."""
 
     def __init__(self, prefill: list[_Server], decode: list[_Server], aggregated: list[_Server],
-                 shared_gpus: Sequence[Sequence[str]] = ()):
+                 shared_gpus: Sequence[Sequence[str]] = (), answer_s: float | None = None):
+        """`answer_s`: each request's answer latency (None: the servers' GPUs' answer_latency_s; a one-server
+        trace passes 0: it times the step loop alone)."""
         by_name = {s.name: s for s in prefill + decode + aggregated}
         for names in shared_gpus:  # servers that time-slice one GPU (shared_gpu_groups)
             gpu = TimeSlicedGpu(",".join(names))
@@ -125,6 +134,9 @@ class _Simulation:
         self.rr = itertools.count()
         self.arrivals: list[_Server] | None = None  # servers to start once submit_ready has queued everything
         self.bootstrapped: list[_Request] = []  # PD: KV pre-allocated this instant; their prefills take them next
+        models = [s.model for s in prefill + decode + aggregated if s.model is not None]
+        self.answer_s = answer_s if answer_s is not None else max((m.gpu.answer_latency_s for m in models), default=0.0)
+        self.arriving: dict[float, list[_Request]] = {}  # arrival time -> requests sent answer_s before it
 
     def at(self, time_s: float, action, *args) -> None:
         heapq.heappush(self.events, (time_s, next(self.seq), action, args))
@@ -132,10 +144,30 @@ class _Simulation:
     # ---- client ----------------------------------------------------------------------------------
     def submit_ready(self) -> None:
         """Send requests while the client may; servers start once all that arrive at this instant are queued."""
-        outer, self.arrivals = self.arrivals, self.arrivals if self.arrivals is not None else []
+        sent = []
         while self.pending and (self.max_concurrency is None or self.in_flight < self.max_concurrency):
             self.in_flight += 1
-            self.arrive(self.pending.popleft())
+            req = self.pending.popleft()
+            req.sent_s = self.now
+            sent.append(req)
+        if sent and self.answer_s > 0:  # every send of this instant arrives in one event
+            at = self.now + self.answer_s
+            if at not in self.arriving:
+                self.arriving[at] = []
+                self.at(at, self.arrive_all, at)
+            self.arriving[at].extend(sent)
+        elif sent:
+            self._arrive_together(sent)
+
+    def arrive_all(self, at: float) -> None:
+        """The requests sent `answer_s` ago reach the router together."""
+        self._arrive_together(self.arriving.pop(at))
+
+    def _arrive_together(self, reqs: list[_Request]) -> None:
+        """Servers start once all of `reqs` are queued."""
+        outer, self.arrivals = self.arrivals, self.arrivals if self.arrivals is not None else []
+        for req in reqs:
+            self.arrive(req)
         if outer is None:
             arrived, self.arrivals = self.arrivals, None
             for server in dict.fromkeys(arrived):
@@ -295,7 +327,7 @@ def one_server_trace(batch: Sequence[tuple[int, int]], cost: StepCostModel, limi
     server = _Server(f"{limits.role}-0-0", limits.role, "all", None, StepScheduler(limits, cost))
     if limits.role == "prefill":
         raise SimulationError("one_server_trace runs an aggregated or a decode server; a prefill's requests end at its transfer")
-    sim = _Simulation([], [server], []) if limits.role == "decode" else _Simulation([], [], [server])
+    sim = _Simulation([], [server], [], answer_s=0.0) if limits.role == "decode" else _Simulation([], [], [server], answer_s=0.0)
     sim.run(batch, None)
     seqs = [req.seq for req in sim.requests if req.seq is not None]
     if len(seqs) != len(sim.requests):
@@ -335,8 +367,8 @@ def simulate_run(
     else:
         sim = _Simulation([], [], _servers(cfg, "aggregated", gpu, sglang_version), shared_gpu_groups(cfg))
     duration = sim.run(batch, max_concurrency)
-    e2e_s = [end - r.arrival_s for r in sim.requests if (end := r.finish_s) is not None]
-    ttft_s = [first - r.arrival_s for r in sim.requests if r.finish_s is not None and (first := r.first_token_s) is not None]
+    e2e_s = [end - r.sent_s for r in sim.requests if (end := r.finish_s) is not None]
+    ttft_s = [first - r.sent_s for r in sim.requests if r.finish_s is not None and (first := r.first_token_s) is not None]
     if len(e2e_s) != len(sim.requests) or len(ttft_s) != len(e2e_s):
         raise SimulationError(f"{len(sim.requests) - len(e2e_s)} requests never finished, "
                               f"{len(e2e_s) - len(ttft_s)} without a first token (simulator bug)")

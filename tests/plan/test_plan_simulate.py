@@ -32,12 +32,15 @@ def agg_config(count: int = 1) -> RunConfig:
     })
 
 
-def test_one_pd_request_is_prefill_then_kv_transfer_then_one_decode_step_per_token() -> None:
+def test_one_pd_request_is_answer_latency_then_prefill_then_kv_transfer_then_one_decode_step_per_token() -> None:
     cfg = pd_config()
     prefill = cost_model_for(cfg, "prefill", cfg.layout.prefill[0], gpu="H100-SXM")
     decode = cost_model_for(cfg, "decode", cfg.layout.decode[0], gpu="H100-SXM")
     run = simulate_run(cfg, [(500, 4)])
-    ttft = prefill.prefill_time_s([500]) + prefill.kv_transfer_s(500, same_node=False)
+    # a lone prompt on an idle prefill server: its forward lasts at least its launch (R1 runs prefill eagerly)
+    forward = max(prefill.prefill_time_s([500]), prefill.prefill_launch_s(1))
+    assert forward > prefill.prefill_time_s([500])  # a 500-token R1 forward on TP 8 is launch-bound
+    ttft = prefill.gpu.answer_latency_s + forward + prefill.kv_transfer_s(500, same_node=False)
     steps = sum(decode.decode_step_s(1, 501 + i) for i in range(3))  # the first token came from prefill
     assert run.ttft_s == [pytest.approx(ttft)]
     assert run.e2e_s == [pytest.approx(ttft + steps)]
@@ -50,6 +53,7 @@ def test_a_long_prompt_is_prefilled_in_chunks_on_top_of_its_own_cache() -> None:
     model = cost_model_for(cfg, "aggregated", cfg.layout.aggregated[0], gpu="H200")
     run = simulate_run(cfg, [(20_000, 2)])
     chunks = model.prefill_time_s([8192], [0]) + model.prefill_time_s([8192], [8192]) + model.prefill_time_s([3616], [16384])
+    chunks += model.gpu.answer_latency_s  # what the client waits beyond the forwards
     assert run.ttft_s == [pytest.approx(chunks)]
     assert run.e2e_s == [pytest.approx(chunks + model.decode_step_s(1, 20_001))]
 

@@ -19,6 +19,15 @@ each drive one per server and keep only their clock, tokens and transport. What 
   step of the running batch.
 Admission, KV and retraction are admission.py's BatchSchedule; step times are the cost model's
 (prefill_time_s of the chunk's new and cached tokens, decode_step_s of the batch and its context).
+
+A prefill launched kernel by kernel (no prefill CUDA graph: every MLA model on SGLang 0.5.17) cannot end before the
+scheduler's thread has launched its last kernel (the cost model's prefill_launch_s). SGLang's overlap loop launches a
+forward while the previous one still runs on the GPU (managers/scheduler.py, event_loop_overlap: run_batch of the
+next batch before process_batch_result of the last), so a prefill that follows another forward is charged its GPU
+work only, as before; one that starts on an idle server (a lone prompt) or in a loop that does not overlap
+(`overlap_launch` False: --disable-overlap-schedule) lasts max(GPU work, launch). How much of a launch the previous
+forward hides under load (its GPU time beyond its own launch) is not charged: docs/fidelity.md ("The answer floor of
+a lone short prompt") gives what charging it would do to the published full-size rows.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ class StepCostModel(Protocol):
     ) -> float: ...
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float: ...
+
+    # optional (a stand-in without it launches nothing): prefill_launch_s(requests) -> float
 
 
 @dataclass
@@ -64,11 +75,14 @@ class StepScheduler:
     """One server's loop: queue requests, then alternate schedule() and update_from_output(step)."""
 
     def __init__(self, limits: ServerLimits, cost: StepCostModel,
-                 cached_tokens: Callable[[Seq], int] | None = None):
-        """`cached_tokens(seq)`: leading prompt tokens a prefix cache holds when a request is admitted."""
+                 cached_tokens: Callable[[Seq], int] | None = None, overlap_launch: bool = True):
+        """`cached_tokens(seq)`: leading prompt tokens a prefix cache holds when a request is admitted;
+        `overlap_launch`: SGLang's overlap loop (a forward is launched while the previous one runs)."""
         self.batch = BatchSchedule(limits)
         self.cost = cost
         self.cached_tokens = cached_tokens
+        self.overlap_launch = overlap_launch
+        self._idle = True  # the last turn ran nothing: the next forward's launch has nothing to hide behind
         self._kv_local: set[Seq] = set()
 
     @property
@@ -114,6 +128,9 @@ class StepScheduler:
             if pieces:
                 follows = bool(batch.chunking or batch.waiting)  # a pipeline (--pp-size) overlaps it
                 seconds = self.cost.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces], follows)
+                launch = getattr(self.cost, "prefill_launch_s", None)
+                if launch is not None and (self._idle or not self.overlap_launch):
+                    seconds = max(seconds, launch(len(pieces)))
                 step.forward = Forward("prefill", seconds, prefill=pieces)
         if step.forward is None and role != "prefill":
             step.retracted = batch.before_decode()
@@ -121,6 +138,7 @@ class StepScheduler:
                 running = batch.running_seqs()
                 seconds = self.cost.decode_step_s(len(running), batch.running_context)
                 step.forward = Forward("decode", seconds, running=running)
+        self._idle = step.forward is None
         return step
 
     def update_from_output(self, step: Step) -> list[Seq]:

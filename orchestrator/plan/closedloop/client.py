@@ -138,12 +138,12 @@ def simulate_closed_loop(cfg: RunConfig, load: ClosedLoopLoad, gpu: str | None =
     end = load.window_s + load.grace_s
     counted, late = [], 0
     for req in sim.requests:
-        if req.arrival_s >= load.window_s:
+        if req.sent_s >= load.window_s:
             continue
         if req.finish_s is None or req.first_token_s is None:
             raise SimulationError(f"request {req.index} never finished (simulator bug)")
         if req.finish_s > end:
             late += 1
             continue
-        counted.append(RequestTiming(req.arrival_s, req.first_token_s, req.finish_s, req.output_len))
+        counted.append(RequestTiming(req.sent_s, req.first_token_s, req.finish_s, req.output_len))
     return ClosedLoopRun(load, counted, late)
