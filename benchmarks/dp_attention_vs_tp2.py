@@ -20,7 +20,7 @@ import json
 import math
 from pathlib import Path
 
-from benchmarks.two_gpu_vs_model import server_model
+from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks/results"

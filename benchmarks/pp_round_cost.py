@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.two_gpu_vs_model import server_model
+from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 from orchestrator.perfmodel.from_raw import gpu_key
 from orchestrator.perfmodel.parallel import pipeline
 

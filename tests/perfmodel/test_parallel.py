@@ -63,7 +63,7 @@ def test_the_pp_iteration_cost_reproduces_the_two_gpu_pp2_decode_points_it_was_f
     import json
     import math
 
-    from benchmarks.two_gpu_vs_model import server_model
+    from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 
     raw = json.loads((ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json").read_text())
     run = next(r for r in raw["runs"] if r["variant"] == "pp2")
@@ -133,7 +133,7 @@ def test_a_tp2_rank_and_a_dp_attention_rank_walk_the_same_kv_tiles_as_measured()
     import json
 
     from benchmarks.dp_attention_vs_tp2 import DP, TP2, kv_grid
-    from benchmarks.two_gpu_vs_model import server_model
+    from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 
     # batch 16 at 8,192 tokens: TP 2 walks 16 requests x 4 head tiles, a DP-attention 2 rank 8 x 8 (SGLang's grid)
     assert kv_grid([8242] * 16, 64, 132) == kv_grid([8242] * 8, 128, 132)
@@ -183,7 +183,7 @@ def test_dp_attention_ranks_chunk_their_own_prompts_and_a_forward_lasts_its_busi
 def test_dp_attention_prefill_reproduces_the_two_gpu_points_it_was_not_fitted_on() -> None:
     import json
 
-    from benchmarks.two_gpu_vs_model import chunked_prefill_s, server_model
+    from orchestrator.perfmodel.parallel.two_gpu_vs_model import chunked_prefill_s, server_model
 
     raw = json.loads((ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json").read_text())
     run = next(r for r in raw["runs"] if r["variant"] == "dpattn2-ep2")
@@ -194,3 +194,24 @@ def test_dp_attention_prefill_reproduces_the_two_gpu_points_it_was_not_fitted_on
         if k * length >= 8192:  # smaller ones are mostly the client's ~25 ms
             error = chunked_prefill_s(model, k, length) / point["latency_s_median"] - 1
             assert abs(error) < 0.2, (k, length, error)  # lone prompts were -48 % when each chunk was spread over both ranks
+
+
+def test_every_two_gpu_calibration_layout_has_its_server_model_and_the_script_compares_them(capsys) -> None:
+    """The layouts `calibrate twogpu` runs and the servers the model builds for them share their names: a layout added
+    to the calibration (tp2-eager, pp2-tail) is compared, not skipped; the benchmarks script prints it."""
+    import json
+
+    from benchmarks.two_gpu_vs_model import main
+    from orchestrator.calibrate.twogpu import LAYOUTS
+    from orchestrator.perfmodel.parallel.two_gpu_vs_model import LAYOUT_FIELDS, server_model
+
+    assert set(LAYOUT_FIELDS) == set(LAYOUTS)
+    lease2 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease2-h200x2"
+    raw = json.loads(next(lease2.rglob("calibration-twogpu*.json")).read_text())
+    eager = server_model(next(r for r in raw["runs"] if r["variant"] == "tp2-eager"), "H200", 6)
+    assert eager.graph_batch_sizes() == [] and eager.decode_runs_eager(1)  # --disable-cuda-graph
+    assert main([str(lease2)]) == 0
+    out = capsys.readouterr().out
+    assert "  tp2-eager (tp 2, pp 1, dp 1, ep 1): decode step measured / model" in out and "  pp2-tail (tp 1, pp 2" in out
+    assert main([str(ROOT / "configs")]) == 2
+    assert capsys.readouterr().err.strip().endswith("configs: no calibration-twogpu*.json under it")
