@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 from orchestrator.engines.sim.prefix_cache import PrefixCache
 from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits
-from orchestrator.perfmodel.scheduling.request_bounds import max_new_tokens_allowed
+from orchestrator.perfmodel.scheduling.request_bounds import max_new_tokens_allowed, never_preallocated
 from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
 from orchestrator.records import Role
 
@@ -200,13 +200,13 @@ class Scheduler:
         return self.limits.kv_capacity_tokens - self.limits.page_size - 1
 
     def never_preallocated(self, prompt_len: int) -> str | None:
-        """PD decode: why a prompt's KV (+ --num-reserved-decode-tokens) can never be pre-allocated here, or None.
-        SGLang 0.5.17 aborts only prompts above the pool (DecodePreallocQueue._check_if_req_exceed_kv_capacity) and
-        leaves one in between queued until the prefill's bootstrap timeout; we refuse it at once."""
+        """PD decode: why a prompt's KV (+ --num-reserved-decode-tokens) can never be pre-allocated here, or None
+        (request_bounds.never_preallocated, the planner's rule): SGLang leaves such a prompt queued until the
+        prefill's bootstrap timeout; we refuse it at once."""
         lim = self.limits.model_limits()
-        needed = prompt_len + lim.reserved_decode_tokens
-        if lim.role != "decode" or needed <= lim.kv_capacity_tokens:
+        if not never_preallocated(lim, prompt_len):
             return None
+        needed = prompt_len + lim.reserved_decode_tokens
         return (f"The input ({prompt_len} tokens) + {lim.reserved_decode_tokens} reserved decode tokens "
                 f"(--num-reserved-decode-tokens) = {needed} tokens exceeds the decode's KV pool "
                 f"({lim.kv_capacity_tokens} tokens): its KV can never be pre-allocated. Use a shorter input or a "

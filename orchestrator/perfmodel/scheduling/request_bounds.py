@@ -24,6 +24,13 @@ def max_prompt_tokens(limits: ServerLimits) -> int:
     return limits.kv_capacity_tokens - 1 - 5
 
 
+def never_preallocated(limits: ServerLimits, prompt_len: int) -> bool:
+    """PD decode: its prompt + --num-reserved-decode-tokens exceed the KV pool, so its KV is never pre-allocated
+    (SGLang 0.5.17 aborts only prompts above the pool, DecodePreallocQueue._check_if_req_exceed_kv_capacity, and
+    leaves one in between queued until the prefill's bootstrap timeout)."""
+    return limits.role == "decode" and prompt_len + limits.reserved_decode_tokens > limits.kv_capacity_tokens
+
+
 def never_runs(limits: ServerLimits, prompt_len: int, max_new_tokens: int) -> str | None:
     """Why a request, alone on this server, would never run to its max_new_tokens as SGLang 0.5.17 schedules it
     (None: it runs): SGLang aborts its prompt, cuts its output, or (PD decode) never pre-allocates its KV."""
@@ -31,7 +38,7 @@ def never_runs(limits: ServerLimits, prompt_len: int, max_new_tokens: int) -> st
     if prompt_len >= max_prompt_tokens(limits):
         return (f"its prompt of {prompt_len:,} tokens reaches the {pool:,}-token KV pool: SGLang aborts prompts of "
                 f"{max_prompt_tokens(limits):,} tokens or more (Input length exceeds the maximum allowed length)")
-    if limits.role == "decode" and prompt_len + limits.reserved_decode_tokens > pool:
+    if never_preallocated(limits, prompt_len):
         return (f"the PD decode pre-allocates its prompt + {limits.reserved_decode_tokens} reserved decode tokens "
                 f"(--num-reserved-decode-tokens), {prompt_len + limits.reserved_decode_tokens:,} > the {pool:,}-token "
                 f"KV pool: it would wait for KV forever")
