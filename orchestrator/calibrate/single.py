@@ -4,6 +4,7 @@ A plan is a list of server starts ("variants"); each start records its start-up 
 own timings), what SGLang derived (/server_info), and then runs the measurements named in the variant:
   prefill   one request of L tokens (max_new_tokens=1), and k requests of L tokens at once: latency
   decode    B requests of C tokens, then 100 greedy steps: step time from SGLang's `Decode batch` lines
+            (a variant's decode_contexts: each batch at each of those C, a batch x context grid)
   context   the same at a fixed B over several context lengths
   beyond    decode at batch sizes around and past the largest captured CUDA graph
 Results go to OUT/calibration-<name>.json after every step, so a run cut short keeps what it measured.
@@ -193,7 +194,8 @@ def describe_plan(plan: list[dict], common_flags: list[str], context_length: int
     """What `run_single` would start and measure, one line per server, without starting anything."""
     common = ["--context-length", str(context_length), *common_flags]
     points = {"prefill": lambda v: f"prefill L {v.get('prefill_lengths') or PREFILL_LENGTHS}",
-              "decode": lambda v: f"decode B {v.get('decode_batches') or DECODE_BATCHES} C={DECODE_CONTEXT}",
+              "decode": lambda v: f"decode B {v.get('decode_batches') or DECODE_BATCHES} "
+                                  + (f"x C {v['decode_contexts']}" if v.get("decode_contexts") else f"C={DECODE_CONTEXT}"),
               "context": lambda v: f"context B={CONTEXT_BATCH} C {v.get('context_lengths') or CONTEXT_LENGTHS}",
               "beyond": lambda v: f"beyond B {BEYOND_BATCHES} C={DECODE_CONTEXT}"}
     lines = []
@@ -254,9 +256,14 @@ def run_single(model_path: str, name: str, out_dir: Path, budget_s: float, port:
                     run["prefill"] = measure_prefill(srv, rng, vocab, budget, max_len=max_ctx - 8,
                                                      lengths=variant.get("prefill_lengths"),
                                                      concurrent=[tuple(kl) for kl in variant.get("prefill_concurrent") or []])
-                elif m == "decode":
-                    run["decode"] = measure_decode(srv, rng, vocab, budget, variant.get("decode_batches") or DECODE_BATCHES,
-                                                   DECODE_CONTEXT, max_running=cap)
+                elif m == "decode":   # decode_contexts: the batches at each context per request (a grid)
+                    rows = run["decode"] = []
+                    for c in variant.get("decode_contexts") or [DECODE_CONTEXT]:
+                        rows += measure_decode(srv, rng, vocab, budget, variant.get("decode_batches") or DECODE_BATCHES,
+                                               c, max_running=cap)
+                        save()
+                        if not srv.alive():
+                            break
                 elif m == "context":
                     run["context"] = measure_context(srv, rng, vocab, budget, max_ctx, variant.get("context_lengths"))
                 elif m == "beyond":

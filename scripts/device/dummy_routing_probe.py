@@ -1,5 +1,7 @@
 """One-GPU dummy-weight routing probe (issue 25): R1-shaped layers (benchmarks/calibration/r1-shaped, 6 layers,
-FP8 block, `--load-format dummy`) on one GPU, four server starts in one device call (scripts/device/dummy_routing.sh):
+FP8 block, `--load-format dummy`) on one GPU, four server starts in one device call (scripts/device/dummy_routing.sh).
+Any MoE config.json works as --model-path: the Qwen3-235B-A22B shape (models/qwen3-235b-a22b-fp8-l6, 128 experts,
+top 8, softmax router) runs the two count variants in scripts/device/qwen3_probe.sh.
 
   dummy-graphs        decode step vs batch 1..512 (context 256) and vs context (batch 16), CUDA graphs: the step
                       a contest run takes (calibrate single's decode / context measurements)
@@ -44,6 +46,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, required=True, help="wall seconds for all variants (one device call: <= 600)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)}")
     p.add_argument("--count-batches", default=",".join(map(str, COUNT_BATCHES)), help="decode batches of the counts")
+    p.add_argument("--count-prompt", type=int, default=COUNT_PROMPT,
+                   help="prompt tokens per request of the counts (a prefill call of k prompts has k times this many "
+                        "tokens: pick one whose multiples are no decode batch, e.g. 250 for power-of-two batches)")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--flag", action="append", default=[], help="extra SGLang flag for every server (repeat; --flag=--x)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; start nothing")
@@ -60,9 +65,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--count-batches: batch sizes must be >= 1")
     if a.budget_s < 120:
         p.error(f"--budget-s {a.budget_s:g}: a server start alone takes about a minute; give at least 120")
-    if not (Path(a.model_path) / "config.json").is_file():
-        p.error(f"--model-path {a.model_path}: no config.json there; give the R1-shaped model folder")
+    if a.count_prompt < 1:
+        p.error(f"--count-prompt {a.count_prompt}: prompts need at least one token")
+    config = Path(a.model_path) / "config.json"
+    if not config.is_file():
+        p.error(f"--model-path {a.model_path}: no config.json there; give the model folder (R1- or Qwen3-shaped)")
+    if not routed_experts(json.loads(config.read_text())):
+        p.error(f"--model-path {a.model_path}: its config.json names no routed experts (n_routed_experts or "
+                "num_experts); give an MoE model folder")
     return a
+
+
+def routed_experts(config: dict) -> int:
+    """Routed experts per MoE layer: DeepSeek's n_routed_experts, Qwen2/3-MoE's num_experts; 0 for a dense model."""
+    return int(config.get("n_routed_experts") or config.get("num_experts") or 0)
 
 
 def env_for(name: str, out: Path) -> dict[str, str]:
@@ -87,14 +103,15 @@ def flags_for(name: str, extra: list[str]) -> list[str]:
 
 
 def distinct_by_batch(trace: Path, batches: list[int]) -> dict:
-    """Mean / min / max distinct routed experts per MoE layer call at each decode batch (calls with tokens == B)."""
+    """Mean / median / min / max distinct routed experts per MoE layer call at each decode batch (calls with
+    tokens == B; the median is robust to a prefill call of exactly B tokens)."""
     rows = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()] if trace.is_file() else []
     out = {}
     for b in batches:
         seen = [r["distinct"] for r in rows if r["tokens"] == b]
         if seen:
             out[str(b)] = {"calls": len(seen), "mean": round(statistics.mean(seen), 2), "min": min(seen), "max": max(seen),
-                           "experts": rows[0]["experts"]}
+                           "median": statistics.median(seen), "experts": rows[0]["experts"]}
     return out
 
 
@@ -118,7 +135,7 @@ def run_count(name: str, a: argparse.Namespace, budget_s: float) -> dict:
                 result["points"].append({"batch_size": b, "skipped": "time budget"})
                 continue
             offset = srv.log_size()
-            s = generate_many(srv.url, [random_ids(rng, COUNT_PROMPT, vocab) for _ in range(b)], COUNT_STEPS)
+            s = generate_many(srv.url, [random_ids(rng, a.count_prompt, vocab) for _ in range(b)], COUNT_STEPS)
             step = logparse.decode_step_ms(logparse.decode_lines(srv.log_since(offset)), b)
             result["points"].append({"batch_size": b, "ok": s["ok"], "n": s["n"], **step})
             print(f"  {name} B={b}: eager step {step.get('step_ms_median')} ms, ok {s['ok']}/{s['n']}", flush=True)
@@ -140,13 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         for name in a.variants:
             env = {k: v for k, v in env_for(name, out).items() if k != "PYTHONPATH"}
             print(f"{name}: sglang.launch_server {' '.join(flags_for(name, a.flag))} env {env} "
-                  f"{'(counts at batches ' + ','.join(map(str, a.count_batches)) + ')' if VARIANTS[name][1] else '(decode vs batch and context)'}")
+                  f"{'(counts at batches ' + ','.join(map(str, a.count_batches)) + f', {a.count_prompt}-token prompts)' if VARIANTS[name][1] else '(decode vs batch and context)'}")
         return 0
     from orchestrator.calibrate.single import run_single
 
     out.mkdir(parents=True, exist_ok=True)
     end = time.monotonic() + a.budget_s
-    summary: dict = {"model": a.model_path, "variants": {}}
+    config = json.loads((Path(a.model_path) / "config.json").read_text())
+    summary: dict = {"model": a.model_path, "routed_experts": routed_experts(config),
+                     "top_k": config.get("num_experts_per_tok"), "count_prompt_tokens": a.count_prompt, "variants": {}}
     for i, name in enumerate(a.variants):
         weights = [VARIANTS[v][2] for v in a.variants[i:]]
         share = (end - time.monotonic()) * VARIANTS[name][2] / sum(weights)

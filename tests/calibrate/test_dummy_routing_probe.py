@@ -74,6 +74,38 @@ def test_the_hook_records_distinct_routed_experts_and_randomises_gates(tmp_path)
     assert 0.01 < float(model[2].weight.detach().std()) < 0.03
 
 
+def test_the_hook_randomises_a_qwen3_router_gate_and_nothing_else(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    hook = _load(ROOT / "scripts/device/dummy_routing/sitecustomize.py", "pdo_probe_hook_qwen3")
+
+    class ReplicatedLinear(torch.nn.Module):   # SGLang's Qwen3MoeSparseMoeBlock.gate: a plain linear router, no bias
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.full((128, 16), 1e-3))
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate, self.other = ReplicatedLinear(), ReplicatedLinear()
+
+    model = torch.nn.Module()
+    model.mlp = Block()
+    assert hook.randomise_gates(model, 0.02) == 1   # `mlp.gate` only, not another linear of the block
+    assert 0.01 < float(model.mlp.gate.weight.detach().std()) < 0.03
+    assert float(model.mlp.other.weight.detach().std()) == 0.0
+
+
+def test_the_probe_takes_the_qwen3_shape_and_refuses_a_dense_model(tmp_path) -> None:
+    done = _probe("--model-path", str(ROOT / "models/qwen3-235b-a22b-fp8-l6"), "--out", str(tmp_path / "o"),
+                  "--budget-s", "130", "--variants", "dummy-eager-count", "--count-prompt", "250", "--dry-run")
+    assert done.returncode == 0 and "250-token prompts" in done.stdout
+    dense = tmp_path / "dense"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps({"vocab_size": 1000, "hidden_size": 64}))
+    done = _probe("--model-path", str(dense), "--out", str(tmp_path / "o"), "--budget-s", "130", "--dry-run")
+    assert done.returncode == 2 and "names no routed experts" in done.stderr
+
+
 def test_the_import_hook_patches_a_module_right_after_it_loads(tmp_path, monkeypatch) -> None:
     hook = _load(ROOT / "scripts/device/dummy_routing/sitecustomize.py", "pdo_probe_hook2")
     (tmp_path / "pdo_fake_topk.py").write_text("def select_experts():\n    return 'original'\n")
@@ -95,5 +127,6 @@ def test_the_trace_is_summarised_per_decode_batch(tmp_path) -> None:
     rows = [{"tokens": 8, "distinct": d, "experts": 256, "layer": 3} for d in (8, 8, 10)]
     rows += [{"tokens": 2048, "distinct": 200, "experts": 256, "layer": 3}]  # a prefill chunk: not a decode batch
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert probe.distinct_by_batch(trace, [8, 32]) == {"8": {"calls": 3, "mean": 8.67, "min": 8, "max": 10, "experts": 256}}
+    assert probe.distinct_by_batch(trace, [8, 32]) == {"8": {"calls": 3, "mean": 8.67, "min": 8, "max": 10, "median": 8,
+                                                             "experts": 256}}
     assert probe.distinct_by_batch(tmp_path / "missing.jsonl", [8]) == {}

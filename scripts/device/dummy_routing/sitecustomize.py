@@ -4,9 +4,11 @@ routed experts each MoE layer call picks, and optionally replaces every MoE gate
 PDO_PROBE_TRACE=<file.jsonl>  one line per select_experts call outside CUDA-graph capture: layer, tokens,
                               distinct routed experts (ids < n_routed_experts; fused shared-expert slots and
                               padding dropped). Eager servers only: a replayed CUDA graph runs no Python.
-PDO_PROBE_GATE=random         after DummyModelLoader.load_model: every MoEGate's weight ~ N(0, PDO_PROBE_GATE_STD,
+PDO_PROBE_GATE=random         after DummyModelLoader.load_model: every router gate's weight ~ N(0, PDO_PROBE_GATE_STD,
                               default 0.02) and its e_score_correction_bias zeroed - routing that varies per
                               token like a real checkpoint's (the "randomised gate"), with every other weight dummy.
+                              A router gate is DeepSeek's MoEGate or Qwen2/3-MoE's linear router (a ReplicatedLinear
+                              named `mlp.gate`, no bias).
 Stdlib + torch (present on the GPU machine); does nothing unless one of the two variables is set.
 """
 
@@ -46,14 +48,20 @@ def patch_topk(mod, trace_path: str) -> None:
     mod.select_experts = select_experts
 
 
+def is_router_gate(name: str, module) -> bool:
+    """DeepSeek's MoEGate, or a Qwen2/3-MoE router: the ReplicatedLinear at `<layer>.mlp.gate`."""
+    kind = type(module).__name__
+    return kind == "MoEGate" or (kind == "ReplicatedLinear" and name.endswith("mlp.gate"))
+
+
 def randomise_gates(model, std: float) -> int:
-    """Every MoEGate: weight ~ N(0, std), correction bias 0 (in place: the routing config keeps its reference)."""
+    """Every router gate: weight ~ N(0, std), correction bias 0 (in place: the routing config keeps its reference)."""
     import torch
 
     done = 0
     with torch.no_grad():
-        for _, module in model.named_modules():
-            if type(module).__name__ != "MoEGate":
+        for name, module in model.named_modules():
+            if not is_router_gate(name, module):
                 continue
             module.weight.normal_(0.0, std)
             bias = getattr(module, "e_score_correction_bias", None)
