@@ -4,6 +4,7 @@ the py-spy summary behind the router profiles, and the planning examples' comman
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -128,3 +129,25 @@ def test_every_planning_example_command_parses_and_names_configs_that_exist():
         parsed = parser.parse_args(args)
         configs = [parsed.config] if getattr(parsed, "config", None) else list(getattr(parsed, "configs", []))
         assert configs and all((ROOT / c).is_file() for c in configs), (name, configs)
+
+
+def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measured(tmp_path) -> None:
+    # benchmarks/pending_rows.py records a prediction before the run; it must be the number the back-test prints
+    # for the same row once the measurement is added (same config, overrides, batch and path)
+    import yaml
+
+    import pending_rows
+    from orchestrator.plan.backtest import DATASET, load_dataset, predict_row
+
+    data = load_dataset()
+    row = next(r for r in data["runs"] if r["id"] == "h200x2-r1s6-tp2-eager-decode-8x256")
+    pending = {k: v for k, v in row.items() if k != "measured"}
+    path = tmp_path / "pending.yaml"
+    path.write_text(yaml.safe_dump({"rows": [pending, {**pending, "id": "tp1", "set": pending["set"][:-1]}],
+                                    "derived": [{"id": "tp2/tp1", "numerator": row["id"], "denominator": "tp1"}]}))
+    assert pending_rows.main([str(path), "--json", str(tmp_path / "p.json")]) == 0
+    out = json.loads((tmp_path / "p.json").read_text())
+    expected = predict_row(row, data["batches"], DATASET.parent).predicted
+    assert out["rows"][row["id"]]["total_tok_s"] == pytest.approx(expected, abs=0.1)
+    assert out["rows"]["tp1"]["total_tok_s"] != out["rows"][row["id"]]["total_tok_s"]   # tp=2 dropped: another server
+    assert out["derived"]["tp2/tp1"] == pytest.approx(out["rows"][row["id"]]["total_tok_s"] / out["rows"]["tp1"]["total_tok_s"], rel=1e-3)

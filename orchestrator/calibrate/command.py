@@ -131,8 +131,9 @@ def _print_summary(res: dict) -> None:
               + (f"; ERROR {run['error'][:200]}" if run.get("error") else ""))
         for key in ("decode", "context", "beyond"):
             for r in run.get(key) or []:
-                print(f"    {key} B={r.get('batch_size')} C={r.get('context_tokens')}: {r.get('step_ms_median')} ms "
-                      f"graph={r.get('cuda_graph')} {r.get('skipped') or ''}")
+                print(f"    {key} B={r.get('batch_size')} C={r.get('context_tokens')}"
+                      f"{' (repeat %d)' % r['repeat'] if r.get('repeat') else ''}: {r.get('step_ms_median')} ms "
+                      f"graph={r.get('cuda_graph')} wall={(r.get('client') or {}).get('wall_s')}s {r.get('skipped') or ''}")
         for r in run.get("prefill") or []:
             print(f"    prefill k={r.get('concurrency')} L={r.get('input_tokens')}: {r.get('latency_s_median')} s "
                   f"{r.get('skipped') or ''}")

@@ -6,6 +6,7 @@ own timings), what SGLang derived (/server_info), and then runs the measurements
   decode    B requests of C tokens, then 100 greedy steps: step time from SGLang's `Decode batch` lines
             (a variant's decode_contexts: each batch at each of those C, a batch x context grid)
   context   the same at a fixed B over several context lengths
+            (a variant's `repeats`: each decode/context point that many times in a row, rows tagged `repeat`)
   beyond    decode at batch sizes around and past the largest captured CUDA graph
 Results go to OUT/calibration-<name>.json after every step, so a run cut short keeps what it measured.
 """
@@ -163,30 +164,35 @@ def measure_decode_point(server: SglangServer, rng: random.Random, vocab: int, b
     return row
 
 
-def measure_decode(server, rng, vocab, budget, batches, context, min_left=25.0, max_running=None) -> list[dict]:
+def measure_decode(server, rng, vocab, budget, batches, context, min_left=25.0, max_running=None,
+                   repeats: int = 1) -> list[dict]:
+    """Each batch `repeats` times in a row (fresh prompts of the same shape): `repeat` 0 is the point's first use of
+    its shapes, 1 and on the same point again, so a first-use stall shows as the difference between the two."""
     rows = []
     for b in batches:
-        if budget.left() < min_left:
-            rows.append({"batch_size": b, "context_tokens": context, "skipped": "time budget"})
-            continue
-        rows.append(measure_decode_point(server, rng, vocab, b, context, max_running=max_running))
-        if not server.alive():
-            rows[-1]["server_died"] = True
-            break
+        for rep in range(repeats):
+            if budget.left() < min_left:
+                rows.append({"batch_size": b, "context_tokens": context, "repeat": rep, "skipped": "time budget"})
+                continue
+            rows.append(measure_decode_point(server, rng, vocab, b, context, max_running=max_running) | {"repeat": rep})
+            if not server.alive():
+                rows[-1]["server_died"] = True
+                return rows
     return rows
 
 
-def measure_context(server, rng, vocab, budget, max_context: int, lengths=None) -> list[dict]:
+def measure_context(server, rng, vocab, budget, max_context: int, lengths=None, repeats: int = 1) -> list[dict]:
     rows = []
     for c in lengths or CONTEXT_LENGTHS:
         if c + DECODE_STEPS + 8 > max_context:
             continue
-        if budget.left() < 30:
-            rows.append({"batch_size": CONTEXT_BATCH, "context_tokens": c, "skipped": "time budget"})
-            continue
-        rows.append(measure_decode_point(server, rng, vocab, CONTEXT_BATCH, c))
-        if not server.alive():
-            break
+        for rep in range(repeats):
+            if budget.left() < 30:
+                rows.append({"batch_size": CONTEXT_BATCH, "context_tokens": c, "repeat": rep, "skipped": "time budget"})
+                continue
+            rows.append(measure_decode_point(server, rng, vocab, CONTEXT_BATCH, c) | {"repeat": rep})
+            if not server.alive():
+                return rows
     return rows
 
 
@@ -201,6 +207,8 @@ def describe_plan(plan: list[dict], common_flags: list[str], context_length: int
     lines = []
     for v in plan:
         measured = "; ".join(points[m](v) for m in v.get("measure", []) if m in points) or "start-up only"
+        if int(v.get("repeats", 1)) > 1:
+            measured += f"; each decode/context point {v['repeats']} times in a row (warm repeat)"
         lines.append(f"server {v['name']} ({v.get('cache_state')}): sglang.launch_server {' '.join(BASE_FLAGS)} "
                      f"{' '.join(common + v['flags'])}; measure {measured}; skipped with < {v.get('min_left_s', 90)} s left")
     return "\n".join(lines)
@@ -249,6 +257,7 @@ def run_single(model_path: str, name: str, out_dir: Path, budget_s: float, port:
             save()
             max_ctx = int(info.get("context_length") or context_length)
             cap = run["derived"].get("effective_max_running_requests_per_dp")
+            repeats = int(variant.get("repeats", 1))   # decode and context points only
             for m in variant.get("measure", []):
                 # a variant may name its own points (prefill_lengths, prefill_concurrent, decode_batches,
                 # context_lengths); the defaults above otherwise
@@ -260,12 +269,13 @@ def run_single(model_path: str, name: str, out_dir: Path, budget_s: float, port:
                     rows = run["decode"] = []
                     for c in variant.get("decode_contexts") or [DECODE_CONTEXT]:
                         rows += measure_decode(srv, rng, vocab, budget, variant.get("decode_batches") or DECODE_BATCHES,
-                                               c, max_running=cap)
+                                               c, max_running=cap, repeats=repeats)
                         save()
                         if not srv.alive():
                             break
                 elif m == "context":
-                    run["context"] = measure_context(srv, rng, vocab, budget, max_ctx, variant.get("context_lengths"))
+                    run["context"] = measure_context(srv, rng, vocab, budget, max_ctx, variant.get("context_lengths"),
+                                                     repeats=repeats)
                 elif m == "beyond":
                     run["beyond"] = measure_decode(srv, rng, vocab, budget, BEYOND_BATCHES, DECODE_CONTEXT,
                                                    max_running=cap)

@@ -10,7 +10,7 @@ One device call (`scripts/device/calibrate.sh twogpu` on an nvidia-h100-x2 / nvi
      tp2          --tp-size 2                                          (two all-reduces per layer)
      dpattn2-ep2  --tp-size 2 --dp-size 2 --enable-dp-attention --ep-size 2   (gather / all-to-all MoE)
      pp2          --pp-size 2                                          (micro-batches over two stages)
-     tp2-eager    tp2 with --disable-cuda-graph: eager decode steps and context only
+     tp2-eager    tp2 with --disable-cuda-graph: eager decode steps and context only, each point twice in a row
      pp2-tail     pp2's decode batch 512 and context points only
 Everything lands in OUT/calibration-twogpu.json (+ collectives.json) as it is measured. The driver is stdlib
 only, like the rest of orchestrator/calibrate; `--dry-run` prints the plan and commands and starts nothing.
@@ -38,7 +38,8 @@ LAYOUTS: dict[str, list[str]] = {
 }
 # layouts that measure only some points (the others were measured by the layout they extend)
 ONLY: dict[str, dict] = {
-    "tp2-eager": {"measure": ["decode", "context"], "cuda_graphs": False},
+    # each eager point twice in a row: the first use of a shape against a warm repeat (lease 3, issue 25)
+    "tp2-eager": {"measure": ["decode", "context"], "cuda_graphs": False, "repeats": 2},
     "pp2-tail": {"measure": ["decode", "context"], "decode_batches": [512]},
 }
 # tokens of one collective: decode batches and prefill chunks (bytes = tokens x hidden x 2, bf16)
@@ -101,7 +102,8 @@ def plan(layouts: list[str], mem_fraction: str = "0.70") -> list[dict]:
                          "measure": only.get("measure", ["prefill", "decode", "context"]),
                          "prefill_lengths": PREFILL_LENGTHS, "prefill_concurrent": PREFILL_CONCURRENT,
                          "decode_batches": only.get("decode_batches", DECODE_BATCHES),
-                         "context_lengths": CONTEXT_LENGTHS, "min_left_s": MIN_LEFT_S})
+                         "context_lengths": CONTEXT_LENGTHS, "min_left_s": MIN_LEFT_S,
+                         "repeats": only.get("repeats", 1)})
     return variants
 
 
@@ -160,7 +162,8 @@ def dry_run(model_path: str, out_dir: Path, layouts: list[str], tokens: list[int
         points = {"prefill": f"prefill L {variant['prefill_lengths']} + k x L {variant['prefill_concurrent']}",
                   "decode": f"decode B {variant['decode_batches']}",
                   "context": f"context B=16 C {variant['context_lengths']}"}
+        twice = f"; each decode/context point {variant['repeats']} times in a row" if variant["repeats"] > 1 else ""
         lines.append(f"server {variant['name']}: sglang.launch_server {' '.join([*variant['flags'], *flags])}; "
-                     f"measure {', '.join(variant['measure'])} ({'; '.join(points[m] for m in variant['measure'])}); "
+                     f"measure {', '.join(variant['measure'])} ({'; '.join(points[m] for m in variant['measure'])}){twice}; "
                      f"skipped with < {variant['min_left_s']} s left")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from orchestrator.calibrate.command import main
 ROOT = Path(__file__).resolve().parents[2]
 R1S = ROOT / "benchmarks/calibration/r1-shaped"
 PLAN = ROOT / "benchmarks/calibration/plans/r1-graph-padding.json"
+TP1_EAGER = ROOT / "benchmarks/calibration/plans/r1-tp1-eager.json"
 
 
 def _servers(text: str) -> dict[str, str]:
@@ -43,5 +44,24 @@ def test_dry_run_of_the_default_plan_names_its_three_starts(tmp_path, capsys) ->
 
 
 def test_the_plan_is_plain_json_with_known_measurements() -> None:
-    for variant in json.loads(PLAN.read_text()):
-        assert set(variant["measure"]) <= {"prefill", "decode", "context", "beyond"}
+    for plan_path in (PLAN, TP1_EAGER):
+        for variant in json.loads(plan_path.read_text()):
+            assert set(variant["measure"]) <= {"prefill", "decode", "context", "beyond"}
+
+
+def test_the_tp1_eager_plan_is_the_eager_tp2_server_without_its_tp_flags(tmp_path, capsys) -> None:
+    # lease 3 (issue 25): eager TP1 on one GPU of the two-GPU host against eager TP2 there, point for point
+    from orchestrator.calibrate.twogpu import LAYOUTS, plan
+
+    (tp1,) = json.loads(TP1_EAGER.read_text())
+    (tp2,) = plan(["tp2-eager"])
+    tp_only = LAYOUTS["tp2"]   # --tp-size 2 and the all-reduce fusion switch
+    assert tp1["flags"] == [f for f in tp2["flags"] if f not in tp_only]
+    for key in ("measure", "decode_batches", "context_lengths", "repeats"):
+        assert tp1[key] == tp2[key], key
+    rc = main(["single", "--model-path", str(R1S), "--name", "r1s6-tp1-eager", "--out", str(tmp_path / "o"),
+               "--budget-s", "500", "--plan-json", str(TP1_EAGER), "--dry-run", "--flag=--trust-remote-code",
+               "--flag=--triton-attention-split-tile-size", "--flag=256"])
+    line = _servers(capsys.readouterr().out)["tp1-eager"]
+    assert rc == 0 and "--disable-cuda-graph --mem-fraction-static 0.70;" in line and "--tp-size" not in line
+    assert "each decode/context point 2 times in a row" in line

@@ -202,6 +202,36 @@ def test_the_eager_tp2_and_the_pp2_tail_measure_only_their_own_points(tmp_path, 
     out = capsys.readouterr().out
     assert rc == 0 and ("server tp2-eager: sglang.launch_server --tp-size 2 --enforce-disable-flashinfer-allreduce-fusion "
                         "--disable-cuda-graph --mem-fraction-static 0.70; measure decode, context (decode B [1, 8, 32, 64,"
-                        " 128, 256, 512]; context B=16 C [256, 2048, 8192])") in out
+                        " 128, 256, 512]; context B=16 C [256, 2048, 8192]); each decode/context point 2 times in a row") in out
     assert ("measure decode, context (decode B [512]; context B=16 C [256, 2048, 8192])") in out
     assert "prefill L" not in out
+
+
+def test_eager_tp2_measures_each_point_twice_in_a_row_with_fresh_prompts(tmp_path, monkeypatch) -> None:
+    # lease 3 (issue 25): the first use of a shape against a warm repeat of the same point, so a first-use stall
+    # (the 0.2-4.1 s the lease-2 walls held beyond their steps) separates from the steady step
+    from orchestrator.calibrate import single, twogpu
+
+    servers, prompts_seen = [], []
+
+    def fake_server(*args, **kwargs):
+        servers.append(_FakeServer(*args, **kwargs))
+        return servers[-1]
+
+    def fake_generate(url, prompts, max_new_tokens):
+        prompts_seen.append(prompts[0])
+        servers[-1].lines += [_decode_line(s, "TP0", len(prompts), len(prompts) / 0.004) for s in range(10)]
+        return {"n": len(prompts), "ok": len(prompts), "wall_s": 0.01, "latency_s_max": 0.01,
+                "rows": [{"error": None} for _ in prompts]}
+
+    monkeypatch.setattr(single, "SglangServer", fake_server)
+    monkeypatch.setattr(single, "generate_many", fake_generate)
+    monkeypatch.setattr(single, "gpu_memory_used_mib", lambda: None)
+    (run,) = twogpu.run_twogpu(str(R1S), tmp_path, 600, ["tp2-eager"], [1], collectives=False)["runs"]
+    assert [(d["batch_size"], d["repeat"]) for d in run["decode"]] == [(b, r) for b in twogpu.DECODE_BATCHES for r in (0, 1)]
+    assert [(c["context_tokens"], c["repeat"]) for c in run["context"]] == [(c, r) for c in twogpu.CONTEXT_LENGTHS
+                                                                             for r in (0, 1)]
+    assert all(d["step_ms_median"] == 4.0 for d in run["decode"] + run["context"])
+    assert len(set(map(tuple, prompts_seen))) == len(prompts_seen)   # a repeat sends new prompts: no prefix-cache hit
+    # the graphed layouts measure each point once, as before
+    assert all(v["repeats"] == 1 for v in plan(["tp2", "pp2", "dpattn2-ep2", "pp2-tail"]))
