@@ -9,7 +9,8 @@
 #           GPU 1, started outside Ray with our argv by serve_direct.py), the same 1000 prompts (replay.py)
 #   pd-agg  pd then agg in one call;  site  unpack the carried sglang tree only
 # BENCH_SETS (--set ...) reach every bench of the phase; BENCH_PD_SETS the PD pair's only, e.g. pd-agg with
-# BENCH_PD_SETS="--set layout.decode.0.mem_fraction_static=0.80" (a decode key the aggregated config lacks)
+# BENCH_PD_SETS="--set layout.decode.0.mem_fraction_static=0.80" (a decode key the aggregated config lacks);
+# BENCH_AGG_SETS the aggregated server's only (e.g. --set layout.aggregated.0.mem_fraction_static=0.80)
 # Same set-up as bench_one_gpu.sh (scripts/device/bench_lib.sh: installs, engine scraper, bench_local, router_pair).
 # cluster.gpu follows the card nvidia-smi names (H200 or H100-SXM), so the preflight checks the right memory.
 # Calls, one warm lease (the sglang tree comes with the first call, e.g. calibrate.sh twogpu; a machine goes back
@@ -37,9 +38,9 @@ el "cluster.gpu=${GPU_TYPE:-unknown (not set)}"
 case $PHASE in
 site) install_site ;;
 pd) install_runtime; bench_local $PD_CFG $P/pd ${BENCH_PD_SETS:-}; pack pd ;;
-agg) install_runtime; bench_local $AGG_CFG $P/agg-tp2; pack agg-tp2 ;;
+agg) install_runtime; bench_local $AGG_CFG $P/agg-tp2 ${BENCH_AGG_SETS:-}; pack agg-tp2 ;;
 router) install_runtime; install_router || exit 1; router_pair; pack router ;;
-pd-agg) install_runtime; bench_local $PD_CFG $P/pd ${BENCH_PD_SETS:-}; pack pd; bench_local $AGG_CFG $P/agg-tp2; pack agg-tp2 ;;
+pd-agg) install_runtime; bench_local $PD_CFG $P/pd ${BENCH_PD_SETS:-}; pack pd; bench_local $AGG_CFG $P/agg-tp2 ${BENCH_AGG_SETS:-}; pack agg-tp2 ;;
 *) el "unknown phase $PHASE"; exit 2 ;;
 esac
 el "done"
