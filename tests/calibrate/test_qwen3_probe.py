@@ -112,3 +112,58 @@ def test_calibrate_single_writes_one_decode_row_per_batch_and_context(tmp_path, 
     # the back-test finds a calibration point by (batch_size, context_tokens) within run[measure]
     assert [(r["batch_size"], r["context_tokens"]) for r in rows] == [
         (b, c) for c in (256, 1024, 4096) for b in (1, 4, 8, 16, 32, 64, 128, 256)]
+
+
+# ---- the reader of what the probe brings back (benchmarks/qwen3_routing_read.py) ----------------------------------
+
+def _reader():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import qwen3_routing_read
+
+    return qwen3_routing_read
+
+
+def _counts(means: dict[int, float]):
+    read = _reader()
+    return {b: read.Count(b, 36, m, m, int(m), int(m) + 1) for b, m in means.items()}
+
+
+def test_the_recorded_rule_reads_each_outcome_from_the_count_at_batch_64() -> None:
+    read = _reader()
+    uniform = {b: read.uniform_distinct(b, 8, 128) for b in (8, 16, 32, 64)}
+    assert round(uniform[64], 1) == 125.9   # 128 (1 - (1 - 8/128)^64)
+    random_gate = _counts(uniform)
+    assert read.outcome({"dummy": _counts({64: 9.0}), "random": random_gate}, 8, 128)[0] == "collapsed"
+    assert read.outcome({"dummy": _counts({64: 16.0}), "random": random_gate}, 8, 128)[0] == "collapsed"
+    assert read.outcome({"dummy": _counts({64: 60.0}), "random": random_gate}, 8, 128)[0] == "partial"
+    assert read.outcome({"dummy": _counts({64: 101.0}), "random": random_gate}, 8, 128)[0] == "uniform"
+    # randomised gates that miss the formula by more than 10 % at batch 8..64: the hook is not trusted
+    off = _counts({**uniform, 16: uniform[16] * 0.8})
+    verdict, why = read.outcome({"dummy": _counts({64: 9.0}), "random": off}, 8, 128)
+    assert verdict == "hook-suspect" and "[16]" in why
+    assert read.outcome({"dummy": _counts({32: 9.0})}, 8, 128)[0] == "not measured"
+
+
+def test_a_count_phase_cut_before_its_summary_is_read_from_its_trace(tmp_path) -> None:
+    import tarfile
+
+    read = _reader()
+    work = tmp_path / "work" / "count-dummy"
+    work.mkdir(parents=True)
+    rows = [{"tokens": 64, "distinct": d, "experts": 128, "layer": 0} for d in (8, 9, 9)]
+    rows += [{"tokens": 64 * 250, "distinct": 120, "experts": 128, "layer": 0}]   # a prefill call: not a decode batch
+    (work / "trace-dummy-eager-count.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with tarfile.open(tmp_path / "qwen3-probe.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "work", arcname=".")
+    (tmp_path / "routing.json").write_text(json.dumps({"dummy-eager-count": {"error": "KeyboardInterrupt"}}))
+    counts = read.load_counts(tmp_path, [1, 64])
+    assert list(counts) == ["dummy"] and list(counts["dummy"]) == [64]
+    assert counts["dummy"][64].calls == 3 and counts["dummy"][64].median == 9
+
+
+def test_one_routed_expert_is_its_three_fp8_matrices_in_the_planners_weight_table() -> None:
+    read = _reader()
+    per_expert, top_k, n, moe_layers = read.expert_bytes_per_layer(str(ROOT / "configs/device-h200x2-qwen3-serve.yaml"), "H200")
+    assert (top_k, n, moe_layers) == (8, 128, 6)
+    fp8 = 3 * 4096 * 1536   # gate, up and down projections, one byte per weight
+    assert fp8 <= per_expert < fp8 * 1.01   # block scales are the rest
