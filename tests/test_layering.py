@@ -17,7 +17,7 @@ PACKAGES = ("orchestrator", "deployments")
 
 # Lowest first; a module may import only from its own layer or lower ones.
 LAYERS: list[set[str]] = [
-    {"orchestrator", "records", "phases", "process", "provenance", "stats"},
+    {"orchestrator", "records", "phases", "process", "provenance", "stats", "tables"},
     {"config", "rules"},
     {"perfmodel"},
     {"api", "workload"},

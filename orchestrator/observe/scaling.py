@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.tables import markdown_table, text_table
+
 MEASURED = "measured"
 SIMULATED = "simulated"
 
@@ -213,15 +215,11 @@ def _order(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
 
 
 def table(rows: Sequence[ScalingRow]) -> str:
-    cells = [list(COLUMNS)] + [_cells(r) for r in _order(rows)]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in cells)
+    return text_table(COLUMNS, [_cells(r) for r in _order(rows)])
 
 
 def markdown(rows: Sequence[ScalingRow]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in _order(rows)]
-    return "\n".join(lines)
+    return markdown_table(COLUMNS, [_cells(r) for r in _order(rows)])
 
 
 def plot(rows: Sequence[ScalingRow], path: Path) -> None:

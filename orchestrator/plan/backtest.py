@@ -30,6 +30,7 @@ from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.costmodel import GB, cost_model_for
 from orchestrator.plan.deadline import engine_start_s
 from orchestrator.plan.simulate import simulate_run
+from orchestrator.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "benchmarks" / "backtest" / "runs.yaml"
@@ -298,13 +299,7 @@ def backtest_table(rows: Sequence[BacktestRow], markdown: bool = False) -> str:
             ok = "MISS (reported)"
         lines.append([r.id, r.sample, r.scope or r.kind, r.source, _fmt(r.measured, r.unit), _fmt(r.predicted, r.unit), r.error_text(),
                       bound, r.bound_set.split(" (")[0], ok, r.detail])
-    if markdown:
-        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        out += ["| " + " | ".join(cells) + " |" for cells in lines]
-        return "\n".join(out)
-    widths = [max(len(str(c[i])) for c in lines + [head]) for i in range(len(head) - 1)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
-    return "\n".join(fmt.format(*cells) for cells in [head] + lines)
+    return table(head, lines, markdown)
 
 
 SAMPLE_NAMES = {"in": "in-sample (a shipped profile was fitted on the run)", "out": "out-of-sample (never fitted on)"}

@@ -75,6 +75,8 @@ def test_a_measured_row_is_judged_against_its_bound_and_the_recorded_prediction(
     table = closed_loop_table([check])
     assert "(+10% ok)" in table and "(-50% MISS)" in table
     assert "1 of 2 bounded metrics inside the bound set before the run; misses: two-gpu-n4 TTFT p50 ms (-50%)" in table
+    head, row = table.splitlines()[:2]  # text mode is column-aligned, as the main back-test table is
+    assert row[head.index("N "):].startswith("4 ") and row[head.index("bound (set)"):].startswith("out tok/s ±15%")
 
 
 def test_the_band_is_the_mape_of_the_models_measured_rows_and_none_for_another_model(tmp_path):

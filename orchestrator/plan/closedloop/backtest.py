@@ -23,6 +23,7 @@ import yaml
 from orchestrator.config import load_config
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
 from orchestrator.plan.closedloop.predict import ClosedLoopPoint, predict_ready
+from orchestrator.tables import table
 
 ROOT = Path(__file__).resolve().parents[3]
 DATASET = ROOT / "benchmarks" / "backtest" / "closed_loop.yaml"
@@ -188,11 +189,7 @@ def closed_loop_table(checks: list[ClosedLoopCheck], markdown: bool = False) -> 
         cells = [c.row_id, str(c.concurrency), *(_cell(c, k) or "-" for k in keys), bound, recorded]
         cells[2:6] = [x + (" (pending)" if c.pending and x != "-" else "") for x in cells[2:6]]
         lines.append(cells)
-    if markdown:
-        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        out += ["| " + " | ".join(cells) + " |" for cells in lines]
-    else:
-        out = ["  ".join(head)] + ["  ".join(cells) for cells in lines]
+    out = [table(head, lines, markdown)]
     measured = [c for c in checks if not c.pending]
     bounded = [(c, k) for c in measured for k in (c.bound or {}) if c.inside(k) is not None]
     misses = [f"{c.row_id} {LABELS.get(k, k)} ({c.error(k):+.0%})" for c, k in bounded if not c.inside(k)]
