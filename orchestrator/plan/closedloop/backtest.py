@@ -105,12 +105,19 @@ def _predict(config: str, overrides: tuple[str, ...], concurrency: int, startup:
     cfg = load_config(ROOT / config, list(overrides))
     slo = cfg.benchmark.slo
     point = ClosedLoopPoint(concurrency, simulate_closed_loop(cfg, ClosedLoopLoad.of(cfg, concurrency)), slo)
-    predicted = {"output_tok_s": point.output_tok_s, "good_fraction": point.good_fraction,
-                 "ttft_p50_ms": point.run.ttft_ms()["p50"], "itl_p50_ms": point.run.itl_ms()["p50"]}
-    if startup:
-        warm, cold = predict_ready(cfg, cfg.cluster.gpu), predict_ready(cfg, cfg.cluster.gpu, jit_cached=False)
-        predicted.update(ready_s=warm.ready_s, ready_cold_s=cold.ready_s)
-    return cfg.model.architecture().name, predicted, slo.min_good_fraction
+    ready = predict_ready(cfg, cfg.cluster.gpu).as_json() if startup else None
+    return cfg.model.architecture().name, metric_values(point.as_json(), ready), slo.min_good_fraction
+
+
+def metric_values(row: dict, ready: dict | None) -> dict[str, float]:
+    """The back-test's metric keys from one `plan --json` row (`ClosedLoopPoint.as_json`) and its `time_to_ready`
+    (`ReadyEstimate.as_json`; None: not predicted): the one map for predictions made now and recorded ones."""
+    values = {"output_tok_s": row["output_tok_s"], "good_fraction": row["good_fraction"],
+              "ttft_p50_ms": row["ttft_ms"]["p50"], "itl_p50_ms": row["itl_ms"]["p50"]}
+    if ready:
+        values["ready_s"] = ready["placement_s"] + ready["engine_start_warm_s"] + ready["pair_warmup_s"]
+        values["ready_cold_s"] = ready["placement_s"] + ready["engine_start_cold_s"] + ready["pair_warmup_s"]
+    return values
 
 
 def _recorded(specs: dict | list | None, concurrency: int) -> tuple[RecordedPrediction, ...]:
@@ -121,13 +128,7 @@ def _recorded(specs: dict | list | None, concurrency: int) -> tuple[RecordedPred
 def _one_recorded(spec: dict, concurrency: int) -> RecordedPrediction:
     document = json.loads((ROOT / spec["path"]).read_text())
     row = next(r for r in document["rows"] if r["concurrency"] == concurrency)
-    ready = document.get("time_to_ready") or {}
-    values = {"output_tok_s": row["output_tok_s"], "good_fraction": row["good_fraction"],
-              "ttft_p50_ms": row["ttft_ms"]["p50"], "itl_p50_ms": row["itl_ms"]["p50"]}
-    if ready:
-        values["ready_s"] = ready["placement_s"] + ready["engine_start_warm_s"] + ready["pair_warmup_s"]
-        values["ready_cold_s"] = ready["placement_s"] + ready["engine_start_cold_s"] + ready["pair_warmup_s"]
-    return RecordedPrediction(spec["path"], spec["commit"], values)
+    return RecordedPrediction(spec["path"], spec["commit"], metric_values(row, document.get("time_to_ready")))
 
 
 def closed_loop_backtest(path: Path = DATASET) -> list[ClosedLoopCheck]:
