@@ -66,7 +66,7 @@ from orchestrator.perfmodel.calibration import (
 )
 from orchestrator.perfmodel.gpus import GB, gpu_spec
 from orchestrator.perfmodel.memory_terms import ACTIVATION_HEADROOM
-from orchestrator.perfmodel.profile import CalibrationProfile, find_profile, shipped_profiles
+from orchestrator.perfmodel.profile import CalibrationProfile, find_profile, shipped_profiles, shipped_routing_curves
 from orchestrator.perfmodel.speculative import MTP_ACCEPT_DECAY, MTP_FIRST_ACCEPT, Speculative, mtp_accept_length
 from orchestrator.perfmodel.timing import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY, TimingTerms
 from orchestrator.perfmodel.weights import (
@@ -211,14 +211,18 @@ def find_calibration(
     capture per size and layer, cold compile per size do not depend on the layer's dimensions)."""
     pool = profiles if profiles is not None else shipped_profiles()
     cal = _find_calibration(gpu, arch, quantization, pool, load_format)
-    if cal is None or not cal.shape_matches:
+    if cal is None:
         return cal
-    # what the layer shape alone decides, from any profile of it: the experts dummy weights route to, and the
-    # prefill share of peak where this GPU's profile has no prefill forwards
+    # what the layer shape alone decides: the experts dummy weights route to (any profile of the shape, else a
+    # shipped routing curve of it), and the prefill share of peak where this GPU's profile has no prefill forwards
     shape = [p for p in pool if p.model.matches(arch, quantization)]
-    routing = next((p.routing for p in shape if any(x.gate == "dummy" for x in p.routing)), [])
-    if routing:
+    routing = next((p.routing for p in shape if any(x.gate == "dummy" for x in p.routing)), None)
+    if routing is None:
+        routing = next((c.routing for c in _routing_curves() if c.model.matches(arch, quantization)), [])
+    if any(x.gate == "dummy" for x in routing):
         cal = replace(cal, dummy_routing=tuple(sorted((x.tokens, x.distinct_experts) for x in routing if x.gate == "dummy")))
+    if not cal.shape_matches:
+        return cal
     if cal.efficiency_prefill is None:  # this GPU's other profile of the shape first (prefill shares are per GPU)
         lenders = sorted((p for p in shape if p.prefill), key=lambda p: p.gpu.name != gpu)
         other = next((calibration_for(p, arch, quantization) for p in lenders), None)
@@ -227,6 +231,11 @@ def find_calibration(
                           efficiency_attention=other.efficiency_attention, efficiency_absorbed=other.efficiency_absorbed,
                           absorbed_points=other.absorbed_points, prefill_rms_rel=other.prefill_rms_rel)
     return cal
+
+
+@lru_cache(maxsize=1)
+def _routing_curves() -> tuple:
+    return tuple(shipped_routing_curves())
 
 
 def _find_calibration(

@@ -246,6 +246,29 @@ class CalibrationProfile(_Strict):
         return [p for p in self.decode if cuda_graph is None or p.cuda_graph == cuda_graph]
 
 
+class RoutingCurve(_Strict):
+    """A layer shape's measured routing without a step profile of its own: the distinct routed experts a decode
+    batch touched (scripts/device/qwen3_probe.sh's counts), shipped in profiles/routing/. A dummy-weight curve
+    here decides what a dummy-weight step of that shape reads, whatever its router (docs/fidelity.md, the rule
+    recorded before the Qwen3 probe ran)."""
+
+    model: ProfileModel
+    raw: str = Field(description="benchmarks/results/<date>-<slug>/ the counts were read from")
+    command: str = Field(description="the command that produced the raw files")
+    routing: list[RoutingPoint] = Field(min_length=1)
+
+
+def shipped_routing_curves(directory: str | Path = PROFILES_DIR / "routing") -> list[RoutingCurve]:
+    """Every routing curve shipped in `directory`; bad content -> ProfileError naming the file and field."""
+    curves = []
+    for path in sorted(Path(directory).glob("*.json")):
+        try:
+            curves.append(RoutingCurve.model_validate(json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError, ValidationError) as exc:
+            raise ProfileError(f"{path}: not a routing curve ({str(exc).splitlines()[0]})") from None
+    return curves
+
+
 class ProfileError(ValueError):
     """A profile file that cannot be used: the message names the file, the field and the fix."""
 

@@ -103,8 +103,10 @@ class TimingTerms(MemoryTerms):
         pp = self.pp  # timing walks every stage in turn, so count all layers' bytes on one stage's GPUs
         # dummy routing is what the R1-shaped calibration measured; a TP group across nodes has no calibrated
         # step (see _decode_pass_s) and keeps the uniform-routing roofline of issue 14
-        same = dummy_routing(self.load_format, arch.topk_method) and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes)
+        # (a measured dummy-weight curve of the shape decides it for any router: docs/fidelity.md, Qwen3 probe rule)
         measured = self.calibration.dummy_routing if self.calibration is not None else ()
+        same = (dummy_routing(self.load_format, arch.topk_method) or (self.load_format == "dummy" and bool(measured))) \
+            and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes)
         hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same, measured)
         return (
             (w["attention"] + w["dense_mlp_shared"]) * pp
