@@ -26,6 +26,7 @@ from orchestrator.config import load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 
 COUNT_VARIANTS = {"dummy-eager-count": "dummy", "random-eager-count": "random"}
+GPU_KEYS = {"H200": "H200", "H100": "H100-SXM"}
 # The rule recorded in docs/fidelity.md ("The Qwen3 routing probe: what the model does with each outcome") before
 # the probe ran; changing these after the run would make it a rule chosen on the result.
 DECIDING_BATCH = 64
@@ -115,12 +116,22 @@ def expert_bytes_per_layer(config: str, gpu: str) -> tuple[float, int, int, int]
     return routed / (arch.n_routed_experts * arch.moe_layers), arch.num_experts_per_tok, arch.n_routed_experts, arch.moe_layers
 
 
+LONE_CONFIG = "benchmarks/backtest/configs/qwen3-l6-lone.yaml"
+
+
 def grid(folder: Path) -> list[dict]:
-    """The lone server's decode points: batch, context, step ms, graph, client tok/s ((prompt + output) / wall)."""
+    """The lone server's decode points: batch, context, step ms, graph, client tok/s ((prompt + output) / wall), and
+    the planner's step now (benchmarks/backtest/configs/qwen3-l6-lone.yaml on the raw file's GPU, the KV of B
+    requests at C + 50 tokens: the middle of the 100 steps)."""
     raw_path = folder / "calibration-qwen3-l6.json"
     if not raw_path.is_file():
         return []
     raw = json.loads(raw_path.read_text())
+    gpu = next((v for k, v in GPU_KEYS.items() if k in str(raw.get("gpu", {}).get("name"))), None)
+    model = None
+    if gpu is not None:
+        cfg = load_config(str(Path(__file__).resolve().parents[1] / LONE_CONFIG), [f"cluster.gpu={gpu}"])
+        model = cost_model_for(cfg, "aggregated", cfg.layout.aggregated[0])
     rows = []
     for run in raw.get("runs", []):
         for r in run.get("decode") or []:
@@ -128,9 +139,61 @@ def grid(folder: Path) -> list[dict]:
                 continue
             c = r["client"]
             rows.append({"batch": r["batch_size"], "context": r["context_tokens"], "step_ms": r.get("step_ms_median"),
-                         "graph": r.get("cuda_graph"),
+                         "graph": r.get("cuda_graph"), "model_ms": model and round(
+                             model.decode_step_s(r["batch_size"], r["batch_size"] * (r["context_tokens"] + 50)) * 1e3, 2),
                          "tok_s": round((c["input_tokens"] + c["completion_tokens"]) / c["wall_s"]) if c.get("wall_s") else None})
     return rows
+
+
+# The calibration points recorded in docs/fidelity.md as the grid's out-of-sample back-test rows, before the run:
+# (measure, batch or concurrency, context or prompt tokens)
+RECORDED_ROWS = [("decode", 4, 4096), ("decode", 16, 4096), ("decode", 64, 1024), ("decode", 256, 256), ("prefill", 1, 4096)]
+def backtest_rows(folder: Path, evidence_dir: str, bound_set: str) -> str:
+    """runs.yaml rows (and their batches) for RECORDED_ROWS from the raw file, as text to paste; a point the run
+    did not measure is named in a comment, not invented."""
+    raw = json.loads((folder / "calibration-qwen3-l6.json").read_text())
+    run = raw["runs"][0]
+    gpu_name = raw["gpu"]["name"]
+    key = next((v for k, v in GPU_KEYS.items() if k in gpu_name), None)
+    if key is None:
+        raise ValueError(f"gpu.name={gpu_name!r}: neither H200 nor H100")
+    slug = key.split("-")[0].lower()
+    machine = f"{gpu_name} ({raw['gpu'].get('memory_total_mib', 0):,} MiB), GPU 0 of hgpu's lease"
+    batches, rows = [], []
+    for measure, k, length in RECORDED_ROWS:
+        if measure == "prefill":
+            point = next((r for r in run.get("prefill") or [] if (r.get("concurrency"), r.get("input_tokens")) == (k, length)
+                          and r.get("latency_s_median")), None)
+            name, raw_point = f"qwen3l6-prefill-{k}x{length}", f"{{variant: {run['variant']}, measure: prefill, concurrency: {k}, input_tokens: {length}}}"
+            if point is None:
+                rows.append(f"  # {name}: not measured in {evidence_dir}")
+                continue
+            seconds, tokens_in, tokens_out = point["latency_s_median"], k * length, k
+            what = f"prefill k={k} L={length}, latency_s_median = the last of k answers, median of 3 after a first"
+            batches.append(f"  {name}: {{uniform: {{requests: {k}, input: {length}, output: 1}}}}")
+        else:
+            point = next((r for r in run.get("decode") or [] if (r.get("batch_size"), r.get("context_tokens")) == (k, length)
+                          and (r.get("client") or {}).get("wall_s")), None)
+            name, raw_point = f"qwen3l6-{k}x{length}", f"{{variant: {run['variant']}, measure: decode, batch_size: {k}, context_tokens: {length}}}"
+            if point is None:
+                rows.append(f"  # {name}: not measured in {evidence_dir}")
+                continue
+            c = point["client"]
+            seconds, tokens_in, tokens_out = c["wall_s"], c["input_tokens"], c["completion_tokens"]
+            what = f"decode B={k} C={length}, client.wall_s"
+            batches.append(f"  {name}: {{uniform: {{requests: {k}, input: {length}, output: 100}}}}")
+        total = round((tokens_in + tokens_out) / seconds)
+        rows.append("\n".join([
+            f"  - id: {slug}-{name}-lone", "    kind: throughput", "    source: measured",
+            f"    evidence: {evidence_dir}calibration-qwen3-l6.json ({what})", f"    raw_point: {raw_point}",
+            "    date: 2026-11-26", f"    machine: {machine}",
+            f"    conditions: one {key}, Qwen3-235B-A22B layer shape 6 layers FP8, dummy weights, triton, mem 0.70, graphs 1..256, "
+            f"chunked prefill 8192, {k} x {length}-token prompts at once, {tokens_out // k} out",
+            "    config: benchmarks/backtest/configs/qwen3-l6-lone.yaml", f"    set: [cluster.gpu={key}]", f"    batch: {name}",
+            f"    measured: {{duration_s: {seconds:.4f}, input_tokens: {tokens_in}, output_tokens: {tokens_out}, total_tok_s: {total}}}",
+            "    bound: 0.15", f'    bound_set: "{bound_set}"',
+            "    sample: out  # no profile was fitted on the Qwen3 grid (docs/fidelity.md, the rule recorded before the probe)"]))
+    return "batches:\n" + "\n".join(batches) + "\nruns:\n" + "\n".join(rows)
 
 
 def report(folder: Path, config: str, gpu: str) -> dict:
@@ -158,6 +221,28 @@ def report(folder: Path, config: str, gpu: str) -> dict:
             "routing_points": points, "grid": grid(folder)}
 
 
+ADOPTED = ("collapsed", "partial")   # the outcomes under which the recorded rule ships the measured curve
+
+
+def routing_curve(rep: dict, config: str, raw_dir: str) -> dict:
+    """The profiles/routing/ file of the Qwen3 shape (perfmodel.profile.RoutingCurve), only when the recorded rule
+    adopts the count; ValueError naming the outcome otherwise."""
+    if rep["outcome"] not in ADOPTED:
+        raise ValueError(f"outcome {rep['outcome']!r} ({rep['why']}): the recorded rule ships no curve")
+    from orchestrator.perfmodel.profile import ProfileModel, RoutingCurve
+
+    cfg = load_config(config)
+    arch = cost_model_for(cfg, "decode", cfg.layout.decode[0]).arch
+    model = ProfileModel(name=Path(cfg.model.path or arch.name).name, hidden_size=arch.hidden_size, num_hidden_layers=arch.num_hidden_layers,
+                         first_k_dense_replace=arch.first_k_dense_replace, n_routed_experts=arch.n_routed_experts,
+                         num_experts_per_tok=arch.num_experts_per_tok, moe_intermediate_size=arch.moe_intermediate_size,
+                         num_attention_heads=arch.num_attention_heads, kv_lora_rank=arch.kv_lora_rank,
+                         qk_rope_head_dim=arch.qk_rope_head_dim, quantization=cfg.model.quantization)
+    curve = RoutingCurve(model=model, raw=raw_dir, command="bash scripts/device/qwen3_probe.sh (its manifest.json)",
+                         routing=rep["routing_points"])
+    return curve.model_dump()
+
+
 def _text(rep: dict) -> str:
     lines = [f"{rep['folder']}: one routed expert = {rep['expert_mb_per_layer']} MB per MoE layer ({rep['gpu']}, planner's "
              f"weight table); top_k {rep['top_k']} of {rep['routed_experts']}, {rep['moe_layers']} MoE layers",
@@ -170,8 +255,9 @@ def _text(rep: dict) -> str:
                      f"| {r['mb_per_layer_dummy'] if r['mb_per_layer_dummy'] is not None else '-'} / "
                      f"{r['mb_per_layer_random'] if r['mb_per_layer_random'] is not None else '-'} / {r['mb_per_layer_uniform']} |")
     if rep["grid"]:
-        lines += ["", "| batch | context | step ms | graph | client tok/s |", "|---:|---:|---:|---|---:|"]
-        lines += [f"| {g['batch']} | {g['context']} | {g['step_ms']} | {g['graph']} | {g['tok_s']} |" for g in rep["grid"]]
+        lines += ["", "| batch | context | step ms | planner's step ms now | graph | client tok/s |", "|---:|---:|---:|---:|---|---:|"]
+        lines += [f"| {g['batch']} | {g['context']} | {g['step_ms']} | {g['model_ms']} | {g['graph']} | {g['tok_s']} |"
+                  for g in rep["grid"]]
     lines += ["", "routing points (the planner's RoutingPoint rows): " + json.dumps(rep["routing_points"])]
     return "\n".join(lines)
 
@@ -182,13 +268,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="configs/device-h200x2-qwen3-serve.yaml", help="the Qwen3-shaped config whose decode server is priced")
     p.add_argument("--gpu", default="H200", help="cost-model GPU of the bytes per expert (H200 | H100-SXM; the bytes do not depend on it)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--backtest-rows", metavar="EVIDENCE_DIR",
+                   help="print instead the recorded back-test rows for benchmarks/backtest/runs.yaml, their evidence "
+                        "under EVIDENCE_DIR (the repository path of the folder, ending in /)")
+    p.add_argument("--bound-set", default="2026-11-26 hqprobe: recorded in docs/fidelity.md before the Qwen3 probe ran; "
+                   "set with the row, before its first prediction", help="the rows' bound_set text")
+    p.add_argument("--write-curve", type=Path, metavar="FILE",
+                   help="also write the shape's routing curve (orchestrator/perfmodel/profiles/routing/) when the "
+                        "recorded rule adopts the count; refused otherwise")
     a = p.parse_args(argv)
     if not a.folder.is_dir():
         p.error(f"{a.folder}: not a folder; give the probe's results folder")
     if not any((a.folder / f).is_file() for f in ("routing.json", "qwen3-probe.tar.xz", "calibration-qwen3-l6.json")):
         p.error(f"{a.folder}: holds none of routing.json, qwen3-probe.tar.xz, calibration-qwen3-l6.json")
+    if a.backtest_rows:
+        if not (a.folder / "calibration-qwen3-l6.json").is_file():
+            p.error(f"--backtest-rows: {a.folder} has no calibration-qwen3-l6.json")
+        print(backtest_rows(a.folder, a.backtest_rows, a.bound_set))
+        return 0
     rep = report(a.folder, a.config, a.gpu)
     print(json.dumps(rep, indent=1) if a.json else _text(rep))
+    if a.write_curve:
+        try:
+            curve = routing_curve(rep, a.config, str(a.folder).rstrip("/") + "/")
+        except ValueError as exc:
+            print(f"--write-curve: {exc}", file=sys.stderr)
+            return 2
+        a.write_curve.write_text(json.dumps(curve, indent=1) + "\n")
+        print(f"wrote {a.write_curve}")
     return 0
 
 

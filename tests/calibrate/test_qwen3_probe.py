@@ -167,3 +167,60 @@ def test_one_routed_expert_is_its_three_fp8_matrices_in_the_planners_weight_tabl
     assert (top_k, n, moe_layers) == (8, 128, 6)
     fp8 = 3 * 4096 * 1536   # gate, up and down projections, one byte per weight
     assert fp8 <= per_expert < fp8 * 1.01   # block scales are the rest
+
+
+def _fake_raw(folder: Path) -> None:
+    decode = [{"batch_size": b, "context_tokens": c, "step_ms_median": 3.0, "cuda_graph": True,
+               "client": {"input_tokens": b * c, "completion_tokens": b * 100, "wall_s": 0.5 + b * c / 1e5}}
+              for c in (256, 1024, 4096) for b in (1, 4, 8, 16, 32, 64, 128, 256) if (b, c) != (256, 4096)]
+    prefill = [{"input_tokens": 4096, "concurrency": 1, "latency_s_median": 0.041}]
+    (folder / "calibration-qwen3-l6.json").write_text(json.dumps({
+        "schema": "pdo-calibration-raw/1", "gpu": {"name": "NVIDIA H200", "memory_total_mib": 143771},
+        "runs": [{"variant": "qwen3-graphs", "decode": decode, "prefill": prefill}]}))
+
+
+def test_the_recorded_backtest_rows_come_out_ready_for_runs_yaml(tmp_path) -> None:
+    import yaml
+
+    from orchestrator.plan.backtest import predict_row
+
+    read = _reader()
+    _fake_raw(tmp_path)
+    text = read.backtest_rows(tmp_path, f"{tmp_path}/", "2026-11-26 test")
+    data = yaml.safe_load(text)
+    assert [r["id"] for r in data["runs"]] == ["h200-qwen3l6-4x4096-lone", "h200-qwen3l6-16x4096-lone",
+                                               "h200-qwen3l6-64x1024-lone", "h200-qwen3l6-256x256-lone",
+                                               "h200-qwen3l6-prefill-1x4096-lone"]
+    row = data["runs"][1]   # 16 x 4096: (65,536 + 1,600) tokens over the client's wall
+    assert row["measured"]["total_tok_s"] == round((16 * 4096 + 1600) / (0.5 + 16 * 4096 / 1e5))
+    assert row["raw_point"] == {"variant": "qwen3-graphs", "measure": "decode", "batch_size": 16, "context_tokens": 4096}
+    for row in data["runs"]:   # each one predicts through the back-test as a calibration point, out of sample
+        predicted = predict_row(row, data["batches"], ROOT / "benchmarks/backtest")
+        assert predicted.scope == "point" and predicted.sample == "out" and predicted.predicted > 0
+    (tmp_path / "calibration-qwen3-l6.json").write_text(json.dumps({
+        **json.loads((tmp_path / "calibration-qwen3-l6.json").read_text()), "runs": [{"variant": "qwen3-graphs", "decode": []}]}))
+    assert "# qwen3l6-4x4096: not measured" in read.backtest_rows(tmp_path, "x/", "t")
+
+
+def test_the_curve_is_written_only_under_an_adopting_outcome_and_matches_the_qwen3_shape(tmp_path) -> None:
+    from orchestrator.config import load_config
+    from orchestrator.perfmodel.costmodel import cost_model_for
+    from orchestrator.perfmodel.profile import RoutingCurve
+
+    read = _reader()
+    config = str(ROOT / "configs/device-h200x2-qwen3-serve.yaml")
+    uniform = {b: read.uniform_distinct(b, 8, 128) for b in (8, 16, 32, 64)}
+    for dummy_64, adopted in ((9.0, True), (110.0, False)):
+        routing = {"dummy-eager-count": {"distinct_experts": {"64": {"calls": 36, "mean": dummy_64, "min": 8, "max": 10}}},
+                   "random-eager-count": {"distinct_experts": {str(b): {"calls": 36, "mean": u, "min": 1, "max": 128}
+                                                               for b, u in uniform.items()}}}
+        (tmp_path / "routing.json").write_text(json.dumps(routing))
+        rep = read.report(tmp_path, config, "H200")
+        if not adopted:
+            with pytest.raises(ValueError, match="'uniform'"):
+                read.routing_curve(rep, config, "benchmarks/results/x/")
+            continue
+        curve = RoutingCurve.model_validate(read.routing_curve(rep, config, "benchmarks/results/x/"))
+        cfg = load_config(config)
+        assert curve.model.matches(cost_model_for(cfg, "decode", cfg.layout.decode[0]).arch, "fp8")
+        assert [(x.tokens, x.distinct_experts, x.gate) for x in curve.routing if x.gate == "dummy"] == [(64, 9.0, "dummy")]
