@@ -10,7 +10,7 @@
 # Model: models/qwen3-235b-a22b-fp8-l6 (Qwen3-235B-A22B's layer: 128 experts, top 8, FP8 block, 6 layers, dummy weights).
 # Phases (PHASES, default all three, in this order; each bounded by its share of BUDGET, default 470 s):
 #   count-dummy   eager server, every select_experts call traced: distinct experts (of 128) per MoE layer call at decode
-#                 batch 1..512 (COUNT_BATCHES), dummy weights as loaded            (dummy_routing_probe.py, 130 s)
+#                 batch 1..512 (COUNT_BATCHES), dummy weights as loaded            (dummy_routing_probe.py, 120 s)
 #   profile       graphs server, `calibrate single --plan-json benchmarks/calibration/plans/qwen3-decode-grid.json`:
 #                 decode step at batch 1..256 x context 256 / 1,024 / 4,096, prefill 1 x {1k, 4k}, 4 x 1k (the rest)
 #   count-random  count-dummy with every router gate randomised after the dummy load (real-like routing, 120 s)
@@ -33,8 +33,8 @@ BUDGET=${BUDGET:-470}; PHASES=${PHASES:-count-dummy,profile,count-random}
 MODEL=${MODEL:-models/qwen3-235b-a22b-fp8-l6}; PLAN=${PLAN:-benchmarks/calibration/plans/qwen3-decode-grid.json}
 COUNT_BATCHES=${COUNT_BATCHES:-1,2,4,8,16,32,64,128,256,512}
 COUNT_PROMPT=${COUNT_PROMPT:-250}   # k prompts of 250 tokens prefill 250k tokens: never a power-of-two decode batch
-COUNT_DUMMY_S=${COUNT_DUMMY_S:-130}; COUNT_RANDOM_S=${COUNT_RANDOM_S:-120}; PROFILE_MIN_S=150
-PACK_S=15; SLACK_S=10   # packing at the end; what a phase may run past its budget (SIGINT, then its clean-up)
+COUNT_DUMMY_S=${COUNT_DUMMY_S:-120}; COUNT_RANDOM_S=${COUNT_RANDOM_S:-120}; PROFILE_MIN_S=150
+PACK_S=15; SLACK_S=20   # packing at the end; what a phase may run past its budget (SIGINT, then its clean-up)
 PORT=${PORT:-31000}; GPU=${QWEN3_GPU:-0}
 die() { echo "qwen3_probe.sh: $*" >&2; exit 2; }
 case $BUDGET in ''|*[!0-9]*) die "BUDGET='$BUDGET': whole seconds, e.g. BUDGET=470 (one device call: <= 600 minus the start)";; esac
@@ -106,11 +106,19 @@ out.write_text(json.dumps(merged, indent=1))
 PYEOF
 }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
-run_phase() {  # $1 = name, $2 = seconds, rest = python args; SIGINT at its budget, so a cut phase keeps its files
-  local name=$1 secs=$2; shift 2
+reap() {  # a server of ours still up after its phase (a harness cut while stopping it): end its process group
+  local pid
+  for pid in $(pgrep -f "sglang.launch_server .*--port $PORT( |$)"); do
+    el "reap: server $pid still up; SIGTERM to its process group"; kill -TERM -- -$pid 2>/dev/null
+  done
+  sleep 1; for pid in $(pgrep -f "sglang.launch_server .*--port $PORT( |$)"); do sleep 5; kill -KILL -- -$pid 2>/dev/null; done
+}
+run_phase() {  # $1 = name, $2 = seconds, rest = python args; each harness ends itself at its budget; SIGINT 10 s past
+  local name=$1 secs=$2; shift 2   # it (a request hung), so a cut phase keeps its files; then nothing of it stays up
   el "$name: ${secs} s ($(left) s left)"
-  timeout -s INT -k 5 $((secs + 5)) $PY "$@"
+  timeout -s INT -k 8 $((secs + 10)) $PY "$@"
   el "$name exit $?"
+  reap
 }
 if want count-dummy; then
   run_phase count-dummy $COUNT_DUMMY_S $(count_args dummy-eager-count $COUNT_DUMMY_S $W/count-dummy); routing_json
