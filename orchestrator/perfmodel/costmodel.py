@@ -118,6 +118,7 @@ class EngineCostModel(TimingTerms):
                     role=self.role, chunked_prefill_size=self.chunked_prefill_tokens,
                     graph_max_bs=self.graph_max_bs or 1, decode_graphs=self.cuda_graph and self.role != "prefill",
                     prefill_graphs=self.prefill_graphs, max_running_requests=self.max_running_requests,
+                    mla=self.arch.is_mla, max_total_tokens=self.max_total_tokens,
                 ),
             )
             self.defaults_used.append(f"mem_fraction_static={self.mem_fraction_static}")

@@ -257,12 +257,22 @@ class MemoryTerms(ServerShape):
         v_head_dim = self.arch.kv_lora_rank if self.arch.is_mla else self.arch.head_dim
         return batch * heads * self._triton_kv_splits() * (v_head_dim + 1) * 4
 
+    def decode_micro_batch(self, batch: int) -> int:
+        """The requests one decode forward runs when an attention rank runs `batch`: all of them, or with pipeline
+        parallelism one micro-batch's. SGLang 0.5.17 keeps pp_size micro-batches in flight (scheduler_pp_mixin.py
+        init_pp_loop_state: pp_loop_size = pp_size + pp_async_batch_depth, default 0), each its own running batch
+        admitted up to max_running_requests // pp_size (scheduler.py: pp_max_micro_batch_size, get_num_allocatable_reqs),
+        and each stage's GPU runs them one forward at a time."""
+        return math.ceil(batch / max(1, min(self.pp, batch)))
+
     def eager_decode_bytes(self, batch: int) -> float:
-        """Transient memory of an eager decode step of `batch` requests per attention rank (0 when a graph runs it):
-        its own split-KV buffers plus the previous eager step's, still referenced when the new ones are allocated."""
-        if batch <= self.captured_graph_max_bs:
+        """Transient memory of an eager decode forward when an attention rank runs `batch` requests (0 when a graph
+        runs it): the split-KV buffers of its micro-batch (decode_micro_batch) plus the previous forward's on that
+        GPU (the previous micro-batch under PP), still referenced when the new ones are allocated."""
+        micro = self.decode_micro_batch(batch)
+        if micro <= self.captured_graph_max_bs:
             return 0.0
-        return 2 * self._attn_logits_bytes(batch)
+        return 2 * self._attn_logits_bytes(micro)
 
     def prefill_activation_bytes(self) -> float:
         """A prefill chunk's transient buffers: hidden states, MLA prefill q/k/v/out, MoE intermediates of every

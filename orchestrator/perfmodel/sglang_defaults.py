@@ -14,8 +14,11 @@ tp_worker.py):
 - 0.5.x (0.5.17: our runs): graph max bs 256 (tp < 4) or 512 (tp >= 4) on 60-160 GiB GPUs; list
   [1, 2, 4, 8, 12] + 16..256 step 8 + 272..496 step 16 + 512..max step 32, + max itself. Default
   mem_fraction_static = (mem - reserved) / mem, reserved (MiB) = max(512 + 1.5 x activation tokens
-  (chunked prefill, or the running batch on a PD decode, >= 2048) + tp*pp/8 GiB + 2 MiB per graph batch
-  size + DP-attention padding + 1.5 GiB for MLA prefill graphs, 10 GiB on GPUs above 60 GiB).
+  (chunked prefill, or the running batch on a PD decode, >= 2048) + tp*pp/8 GiB + 2 x decode graph max bs
+  + DP-attention padding + 8 MiB per prefill graph size, 10 GiB on GPUs above 60 GiB) (server_args.py
+  _handle_gpu_memory_settings and reserve_for_graph_mb). The prefill term counts only graphs SGLang will
+  capture: its 1.5 GiB MLA branch is never reached by default, because _handle_cuda_graph_config turns the MLA
+  prefill graph off before _handle_gpu_memory_settings runs (prefill_graphs_captured).
   max_running_requests = min(clamp(tokens / context_len * 512, 2048, 4096) or the flag / attn DP,
   tokens // 2).
 
@@ -45,6 +48,16 @@ def prefill_graphs_captured(version: str, mla: bool) -> bool:
     disabling prefill CUDA graph", in the log of every R1-shaped and V2-Lite server we ran); 0.4.x captures none.
     Without them a prefill forward is launched kernel by kernel (perfmodel/timing.py prefill_time_s)."""
     return _new(version) and not mla
+
+
+def prefill_graph_batch_sizes(max_tokens: int) -> list[int]:
+    """The prefill (breakable) CUDA-graph token sizes SGLang 0.5.x captures up to `max_tokens`
+    (server_args.py _generate_prefill_cuda_graph_batch_sizes)."""
+    sizes = (
+        list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+        + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512))
+    )
+    return [s for s in sizes if s <= max_tokens]
 
 
 def chunked_prefill_default(version: str, gpu_mem_mib: float) -> int:
@@ -121,6 +134,7 @@ class MemFractionInputs:
     max_running_requests: int | None = None
     speculative: bool = False
     mla: bool = True
+    max_total_tokens: int | None = None  # --max-total-tokens: caps the prefill graphs' largest size
 
 
 def mem_fraction_static_default(version: str, x: MemFractionInputs) -> float:
@@ -149,8 +163,11 @@ def mem_fraction_static_default(version: str, x: MemFractionInputs) -> float:
         reserved += x.graph_max_bs * 2
     if x.dp_attention and x.role != "prefill":
         reserved += x.graph_max_bs * x.dp * 3 + (x.graph_max_bs * x.dp * 1.5 if x.graph_max_bs > 300 else 0)
-    if x.role != "decode" and x.prefill_graphs:
-        reserved += 1.5 * MIB_PER_GIB if x.mla else 0
+    if x.role != "decode" and x.prefill_graphs and prefill_graphs_captured(version, x.mla):
+        # prefill graphs to the chunk size (capped by --max-total-tokens), 8 MiB each; an MLA model never gets here
+        # (its graph is off before the reserve is computed), so SGLang's 1.5 GiB MLA branch is not charged
+        top = x.chunked_prefill_size if x.max_total_tokens is None else min(x.chunked_prefill_size, x.max_total_tokens)
+        reserved += len(prefill_graph_batch_sizes(top)) * 8
     if gib > 60:
         reserved = max(reserved, 10 * MIB_PER_GIB)
     return round((mem - reserved) / mem, 3)

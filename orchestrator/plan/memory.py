@@ -228,9 +228,12 @@ def _headroom_reason(model: EngineCostModel, running: int, where: str) -> str:
     fixes = [f"set {where}.mem_fraction_static <= {top:.2f}"]
     batch = model.decode_batch_per_rank(running)
     if model.eager_decode_bytes(batch) >= peak:
-        what = (f"an eager decode step of {batch} requests past the largest CUDA graph ({model.captured_graph_max_bs}): "
+        micro = model.decode_micro_batch(batch)
+        step = f"{micro} requests" if micro == batch else f"a {micro}-request micro-batch (PP{model.pp})"
+        what = (f"an eager decode step of {step} past the largest CUDA graph ({model.captured_graph_max_bs}): "
                 f"the triton backend's attn_logits for it and for the step before")
-        fixes.append(f"{where}.max_running_requests <= {model.graph_max_bs} (every decode step replays a graph)")
+        # SGLang admits max_running_requests // pp requests into each micro-batch
+        fixes.append(f"{where}.max_running_requests <= {model.graph_max_bs * model.pp} (every decode step replays a graph)")
     else:
         what = f"a prefill chunk of {model.prefill_chunk_tokens()} tokens"
         fixes.append(f"a smaller {where}.chunked_prefill_size")
