@@ -53,12 +53,14 @@ CONFIG_VERDICT = {
     "h200-r1-agg-tp8-dpattn.yaml": {"cluster.gpu", "benchmark.dataset_path", "benchmark.num_prompts"},
     "h200-r1-pd-4p4d-w4a8.yaml": {"cluster.gpu", "model.quantization", "benchmark.dataset_path", "benchmark.num_prompts"},
     "h200-r1-pd-4p4d-fp8-l38.yaml": {"cluster.gpu", "model.path", "benchmark.dataset_path", "benchmark.num_prompts"},
-    # the 2026 task (Qwen3-235B PD serving): another model, workload and time budget than the 2025 rules
-    "qwen3-pd-2026.yaml": {"model.preset", "benchmark.num_prompts", "benchmark.seed", "benchmark.deadline_s"},
-    "qwen3-pd-2026-h200.yaml": {"model.preset", "cluster.gpu", "benchmark.num_prompts", "benchmark.seed",
-                                "benchmark.deadline_s"},
-    "qwen3-pd-2026-search.yaml": {"model.preset", "engine.sglang.kv_cache_dtype", "benchmark.num_prompts",
-                                  "benchmark.seed", "benchmark.deadline_s"},
+    # the 2026 task (Qwen3-235B PD serving): another model, workload, weights (the published checkpoint, not the
+    # 2025 rules' dummy ones) and time budget than the 2025 rules
+    "qwen3-pd-2026.yaml": {"model.preset", "engine.sglang.load_format", "benchmark.num_prompts", "benchmark.seed",
+                           "benchmark.deadline_s"},
+    "qwen3-pd-2026-h200.yaml": {"model.preset", "cluster.gpu", "engine.sglang.load_format", "benchmark.num_prompts",
+                                "benchmark.seed", "benchmark.deadline_s"},
+    "qwen3-pd-2026-search.yaml": {"model.preset", "engine.sglang.kv_cache_dtype", "engine.sglang.load_format",
+                                  "benchmark.num_prompts", "benchmark.seed", "benchmark.deadline_s"},
 }
 
 

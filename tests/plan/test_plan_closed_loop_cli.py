@@ -34,7 +34,8 @@ def test_plan_prints_per_n_rows_the_gate_and_the_largest_passing_n(capsys, tmp_p
     assert data["largest_passing_concurrency"] == max(passing)
     assert f"largest N clearing the gate (good fraction >= 0.90): {max(passing)}" in out
     assert data["time_to_ready"]["ready_s"] > data["time_to_ready"]["placement_s"] > 0
-    assert "predicted time to ready on H100-SXM with SGLang, dummy weights: " in out
+    # the contest loads the published checkpoint (the organisers' script: no --load-format dummy)
+    assert "predicted time to ready on H100-SXM with SGLang, weights read at 2 GB/s per node: " in out
     # Qwen3's band is the closed-loop back-test's (the organisers' measured points), not R1's batch band;
     # what is uncalibrated is named per group
     assert data["error_band"].startswith("closed-loop back-test of qwen3-235b-a22b-fp8: output tok/s ±")
