@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,6 +28,7 @@ import yaml
 
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.costmodel import GB, cost_model_for
+from orchestrator.plan.backtest_cache import cached
 from orchestrator.plan.deadline import engine_start_s
 from orchestrator.plan.simulate import simulate_run
 from orchestrator.tables import table
@@ -374,13 +375,20 @@ class ErrorBand:
 def error_band(path: str | Path = DATASET) -> ErrorBand | None:
     """The out-of-sample full-run throughput error band (plus the calibration points' figure), from the back-test
     as the model predicts it now (only the out-of-sample throughput rows are simulated); None when the dataset has
-    no out-of-sample full run. Cached per dataset file."""
+    no out-of-sample full run. Cached per dataset file in the process, and on disk for the same inputs
+    (backtest_cache.py: the code, profiles, configs and files the rows name), since `plan` prints it every time."""
     resolved = Path(path).resolve()
     return _error_band_cached(str(resolved), resolved.stat().st_mtime_ns)
 
 
 @lru_cache(maxsize=4)
 def _error_band_cached(path: str, _mtime: int) -> ErrorBand | None:
+    return cached("error-band", Path(path), lambda: _compute_error_band(path),
+                  encode=lambda band: None if band is None else asdict(band),
+                  decode=lambda value: None if value is None else ErrorBand(**value))
+
+
+def _compute_error_band(path: str) -> ErrorBand | None:
     data = load_dataset(path)
     base = Path(path).parent
     rows = [predict_row(row, data["batches"], base) for row in data["runs"]
@@ -396,8 +404,14 @@ def _error_band_cached(path: str, _mtime: int) -> ErrorBand | None:
 
 def out_of_sample_models(path: str | Path = DATASET) -> set[str]:
     """Architecture names the out-of-sample full-run throughput rows were measured on (the band comes from them
-    and says nothing about another model)."""
+    and says nothing about another model). Cached on disk as `error_band` is."""
+    resolved = Path(path).resolve()
+    return set(cached("out-of-sample-models", resolved, lambda: sorted(_compute_out_of_sample_models(resolved)),
+                      encode=lambda names: names, decode=lambda value: [str(name) for name in value]))
+
+
+def _compute_out_of_sample_models(path: Path) -> set[str]:
     data = load_dataset(path)
-    base = Path(path).parent.parent.parent  # rows name their configs relative to the repository root
+    base = path.parent.parent.parent  # rows name their configs relative to the repository root
     return {load_config(base / row["config"]).model.architecture().name for row in data["runs"]
             if row.get("sample") == "out" and row.get("kind") == "throughput" and throughput_scope(row) == "run"}
