@@ -28,6 +28,11 @@ INVALID = "INVALID"
 # Fixed costs outside the engines (assumptions, see docs/planning.md): Ray placement groups and actor
 # start on a running cluster; writing results and stopping servers.
 PLACEMENT_S = {"sglang": 15.0, "sim": 3.0}
+# SGLang on a local cluster the run starts itself (cluster.address: local): Ray's head and worker raylets and Serve
+# start before the placement groups. The median "Phase placement" of the 13 `bench` runs through the product's local
+# cluster on lent H100 / H200 machines (28.5-42.5 s; on a cluster already up: 13.6 / 16.4 s, the 15 s above):
+# benchmarks/qwen3_startup_phases.py, benchmarks/results/2026-11-26-qwen3-startup-phases/.
+LOCAL_CLUSTER_PLACEMENT_S = 37.3
 REPORT_S = {"sglang": 10.0, "sim": 1.0}
 # SGLang's `--warmup` shape (16 random prompts of 256 in / 16 out), from bench_serving.
 SGLANG_WARMUP_SHAPE = (256, 16)
@@ -101,6 +106,19 @@ class DeadlineBudget:
         return "\n".join(rows)
 
 
+def cluster_start_s(cfg: RunConfig) -> float:
+    """What starting the local cluster adds to placement, when the run starts one for SGLang (cluster.address: local;
+    `prepare` starts it for its node checks, so its compile step's "ready after" holds none of it)."""
+    local_sglang = cfg.engine.kind == "sglang" and cfg.cluster.is_local
+    return LOCAL_CLUSTER_PLACEMENT_S - PLACEMENT_S["sglang"] if local_sglang else 0.0
+
+
+def placement_s(cfg: RunConfig) -> float:
+    """Seconds from launch to placed worker actors: Ray placement groups and actors, after the cluster's own start
+    when the run starts a local one."""
+    return PLACEMENT_S[cfg.engine.kind] + cluster_start_s(cfg)
+
+
 def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     warmup = cfg.benchmark.warmup
     if warmup.policy == "none":
@@ -168,7 +186,8 @@ def predict_deadline(
     warm_s = simulate_run(cfg, warm, gpu=gpu).duration_s * scale if warm else 0.0
     run = run or simulate_run(cfg, batch, gpu=gpu)
     phases = [
-        PhaseEstimate(Phase.PLACEMENT.value, PLACEMENT_S[kind], "Ray placement groups + worker actors"),
+        PhaseEstimate(Phase.PLACEMENT.value, placement_s(cfg), "Ray placement groups + worker actors"
+                      + (" after starting the local cluster" if cluster_start_s(cfg) else "")),
         PhaseEstimate(Phase.ENGINE_START.value, start_s, start_detail),
         PhaseEstimate(Phase.WARMUP.value, warm_s, f"{cfg.benchmark.warmup.policy}: {len(warm)} prompts"),
         PhaseEstimate(

@@ -90,3 +90,38 @@ def test_projected_finish_follows_the_prediction_then_the_measured_rate() -> Non
     assert projected_finish_s(budget, 2.0, "dataset", 1.0) == pytest.approx(2.0 + budget.total_s)
     with pytest.raises(ValueError, match="unknown phase 'loading'"):
         projected_finish_s(budget, 1.0, "loading", 0.0)
+
+
+def _startup_phases_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("qwen3_startup_phases", ROOT / "benchmarks/qwen3_startup_phases.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_local_cluster_the_run_starts_costs_the_placement_its_raw_bench_logs_show():
+    """cluster.address local + SGLang: placement is the median 'Phase placement' of the bench runs through the
+    product's local cluster on lent GPU machines (none of them a run the figure is tested on), not the 15 s of a
+    cluster already up; a simulated engine and a cluster already up keep their figures."""
+    import statistics
+
+    from orchestrator.plan.deadline import LOCAL_CLUSTER_PLACEMENT_S, PLACEMENT_S, cluster_start_s, placement_s
+
+    phases = _startup_phases_script()
+    local = [s for _, s in phases.placements(phases.LOCAL_CLUSTER_LOGS)]
+    running = [s for _, s in phases.placements(phases.RUNNING_CLUSTER_LOGS)]
+    assert len(local) == 13 and LOCAL_CLUSTER_PLACEMENT_S == pytest.approx(statistics.median(local), abs=0.05)
+    assert min(running) < PLACEMENT_S["sglang"] < max(running) < min(local)
+    two_gpu = load_config(ROOT / "configs/device-h200x2-qwen3-serve.yaml")
+    assert placement_s(two_gpu) == LOCAL_CLUSTER_PLACEMENT_S
+    assert cluster_start_s(two_gpu) == pytest.approx(LOCAL_CLUSTER_PLACEMENT_S - PLACEMENT_S["sglang"])
+    placed = {p.name: p.predicted_s for p in predict_deadline(two_gpu, [(4000, 200)] * 4).phases}
+    assert placed["placement"] == LOCAL_CLUSTER_PLACEMENT_S
+    from orchestrator.plan.closedloop.predict import predict_ready
+
+    ready = predict_ready(two_gpu, "H200").as_json()  # `serve` starts the cluster; `prepare`'s compile clock does not
+    assert ready["placement_s"] - ready["cluster_start_s"] == PLACEMENT_S["sglang"]
+    already_up = load_config(ROOT / "configs/device-h200x2-qwen3-serve.yaml", ["cluster.address=ray://10.0.0.1:10001"])
+    assert placement_s(already_up) == PLACEMENT_S["sglang"] and placement_s(default()) == PLACEMENT_S["sim"]

@@ -116,7 +116,9 @@ def metric_values(row: dict, ready: dict | None) -> dict[str, float]:
               "ttft_p50_ms": row["ttft_ms"]["p50"], "itl_p50_ms": row["itl_ms"]["p50"]}
     if ready:
         values["ready_s"] = ready["placement_s"] + ready["engine_start_warm_s"] + ready["pair_warmup_s"]
-        values["ready_cold_s"] = ready["placement_s"] + ready["engine_start_cold_s"] + ready["pair_warmup_s"]
+        # `prepare`'s "ready after" starts after its node checks started the local cluster: no cluster start in it
+        values["ready_cold_s"] = (ready["placement_s"] - ready.get("cluster_start_s", 0.0) + ready["engine_start_cold_s"]
+                                  + ready["pair_warmup_s"])
     return values
 
 

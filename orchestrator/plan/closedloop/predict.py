@@ -16,7 +16,7 @@ from orchestrator.config import RunConfig
 from orchestrator.config.benchmark import SloConfig
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, ClosedLoopRun, simulate_closed_loop
-from orchestrator.plan.deadline import PLACEMENT_S, engine_start_s
+from orchestrator.plan.deadline import cluster_start_s, engine_start_s, placement_s
 from orchestrator.plan.runs import LABEL
 from orchestrator.plan.simulate import shared_gpu_groups, simulate_run
 
@@ -66,6 +66,7 @@ class ReadyEstimate:
     pairs: int
     jit_cached: bool
     where: str = ""  # the GPU and weights the engine start was predicted for, e.g. "H100-SXM, SGLang, dummy weights"
+    cluster_start_s: float = 0.0  # the part of placement_s that starts the local cluster (deadline.cluster_start_s)
 
     @property
     def ready_s(self) -> float:
@@ -85,6 +86,7 @@ class ReadyEstimate:
     def as_json(self) -> dict:
         return {"ready_s": self.ready_s, "placement_s": self.placement_s, "engine_start_warm_s": self.engine_start_warm_s,
                 "engine_start_cold_s": self.engine_start_cold_s, "pair_warmup_s": self.pair_warmup_s,
+                "cluster_start_s": self.cluster_start_s,
                 "jit_cached": self.jit_cached}
 
 
@@ -157,8 +159,8 @@ def predict_ready(cfg: RunConfig, gpu: str, disk_gb_s: float = 2.0, jit_cached: 
     weights = "dummy weights" if cfg.engine.sglang.load_format == "dummy" else (
         f"weights read at {disk_gb_s:g} GB/s per node" if cfg.engine.sglang.load_format is None
         else f"load format {cfg.engine.sglang.load_format}")
-    return ReadyEstimate(PLACEMENT_S["sglang"], warm, cold, warmup_s, pairs, jit_cached,
-                         f"{gpu} with SGLang, {weights}")
+    return ReadyEstimate(placement_s(real), warm, cold, warmup_s, pairs, jit_cached,
+                         f"{gpu} with SGLang, {weights}", cluster_start_s(real))
 
 
 def predict_closed_loop(cfg: RunConfig, concurrencies: Sequence[int] | None = None, gpu: str | None = None,
