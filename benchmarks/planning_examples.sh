@@ -9,7 +9,15 @@ set -uo pipefail
 D=${1:?usage: bash benchmarks/planning_examples.sh OUT_DIR}
 mkdir -p "$D"
 P=".venv/bin/pd-orchestrator"
-run() { local name=$1; shift; echo "\$ pd-orchestrator $*" > "$D/$name.txt"; $P "$@" >> "$D/$name.txt" 2>&1; echo "exit $?" >> "$D/$name.txt"; }
+# The checkout's absolute path is cut from the output (the venv's ShareGPT copy is then named .venv/lib/...), so a
+# raw file reads the same whichever checkout recorded it.
+HERE=$(printf '%s/' "$PWD" | sed 's/[][\\.*^$|]/\\&/g')
+run() {
+  local name=$1; shift
+  echo "\$ pd-orchestrator $*" > "$D/$name.txt"
+  $P "$@" 2>&1 | sed "s|$HERE||g" >> "$D/$name.txt"
+  echo "exit ${PIPESTATUS[0]}" >> "$D/$name.txt"
+}
 run fp8-h100-1p1d plan --config configs/default.yaml --set model.quantization=fp8
 run default-search plan --config configs/default.yaml --search --show 8
 run h100-fp8-agg-search plan --config configs/h100-agg-tp16.yaml --search --show 8
