@@ -121,6 +121,15 @@ def test_the_planning_examples_script_is_what_made_the_examples_folder():
         assert first == "$ pd-orchestrator " + " ".join(args), name
 
 
+def test_the_planning_examples_do_not_name_the_checkout_that_recorded_them():
+    import re
+
+    for path in sorted(PLANNING_EXAMPLES.glob("*.txt")):
+        text = path.read_text()
+        assert not re.search(r"/\S*/\.venv/", text), f"{path.name}: an absolute venv path (planning_examples.sh cuts it)"
+        assert str(ROOT) not in text, path.name
+
+
 def test_every_planning_example_command_parses_and_names_configs_that_exist():
     from orchestrator.cli import build_parser
 
