@@ -29,11 +29,10 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path.insert(0, str(ROOT))
 
-import router_throughput as paths  # noqa: E402
-from router_vs_sglang_router import process_cpu_s, run_direct_http  # noqa: E402
-
+from benchmarks import router_throughput as paths  # noqa: E402
+from benchmarks.router_vs_sglang_router import process_cpu_s, run_direct_http  # noqa: E402
 from orchestrator.provenance import command_line, write_manifest  # noqa: E402
 
 SERVE = """

@@ -37,10 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import router_throughput as paths  # noqa: E402
-
+from benchmarks import router_throughput as paths  # noqa: E402
 from orchestrator.provenance import command_line, write_manifest  # noqa: E402
 
 PATHS = ("sglang-router", "smg", "batch", "http", "openai", "direct")

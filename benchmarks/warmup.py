@@ -19,10 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from startup import first_token_at, job_started_at, run_bench_cli
+from benchmarks.startup import first_token_at, job_started_at, run_bench_cli
 from orchestrator.provenance import recorded
 
 

@@ -181,6 +181,24 @@ def test_no_folder_over_the_module_limit():
     assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules (make a sub-package): {crowded}"
 
 
+def test_a_benchmark_script_imports_a_sibling_by_its_package_name():
+    """`from benchmarks.startup import ...` (the repository root on sys.path), never a bare `import startup` that needs
+    benchmarks/ on sys.path: mypy cannot resolve the bare name, so the dependency goes unchecked (typed Any)."""
+    folder = REPO / "benchmarks"
+    siblings = {p.stem for p in folder.glob("*.py")}
+    bare = []
+    for path in sorted(folder.glob("*.py")) + sorted((REPO / "scripts").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            bare += [f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[0] in siblings]
+    assert not bare, f"bare imports of benchmark scripts (write `from benchmarks.NAME import ...`): {bare}"
+
+
 # ---- tests: shared code lives in support modules and conftest.py files, never in another test module ----
 
 # Plain helpers shared on purpose; fixtures go in a conftest.py, where pytest finds them without an import.
