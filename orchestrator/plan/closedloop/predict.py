@@ -54,6 +54,12 @@ class ClosedLoopPoint:
                 "not_counted": self.run.not_counted, "clears_gate": self.clears_gate}
 
 
+def best_point(points: Sequence[ClosedLoopPoint]) -> ClosedLoopPoint | None:
+    """The scoring point: the most good output tok/s among the N that clear the gate (None: no N clears it)."""
+    passing = [p for p in points if p.clears_gate]
+    return max(passing, key=lambda p: p.good_output_tok_s) if passing else None
+
+
 @dataclass(frozen=True)
 class ReadyEstimate:
     """Predicted seconds from launch to the ready line: placement, engine start (warm or cold compile caches),
@@ -102,9 +108,7 @@ class ClosedLoopPrediction:
 
     @property
     def best(self) -> ClosedLoopPoint | None:
-        """The scoring point: the most good output tok/s among the N that clear the gate."""
-        passing = [p for p in self.points if p.clears_gate]
-        return max(passing, key=lambda p: p.good_output_tok_s) if passing else None
+        return best_point(self.points)
 
     @property
     def largest_passing(self) -> int | None:

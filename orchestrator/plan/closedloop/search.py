@@ -22,7 +22,7 @@ import yaml
 from orchestrator.cluster.inventory import ClusterError, check_declared_placement
 from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
-from orchestrator.plan.closedloop.predict import ClosedLoopPoint
+from orchestrator.plan.closedloop.predict import ClosedLoopPoint, best_point
 from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.runs import LABEL
 from orchestrator.plan.search import PlanError, rules_settings
@@ -46,8 +46,7 @@ class Ranked:
 
     @property
     def best(self) -> ClosedLoopPoint | None:
-        passing = [p for p in self.points if p.clears_gate]
-        return max(passing, key=lambda p: p.good_output_tok_s) if passing else None
+        return best_point(self.points)
 
     def sort_key(self) -> tuple:
         best = self.best
