@@ -1,9 +1,10 @@
-"""A disk cache for what `plan` derives from the back-test on every run (its error band), read back only for the
-same inputs.
+"""A disk cache for what `plan` derives from the back-tests on every run (the error band, the closed-loop band),
+read back only for the same inputs.
 
-dataset (runs.yaml) -> inputs: every file under orchestrator/ (code, profiles, presets, rules), configs/, models/ and
-benchmarks/backtest/, the dataset itself, each file its rows name (batch files, configs, the first evidence file when
-it is JSON: `throughput_scope` reads its schema), the Python and library versions -> one sha256 key
+dataset (runs.yaml, closed_loop.yaml) -> inputs: every file under orchestrator/ (code, profiles, presets, rules),
+configs/, models/ and benchmarks/backtest/, the dataset itself, each file its rows name (runs.yaml: batch files,
+configs, the first evidence file when it is JSON, whose schema `throughput_scope` reads; closed_loop.yaml: configs and
+the recorded `plan --json` files), the Python and library versions -> one sha256 key
 -> $PD_ORCHESTRATOR_CACHE_DIR/backtest/<name>-<hash of the dataset's path>.json = {key, named, value}.
 
 An entry is used only when the key of today's inputs equals its key; otherwise (or when the file is damaged) the value
@@ -38,10 +39,14 @@ LIBRARIES = ("pyyaml", "pydantic", "pydantic-core", "numpy")
 T = TypeVar("T")
 
 
+def _load(dataset: Path) -> dict:
+    return yaml.load(dataset.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+
+
 def named_files(dataset: Path) -> list[Path]:
-    """The files the dataset's rows name: batch files (beside the dataset), configs and JSON evidence (repository
+    """The files runs.yaml's rows name: batch files (beside the dataset), configs and JSON evidence (repository
     root)."""
-    data = yaml.load(dataset.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    data = _load(dataset)
     names = {dataset.parent / spec["file"] for spec in (data.get("batches") or {}).values() if "file" in spec}
     for row in data.get("runs") or []:
         if row.get("config"):
@@ -49,6 +54,16 @@ def named_files(dataset: Path) -> list[Path]:
         evidence = str(row.get("evidence", "")).split()
         if evidence and evidence[0].endswith(".json"):
             names.add(ROOT / evidence[0])
+    return sorted(names)
+
+
+def closed_loop_named_files(dataset: Path) -> list[Path]:
+    """The files closed_loop.yaml's rows name: configs and the recorded predictions' `plan --json` files."""
+    names = set()
+    for row in _load(dataset).get("rows") or []:
+        names.add(ROOT / row["config"])
+        recorded = row.get("recorded")
+        names.update(ROOT / spec["path"] for spec in ([recorded] if isinstance(recorded, dict) else recorded or []))
     return sorted(names)
 
 
@@ -86,9 +101,10 @@ def entry_path(name: str, dataset: Path) -> Path:
 
 
 def cached(name: str, dataset: Path, compute: Callable[[], T], encode: Callable[[T], Any],
-           decode: Callable[[Any], T]) -> T:
-    """`compute()`'s value for this dataset and today's inputs: the stored one when its key matches, else computed
-    (the key taken before computing, so an input edited meanwhile makes the entry miss next time) and stored."""
+           decode: Callable[[Any], T], names: Callable[[Path], list[Path]] = named_files) -> T:
+    """`compute()`'s value for this dataset and today's inputs (`names(dataset)`: the files its rows name): the
+    stored one when its key matches, else computed (the key taken before computing, so an input edited meanwhile
+    makes the entry miss next time) and stored."""
     if Path.cwd().resolve() != ROOT:  # configs name model folders relative to the working directory: not keyed
         return compute()
     dataset = dataset.resolve()
@@ -102,7 +118,7 @@ def cached(name: str, dataset: Path, compute: Callable[[], T], encode: Callable[
         pass
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged entry is recomputed, never trusted
         log.warning("ignoring unreadable back-test cache entry %s (%s)", path, exc)
-    named = named_files(dataset)
+    named = names(dataset)
     key = fingerprint(input_files(dataset, named))
     value = compute()
     body = {"key": key, "named": [str(p) for p in named], "value": encode(value)}

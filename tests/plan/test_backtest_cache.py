@@ -1,4 +1,4 @@
-"""The back-test's disk cache (plan's error band) cannot hand back a stale value: its key covers every file the
+"""The back-tests' disk cache (plan's error band and closed-loop band) cannot hand back a stale value: its key covers every file the
 prediction reads (checked in a fresh process that records every file it opens), a change to any such file changes
 the key, and an entry is used only under the key it was written with."""
 
@@ -15,13 +15,22 @@ import pytest
 import yaml
 
 from orchestrator.plan import backtest
-from orchestrator.plan.backtest_cache import ROOT, entry_path, fingerprint, input_files, named_files
+from orchestrator.plan.backtest_cache import (
+    ROOT,
+    closed_loop_named_files,
+    entry_path,
+    fingerprint,
+    input_files,
+    named_files,
+)
+from orchestrator.plan.closedloop import backtest as closed_loop
 
 RUN_ROW, POINT_ROW = "h200x2-v2lite-agg-tp2-product", "h200x2-r1s6-tp2-decode-1x256"  # quick to simulate
 
 
 def test_a_fresh_process_reads_no_file_outside_the_keyed_inputs(tmp_path):
-    """Every file computing the band and the models opens is part of the key; every folder it lists is hashed whole."""
+    """Every file computing the bands and the models opens is part of the key; every folder it lists is hashed
+    whole."""
     script = textwrap.dedent("""
         import json, os, sys
         opened, listed = set(), set()
@@ -32,9 +41,12 @@ def test_a_fresh_process_reads_no_file_outside_the_keyed_inputs(tmp_path):
                 listed.add(os.path.realpath(args[0]))
         sys.addaudithook(hook)
         from orchestrator.plan import backtest, backtest_cache
+        from orchestrator.plan.closedloop import backtest as closed_loop
         assert backtest.error_band() is not None and backtest.out_of_sample_models()
-        dataset = backtest.DATASET.resolve()
+        assert closed_loop.closed_loop_backtest()
+        dataset, closed = backtest.DATASET.resolve(), closed_loop.DATASET.resolve()
         inputs = backtest_cache.input_files(dataset, backtest_cache.named_files(dataset))
+        inputs += backtest_cache.input_files(closed, backtest_cache.closed_loop_named_files(closed))
         print(json.dumps({"opened": sorted(opened), "listed": sorted(listed), "inputs": [str(p) for p in inputs]}))
     """)
     cache = tmp_path / "cache"  # empty: the band is computed, not read back
@@ -110,6 +122,35 @@ def test_an_entry_is_used_only_under_the_key_it_was_written_with(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="models/"):
         band()
+
+
+def test_a_closed_loop_entry_is_used_only_under_the_key_it_was_written_with(tmp_path, monkeypatch):
+    monkeypatch.setenv("PD_ORCHESTRATOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(ROOT)
+    rows = yaml.safe_load(closed_loop.DATASET.read_text())["rows"]
+    row = next(r for r in rows if r.get("recorded") and r.get("measured"))  # names a config and a recorded file
+    dataset = tmp_path / "closed_loop.yaml"
+    dataset.write_text(yaml.safe_dump({"rows": [row]}))
+    computed = []
+    real = closed_loop._compute_backtest
+    monkeypatch.setattr(closed_loop, "_compute_backtest", lambda path: computed.append(path) or real(path))
+
+    def checks():
+        closed_loop._backtest_cached.cache_clear()
+        return closed_loop.closed_loop_backtest(dataset)
+
+    first = checks()
+    assert len(computed) == 1 and entry_path("closed-loop-checks", dataset.resolve()).is_file()
+    again = checks()
+    assert len(computed) == 1 and again == first  # read back whole: recorded predictions and bounds included
+    assert closed_loop.closed_loop_table(again) == closed_loop.closed_loop_table(first)
+    recorded = row["recorded"] if isinstance(row["recorded"], list) else [row["recorded"]]
+    assert {ROOT / row["config"], *(ROOT / r["path"] for r in recorded)} <= set(closed_loop_named_files(dataset))
+
+    row["measured"]["output_tok_s"] *= 2
+    dataset.write_text(yaml.safe_dump({"rows": [row]}))
+    edited = checks()
+    assert len(computed) == 2 and edited[0].error("output_tok_s") != first[0].error("output_tok_s")
 
 
 def test_the_key_changes_with_any_byte_name_or_file_of_the_inputs(tmp_path):

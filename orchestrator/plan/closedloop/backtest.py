@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
 from orchestrator.config import load_config
+from orchestrator.plan.backtest_cache import cached, closed_loop_named_files
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
 from orchestrator.plan.closedloop.predict import ClosedLoopPoint, predict_ready
 from orchestrator.tables import table
@@ -134,13 +135,25 @@ def _one_recorded(spec: dict, concurrency: int) -> RecordedPrediction:
 
 
 def closed_loop_backtest(path: Path = DATASET) -> list[ClosedLoopCheck]:
-    """Every row of the dataset predicted at its config and N (cached per file version)."""
+    """Every row of the dataset predicted at its config and N (cached per file version in the process, and on disk for
+    the same inputs: plan/backtest_cache.py, since `plan` prints the band on every closed-loop run)."""
     resolved = Path(path).resolve()
     return list(_backtest_cached(str(resolved), resolved.stat().st_mtime_ns))
 
 
 @lru_cache(maxsize=2)
 def _backtest_cached(path: str, _mtime: int) -> tuple[ClosedLoopCheck, ...]:
+    return cached("closed-loop-checks", Path(path), lambda: _compute_backtest(path),
+                  encode=lambda checks: [asdict(c) for c in checks], decode=_decode_checks,
+                  names=closed_loop_named_files)
+
+
+def _decode_checks(value: list[dict]) -> tuple[ClosedLoopCheck, ...]:
+    return tuple(ClosedLoopCheck(**{**c, "recorded": tuple(RecordedPrediction(**r) for r in c["recorded"]),
+                                    "expect_miss": tuple(c["expect_miss"])}) for c in value)
+
+
+def _compute_backtest(path: str) -> tuple[ClosedLoopCheck, ...]:
     rows = (yaml.safe_load(Path(path).read_text()) or {}).get("rows", [])
     out = []
     for row in rows:
