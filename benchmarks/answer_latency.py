@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.config.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE  # noqa: E402
 from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model  # noqa: E402
 from orchestrator.perfmodel.gpus import gpu_spec  # noqa: E402
+from orchestrator.perfmodel.scheduling.admission import server_limits  # noqa: E402
+from orchestrator.perfmodel.scheduling.steps import burst_prefill  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 R1_SHAPE = replace(DEEPSEEK_R1, num_hidden_layers=6, first_k_dense_replace=3)
@@ -78,15 +80,10 @@ def _run(path: Path, variant: str) -> dict:
 
 def forward_parts(model: EngineCostModel, prompt: int) -> tuple[float, float]:
     """(the modelled forward of one lone prompt on an idle server, the CPU launch of its first chunk) in seconds, as
-    the step loop times it: chunks past the chunk size, the first one never shorter than its launch."""
-    chunk = model.chunked_prefill_tokens or prompt
-    done, total = 0, 0.0
-    while done < prompt:
-        n = min(chunk, prompt - done)
-        seconds = model.prefill_time_s([n], [done], chunk_follows=done + n < prompt)
-        total += max(seconds, model.prefill_launch_s(1)) if done == 0 else seconds
-        done += n
-    return total, model.prefill_launch_s(1) or model.eager_launch_s(1, stage=True)
+    the step loop times it (scheduling/steps.py burst_prefill: its chunks, per DP-attention rank, the first one never
+    shorter than its launch)."""
+    forwards = burst_prefill(server_limits(model), model, [prompt])
+    return sum(f.duration_s for f in forwards), model.prefill_launch_s(1) or model.eager_launch_s(1, stage=True)
 
 
 def lone_points(label: str, path: Path, variant: str, model: EngineCostModel) -> list[dict]:

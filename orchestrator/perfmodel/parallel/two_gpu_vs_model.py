@@ -1,7 +1,7 @@
 """A two-GPU calibration run (`calibrate twogpu`, calibrate/twogpu.py) against the cost model of the same servers and
-messages: the cost model of each server a run ran (server_model), the planner's prefill of k prompts at once
-(chunked_prefill_s), and the comparison tables benchmarks/two_gpu_vs_model.py prints: NCCL all-reduce / all-to-all /
-send times against collectives.py's published figures, each layout's decode steps (TP2, DP-attention 2 + EP2, PP2,
+messages: the cost model of each server a run ran (server_model), the planner's prefill of k prompts sent at once
+(chunked_prefill_s: the step loop's own burst), and the comparison tables benchmarks/two_gpu_vs_model.py prints: NCCL
+all-reduce / all-to-all / send times against collectives.py's published figures, each layout's decode steps (TP2, DP-attention 2 + EP2, PP2,
 eager TP2) against the model's step at that batch and context, and prefill latencies against the model's chunking.
 
 calibration-twogpu*.json (+ collectives.json) -> server_model / chunked_prefill_s -> vs_model_report lines
@@ -19,7 +19,8 @@ from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model
 from orchestrator.perfmodel.from_raw import gpu_key
 from orchestrator.perfmodel.gpus import gpu_spec
 from orchestrator.perfmodel.parallel import collectives
-from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, server_limits
+from orchestrator.perfmodel.scheduling.admission import server_limits
+from orchestrator.perfmodel.scheduling.steps import burst_prefill
 
 # the cost-model fields of each server layout calibrate/twogpu.py runs (its LAYOUTS: the same names)
 LAYOUT_FIELDS: dict[str, dict[str, Any]] = {
@@ -70,17 +71,10 @@ def server_model(run: dict, gpu: str, layers: int) -> EngineCostModel:
 
 
 def chunked_prefill_s(model: EngineCostModel, k: int, length: int) -> float:
-    """k prompts of `length` tokens at once through the planner's own chunking (scheduling/admission.py: the
-    server's chunk budget, per DP-attention rank its share), each chunk told whether another follows it."""
-    batch = BatchSchedule(server_limits(model))
-    for _ in range(k):
-        batch.submit(Seq(length, 1))
-    total = 0.0
-    while pieces := batch.next_prefill():
-        follows = bool(batch.chunking or batch.waiting)
-        total += model.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces], follows)
-        batch.prefill_done()
-    return total
+    """k prompts of `length` tokens sent at once to an idle server, through the planner's own step loop
+    (scheduling/steps.py burst_prefill: its chunking, per DP-attention rank its share, the first request alone, the
+    idle launch)."""
+    return sum(f.duration_s for f in burst_prefill(server_limits(model), model, [length] * k))
 
 
 def layout_tables(path: Path) -> list[str]:
@@ -117,7 +111,7 @@ def layout_tables(path: Path) -> list[str]:
                 k, length = int(row["concurrency"]), int(row["input_tokens"])
                 predicted = chunked_prefill_s(model, k, length)
                 lines.append(f"    prefill {k:2d} x {length:5d}: {row['latency_s_median'] * 1e3:8.1f} ms / "
-                             f"{predicted * 1e3:8.1f} ms (model: chunked as the planner does, flag {model.chunked_prefill_tokens})")
+                             f"{predicted * 1e3:8.1f} ms (model: the step loop's burst on an idle server, flag {model.chunked_prefill_tokens})")
     return lines
 
 

@@ -250,10 +250,11 @@ class BatchSchedule:
         return out
 
     # ----- prefill ------------------------------------------------------------------------------------
-    def next_prefill(self, cached_tokens=None) -> list[tuple[Seq, int]]:
+    def next_prefill(self, cached_tokens=None, max_new_requests: int | None = None) -> list[tuple[Seq, int]]:
         """The next prefill forward: (request, new tokens) within the chunk budget; admits waiting requests.
 
-        `cached_tokens(seq)`: leading prompt tokens found in a prefix cache when a request is admitted."""
+        `cached_tokens(seq)`: leading prompt tokens found in a prefix cache when a request is admitted;
+        `max_new_requests`: admit at most this many waiting requests (continuing chunks are not counted)."""
         lim = self.limits
         budget = lim.chunked_prefill_tokens
         per_request = max(1, budget // lim.prefill_ranks)  # one rank's chunk
@@ -269,7 +270,8 @@ class BatchSchedule:
         if len(self.chunking) >= lim.prefill_ranks:
             budget = 0  # every rank continues a chunked prompt
         charged = 0  # this batch's admissions: prompt + clipped max_new_tokens each (SGLang's PrefillAdder)
-        while self.waiting and budget > 0:
+        admitted = 0
+        while self.waiting and budget > 0 and (max_new_requests is None or admitted < max_new_requests):
             seq = self.waiting[0]
             if len(self.running) + len(batch) >= lim.max_running:
                 break
@@ -279,6 +281,7 @@ class BatchSchedule:
                 break
             charged += clipped(seq.max_new_tokens - seq.output)  # its fill is allocated just below
             self.waiting.popleft()
+            admitted += 1
             self._allocate(seq, seq.fill)
             seq.state = "prefill"
             if cached_tokens is not None and seq.prefilled == 0:  # SGLang computes at least the last token

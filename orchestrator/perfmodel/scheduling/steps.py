@@ -28,6 +28,14 @@ work only, as before; one that starts on an idle server (a lone prompt) or in a 
 (`overlap_launch` False: --disable-overlap-schedule) lasts max(GPU work, launch). How much of a launch the previous
 forward hides under load (its GPU time beyond its own launch) is not charged: docs/fidelity.md ("The answer floor of
 a lone short prompt") gives what charging it would do to the published full-size rows.
+
+An idle server's first prefill holds only the first request of a burst. SGLang's loop spins while idle and schedules a
+prefill as soon as one request is waiting (managers/scheduler.py, get_next_batch_to_run); requests a client sends "at
+once" reach the scheduler one by one (each its own HTTP connection, tokenizer manager, ZMQ hop), so the rest of the
+burst waits for that first forward. Every burst in the two-GPU calibration logs starts so (#new-seq: 1 in the first
+Prefill batch line of each k-prompt point: TP 2, DP-attention 2 + EP 2; docs/fidelity.md, "DP-attention 2 + EP2 rows,
+term by term"). With DP attention this puts the ranks out of phase: the first rank's prompt continues its chunk while
+the second rank's starts, so a lockstep forward holds one rank's continuation beside the other's fresh chunk.
 """
 
 from __future__ import annotations
@@ -124,7 +132,7 @@ class StepScheduler:
                     batch.submit(seq)
             step.joined = batch.admit_transferred()
         else:
-            pieces = batch.next_prefill(self.cached_tokens)
+            pieces = batch.next_prefill(self.cached_tokens, max_new_requests=1 if self._idle else None)
             if pieces:
                 follows = bool(batch.chunking or batch.waiting)  # a pipeline (--pp-size) overlaps it
                 seconds = self.cost.prefill_time_s([t for _, t in pieces], [s.prefilled for s, _ in pieces], follows)
@@ -152,3 +160,18 @@ class StepScheduler:
         if step.forward.kind == "prefill":
             return self.batch.prefill_done()
         return self.batch.decode_done()
+
+
+def burst_prefill(limits: ServerLimits, cost: StepCostModel, prompt_lens: Sequence[int],
+                  overlap_launch: bool = True) -> list[Forward]:
+    """The prefill forwards an idle server runs for prompts sent at once, each asking for one token: the step loop's
+    own chunking, per-rank chunks, first-request-alone and launch rules (what a calibration harness's k-prompt prefill
+    point measures)."""
+    steps = StepScheduler(limits, cost, overlap_launch=overlap_launch)
+    for length in prompt_lens:
+        steps.submit(Seq(length, 1))
+    forwards: list[Forward] = []
+    while (step := steps.schedule()).forward is not None:
+        forwards.append(step.forward)
+        steps.update_from_output(step)
+    return forwards
