@@ -70,7 +70,7 @@ def point_prefills(lines, point: dict) -> list[tuple[str, dict[str, float]]]:
     _, rank, running, tokens, _ = point["decode_lines"][0]
     first = next(i for i, (r, kind, f) in enumerate(lines) if kind == "Decode" and r == rank.split()[0]
                  and f["running-req"] == running and f["token"] == tokens)
-    out = []
+    out: list[tuple[str, dict[str, float]]] = []
     for r, kind, f in reversed(lines[:first]):
         if kind == "Decode" and out:
             break
@@ -87,15 +87,16 @@ def log_terms(prefills) -> dict:
     gaps = {r: [f["new-token"] / f["input throughput"] * 1e3 for f in fs[1:]] for r, fs in by_rank.items()}
     median = statistics.median(g for gs in gaps.values() for g in gs)
     stalls = sorted({round(g) for r, gs in gaps.items() for g, f in zip(gs, by_rank[r][1:]) if g > STALL * median})
-    hit = {r: next((i for i, f in enumerate(fs) if f["cached-token"] > 0), None) for r, fs in by_rank.items()}
-    after = [g for r, gs in gaps.items() if hit[r] is not None for g in gs[hit[r]:]
-             if g <= STALL * median]
-    before = [g for r, gs in gaps.items() for g in (gs[:hit[r] - 1] if hit[r] else gs) if g <= STALL * median]
+    # gaps[r][i] ends at result i + 1; a rank's results from its first prefix hit on carry a continuation
+    hit = {r: i for r, fs in by_rank.items() for i in [next((i for i, f in enumerate(fs) if f["cached-token"] > 0), -1)]
+           if i >= 0}
+    after = [g for r, i in hit.items() for g in gaps[r][i:] if g <= STALL * median]
+    before = [g for r, gs in gaps.items() for g in (gs[:hit[r] - 1] if r in hit else gs) if g <= STALL * median]
     return dict(forwards={r: len(fs) for r, fs in by_rank.items()},
                 first_seqs=int(prefills[0][1]["new-seq"]), median_ms=median, stalls_ms=stalls,
                 before_hit_ms=statistics.median(before) if before else None,
                 after_hit_ms=statistics.median(after) if after else None,
-                hits={r: i for r, i in hit.items() if i is not None})
+                hits=hit)
 
 
 def main() -> int:
@@ -106,8 +107,9 @@ def main() -> int:
     data = backtest.load_dataset()
     rows = {r["id"]: r for r in data["runs"]}
     print(f"DP-attention 2 + EP2, R1 shape x 6, two H200s ({RAW.relative_to(ROOT)}; log {LOGS.name}:{LOG_MEMBER})")
-    print(f"model: {model.tp=} {model.dp=} {model.ep=} dp_attention chunk flag {model.chunked_prefill_tokens} "
-          f"(each rank {model.chunked_prefill_tokens // model.attn_dp}); answer latency {model.gpu.answer_latency_s * 1e3:.1f} ms\n")
+    flag = int(model.chunked_prefill_tokens or 0)
+    print(f"model: {model.tp=} {model.dp=} {model.ep=} dp_attention chunk flag {flag} "
+          f"(each rank {flag // model.attn_dp}); answer latency {model.gpu.answer_latency_s * 1e3:.1f} ms\n")
     for row_id, measure, k, length in ROWS:
         point = next(p for p in run[measure] if p["batch_size"] == k and p["context_tokens"] == length)
         steps, step_ms, wall = point["decode_steps"], point["step_ms_median"], point["client"]["wall_s"]
@@ -117,7 +119,8 @@ def main() -> int:
         m_prefill = sum(f.duration_s for f in forwards)
         m_step = model.decode_step_s(k, k * (length + 50))
         predicted = backtest.predict_row(rows[row_id], data.get("batches", {}), backtest.DATASET.parent)
-        m_wall = predicted.measured / predicted.predicted * wall if isinstance(predicted.predicted, float) else None
+        assert not isinstance(predicted.predicted, str) and not isinstance(predicted.measured, str)
+        m_wall = predicted.measured / predicted.predicted * wall  # tokens over the wall: the same tokens
         print(f"{row_id}: wall measured {wall:.3f} s, back-test prediction {m_wall:.3f} s ({predicted.error:+.1%} tok/s)")
         print(f"  decode, {steps - 1} steps: measured {step_ms:.2f} ms/step = {decode_s:.3f} s; model "
               f"{m_step * 1e3:.2f} ms/step = {(steps - 1) * m_step:.3f} s")

@@ -135,3 +135,31 @@ def test_nothing_to_run_is_no_forward():
         step = steps.schedule()
         assert step.forward is None and not (step.preallocated or step.joined or step.retracted)
         assert steps.update_from_output(step) == [] and cost.calls == []
+
+
+def test_an_idle_server_runs_the_first_request_of_a_burst_alone_then_batches_the_rest():
+    # SGLang's idle loop schedules as soon as one request is waiting; the rest of a burst lands during that forward
+    steps, cost = server("aggregated")
+    burst = [Seq(100, 1) for _ in range(4)]
+    for seq in burst:
+        steps.submit(seq)
+    takes = []
+    while (step := steps.schedule()).forward is not None:
+        takes.append([seq for seq, _ in step.forward.prefill])
+        steps.update_from_output(step)
+    assert takes == [burst[:1], burst[1:]]
+    assert cost.calls == [("prefill", [100], [0]), ("prefill", [100, 100, 100], [0, 0, 0])]
+
+
+def test_a_busy_server_takes_every_waiting_request_into_its_next_prefill():
+    steps, _ = server("aggregated")
+    steps.submit(Seq(100, 50))
+    steps.update_from_output(steps.schedule())  # the first request runs: the server is busy from now on
+    step = steps.schedule()
+    assert step.forward is not None and step.forward.kind == "decode"
+    late = [Seq(100, 1) for _ in range(3)]
+    for seq in late:
+        steps.submit(seq)
+    steps.update_from_output(step)
+    step = steps.schedule()
+    assert step.forward is not None and [seq for seq, _ in step.forward.prefill] == late
