@@ -43,6 +43,7 @@ CALL = ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call3-calibration"
 RAW = CALL / "calibration-twogpu-b.json"
 LOGS = CALL / "logs-twogpu-b.tar.xz"
 LOG_MEMBER = "twogpu-b/server-twogpu-dpattn2-ep2.log"
+TP2_RAW = ROOT / "benchmarks/results/2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json"  # another host
 ROWS = (("h200x2-r1s6-dpattn2-ep2-decode-128x256", "decode", 128, 256),
         ("h200x2-r1s6-dpattn2-ep2-decode-512x256", "decode", 512, 256),
         ("h200x2-r1s6-dpattn2-ep2-long-16x8192", "context", 16, 8192))
@@ -139,6 +140,13 @@ def main() -> int:
                   f"chunked; gaps before {terms['before_hit_ms']:.1f} ms, from then on {terms['after_hit_ms']:.1f} ms "
                   f"(every later batch of that rank carries a continuation: the absorbed MLA path)")
         print()
+    print("the harness's send spread, both two-GPU files (wall - latency median / max, ms; decode and context points):")
+    for path, variant in ((TP2_RAW, "tp2"), (RAW, "dpattn2-ep2")):
+        other = next(r for r in json.loads(path.read_text())["runs"] if r["variant"] == variant)
+        cells = [f"{p['batch_size']}x{p['context_tokens']} {(p['client']['wall_s'] - p['client']['latency_s_median']) * 1e3:.0f}"
+                 f"/{(p['client']['wall_s'] - p['client']['latency_s_max']) * 1e3:.0f}"
+                 for p in other["decode"] + other["context"] if p["batch_size"] >= 32]
+        print(f"  {variant:12s} " + ", ".join(cells))
     return 0
 
 
