@@ -19,7 +19,8 @@ from the call's main log (`prepare`: "ready after N s", `serve`: "workers ready 
 
 Second table: placement incl. the local cluster's start ("Phase placement" of every `bench` through the product's
 local cluster on a lent GPU machine, other runs than the six above) against placement on a cluster already up
-(hand-started raylets), the figure behind the planner's 15 s. Third table: the planner's start-up phases for the two
+(hand-started raylets), the figure behind the planner's 15 s. Third: the first graph size's capture in the cold
+starts of the profiles the planner lends these configs their start-up from. Fourth: the planner's start-up phases for the two
 configs (the model as it stands; cold as `prepare` times it, from a cluster already up).
 """
 
@@ -67,10 +68,16 @@ LOCAL_CLUSTER_LOGS = [
 SAME_MACHINE_LOGS = [  # the H200 x2 Qwen3 runs' own lease (same machine, other runs): shown, not in the median
     f"{H200}/call3-pd-cold-prepare/main-pd.log", f"{H200}/call4-pd-serve/main-pd-warm.log",
 ]
+# the cold starts of the two start-up lenders (perfmodel/profiles: startup[].first_graph_capture_s is read from these)
+LENDER_COLD_LOGS = [
+    ("h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs", "device-h200x2-2026-11-21/raw.tar.xz", "c2/call1/agg0.log"),
+    ("h100-sxm-r1s6-sglang0.5.17", "2026-11-24-calibration-h100-r1shaped/logs-r1.tar.xz", "r1/server-r1s6-cold-default.log"),
+]
 RUNNING_CLUSTER_LOGS = ["device-h200x2-2026-11-21/call3a-main.log", "device-h200x2-2026-11-21/call3c-main.log"]
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] (.*)$")
-FIRST_SIZE = re.compile(r"Capturing batches \(bs=\d+[^|]*\|[^|]*\|\s+1/(\d+) \[(\d+):(\d+)<")
+# tqdm's rate after the first of N sizes: that size's capture seconds
+FIRST_SIZE = re.compile(r"Capturing batches \(bs=\d+[^|]*\|[^|]*\|\s+1/(\d+) \[[\d:]+<[^,]*,\s+([\d.]+)(s/it|it/s)\]")
 PLACEMENT = re.compile(r"Phase placement \(s\):\s+([\d.]+)")
 MARKS = {"args": "server_args=", "init": "Init torch distributed begin", "graphs_begin": "CUDA graph begin",
          "graphs_end": "CUDA graph end", "timings": "Engine startup timings", "fired": "fired up and ready"}
@@ -100,11 +107,19 @@ def marks(text: str) -> dict[str, float]:
         for key, needle in MARKS.items():
             if needle in m.group(2):
                 out.setdefault(key, t)
-    first = FIRST_SIZE.search(text.replace("\r", "\n"))
+    first = first_size(text)
     if first:
-        out["first_size_s"] = int(first.group(2)) * 60 + int(first.group(3))
-        out["sizes"] = int(first.group(1))
+        out["sizes"], out["first_size_s"] = first
     return out
+
+
+def first_size(text: str) -> tuple[int, float] | None:
+    """(batch sizes captured, seconds the first of them took) from SGLang's capture progress bar."""
+    m = FIRST_SIZE.search(text.replace("\r", "\n"))
+    if not m:
+        return None
+    rate = float(m.group(2))
+    return int(m.group(1)), rate if m.group(3) == "s/it" else 1 / rate
 
 
 def our_ready_s(main_log: str) -> float:
@@ -156,7 +171,7 @@ def main() -> int:
           f"{'first':>6} {'rest':>5} {'to-fired':>8} {'prefill-1':>9}")
     for r in rows:
         print(f"{r['label']:<34} {r['caches']:<6} {r['ready']:>6.1f} {r['outside']:>8.1f} {r['args']:>5.0f} "
-              f"{r['load']:>5.0f} {r['graphs']:>7.0f} {r['first']:>6.0f} {r['graphs'] - r['first']:>5.0f} "
+              f"{r['load']:>5.0f} {r['graphs']:>7.0f} {r['first']:>6.1f} {r['graphs'] - r['first']:>5.0f} "
               f"{r['to_fired']:>8.0f} {r['prefill_first']:>9.0f}")
     print("(first: the capture of the first of", rows[0]["sizes"], "batch sizes, from SGLang's progress bar; "
           "log stamps are whole seconds)")
@@ -172,6 +187,17 @@ def main() -> int:
     print(f"local cluster: median {statistics.median(s for _, s in local):.1f} s over {len(local)} runs "
           f"({min(s for _, s in local):.1f}-{max(s for _, s in local):.1f}); cluster already up: "
           f"{', '.join(f'{s:.1f}' for _, s in running)} s")
+
+    print("\nCold graph capture of the start-up lenders' own cold starts (the first size compiles what the rest reuse):")
+    for profile, archive, member in LENDER_COLD_LOGS:
+        with tarfile.open(RESULTS / archive) as tar:
+            stream = tar.extractfile(member)
+            assert stream is not None
+            text = stream.read().decode("utf-8", errors="replace")
+        sizes, first = first_size(text) or (0, float("nan"))
+        end = re.search(r"CUDA graph end\. elapsed=([\d.]+) s", text)
+        total = float(end.group(1)) if end else float("nan")
+        print(f"  {profile:<50} first of {sizes} sizes {first:6.2f} s, all {total:6.2f} s  ({archive} {member})")
 
     print("\nThe planner's start-up phases (slowest server), seconds:")
     for where, caches, parts in model_rows():

@@ -50,8 +50,9 @@ class DecodeCoeffs:
 class StartupCoeffs:
     process_s: float | None  # warm: launch -> ready minus weights, KV and graph capture
     graph_bs_layer_s: float | None  # warm capture per batch size per layer
-    graph_bs_cold_s: float | None  # extra per batch size with empty compile caches
+    graph_bs_cold_s: float | None  # extra per batch size with empty compile caches (beyond the first, if known)
     jit_cold_s: float | None  # other cold-cache cost (first forwards, DeepGEMM)
+    graph_once_cold_s: float | None = None  # the compile the first captured size pays once with empty caches
 
 
 @dataclass(frozen=True)
@@ -256,8 +257,18 @@ def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float
         for r in warm if r.ready_s is not None
     ]
     process_s = statistics.median(process) if process else None
+    # With empty caches the first captured size compiles the kernels every later size reuses: where a cold run's
+    # log shows the first size's capture, that compile is paid once and only the rest's excess is per size; else
+    # the whole excess is spread over the sizes (the older reading)
+    warm_size = (graph_bs_layer or 0.0) * layers
+    split = [(r.graph_capture_s, r.first_graph_capture_s, sizes(r)) for r in cold
+             if r.graph_capture_s and r.first_graph_capture_s and r.role != "prefill" and sizes(r) > 1]
+    once = [first - warm_size for _, first, _ in split]
+    graph_once_cold = statistics.median(once) if once else None
     cold_graph = [
-        (r.graph_capture_s - (graph_bs_layer or 0.0) * sizes(r) * layers) / sizes(r)
+        max(0.0, (capture - first - warm_size * (n - 1)) / (n - 1)) for capture, first, n in split
+    ] or [
+        (r.graph_capture_s - warm_size * sizes(r)) / sizes(r)
         for r in cold if r.graph_capture_s and r.role != "prefill"
     ]
     graph_bs_cold = statistics.median(cold_graph) if cold_graph else None
@@ -271,7 +282,8 @@ def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float
             )
             jit.append(r.ready_s - process_s - weights_s - kv_alloc_s - graphs)
     jit_cold = max(0.0, statistics.median(jit)) if jit else None
-    return StartupCoeffs(process_s=process_s, graph_bs_layer_s=graph_bs_layer, graph_bs_cold_s=graph_bs_cold, jit_cold_s=jit_cold)
+    return StartupCoeffs(process_s=process_s, graph_bs_layer_s=graph_bs_layer, graph_bs_cold_s=graph_bs_cold,
+                         jit_cold_s=jit_cold, graph_once_cold_s=graph_once_cold)
 
 
 def runtime_overhead_gb(profile: CalibrationProfile, gpu_memory_gb: float) -> float | None:

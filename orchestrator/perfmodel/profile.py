@@ -170,6 +170,9 @@ class StartupRun(_Strict):
     kv_alloc_s: float | None = None
     graph_capture_s: float | None = Field(None, description="decode CUDA-graph capture, all batch sizes")
     graph_batch_sizes: int | None = Field(None, description="how many batch sizes were captured")
+    first_graph_capture_s: float | None = Field(
+        None, gt=0, description="capture of the first (largest) batch size alone, from SGLang's progress bar: with "
+        "empty caches it holds the compile of every kernel the later sizes reuse")
     tokenizer_s: float | None = Field(None, description="SGLang's startup_time.tokenizer_e2e")
     first_request_s: float | None = Field(None, description="first request after ready (JIT of new shapes)")
 

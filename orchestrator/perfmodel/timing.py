@@ -404,8 +404,9 @@ class TimingTerms(MemoryTerms):
     ) -> dict[str, float]:
         """Start-up phases in seconds: init, weights, KV allocation, CUDA graphs, JIT (cold or warm caches).
 
-        Graph capture = batch sizes x layers x the warm per-(size, layer) cost; with cold caches every
-        batch size also compiles its kernels (per size, not per layer) and the first forwards JIT-compile.
+        Graph capture = batch sizes x layers x the warm per-(size, layer) cost; with cold caches the first size
+        compiles the kernels once (where a profile's cold log showed it; else a compile per size) and the first
+        forwards JIT-compile.
         Figures come from the matching calibration profile where it measured them, else the GPU defaults."""
         if load_format == "dummy":
             weights_s = self.weights_bytes_per_gpu() / (self.gpu.dummy_init_gb_s * GB)
@@ -416,8 +417,12 @@ class TimingTerms(MemoryTerms):
         sizes = len(self.graph_batch_sizes())
         per_bs_layer = (st.graph_bs_layer_s if st and st.graph_bs_layer_s is not None else self.gpu.graph_capture_per_bs_layer_s)
         graphs = sizes * self.arch.num_hidden_layers * per_bs_layer
-        if not jit_cached:
-            graphs += sizes * (st.graph_bs_cold_s if st and st.graph_bs_cold_s is not None else self.gpu.graph_compile_cold_per_bs_s)
+        if not jit_cached and sizes:
+            per_size = st.graph_bs_cold_s if st and st.graph_bs_cold_s is not None else self.gpu.graph_compile_cold_per_bs_s
+            if st and st.graph_once_cold_s is not None:  # the first size compiles what the others reuse
+                graphs += st.graph_once_cold_s + (sizes - 1) * per_size
+            else:
+                graphs += sizes * per_size
         init = st.process_s if st and st.process_s is not None else self.gpu.engine_init_s
         if jit_cached:  # a measured warm start's process time already holds whatever compiles on a warm start
             jit = 0.0 if st and st.process_s is not None else self.gpu.jit_warm_s
