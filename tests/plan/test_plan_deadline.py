@@ -125,6 +125,9 @@ def test_a_local_cluster_the_run_starts_costs_the_placement_its_raw_bench_logs_s
 
     ready = predict_ready(two_gpu, "H200").as_json()  # `serve` starts the cluster; `prepare`'s compile clock does not
     assert ready["placement_s"] - ready["cluster_start_s"] == PLACEMENT_S["sglang"]
+    # a simulated config's local cluster runs the simulation: its real deployment's ready has no cluster start in it
+    contest = predict_ready(load_config(ROOT / "configs/qwen3-pd-2026.yaml"), "H100-SXM").as_json()
+    assert (contest["placement_s"], contest["cluster_start_s"]) == (PLACEMENT_S["sglang"], 0.0)
     already_up = load_config(ROOT / "configs/device-h200x2-qwen3-serve.yaml", ["cluster.address=ray://10.0.0.1:10001"])
     assert placement_s(already_up) == PLACEMENT_S["sglang"] and placement_s(default()) == PLACEMENT_S["sim"]
 

@@ -16,7 +16,7 @@ from orchestrator.config import RunConfig
 from orchestrator.config.benchmark import SloConfig
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, ClosedLoopRun, simulate_closed_loop
-from orchestrator.plan.deadline import cluster_start_s, engine_start_s, placement_s
+from orchestrator.plan.deadline import PLACEMENT_S, cluster_start_s, engine_start_s
 from orchestrator.plan.runs import LABEL
 from orchestrator.plan.simulate import shared_gpu_groups, simulate_run
 
@@ -83,7 +83,8 @@ class ReadyEstimate:
         caches = "warm" if self.jit_cached else "cold"
         other = self.engine_start_cold_s if self.jit_cached else self.engine_start_warm_s
         where = f" on {self.where}" if self.where else ""
-        return (f"predicted time to ready{where}: {self.ready_s:.0f} s (placement {self.placement_s:.0f} s + engine start "
+        cluster = f" incl. {self.cluster_start_s:.0f} s starting the local cluster" if self.cluster_start_s else ""
+        return (f"predicted time to ready{where}: {self.ready_s:.0f} s (placement {self.placement_s:.0f} s{cluster} + engine start "
                 f"{self.ready_s - self.placement_s - self.pair_warmup_s:.0f} s with {caches} compile caches "
                 f"[{'cold' if self.jit_cached else 'warm'}: {other:.0f} s] + {self.pairs} pair warm-up(s) "
                 f"{self.pair_warmup_s:.2f} s; a cold NIXL pair's first-request stall, tens of seconds on "
@@ -163,8 +164,9 @@ def predict_ready(cfg: RunConfig, gpu: str, disk_gb_s: float = 2.0, jit_cached: 
     weights = "dummy weights" if cfg.engine.sglang.load_format == "dummy" else (
         f"weights read at {disk_gb_s:g} GB/s per node" if cfg.engine.sglang.load_format is None
         else f"load format {cfg.engine.sglang.load_format}")
-    return ReadyEstimate(placement_s(real), warm, cold, warmup_s, pairs, jit_cached,
-                         f"{gpu} with SGLang, {weights}", cluster_start_s(real))
+    cluster_s = cluster_start_s(cfg)  # a simulated config's local cluster runs the simulation, not its deployment
+    return ReadyEstimate(PLACEMENT_S["sglang"] + cluster_s, warm, cold, warmup_s, pairs, jit_cached,
+                         f"{gpu} with SGLang, {weights}", cluster_s)
 
 
 def predict_closed_loop(cfg: RunConfig, concurrencies: Sequence[int] | None = None, gpu: str | None = None,
