@@ -52,6 +52,13 @@ class GpuSpec:
     activation_headroom_check: bool = True  # False on the cpu-fast test profile ("everything fits")
     dummy_init_gb_s: float = 200.0  # generating random weights on the GPU
     sm_count: int = 132  # streaming multiprocessors (H100 SXM and H200: 132); caps SGLang's triton MLA KV splits
+    # What memory_gb holds beyond the memory SGLang finds free when it starts loading the weights on a GPU of its own
+    # (its pool is a fraction of that free memory, memory_terms.free_at_load_bytes): the driver's capacity below the
+    # datasheet's plus the CUDA context, torch and NCCL set-up. 1 GiB where no log measured it; H100/H200 below.
+    held_before_load_gb: float = 1.0
+    # more when the server spans several GPUs (NCCL communicators, custom all-reduce buffers): measured on H200 at TP2
+    # (138.21 vs 139.12 GiB free at load) and PP2 (138.29); taken as the same for larger servers (not measured)
+    multi_gpu_held_gb: float = 0.9
 
     @property
     def memory_bytes(self) -> float:
@@ -62,10 +69,16 @@ GPU_SPECS: dict[str, GpuSpec] = {
     "H100-SXM": GpuSpec(
         name="H100-SXM", memory_gb=80, bf16_tflops=989, fp8_tflops=1979, hbm_tb_s=3.35,
         nvlink_gb_s=450, ib_gb_s=50,
+        # "Load weight begin. avail mem=78.48-78.50 GB" (GiB) in every lone-GPU H100 log of benchmarks/results (2026-11-24
+        # calibration-h100-*, 2026-11-26 context-graph-padding-h100, sglang-one-h100): 80 - 78.49; the driver reports 81,559 MiB
+        held_before_load_gb=1.51,
     ),
     "H200": GpuSpec(
         name="H200", memory_gb=141, bf16_tflops=989, fp8_tflops=1979, hbm_tb_s=4.8,
         nvlink_gb_s=450, ib_gb_s=50,
+        # "avail mem=139.11-139.13 GB" at weight load in every lone-GPU H200 log (device-h200x2-2026-11-21, 2026-11-26
+        # two-gpu-*, dummy-routing-h200): 141 - 139.12; the driver reports 143,771 MiB
+        held_before_load_gb=1.88,
     ),
     # Test profile: everything fits and a 50-prompt run finishes in about a second of wall time.
     "cpu-fast": GpuSpec(
@@ -75,7 +88,7 @@ GPU_SPECS: dict[str, GpuSpec] = {
         engine_init_s=0.3, kv_alloc_s=0.0, graph_capture_per_bs_s=0.0, jit_cold_s=0.0,
         jit_warm_s=0.0, dummy_init_gb_s=1e6, graph_capture_per_bs_layer_s=0.0, graph_compile_cold_per_bs_s=0.0,
         eager_launch_step_s=0.0, eager_launch_layer_s=0.0, eager_launch_per_request_s=0.0, answer_latency_s=0.0,
-        activation_headroom_check=False,
+        activation_headroom_check=False, held_before_load_gb=0.0, multi_gpu_held_gb=0.0,
     ),
 }
 

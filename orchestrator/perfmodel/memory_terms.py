@@ -121,15 +121,25 @@ class MemoryTerms(ServerShape):
         assert self.chunked_prefill_tokens is not None, "EngineCostModel resolves SGLang's default"
         return self.chunked_prefill_tokens
 
+    def free_at_load_bytes(self) -> float:
+        """The memory one GPU has free when SGLang starts loading the weights: its capacity less what the driver, the
+        CUDA context, torch and (a server of several GPUs) NCCL already hold (gpus.py, measured in the raw logs)."""
+        held = self.gpu.held_before_load_gb + (self.gpu.multi_gpu_held_gb if self.tp * self.pp > 1 else 0.0)
+        return self.gpu.memory_bytes - held * 2**30
+
     def static_pool_bytes(self) -> float:
-        """SGLang's static pool per GPU: weights + KV cache = mem_fraction_static x GPU memory."""
+        """SGLang's static pool per GPU: weights + KV cache = mem_fraction_static x the memory free at weight load.
+        0.5.17 mem_cache/kv_cache_configurator.py _profile_available_bytes: KV budget = memory free after the weights -
+        pre_model_load_memory x (1 - mem_fraction_static); every uncapped start in benchmarks/results logs its KV size
+        within 0.03 GiB of fraction x "Load weight begin. avail mem" - weights (tests/perfmodel/test_sglang_defaults.py)."""
         fraction = self.mem_fraction_static
         assert fraction is not None, "EngineCostModel resolves SGLang's default"
-        return fraction * self.gpu.memory_bytes
+        return fraction * self.free_at_load_bytes()
 
     def reserve_bytes(self) -> float:
-        """Left for activations, CUDA graphs, NCCL buffers: GPU memory less weights and the KV pool ((1 -
-        mem_fraction_static) x GPU memory, more when --max-total-tokens caps the pool below what the fraction allows)."""
+        """Left for activations, CUDA graphs, NCCL buffers: GPU memory less weights and the KV pool (GPU memory -
+        mem_fraction_static x the memory free at load, more when --max-total-tokens caps the pool below what the
+        fraction allows)."""
         unused_pool = max(0.0, self.kv_bytes_per_gpu()) - self.kv_pool_bytes_per_gpu()
         return self.gpu.memory_bytes - self.static_pool_bytes() + unused_pool
 
@@ -308,8 +318,8 @@ class MemoryTerms(ServerShape):
         return 2**30 + max(buffers, 2 * graphs * 2**20)
 
     def free_after_start_bytes(self) -> float:
-        """What the reserve leaves for activations once the server runs."""
-        return self.reserve_bytes() - self.runtime_overhead_bytes()
+        """What the reserve leaves for activations once the server runs (less what was held before the weights)."""
+        return self.reserve_bytes() - (self.gpu.memory_bytes - self.free_at_load_bytes()) - self.runtime_overhead_bytes()
 
     def activation_headroom_ok(self, running: int | None = None) -> bool:
         """The reserve must hold ACTIVATION_HEADROOM x the estimated peak (see the constant)."""

@@ -186,7 +186,7 @@ def server_memory(
         verdict = DOES_NOT_FIT
         reason = (
             f"{name} needs {weights / GB:.1f} GB/GPU for weights alone; {model.gpu.name}'s static pool is "
-            f"{model.mem_fraction_static:.2f} x {model.gpu.memory_bytes / GB:.1f} GB = {pool / GB:.1f} GB"
+            f"{model.mem_fraction_static:.2f} x {model.free_at_load_bytes() / GB:.1f} GB free at weight load = {pool / GB:.1f} GB"
             + (f", leaving KV for only {kv_tokens:,} tokens" if weights < pool else "")
         )
     elif not model.activation_headroom_ok(running):
@@ -224,7 +224,9 @@ def server_memory(
 def _headroom_reason(model: EngineCostModel, running: int, where: str) -> str:
     """Why the reserve cannot hold the largest forward, and the settings that would (naming the group's fields)."""
     peak = model.activation_peak_bytes(running)
-    top = 1 - (model.runtime_overhead_bytes() + ACTIVATION_HEADROOM * peak) / model.gpu.memory_bytes
+    # free after start = memory - fraction x free at load - held before load - start-up overhead >= margin x peak
+    held = model.gpu.memory_bytes - model.free_at_load_bytes()
+    top = (model.gpu.memory_bytes - held - model.runtime_overhead_bytes() - ACTIVATION_HEADROOM * peak) / model.free_at_load_bytes()
     fixes = [f"set {where}.mem_fraction_static <= {top:.2f}"]
     batch = model.decode_batch_per_rank(running)
     if model.eager_decode_bytes(batch) >= peak:

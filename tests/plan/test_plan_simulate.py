@@ -81,14 +81,14 @@ def test_a_client_concurrency_of_one_runs_requests_back_to_back() -> None:
 def test_a_smaller_kv_cache_queues_requests_and_slows_the_run() -> None:
     batch = synthetic_batch(400, seed=3)
     roomy = simulate_run(pd_config(), batch)
-    tight = simulate_run(pd_config(gpu_memory_gb=50), batch)
+    tight = simulate_run(pd_config(gpu_memory_gb=52), batch)  # KV for ~15k tokens (the pool: 0.88 x (52 - 2.4 held) GiB)
     assert tight.duration_s > roomy.duration_s
     assert tight.ttft_p(99) > roomy.ttft_p(99)
 
 
 def test_a_request_larger_than_the_kv_cache_is_refused_by_name() -> None:
     with pytest.raises(SimulationError, match=r"request 1 \(5,000 prompt \+ 5,000 output tokens\) cannot run on decode-0-0"):
-        simulate_run(pd_config(gpu_memory_gb=49), [(100, 10), (5_000, 5_000)])
+        simulate_run(pd_config(gpu_memory_gb=51.5), [(100, 10), (5_000, 5_000)])  # KV for ~8k tokens
 
 
 class _FlatCost:
