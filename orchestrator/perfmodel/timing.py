@@ -405,8 +405,8 @@ class TimingTerms(MemoryTerms):
         """Start-up phases in seconds: init, weights, KV allocation, CUDA graphs, JIT (cold or warm caches).
 
         Graph capture = batch sizes x layers x the warm per-(size, layer) cost; with cold caches the first size
-        compiles the kernels once (where a profile's cold log showed it; else a compile per size) and the first
-        forwards JIT-compile.
+        compiles the kernels once (where a profile's cold log showed it; else a compile per size), a server without
+        decode graphs compiles them at its first forward, and the first forwards JIT-compile.
         Figures come from the matching calibration profile where it measured them, else the GPU defaults."""
         if load_format == "dummy":
             weights_s = self.weights_bytes_per_gpu() / (self.gpu.dummy_init_gb_s * GB)
@@ -428,6 +428,10 @@ class TimingTerms(MemoryTerms):
             jit = 0.0 if st and st.process_s is not None else self.gpu.jit_warm_s
         else:
             jit = st.jit_cold_s if st and st.jit_cold_s is not None else self.gpu.jit_cold_s
+            if not sizes and st and st.graph_once_cold_s is not None:
+                # no decode graph to compile the kernels in: the first forward does (the Qwen3-shaped prefill servers'
+                # warm-up forward took 61-91 s cold on H100 and 66 s on H200, as long as the decode's first graph)
+                jit += st.graph_once_cold_s
         return {
             "init": init,
             "weights": weights_s,

@@ -159,3 +159,8 @@ def test_with_empty_caches_the_first_graph_size_compiles_what_the_others_reuse()
     assert parts[False]["cuda_graphs"] - parts[True]["cuda_graphs"] == pytest.approx(
         st.graph_once_cold_s + 11 * st.graph_bs_cold_s)
     assert parts[False]["cuda_graphs"] > 0.75 * cold_run.graph_capture_s
+    # the prefill server captures no decode graph: its first forward compiles the same kernels
+    prefill = cost_model_for(lender, "prefill", lender.layout.prefill[0], gpu="H200")
+    assert prefill.graph_batch_sizes() == [] or len(prefill.graph_batch_sizes()) == 0
+    cold_prefill = prefill.startup_breakdown_s("dummy", 2.0, jit_cached=False)
+    assert cold_prefill["jit"] == pytest.approx(st.jit_cold_s + st.graph_once_cold_s)
