@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config import RunConfig, load_config
-from orchestrator.perfmodel.costmodel import GB, cost_model_for
+from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.backtest_cache import cached
 from orchestrator.plan.deadline import engine_start_s
 from orchestrator.plan.simulate import simulate_run
@@ -181,13 +181,14 @@ def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
         role, group = groups[0]
         model = cost_model_for(cfg, role, group, sglang_version=version)
         ok = model.activation_headroom_ok(running)
-        free = model.free_after_start_bytes() / GB
-        peak = model.activation_peak_bytes(running) / GB
+        # GiB throughout: free_after_init_gb is SGLang's logged "available_gpu_mem=... GB", which is bytes / 2**30
+        free = model.free_after_start_bytes() / 2**30
+        peak = model.activation_peak_bytes(running) / 2**30
         seen = measured.get("free_after_init_gb")
-        seen_text = f"; measured free {seen:.1f} GB" if seen is not None else ""
+        seen_text = f"; measured free {seen:.1f} GiB" if seen is not None else ""
         return BacktestRow(
             **common, measured=measured["outcome"], predicted="ran" if ok else "oom", unit="outcome",
-            detail=f"predicted free after start {free:.1f} GB{seen_text}, activation peak {peak:.1f} GB "
+            detail=f"predicted free after start {free:.1f} GiB{seen_text}, activation peak {peak:.1f} GiB "
             f"(needs x{model_headroom():.1f}), mem fraction {model.mem_fraction_static}",
         )
     raise BacktestError(f"row {row['id']!r}: kind {kind!r} is not throughput, startup or memory")
