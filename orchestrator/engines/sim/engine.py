@@ -68,7 +68,8 @@ class SimEngine:
             raise ValueError(
                 f"{self.arch.name} ({settings.quantization}) weights need "
                 f"{self.cost.weights_bytes_per_gpu() / 2**30:.1f} GiB per GPU at tp={settings.spec.parallel.tp}, more than "
-                f"{self.cost.mem_fraction_static:.2f} x {self.cost.gpu.memory_gb:g} GiB of {settings.profile}: "
+                f"{self.cost.mem_fraction_static:.2f} x the {self.cost.free_at_load_bytes() / 2**30:.1f} GiB of {settings.profile} "
+                "free when the weights load: "
                 "no room for KV cache; raise --tp-size or use a smaller weight format (--quantization)"
             )
         self.transfer_mode = resolve_transfer_mode(settings.kv_transfer) if settings.mode != "null" else "none"
