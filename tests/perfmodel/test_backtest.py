@@ -162,8 +162,9 @@ def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
                 row = next(r for r in run["prefill"]
                            if (r["concurrency"], r["input_tokens"]) == (point["concurrency"], point["input_tokens"]))
                 return row["concurrency"] * (row["input_tokens"] + 1) / row["latency_s_median"]
-            row = next(r for r in run[point["measure"]]
-                       if (r["batch_size"], r["context_tokens"]) == (point["batch_size"], point["context_tokens"]))
+            row = next(r for r in run[point["measure"]]   # a point measured twice in a row names its `repeat`
+                       if (r["batch_size"], r["context_tokens"], r.get("repeat", 0))
+                       == (point["batch_size"], point["context_tokens"], point.get("repeat", 0)))
             client = row["client"]
             return (client["input_tokens"] + client["completion_tokens"]) / client["wall_s"]
         return float(raw["total_tok_s"])

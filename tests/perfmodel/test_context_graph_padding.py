@@ -42,3 +42,13 @@ def test_padding_does_not_explain_the_two_gpu_machines_cost() -> None:
     for label in ("H200 TP2 (two-GPU machine)", "H200 DP-attn 2 rank (two-GPU machine)"):
         two_gpu = _per_tile_ns(label)[-1]   # 2,048 -> 8,192, unpadded there too (graphs of 16 / 8)
         assert two_gpu > 1.5 * captured[-1]  # 45.8 / 46.7 vs 27.5 ns
+
+
+def test_on_one_gpu_of_a_two_gpu_host_tp1_costs_what_it_costs_on_a_one_gpu_host() -> None:
+    # lease 3 (hgpu): the same plan on GPU 0 of a two-H100 machine gives the one-H100 machine's cost per tile,
+    # captured and padded alike, so a two-GPU host by itself does not make the 46-48 ns of the TP 2 / DP ranks
+    for two_gpu_host, one_gpu_host in (("H100 TP1, two-GPU host, 16 captured", "H100 TP1, 16 captured (hctx)"),
+                                       ("H100 TP1, two-GPU host, 16 padded", "H100 TP1, 16 not captured (hctx)")):
+        for ours, theirs in zip(_per_tile_ns(two_gpu_host), _per_tile_ns(one_gpu_host)):
+            assert abs(ours - theirs) < 0.05 * theirs
+    assert _per_tile_ns("H200 TP2 (two-GPU machine)")[-1] > 1.5 * _per_tile_ns("H100 TP1, two-GPU host, 16 captured")[-1]
