@@ -119,8 +119,25 @@ def apply_override(data: dict, path: list[str], value: Any) -> None:
             raise OverridePathError(f"{where} is a value ({node!r}), not a section; set {where}=VALUE")
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Read, override and validate a config file; raises ConfigError listing every problem."""
+INPUT_PATHS = (("model", "path"), ("benchmark", "dataset_path"))  # the files a config names for reading
+
+
+def _anchor_input_paths(data: dict, base: Path) -> None:
+    """Each relative input path of `data` (INPUT_PATHS) taken from `base` instead of the working directory."""
+    for section, key in INPUT_PATHS:
+        node = data.get(section)
+        if not isinstance(node, dict):
+            continue
+        value = node.get(key)
+        if isinstance(value, str) and value and not value.startswith("~") and not Path(value).is_absolute():
+            node[key] = str(base / value)
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None, paths_from: Path | None = None) -> RunConfig:
+    """Read, override and validate a config file; raises ConfigError listing every problem. A relative model.path or
+    benchmark.dataset_path is the user's, taken from the working directory (as SGLang's --model-path is); with
+    `paths_from`, from that folder: the back-test reads the repository's own configs, which name them from the
+    repository root, from whatever directory `plan` runs in."""
     source = str(path)
     try:
         text = Path(path).read_text()
@@ -141,6 +158,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
             apply_override(data, keys, value)
         except OverridePathError as exc:
             raise ConfigError("--set", [f"{ov!r}: {exc}"]) from None
+    if paths_from is not None:
+        _anchor_input_paths(data, paths_from)
     return config_from_dict(data, source)
 
 

@@ -128,8 +128,9 @@ def _scale(values: list[int], total: int | None) -> list[int]:
 
 
 def _config(row: dict, base: Path) -> RunConfig:
+    """The row's config and overrides; the repository's configs name model folders from the repository root."""
     try:
-        return load_config(ROOT / row["config"], list(row.get("set", [])))
+        return load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
     except KeyError:
         raise BacktestError(f"row {row.get('id')!r}: needs 'config' (a run config path)") from None
 
@@ -413,6 +414,5 @@ def out_of_sample_models(path: str | Path = DATASET) -> set[str]:
 
 def _compute_out_of_sample_models(path: Path) -> set[str]:
     data = load_dataset(path)
-    base = path.parent.parent.parent  # rows name their configs relative to the repository root
-    return {load_config(base / row["config"]).model.architecture().name for row in data["runs"]
+    return {load_config(ROOT / row["config"], paths_from=ROOT).model.architecture().name for row in data["runs"]
             if row.get("sample") == "out" and row.get("kind") == "throughput" and throughput_scope(row) == "run"}

@@ -8,10 +8,11 @@ the recorded `plan --json` files), the Python and library versions -> one sha256
 -> $PD_ORCHESTRATOR_CACHE_DIR/backtest/<name>-<hash of the dataset's path>.json = {key, named, value}.
 
 An entry is used only when the key of today's inputs equals its key; otherwise (or when the file is damaged) the value
-is recomputed and the entry overwritten. Only from the repository root: configs name their model folders relative to
-the working directory, which the key does not cover, so elsewhere the value is always computed. The files the rows name are stored in the entry, so a hit needs no YAML
-parse: the list is a function of the dataset, and the dataset is part of the key. tests/plan/test_backtest_cache.py
-computes the band in a fresh process and fails if it reads a file these inputs do not cover.
+is recomputed and the entry overwritten. Nothing depends on the working directory (the back-tests take their configs'
+model folders from the repository root), so an entry serves `plan` run from anywhere. The files the rows name are
+stored in the entry, so a hit needs no YAML parse: the list is a function of the dataset, and the dataset is part of
+the key. tests/plan/test_backtest_cache.py computes the band in a fresh process outside the repository and fails if it
+reads a file these inputs do not cover.
 """
 
 from __future__ import annotations
@@ -105,8 +106,6 @@ def cached(name: str, dataset: Path, compute: Callable[[], T], encode: Callable[
     """`compute()`'s value for this dataset and today's inputs (`names(dataset)`: the files its rows name): the
     stored one when its key matches, else computed (the key taken before computing, so an input edited meanwhile
     makes the entry miss next time) and stored."""
-    if Path.cwd().resolve() != ROOT:  # configs name model folders relative to the working directory: not keyed
-        return compute()
     dataset = dataset.resolve()
     path = entry_path(name, dataset)
     try:

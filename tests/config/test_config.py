@@ -157,3 +157,19 @@ def test_cli_validate_prints_one_line_per_problem(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=ROOT,
     )
     assert ok.returncode == 0 and "OK" in ok.stdout
+
+
+def test_relative_input_paths_are_the_users_unless_a_folder_is_named(tmp_path: Path, monkeypatch) -> None:
+    """A user's relative model.path / dataset_path stays as written (taken from the working directory, as SGLang's
+    --model-path is); the back-test names the repository root for the repository's own configs, overrides included."""
+    path = write(tmp_path, {**MINIMAL, "model": {"preset": None, "path": "models/deepseek-v2-lite"},
+                            "benchmark": {"dataset_path": "~/sharegpt.json"}})
+    monkeypatch.chdir(tmp_path)
+    users = load_config(path)
+    assert users.model.path == "models/deepseek-v2-lite" and users.benchmark.dataset_path == "~/sharegpt.json"
+    anchored = load_config(path, ["benchmark.dataset_path=data/sharegpt.json"], paths_from=ROOT)
+    assert anchored.model.path == str(ROOT / "models/deepseek-v2-lite")
+    assert anchored.benchmark.dataset_path == str(ROOT / "data/sharegpt.json")
+    assert anchored.model.architecture().name == "deepseek-v2-lite"  # read from the repository, not from tmp_path
+    absolute = load_config(path, [f"model.path={tmp_path}", "benchmark.dataset_path=~/s.json"], paths_from=ROOT)
+    assert absolute.model.path == str(tmp_path) and absolute.benchmark.dataset_path == "~/s.json"

@@ -30,7 +30,8 @@ RUN_ROW, POINT_ROW = "h200x2-v2lite-agg-tp2-product", "h200x2-r1s6-tp2-decode-1x
 
 def test_a_fresh_process_reads_no_file_outside_the_keyed_inputs(tmp_path):
     """Every file computing the bands and the models opens is part of the key; every folder it lists is hashed
-    whole."""
+    whole. Run outside the repository: the entry serves `plan` from any working directory, so nothing may be read
+    relative to it."""
     script = textwrap.dedent("""
         import json, os, sys
         opened, listed = set(), set()
@@ -50,8 +51,10 @@ def test_a_fresh_process_reads_no_file_outside_the_keyed_inputs(tmp_path):
         print(json.dumps({"opened": sorted(opened), "listed": sorted(listed), "inputs": [str(p) for p in inputs]}))
     """)
     cache = tmp_path / "cache"  # empty: the band is computed, not read back
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     env = {**os.environ, "PD_ORCHESTRATOR_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script], cwd=elsewhere, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
@@ -64,8 +67,8 @@ def test_a_fresh_process_reads_no_file_outside_the_keyed_inputs(tmp_path):
                and Path(p).exists()]
     assert not outside, f"the band read files its cache key does not cover (add them to backtest_cache): {outside}"
     # the import system lists the working directory (sys.path's ''); nothing else may be listed outside the trees
-    unhashed = [d for d in seen["listed"] if not (d + os.sep).startswith(python + trees) and d != str(ROOT)
-                and Path(d).exists()]
+    unhashed = [d for d in seen["listed"] if not (d + os.sep).startswith(python + trees)
+                and d != os.path.realpath(elsewhere) and Path(d).exists()]
     assert not unhashed, f"the band listed folders its cache key does not hash whole: {unhashed}"
     assert str(ROOT / "benchmarks/backtest/runs.yaml") in seen["inputs"]
 
@@ -117,11 +120,13 @@ def test_an_entry_is_used_only_under_the_key_it_was_written_with(tmp_path, monke
     assert band() is not None and len(predicted) == 10
     assert band() is not None and len(predicted) == 10
 
-    # elsewhere the configs' model folders (relative to the working directory, which the key does not cover) are
-    # looked up there: computed, never read back, though the entry is valid at the root
+    # from another working directory the same entry is read back: the rows' configs name their model folders from
+    # the repository root, whatever the working directory
+    at_root = band()
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match="models/"):
-        band()
+    assert band() == at_root and len(predicted) == 10
+    entry_path("error-band", dataset.resolve()).unlink()
+    assert band() == at_root and len(predicted) == 12  # and computed there, the same band
 
 
 def test_a_closed_loop_entry_is_used_only_under_the_key_it_was_written_with(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -152,3 +153,34 @@ def test_a_dataset_hint_names_only_flags_bench_takes(capsys) -> None:
     known = {flag for action in bench._actions for flag in action.option_strings}
     mentioned = set(re.findall(r"(?<![\w.])--[a-z][a-z-]+", err))
     assert mentioned and mentioned <= known, mentioned - known
+
+
+def test_plan_prints_the_same_error_band_from_any_working_directory(tmp_path) -> None:
+    """The back-test behind the band names its configs' model folders from the repository root, not from where the
+    user stands: run from a temporary directory with an empty cache (the band computed there), `plan` prints the
+    band's numbers, the R1 batch band on the default and the closed-loop band on the 2026 Qwen3 preset."""
+    from orchestrator.plan.backtest import error_band
+    from orchestrator.plan.closedloop.backtest import closed_loop_band
+
+    env = {**os.environ, "PD_ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache")}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def plan(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "orchestrator", "plan", *args], cwd=elsewhere, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    batch = plan("--config", DEFAULT, "--synthetic")
+    band = error_band()
+    assert band is not None
+    assert f"back-test error band of this throughput: {band.text()} (`plan --backtest`)" in batch
+    assert re.search(r"error band of this throughput: ±\d+% on out-of-sample runs \(MAPE of \d+ full runs", batch)
+
+    closed = plan("--config", str(ROOT / "configs/qwen3-pd-2026.yaml"), "--concurrency", "8",
+                  "--set", "benchmark.window_s=20", "--set", "benchmark.grace_s=20")
+    qwen3 = closed_loop_band("qwen3-235b-a22b-fp8")
+    assert qwen3 is not None
+    assert f"back-test error band: {qwen3.text()}\n" in closed
+    assert re.search(r"back-test error band: closed-loop back-test of qwen3-235b-a22b-fp8: output tok/s ±\d+% ", closed)

@@ -103,7 +103,7 @@ class ClosedLoopBand:
 
 def _predict(config: str, overrides: tuple[str, ...], concurrency: int, startup: bool
              ) -> tuple[str, dict[str, float], float]:
-    cfg = load_config(ROOT / config, list(overrides))
+    cfg = load_config(ROOT / config, list(overrides), paths_from=ROOT)  # repository configs: paths from its root
     slo = cfg.benchmark.slo
     point = ClosedLoopPoint(concurrency, simulate_closed_loop(cfg, ClosedLoopLoad.of(cfg, concurrency)), slo)
     ready = predict_ready(cfg, cfg.cluster.gpu).as_json() if startup else None
