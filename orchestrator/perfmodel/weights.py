@@ -132,6 +132,8 @@ def dummy_routing(load_format: str | None, topk_method: str) -> bool:
     """Whether tokens route to (nearly) the same experts. Measured on one H200 (R1-shaped layers, dummy weights,
     R1's noaux_tc router; benchmarks/results/2026-11-26-dummy-routing-h200): a decode batch of 1 / 8 / 32 / 128 /
     512 tokens touches 8 / 8.5 / 9 / 10 / 10.4 of 256 routed experts per MoE layer. Why (near-zero dummy
-    scores, so noaux_tc's per-expert bias decides) is not measured. V2-Lite's greedy softmax router has no such
-    bias and its profile fits either way (9 % RMS), so it keeps uniform routing."""
+    scores, so noaux_tc's per-expert bias decides) is not measured. Qwen3's softmax router, which has no such bias,
+    was measured uniform with dummy weights (126.5 of 128 experts at batch 64: scripts/device/qwen3_probe.sh,
+    benchmarks/results/2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe); V2-Lite's greedy softmax router is
+    not counted and its profile fits either way (9 % RMS). Both keep uniform routing."""
     return load_format == "dummy" and topk_method == "noaux_tc"
