@@ -89,7 +89,10 @@ def wall_table(tp1: dict, tp2: dict) -> list[str]:
 
 
 def total_tok_s(log: Path) -> float:
-    return float(re.search(r"Total token throughput \(tok/s\):\s+([\d.]+)", log.read_text()).group(1))
+    found = re.search(r"Total token throughput \(tok/s\):\s+([\d.]+)", log.read_text())
+    if found is None:
+        raise SystemExit(f"{log}: no 'Total token throughput (tok/s)' line (is it a bench log?)")
+    return float(found.group(1))
 
 
 def pd_vs_agg() -> list[str]:
