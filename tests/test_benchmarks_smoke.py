@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import kv_transfer
-import ordering
-import pyspy_summary
-
+from benchmarks import kv_transfer, ordering, pyspy_summary
 from orchestrator.config import load_config
 from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.simulate import synthetic_batch
@@ -145,7 +139,7 @@ def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measur
     # for the same row once the measurement is added (same config, overrides, batch and path)
     import yaml
 
-    import pending_rows
+    from benchmarks import pending_rows
     from orchestrator.plan.backtest import DATASET, load_dataset, predict_row
 
     data = load_dataset()

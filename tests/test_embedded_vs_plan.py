@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import embedded_vs_plan
-
+from benchmarks import embedded_vs_plan
 from orchestrator.config import load_config
 from orchestrator.plan.deadline import predict_deadline
 from orchestrator.plan.simulate import batch_shapes

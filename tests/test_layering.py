@@ -181,13 +181,14 @@ def test_no_folder_over_the_module_limit():
     assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules (make a sub-package): {crowded}"
 
 
-def test_a_benchmark_script_imports_a_sibling_by_its_package_name():
+def test_a_benchmark_script_is_imported_by_its_package_name():
     """`from benchmarks.startup import ...` (the repository root on sys.path), never a bare `import startup` that needs
-    benchmarks/ on sys.path: mypy cannot resolve the bare name, so the dependency goes unchecked (typed Any)."""
+    benchmarks/ on sys.path: mypy cannot resolve the bare name, so the dependency goes unchecked (typed Any). Sibling
+    scripts, scripts/ and the tests alike."""
     folder = REPO / "benchmarks"
     siblings = {p.stem for p in folder.glob("*.py")}
     bare = []
-    for path in sorted(folder.glob("*.py")) + sorted((REPO / "scripts").rglob("*.py")):
+    for path in sorted(folder.glob("*.py")) + sorted((REPO / "scripts").rglob("*.py")) + sorted((REPO / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]

@@ -7,14 +7,10 @@ regenerated with `.venv/bin/python benchmarks/render_docs.py` and the diff commi
 from __future__ import annotations
 
 import difflib
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import render_docs
+from benchmarks import render_docs
 
 
 def test_committed_docs_are_what_their_sources_render_now() -> None:

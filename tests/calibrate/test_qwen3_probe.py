@@ -117,8 +117,7 @@ def test_calibrate_single_writes_one_decode_row_per_batch_and_context(tmp_path, 
 # ---- the reader of what the probe brings back (benchmarks/qwen3_routing_read.py) ----------------------------------
 
 def _reader():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import qwen3_routing_read
+    from benchmarks import qwen3_routing_read
 
     return qwen3_routing_read
 
