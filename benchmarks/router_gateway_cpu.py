@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import router_throughput as paths  # noqa: E402
 from benchmarks.router_vs_sglang_router import process_cpu_s, run_direct_http  # noqa: E402
+from orchestrator.stats import percentile  # noqa: E402
 from orchestrator.provenance import command_line, write_manifest  # noqa: E402
 
 SERVE = """
@@ -142,8 +143,8 @@ def main() -> int:
                     elapsed, lat = asyncio.run(paths.run_http(urls[gateway], reqs, c, api))
                 cpu = (process_cpu_s(procs[gateway].pid) - before) if gateway in procs else 0.0
                 return {"cell": cell, "concurrency": c, "cpu_ms": round(cpu / n * 1e3, 3),
-                        "req_s": round(n / elapsed, 1), "p50_ms": round(paths.percentile(lat, 50) * 1e3, 3),
-                        "p99_ms": round(paths.percentile(lat, 99) * 1e3, 3), "load1": round(load, 2)}
+                        "req_s": round(n / elapsed, 1), "p50_ms": round(percentile(lat, 50, "nearest") * 1e3, 3),
+                        "p99_ms": round(percentile(lat, 99, "nearest") * 1e3, 3), "load1": round(load, 2)}
 
             for cell in CELLS:
                 run(cell, 64, 16)  # warm-up: connections, first batches, lazy imports

@@ -38,11 +38,7 @@ from orchestrator.records import BenchRequest
 from orchestrator.router.batch import run_batch
 from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
 from orchestrator.provenance import recorded
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+from orchestrator.stats import percentile
 
 
 def make_requests(n: int, output_len: int) -> list[BenchRequest]:
@@ -223,7 +219,7 @@ def main() -> int:
                         elapsed, lat = asyncio.run(run_http(bench.urls[mode], reqs, c))
                     else:
                         raise SystemExit(f"--modes: unknown mode {mode!r}; use direct, handle, http")
-                    p50, p99 = percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
+                    p50, p99 = percentile(lat, 50, "nearest") * 1e3, percentile(lat, 99, "nearest") * 1e3
                     if mode == "direct":
                         baseline = (p50, p99)
                     added = (f"{p50 - baseline[0]:+.1f}", f"{p99 - baseline[1]:+.1f}") if baseline and mode != "direct" else ("", "")

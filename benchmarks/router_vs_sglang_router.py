@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import router_throughput as paths  # noqa: E402
+from orchestrator.stats import percentile  # noqa: E402
 from orchestrator.provenance import command_line, write_manifest  # noqa: E402
 
 PATHS = ("sglang-router", "smg", "batch", "http", "openai", "direct")
@@ -130,7 +131,7 @@ def run_cell(bench, path: str, requests: int, concurrency: int, output_len: int,
     return {"path": path, "concurrency": concurrency, "req_s": round(len(lat) / elapsed, 2),
             "router_cpu_ms_per_request": cpu_ms.get(router, 0.0), "engines_cpu_ms_per_request": cpu_ms["engines"],
             "driver_cpu_ms_per_request": cpu_ms["driver"],
-            "p50_ms": round(paths.percentile(lat, 50) * 1e3, 3), "p99_ms": round(paths.percentile(lat, 99) * 1e3, 3),
+            "p50_ms": round(percentile(lat, 50, "nearest") * 1e3, 3), "p99_ms": round(percentile(lat, 99, "nearest") * 1e3, 3),
             "requests": len(lat), "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2)}
 
 
