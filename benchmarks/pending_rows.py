@@ -29,7 +29,7 @@ def predict(pending: dict) -> dict:
     batches = load_dataset(DATASET)["batches"]
     rows = {}
     for row in pending["rows"]:
-        cfg = load_config(ROOT / row["config"], list(row.get("set", [])))
+        cfg = load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
         batch = build_batch(batches[row["batch"]], DATASET.parent)
         run = simulate_run(cfg, batch, max_concurrency=None, sglang_version=row.get("sglang_version"))
         rows[row["id"]] = {"total_tok_s": round(run.total_throughput, 1), "duration_s": round(run.duration_s, 4),

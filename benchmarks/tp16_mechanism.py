@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def step_breakdown(row: dict, version: str) -> str:
     """One decode step of the row's server at 1,024 running requests of 800 context tokens, by term."""
-    cfg = load_config(ROOT / row["config"], list(row.get("set", [])))
+    cfg = load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
     role, _, group = cfg.layout.groups()[0]
     m = cost_model_for(cfg, role, group, sglang_version=version)
     bs, ctx = 1024, 1024 * 800
@@ -54,7 +54,7 @@ def main() -> None:
     print("\nThe issue-14 defaults row with engine.sglang.version=0.4.10 in the config (the back-test passes the row's")
     print("sglang_version instead): the same prediction, and plan prints that version's defaults")
     row = next(r for r in rows if r["id"] == "h100x16-r1-tp16-sglang-defaults")
-    cfg = load_config(ROOT / row["config"], [*row.get("set", []), "engine.sglang.version=0.4.10"])
+    cfg = load_config(ROOT / row["config"], [*row.get("set", []), "engine.sglang.version=0.4.10"], paths_from=ROOT)
     batch = build_batch(data["batches"][row["batch"]], base)
     via_config = simulate_run(cfg, batch, max_concurrency=None).total_throughput
     via_row = predict_row(row, data["batches"], base).predicted
