@@ -16,7 +16,6 @@ Usage (repo root; no GPU):  .venv/bin/python benchmarks/same_host_ab.py
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config.model_presets import DEEPSEEK_R1  # noqa: E402
+from orchestrator.observe.report import TOTAL_THROUGHPUT_LABEL, total_throughputs  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
 
 LEASE3 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease3-h100x2"
@@ -89,10 +89,10 @@ def wall_table(tp1: dict, tp2: dict) -> list[str]:
 
 
 def total_tok_s(log: Path) -> float:
-    found = re.search(r"Total token throughput \(tok/s\):\s+([\d.]+)", log.read_text())
-    if found is None:
-        raise SystemExit(f"{log}: no 'Total token throughput (tok/s)' line (is it a bench log?)")
-    return float(found.group(1))
+    totals = total_throughputs(log.read_text())
+    if len(totals) != 1:
+        raise SystemExit(f"{log}: {len(totals)} '{TOTAL_THROUGHPUT_LABEL}' lines, expected one bench result block")
+    return totals[0]
 
 
 def pd_vs_agg() -> list[str]:

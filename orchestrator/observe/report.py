@@ -80,6 +80,14 @@ class ThroughputSummary:
         }
 
 
+TOTAL_THROUGHPUT_LABEL = "Total token throughput (tok/s):"
+
+
+def total_throughputs(text: str) -> list[float]:
+    """The total tok/s of each result block (ours or SGLang's, `result_block`) in a log, in order."""
+    return [float(line.split(":", 1)[1]) for line in text.splitlines() if line.startswith(TOTAL_THROUGHPUT_LABEL)]
+
+
 def result_block(s: ThroughputSummary) -> str:
     """SGLang's printed block, byte for byte (trailing spaces of the 10-wide fields included)."""
     rows = [
@@ -93,7 +101,7 @@ def result_block(s: ThroughputSummary) -> str:
         "{:<40} {:<10.2f}".format("Request throughput (req/s):", s.request_throughput),
         "{:<40} {:<10.2f}".format("Input token throughput (tok/s):", s.input_throughput),
         "{:<40} {:<10.2f}".format("Output token throughput (tok/s):", s.output_throughput),
-        "{:<40} {:<10.2f}".format("Total token throughput (tok/s):", s.total_throughput),
+        "{:<40} {:<10.2f}".format(TOTAL_THROUGHPUT_LABEL, s.total_throughput),
         "=" * 50,
     ]
     return "\n".join(rows)

@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator.observe.live import LiveView
 from orchestrator.records import RequestResult
-from orchestrator.observe.report import LatencySummary, ThroughputSummary, our_lines, result_block
+from orchestrator.observe.report import LatencySummary, ThroughputSummary, our_lines, result_block, total_throughputs
 from orchestrator.observe.stored import read_result, render_result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +71,12 @@ def test_latency_lines_come_after_sglangs_block_which_stays_byte_for_byte():
     assert "TTFT p50/p90/p99 (s):                    1.000 / 1.400 / 1.490" in ours
     assert "KV wait p50/p90/p99 (s):" in ours and "TPOT p50/p90/p99 (ms):" in ours
     assert ours.index("Prompts completed") < ours.index("TTFT") < ours.index("Deadline verdict")
+
+
+def test_a_logs_result_blocks_are_read_back_in_order_as_the_block_wrote_them():
+    first, second = ThroughputSummary("engine", 2, 10.0, 300, 20, 1.5), ThroughputSummary("engine", 4, 8.0, 900, 60, 3.0)
+    log = "noise: Total token throughput (tok/s): 1\n" + result_block(first) + "\nmore\n" + result_block(second)
+    assert total_throughputs(log) == [32.0, 120.0]  # (300 + 20) / 10 s, (900 + 60) / 8 s; an indented mention is not a block
 
 
 def test_the_real_2xh200_runs_render_with_their_stored_ttft():

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from orchestrator.config import load_config
+from orchestrator.observe.report import total_throughputs
 from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.profile import ProfileError, load_profile, shipped_profiles
@@ -168,11 +169,11 @@ def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
             client = row["client"]
             return (client["input_tokens"] + client["completion_tokens"]) / client["wall_s"]
         return float(raw["total_tok_s"])
-    lines = [line for line in path.read_text().splitlines() if line.startswith("Total token throughput (tok/s):")]
+    totals = total_throughputs(path.read_text())
     if point is not None and "block" in point:  # a log holding several runs' result blocks: the row names its own
-        return float(lines[point["block"] - 1].split(":")[1])
-    assert len(lines) == 1, f"{evidence}: {len(lines)} result blocks, the row cannot say which it is"
-    return float(lines[0].split(":")[1])
+        return totals[point["block"] - 1]
+    assert len(totals) == 1, f"{evidence}: {len(totals)} result blocks, the row cannot say which it is"
+    return totals[0]
 
 
 def test_every_measured_throughput_row_is_the_number_its_raw_file_holds(rows) -> None:
