@@ -172,6 +172,13 @@ def fault_rows(log: str) -> list[dict[str, str]]:
     return rows
 
 
+def run_provenance(relative: str, manifest: dict) -> str:
+    """The line under a table read from a results folder: when it ran, at which commit, and where its raw files are."""
+    commit = manifest["git_commit"][:7] + (" + uncommitted edits" if manifest["git_dirty"] is True else "")
+    return (f"_Run {manifest['started_at']} at {commit}, `benchmarks/results/{relative}/` (command, machine and packages "
+            f"in its `manifest.json`, the whole output in `output.txt`)._")
+
+
 def fault_table(relative: str) -> str:
     """The fault test run's FAULT/HIT lines as a table, and which file and commit they come from."""
     import json
@@ -186,10 +193,7 @@ def fault_table(relative: str) -> str:
              + (" back in the router's view |" if back else ""), "|---|---|---|" + ("---|" if back else "")]
     lines += [f"| {r['fault']} | {r['counts']} | {r.get('hit', 'no HIT line: the check did not run')} |"
               + (f" {r.get('back', '-')} |" if back else "") for r in rows]
-    commit = manifest["git_commit"][:7] + (" + uncommitted edits" if manifest["git_dirty"] is True else "")
-    lines += ["", f"_Run {manifest['started_at']} at {commit}, `benchmarks/results/{relative}/` (command, machine and packages in its "
-              f"`manifest.json`, the whole output in `output.txt`)._"]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", run_provenance(relative, manifest)])
 
 
 def fault_history(pattern: str) -> str:
@@ -229,10 +233,7 @@ def signal_table(relative: str) -> str:
         aborts = f"{s['before']} -> {s['after']}" if s else "-"
         timing = f"{e['gone']} s / {e['exit']} s (rc {s['rc'] if s else '?'})" if e else "-"
         lines.append(f"| {k['signal']} | {k['done']} / {k['failed']} of {k['n']} | {k['tally']} | {written} | {aborts} | {timing} |")
-    commit = manifest["git_commit"][:7] + (" + uncommitted edits" if manifest["git_dirty"] is True else "")
-    lines += ["", f"_Run {manifest['started_at']} at {commit}, `benchmarks/results/{relative}/` (command, machine and packages in its "
-              f"`manifest.json`, the whole output in `output.txt`)._"]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", run_provenance(relative, manifest)])
 
 
 RENDERERS: dict[str, Callable[[], str]] = {

@@ -8,6 +8,7 @@ the precise numbers come from SGLang's own `Engine startup timings (s): ...` lin
 from __future__ import annotations
 
 import re
+import statistics
 import time
 
 # `[stamp] msg`, or `[stamp DP1 PP0 TP1 EP1] msg` from a scheduler of a server with more than one rank (SGLang's
@@ -209,19 +210,16 @@ def decode_step(rows: list[dict], batch_size: int) -> dict:
             at_top = [r for r in live if r["running"] == top]
             steady = at_top[1:] if len(at_top) > 1 else at_top
             own = [1000.0 * r["running"] / r["gen_tok_s"] for r in steady]
-        per_stream[key] = {"step_ms_median": _median(own), "samples": len(own),
+        per_stream[key] = {"step_ms_median": _median_ms(own), "samples": len(own),
                            "running": sorted({r["running"] for r in steady}),
                            "cuda_graph": all(r["cuda_graph"] for r in steady) if steady else None}
         steps += own
-    return {"step_ms_median": _median(steps), "step_ms_min": round(min(steps), 3) if steps else None,
+    return {"step_ms_median": _median_ms(steps), "step_ms_min": round(min(steps), 3) if steps else None,
             "samples": len(steps), "cuda_graph": all(s["cuda_graph"] for s in per_stream.values() if s["samples"]),
             "estimator": ("pipeline: batch / throughput per stage" if pipelined
                           else "DP ranks: running / throughput per rank"), "streams": per_stream}
 
 
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    if not xs:
-        return None
-    mid = len(xs) // 2
-    return round(xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2, 3)
+def _median_ms(steps_ms: list[float]) -> float | None:
+    """The median step, rounded to the microsecond; None without samples."""
+    return round(statistics.median(steps_ms), 3) if steps_ms else None

@@ -17,6 +17,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import time
 from typing import Any
@@ -110,14 +111,6 @@ class Budget:
         return self.end - time.monotonic()
 
 
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    if not xs:
-        return None
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
-
-
 def _strip(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k != "rows"} | {
         "errors": [r["error"] for r in summary["rows"] if r["error"]][:3]}
@@ -139,7 +132,7 @@ def measure_prefill(server: SglangServer, rng: random.Random, vocab: int, budget
             lat.append(s["latency_s_max"])
             errs += [r["error"] for r in s["rows"] if r["error"]]
         rows.append({"input_tokens": L, "concurrency": k, "batch_tokens": k * L, "latency_s_all": lat,
-                     "latency_s_median": _median(lat[1:]), "errors": errs[:2]})
+                     "latency_s_median": statistics.median(lat[1:]) if lat[1:] else None, "errors": errs[:2]})
         print(f"  prefill k={k} L={L}: median {rows[-1]['latency_s_median']}s (all {lat})", flush=True)
     return rows
 

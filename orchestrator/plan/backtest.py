@@ -127,7 +127,7 @@ def _scale(values: list[int], total: int | None) -> list[int]:
     return scaled
 
 
-def _config(row: dict, base: Path) -> RunConfig:
+def _config(row: dict) -> RunConfig:
     """The row's config and overrides; the repository's configs name model folders from the repository root."""
     try:
         return load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
@@ -143,7 +143,7 @@ def _measured_number(value: float | str | list[float]) -> float:
 def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
     kind = row["kind"]
     version = row.get("sglang_version")
-    cfg = _config(row, base)
+    cfg = _config(row)
     miss = row.get("miss") or {}
     if "bound" in miss:
         raise BacktestError(f"row {row['id']!r}: miss.bound widens the bound after the fact; use expect: miss")
