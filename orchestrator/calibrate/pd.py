@@ -25,8 +25,6 @@ import json
 import os
 import random
 import re
-import urllib.error
-import urllib.request
 from typing import Any
 from pathlib import Path
 
@@ -241,7 +239,7 @@ def run_pd(model_path: str, out_dir: Path, budget_s: float, page_sizes=(1,), pre
                     break
                 _set_mode(out_dir, mode)
                 # a cold prefix cache: every mode computes and moves the prompts' whole KV itself
-                result["logprobs"][f"pd-page{ps}-{mode}-flushed"] = [_flush(srv) for srv in (pf, dc)]
+                result["logprobs"][f"pd-page{ps}-{mode}-flushed"] = [srv.flush_cache() for srv in (pf, dc)]
                 s = pd_generate_many(pf, dc, bootstrap_port, lp_prompts, logprob_steps, rng, logprobs=topk)
                 pd_lp[f"pd-page{ps}-{mode}"] = top_logprobs(s)
                 result["logprobs"][f"pd-page{ps}-{mode}-ok"] = s["ok"]
@@ -372,18 +370,6 @@ def _agg_many(agg: SglangServer, prompts, steps: int, topk: int) -> dict:
 def _gpu_flag(gpu: int | None) -> list[str]:
     # every GPU stays visible to both servers (cuda_ipc needs it); --base-gpu-id picks the one each uses
     return [] if gpu is None else ["--base-gpu-id", str(gpu)]
-
-
-def _flush(srv: SglangServer) -> str:
-    """POST /flush_cache (SGLang refuses while requests are in flight); what it answered, for the record."""
-    try:
-        req = urllib.request.Request(srv.url + "/flush_cache", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return f"{r.status}"
-    except urllib.error.HTTPError as exc:
-        return f"{exc.code}: {exc.read()[:200]!r}"
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
 
 
 def _flag_path(out_dir: Path, flag: str) -> Path:

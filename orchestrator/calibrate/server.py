@@ -107,6 +107,17 @@ class SglangServer:
         with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
             return r.read().decode(errors="replace")
 
+    def flush_cache(self) -> str:
+        """POST /flush_cache (SGLang refuses while requests are in flight); what it answered, for the record."""
+        try:
+            req = urllib.request.Request(self.url + "/flush_cache", data=b"", method="POST")
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return f"{r.status}"
+        except urllib.error.HTTPError as exc:
+            return f"{exc.code}: {exc.read()[:200]!r}"
+        except OSError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
     def stop(self, grace_s: float = 10.0) -> None:
         if self.proc is not None:
             self.proc.stop(grace_s)

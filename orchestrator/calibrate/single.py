@@ -6,7 +6,9 @@ own timings), what SGLang derived (/server_info), and then runs the measurements
   decode    B requests of C tokens, then 100 greedy steps: step time from SGLang's `Decode batch` lines
             (a variant's decode_contexts: each batch at each of those C, a batch x context grid)
   context   the same at a fixed B over several context lengths
-            (a variant's `repeats`: each decode/context point that many times in a row, rows tagged `repeat`)
+            (a variant's `repeats`: each decode/context point that many times in a row, rows tagged `repeat`;
+            its `flush_cache`: POST /flush_cache before each decode/context point, so no point's prompts hit the
+            radix cache an earlier point filled; the answer is the row's `cache_flushed`)
   beyond    decode at batch sizes around and past the largest captured CUDA graph
 Results go to OUT/calibration-<name>.json after every step, so a run cut short keeps what it measured.
 """
@@ -138,7 +140,8 @@ def measure_prefill(server: SglangServer, rng: random.Random, vocab: int, budget
 
 
 def measure_decode_point(server: SglangServer, rng: random.Random, vocab: int, batch: int, context: int,
-                         steps: int = DECODE_STEPS, max_running: int | None = None) -> dict:
+                         steps: int = DECODE_STEPS, max_running: int | None = None, flush: bool = False) -> dict:
+    flushed = server.flush_cache() if flush else None
     offset = server.log_size()
     s = generate_many(server.url, [random_ids(rng, context, vocab) for _ in range(batch)], steps)
     text = server.log_since(offset)
@@ -148,7 +151,7 @@ def measure_decode_point(server: SglangServer, rng: random.Random, vocab: int, b
     prefills = logparse.prefill_lines(text)
     t0 = lines[0]["t"] if lines else 0.0
     row = {"batch_size": batch, "running_batch": running, "context_tokens": context, "decode_steps": steps, **step,
-           "client": _strip(s), "prefill_batches": len(prefills),
+           "client": _strip(s), "prefill_batches": len(prefills), **({"cache_flushed": flushed} if flush else {}),
            "prefill_tokens_logged": sum(p["new_tokens"] for p in prefills),
            # the raw `Decode batch` lines of this point (s from the first), so any step rule can be re-derived
            "decode_lines": [[round(r["t"] - t0), r["ranks"], r["running"], r["tokens"], r["gen_tok_s"]] for r in lines]}
@@ -158,7 +161,7 @@ def measure_decode_point(server: SglangServer, rng: random.Random, vocab: int, b
 
 
 def measure_decode(server, rng, vocab, budget, batches, context, min_left=25.0, max_running=None,
-                   repeats: int = 1) -> list[dict]:
+                   repeats: int = 1, flush: bool = False) -> list[dict]:
     """Each batch `repeats` times in a row (fresh prompts of the same shape): `repeat` 0 is the point's first use of
     its shapes, 1 and on the same point again, so a first-use stall shows as the difference between the two."""
     rows = []
@@ -167,14 +170,16 @@ def measure_decode(server, rng, vocab, budget, batches, context, min_left=25.0, 
             if budget.left() < min_left:
                 rows.append({"batch_size": b, "context_tokens": context, "repeat": rep, "skipped": "time budget"})
                 continue
-            rows.append(measure_decode_point(server, rng, vocab, b, context, max_running=max_running) | {"repeat": rep})
+            rows.append(measure_decode_point(server, rng, vocab, b, context, max_running=max_running, flush=flush)
+                        | {"repeat": rep})
             if not server.alive():
                 rows[-1]["server_died"] = True
                 return rows
     return rows
 
 
-def measure_context(server, rng, vocab, budget, max_context: int, lengths=None, repeats: int = 1) -> list[dict]:
+def measure_context(server, rng, vocab, budget, max_context: int, lengths=None, repeats: int = 1,
+                    flush: bool = False) -> list[dict]:
     rows = []
     for c in lengths or CONTEXT_LENGTHS:
         if c + DECODE_STEPS + 8 > max_context:
@@ -183,7 +188,7 @@ def measure_context(server, rng, vocab, budget, max_context: int, lengths=None, 
             if budget.left() < 30:
                 rows.append({"batch_size": CONTEXT_BATCH, "context_tokens": c, "repeat": rep, "skipped": "time budget"})
                 continue
-            rows.append(measure_decode_point(server, rng, vocab, CONTEXT_BATCH, c) | {"repeat": rep})
+            rows.append(measure_decode_point(server, rng, vocab, CONTEXT_BATCH, c, flush=flush) | {"repeat": rep})
             if not server.alive():
                 return rows
     return rows
@@ -202,6 +207,8 @@ def describe_plan(plan: list[dict], common_flags: list[str], context_length: int
         measured = "; ".join(points[m](v) for m in v.get("measure", []) if m in points) or "start-up only"
         if int(v.get("repeats", 1)) > 1:
             measured += f"; each decode/context point {v['repeats']} times in a row (warm repeat)"
+        if v.get("flush_cache"):
+            measured += "; radix cache flushed before each decode/context point"
         lines.append(f"server {v['name']} ({v.get('cache_state')}): sglang.launch_server {' '.join(BASE_FLAGS)} "
                      f"{' '.join(common + v['flags'])}; measure {measured}; skipped with < {v.get('min_left_s', 90)} s left")
     return "\n".join(lines)
@@ -251,6 +258,7 @@ def run_single(model_path: str, name: str, out_dir: Path, budget_s: float, port:
             max_ctx = int(info.get("context_length") or context_length)
             cap = run["derived"].get("effective_max_running_requests_per_dp")
             repeats = int(variant.get("repeats", 1))   # decode and context points only
+            flush = bool(variant.get("flush_cache"))
             for m in variant.get("measure", []):
                 # a variant may name its own points (prefill_lengths, prefill_concurrent, decode_batches,
                 # context_lengths); the defaults above otherwise
@@ -262,13 +270,13 @@ def run_single(model_path: str, name: str, out_dir: Path, budget_s: float, port:
                     rows = run["decode"] = []
                     for c in variant.get("decode_contexts") or [DECODE_CONTEXT]:
                         rows += measure_decode(srv, rng, vocab, budget, variant.get("decode_batches") or DECODE_BATCHES,
-                                               c, max_running=cap, repeats=repeats)
+                                               c, max_running=cap, repeats=repeats, flush=flush)
                         save()
                         if not srv.alive():
                             break
                 elif m == "context":
                     run["context"] = measure_context(srv, rng, vocab, budget, max_ctx, variant.get("context_lengths"),
-                                                     repeats=repeats)
+                                                     repeats=repeats, flush=flush)
                 elif m == "beyond":
                     run["beyond"] = measure_decode(srv, rng, vocab, budget, BEYOND_BATCHES, DECODE_CONTEXT,
                                                    max_running=cap)

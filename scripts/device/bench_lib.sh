@@ -71,11 +71,12 @@ start_scraper() { scrape_engines "$1" & SCRAPER=$!; }
 stop_scraper() { [ -n "$SCRAPER" ] && kill $SCRAPER 2>/dev/null; SCRAPER=""; }
 
 bench_local() {  # $1 = config, $2 = output dir, then extra --set args: `bench` starting (and stopping) its own local cluster
+  # (LEG_RESERVE_S: seconds of the budget this bench leaves for what comes after it in the call)
   local cfg=$1 dir=$2; shift 2; rm -rf $dir; mkdir -p $dir; touch $dir/.started
   { nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv; free -g; } > $dir/env.txt 2>&1
   start_scraper $dir/scrape
   el "bench $cfg (cluster.address=local)"
-  timeout $(( $(left) - 25 )) python3 scripts/device/one_command.py orchestrator.cli.bench bench --config $cfg $SETS "$@" \
+  timeout $(( $(left) - 25 - ${LEG_RESERVE_S:-0} )) python3 scripts/device/one_command.py orchestrator.cli.bench bench --config $cfg $SETS "$@" \
     --result-dir $dir/runs ${BENCH_ARGS:-} 2>&1 | tee $dir/bench.txt | grep -v -E "^\(|INFO" | tail -45
   el "bench exit ${PIPESTATUS[0]}"
   stop_scraper

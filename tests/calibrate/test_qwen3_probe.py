@@ -101,7 +101,7 @@ class _FakeServer:
 
 def test_calibrate_single_writes_one_decode_row_per_batch_and_context(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(single, "SglangServer", _FakeServer)
-    monkeypatch.setattr(single, "measure_decode_point", lambda srv, rng, vocab, b, c, max_running=None: {
+    monkeypatch.setattr(single, "measure_decode_point", lambda srv, rng, vocab, b, c, max_running=None, **_: {
         "batch_size": b, "context_tokens": c, "step_ms_median": 1.0})
     monkeypatch.setattr(single, "measure_prefill", lambda *a, **k: [])
     variant = {**json.loads(PLAN.read_text())[0], "measure": ["decode"]}
