@@ -12,6 +12,7 @@ from pathlib import Path
 from orchestrator.cli.args import add_config_args, add_overrides, config_from_args
 from orchestrator.cluster.inventory import ClusterError, check_declared_placement, declared_nodes
 from orchestrator.config import RunConfig, load_config
+from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.plan.backtest import BacktestError, ErrorBand, error_band, out_of_sample_models
 from orchestrator.plan.compare import MEASURED, SIM_ENGINE, compare, compare_table, find_real_run
@@ -165,7 +166,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if memory is not None and memory.fits:
             budget = predict_deadline(cfg, batch, gpu=gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
             print(f"deadline budget ({LABEL} on {gpu}, engine={cfg.engine.kind}):")
-            print(budget.table() + "\n")
+            print(budget.table())
+            _print_lent_routing(cfg, gpu)
+            print()
             ok = budget.verdict != INVALID
             band = _error_band(cfg)
             print(f"back-test error band of this throughput: {band.text() if band else _no_band(cfg)} "
@@ -252,6 +255,14 @@ def _closed_loop_band_text(cfg: RunConfig) -> str:
     band = _error_band(cfg)
     return ("batch throughput " + band.text() + " (`plan --backtest`; TTFT, ITL and goodput are not back-tested)"
             if band else _no_band(cfg))
+
+
+def _print_lent_routing(cfg: RunConfig, gpu: str) -> None:
+    """A group whose calibration carries another profile's dummy-weight routing curve says so (Calibration.routing_note)."""
+    for role, i, group in cfg.layout.groups():
+        model = cost_model_for(cfg, role, group, gpu=gpu)
+        if model.calibration is not None and (note := model.calibration.routing_note(model.load_format)):
+            print(f"  layout.{role}.{i}: {note}")
 
 
 def _print_placement(cfg: RunConfig) -> bool:

@@ -76,6 +76,9 @@ class Calibration:
     shape_matches: bool = True  # False: only the start-up figures apply (a profile of another shape, same GPU)
     attention_backend: str = "triton"  # the backend the decode points were measured with
     dummy_routing: tuple[tuple[int, float], ...] = ()  # (decode batch, distinct routed experts), dummy weights, measured
+    # where dummy_routing was measured on another profile of the shape (or a routing curve) than this one: its name
+    # (costmodel.find_calibration); None where it is this profile's own or there is none
+    routing_lender: str | None = None
     kv_dtype_bytes: int = 2  # bytes per KV element of the profile's --kv-cache-dtype (its per-context term read these)
     efficiency_attention: float | None = None  # share of peak of MHA prefill attention pairs (None: efficiency_prefill)
     efficiency_absorbed: float | None = None  # share of peak of absorbed-MLA prefill attention (timing.absorbed_prefill)
@@ -119,6 +122,12 @@ class Calibration:
                 t = (math.log(page_size) - math.log(p0)) / (math.log(p1) - math.log(p0))
                 return r0 + t * (r1 - r0)
         return known[-1][1]
+
+    def routing_note(self, load_format: str | None) -> str | None:
+        """For a dummy-weight server whose routing curve another profile measured: whose it is; else None."""
+        if self.routing_lender is None or load_format != "dummy":
+            return None
+        return f"dummy-weight expert routing from {self.routing_lender} (the same layer shape; {self.profile} measured none)"
 
     def describe(self) -> str:
         parts = [f"profile {self.profile} ({self.gpu}, {self.layers} layers, SGLang {self.sglang_version})"]

@@ -217,11 +217,14 @@ def find_calibration(
     # what the layer shape alone decides: the experts dummy weights route to (any profile of the shape, else a
     # shipped routing curve of it), and the prefill share of peak where this GPU's profile has no prefill forwards
     shape = [p for p in pool if p.model.matches(arch, quantization)]
-    routing = next((p.routing for p in shape if any(x.gate == "dummy" for x in p.routing)), None)
-    if routing is None:
-        routing = next((c.routing for c in _routing_curves() if c.model.matches(arch, quantization)), [])
+    measured = next(((p.name, p.routing) for p in shape if any(x.gate == "dummy" for x in p.routing)), None)
+    if measured is None:
+        measured = next(((f"the routing curve of {c.raw}", c.routing) for c in _routing_curves()
+                         if c.model.matches(arch, quantization)), ("", []))
+    by, routing = measured
     if any(x.gate == "dummy" for x in routing):
-        cal = replace(cal, dummy_routing=tuple(sorted((x.tokens, x.distinct_experts) for x in routing if x.gate == "dummy")))
+        cal = replace(cal, dummy_routing=tuple(sorted((x.tokens, x.distinct_experts) for x in routing if x.gate == "dummy")),
+                      routing_lender=None if by == cal.profile else by)
     if not cal.shape_matches:
         return cal
     if cal.efficiency_prefill is None:  # this GPU's other profile of the shape first (prefill shares are per GPU)

@@ -46,3 +46,11 @@ def test_the_randomised_gate_profile_is_fitted_under_uniform_routing() -> None:
     assert cal.decode is not None and cal.decode.graph_rms_rel < 0.15
     # its prefill shares are lent by this GPU's other profile of the shape (its own log did not come back)
     assert cal.efficiency_prefill == find_calibration("H200", DEEPSEEK_R1, "fp8", load_format="dummy").efficiency_prefill
+
+
+def test_a_profile_without_a_routing_measurement_names_the_one_whose_curve_it_carries() -> None:
+    h100 = find_calibration("H100-SXM", DEEPSEEK_R1, "fp8", load_format="dummy")
+    h200 = find_calibration("H200", DEEPSEEK_R1, "fp8", load_format="dummy")
+    assert h100.dummy_routing == h200.dummy_routing and h100.routing_lender == h200.profile == "h200-r1s6-sglang0.5.17"
+    assert "h200-r1s6-sglang0.5.17" in h100.routing_note("dummy") and h200.routing_note("dummy") is None
+    assert h100.routing_note("auto") is None  # a real checkpoint's reads take uniform routing: nothing borrowed is used

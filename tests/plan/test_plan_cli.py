@@ -53,6 +53,22 @@ def test_plan_of_fp8_r1_on_h100_fails_with_the_numbers_and_the_options(capsys) -
     assert "deadline budget" not in out
 
 
+def test_plan_says_whose_dummy_weight_routing_a_profile_without_one_borrows(capsys) -> None:
+    """H100's R1-shaped profile measured no routing; its dummy-weight expert reads follow H200's curve, and both the
+    batch plan and the closed-loop plan's calibration lines say so (on H200, its own profile's curve: no note)."""
+    from orchestrator.plan.closedloop.predict import calibration_sources
+
+    config = str(ROOT / "configs/h100-agg-tp8xpp2.yaml")
+    note = ("dummy-weight expert routing from h200-r1s6-sglang0.5.17 (the same layer shape; h100-sxm-r1s6-sglang0.5.17 "
+            "measured none)")
+    assert main(["plan", "--config", config, "--synthetic", "--set", "benchmark.num_prompts=16"]) == 0
+    assert f"-> VALID\n  layout.aggregated.0: {note}\n" in capsys.readouterr().out
+    assert main(["plan", "--config", config, "--synthetic", "--set", "benchmark.num_prompts=16", "--gpu", "H200"]) == 0
+    assert "dummy-weight expert routing" not in capsys.readouterr().out
+    assert calibration_sources(load_config(config), "H100-SXM") == [
+        f"layout.aggregated.0: forwards timed by the measured profile h100-sxm-r1s6-sglang0.5.17; {note}"]
+
+
 def test_plan_flags_are_checked(capsys) -> None:
     assert main(["plan", "--config", DEFAULT, "--write-dir", "x"]) == 2
     assert "--write-dir needs --search" in capsys.readouterr().err

@@ -184,7 +184,8 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
     """Per group, which measured profile times its forwards (or that none does: the roofline cost model)."""
     out = []
     for role, i, group in cfg.layout.groups():
-        cal = cost_model_for(cfg, role, group, gpu=gpu).calibration
+        model = cost_model_for(cfg, role, group, gpu=gpu)
+        cal = model.calibration
         if cal is None:
             out.append(f"layout.{role}.{i}: no calibration profile (roofline cost model)")
         elif not cal.shape_matches:
@@ -198,6 +199,8 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
             out.append(f"layout.{role}.{i}: forwards from the roofline cost model{floor}{shares}; start-up figures from {cal.profile}")
         else:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
+        if cal is not None and (routing := cal.routing_note(model.load_format)):
+            out[-1] += f"; {routing}"
     for names in shared_gpu_groups(cfg):
         out.append(f"{' and '.join(names)} share one GPU (cluster.local.gpu_split: off): their forwards time-slice it, "
                    "each at 1/k of the GPU while k run (perfmodel/scheduling/timeslice.py)")
