@@ -148,6 +148,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"--top must be >= 1, got {args.top}", file=sys.stderr)
         return 2
     show = args.show if args.show is not None else (args.top or 25)
+    band_printed = False
     try:
         batch, about = _batch(cfg, args.synthetic)
         cluster = f"{cfg.cluster.num_nodes}x{cfg.cluster.gpus_per_node} {gpu}"
@@ -173,12 +174,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             band = _error_band(cfg)
             print(f"back-test error band of this throughput: {band.text() if band else _no_band(cfg)} "
                   "(`plan --backtest`)\n")
+            band_printed = True
             _print_earlier_run(cfg, budget.run, band)
         if args.search:
             batch = _search_batch(cfg, args, batch)
             ok = print_search(cfg, batch, gpu, rules=args.rules, top=args.top or 3, write_dir=args.write_dir,
                               tune_top=args.tune_top, show=show, disk_gb_s=args.disk_gb_s,
                               jit_cached=not args.jit_cold)
+            if not band_printed:  # the config's own layout did not fit: the ranking still gets its band (issue 25)
+                band = _error_band(cfg)
+                print(f"back-test error band of the ranked throughputs: {band.text() if band else _no_band(cfg)} "
+                      "(`plan --backtest`)")
     except (PlanError, SimulationError, ValueError) as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2

@@ -148,6 +148,22 @@ def test_plan_search_top_prints_that_many_ranks_and_says_why_no_pd_layout_is_ran
             "layout.prefill.0: FP8 DeepSeek-R1 TP8 needs 84.1 GB/GPU for weights alone") in out
 
 
+def test_plan_search_prints_the_error_band_under_its_ranking_when_the_config_s_own_layout_does_not_fit(capsys) -> None:
+    """A user searches because their layout does not fit: the ranked predictions still come with the back-test's
+    out-of-sample band (issue 25), printed once, under the ranking (above it when the config's own plan printed it)."""
+    from orchestrator.plan.backtest import error_band
+
+    rc = main(["plan", "--config", DEFAULT, "--set", "model.quantization=fp8", "--synthetic", "--search", "--top", "1",
+               "--tune-top", "0", "--show", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "memory: does-not-fit (DeepSeek-R1 FP8)" in out and "deadline budget" not in out
+    band = error_band()
+    assert band is not None
+    ranking = out[out.index("  # layout + knobs"):]
+    assert f"\nback-test error band of the ranked throughputs: {band.text()} (`plan --backtest`)\n" in ranking
+    assert out.count("back-test error band") == 1
+
+
 def test_rules_none_checks_no_profile(capsys) -> None:
     rc = main(["plan", "--config", DEFAULT, "--synthetic", "--rules", "none"])
     captured = capsys.readouterr()
