@@ -82,7 +82,7 @@ def plan_prediction(config: str, overrides: list[str]) -> dict:
     from orchestrator.run.fidelity import modelled_run
     from orchestrator.workload.batch import sample_batch as bench_batch
 
-    cfg = load_config(config, overrides)
+    cfg = load_config(ROOT / config, overrides, paths_from=ROOT)  # as bench reads it (run from the repository root)
     batch, source = batch_shapes(cfg)
     budget = predict_deadline(cfg, batch, gpu=cfg.cluster.gpu)
     run = budget.run
@@ -118,7 +118,8 @@ def run_logged(argv: list[str], log: Path, env: dict[str, str]) -> tuple[int, st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/default.yaml")
+    parser.add_argument("--config", default="configs/default.yaml",
+                        help="a relative path is read from the repository root, where bench runs")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", help="directory for the raw outputs (default: a temp dir)")
     args = parser.parse_args()

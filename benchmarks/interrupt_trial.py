@@ -68,7 +68,7 @@ try:
     print(f"exit code {proc.returncode}")
     doc = json.loads(next(work.glob("*/result.json")).read_text())
     counts = doc["counts"]
-    warmups = len(warmup_batch(load_config(ROOT / CONFIG), counts["num_prompts"]))
+    warmups = len(warmup_batch(load_config(ROOT / CONFIG, paths_from=ROOT), counts["num_prompts"]))
     engine = sim_engines_finished(doc, "decode") - warmups
     print(f"TRIAL result.json: completed {counts['completed']}, failed {counts['failed']} of "
           f"{counts['num_prompts']}; reason {doc['reason']!r}; failure reasons {doc['failure_reasons']}; "

@@ -72,7 +72,7 @@ def main() -> int:
               "| TTFT p50 s | TTFT p99 s | vs arrival/auto |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for path in args.configs.split(","):
-            cfg = load_config(ROOT / path, [f"benchmark.num_prompts={args.num_prompts}"])
+            cfg = load_config(ROOT / path, [f"benchmark.num_prompts={args.num_prompts}"], paths_from=ROOT)
             batch, source = batch_shapes(cfg)
             ref = None
             for limit_name, limit in limits(cfg, batch, args.limits.split(",")).items():

@@ -19,16 +19,17 @@ import sys
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from orchestrator.config import load_config
-from orchestrator.perfmodel import timing
-from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
+from orchestrator.config import load_config  # noqa: E402
+from orchestrator.perfmodel import timing  # noqa: E402
+from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
+from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop  # noqa: E402
 
 
 def predictions(config: str, gpu: str) -> list[str]:
-    cfg = load_config(config, [f"cluster.gpu={gpu}"])
+    cfg = load_config(ROOT / config, [f"cluster.gpu={gpu}"], paths_from=ROOT)
     decode = cost_model_for(cfg, "decode", cfg.layout.decode[0])
     lines = []
     for label, same in (("uniform routing (the model)", False), ("same experts (hypothesis)", True)):
@@ -44,7 +45,8 @@ def predictions(config: str, gpu: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="configs/device-h200x2-qwen3-serve.yaml")
+    p.add_argument("--config", default="configs/device-h200x2-qwen3-serve.yaml",
+                   help="a relative path is read from the repository root, as are the model folders it names")
     p.add_argument("--gpus", default="H200,H100-SXM")
     args = p.parse_args(argv)
     for gpu in args.gpus.split(","):

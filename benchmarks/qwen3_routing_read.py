@@ -20,10 +20,11 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from orchestrator.config import load_config
-from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.config import load_config  # noqa: E402
+from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 
 COUNT_VARIANTS = {"dummy-eager-count": "dummy", "random-eager-count": "random"}
 GPU_KEYS = {"H200": "H200", "H100": "H100-SXM"}
@@ -109,7 +110,7 @@ def outcome(counts: dict[str, dict[int, Count]], top_k: int, n_experts: int) -> 
 def expert_bytes_per_layer(config: str, gpu: str) -> tuple[float, int, int, int]:
     """(bytes of one routed expert in one MoE layer on one GPU, top_k, routed experts, MoE layers) from the planner's
     weight table for the decode server of `config`."""
-    cfg = load_config(config, [f"cluster.gpu={gpu}"])
+    cfg = load_config(ROOT / config, [f"cluster.gpu={gpu}"], paths_from=ROOT)
     model = cost_model_for(cfg, "decode", cfg.layout.decode[0])
     arch = model.arch
     routed = model.weight_bytes_breakdown()["routed_experts"]
@@ -130,7 +131,7 @@ def grid(folder: Path) -> list[dict]:
     gpu = next((v for k, v in GPU_KEYS.items() if k in str(raw.get("gpu", {}).get("name"))), None)
     model = None
     if gpu is not None:
-        cfg = load_config(str(Path(__file__).resolve().parents[1] / LONE_CONFIG), [f"cluster.gpu={gpu}"])
+        cfg = load_config(ROOT / LONE_CONFIG, [f"cluster.gpu={gpu}"], paths_from=ROOT)
         model = cost_model_for(cfg, "aggregated", cfg.layout.aggregated[0])
     rows = []
     for run in raw.get("runs", []):
@@ -231,7 +232,7 @@ def routing_curve(rep: dict, config: str, raw_dir: str) -> dict:
         raise ValueError(f"outcome {rep['outcome']!r} ({rep['why']}): the recorded rule ships no curve")
     from orchestrator.perfmodel.profile import ProfileModel, RoutingCurve
 
-    cfg = load_config(config)
+    cfg = load_config(ROOT / config, paths_from=ROOT)
     arch = cost_model_for(cfg, "decode", cfg.layout.decode[0]).arch
     model = ProfileModel(name=Path(cfg.model.path or arch.name).name, hidden_size=arch.hidden_size, num_hidden_layers=arch.num_hidden_layers,
                          first_k_dense_replace=arch.first_k_dense_replace, n_routed_experts=arch.n_routed_experts,
@@ -265,7 +266,7 @@ def _text(rep: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder", type=Path, help="the probe's results folder (routing.json, qwen3-probe.tar.xz, calibration-qwen3-l6.json)")
-    p.add_argument("--config", default="configs/device-h200x2-qwen3-serve.yaml", help="the Qwen3-shaped config whose decode server is priced")
+    p.add_argument("--config", default="configs/device-h200x2-qwen3-serve.yaml", help="the Qwen3-shaped config whose decode server is priced (a relative path from the repository root)")
     p.add_argument("--gpu", default="H200", help="cost-model GPU of the bytes per expert (H200 | H100-SXM; the bytes do not depend on it)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--backtest-rows", metavar="EVIDENCE_DIR",

@@ -151,7 +151,7 @@ def placements(paths: list[str]) -> list[tuple[str, float]]:
 def model_rows() -> list[tuple[str, str, dict[str, float]]]:
     out = []
     for where, (path, gpu) in CONFIGS.items():
-        cfg = load_config(ROOT / path)
+        cfg = load_config(ROOT / path, paths_from=ROOT)
         for caches in ("warm", "cold"):
             parts_by_group = []
             for role, _, group in cfg.layout.groups():

@@ -19,10 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from benchmarks.startup import first_token_at, job_started_at, run_bench_cli
-from orchestrator.provenance import recorded
+from benchmarks.startup import first_token_at, job_started_at, run_bench_cli  # noqa: E402
+from orchestrator.provenance import recorded  # noqa: E402
 
 
 def phase(result: dict, name: str) -> float:
@@ -35,7 +36,7 @@ def modelled_warmup(config: str, overrides: list[str], policy: str) -> tuple[int
     from orchestrator.plan.simulate import simulate_run
     from orchestrator.workload.batch import warmup_batch
 
-    cfg = load_config(config, [*overrides, f"benchmark.warmup.policy={policy}"])
+    cfg = load_config(ROOT / config, [*overrides, f"benchmark.warmup.policy={policy}"], paths_from=ROOT)  # as bench reads it
     batch = [(r.prompt_len, r.output_len) for r in warmup_batch(cfg, cfg.benchmark.num_prompts)]
     if not batch:
         return 0, 0, 0, 0.0
@@ -44,7 +45,8 @@ def modelled_warmup(config: str, overrides: list[str], policy: str) -> tuple[int
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/default.yaml")
+    parser.add_argument("--config", default="configs/default.yaml",
+                        help="a relative path is read from the repository root, where bench runs")
     parser.add_argument("--policies", default="none,sglang,dataset")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--modelled-only", action="store_true", help="only the virtual-time table (no Ray runs)")

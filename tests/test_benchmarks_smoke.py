@@ -1,5 +1,6 @@
 """Benchmarks' own logic: SGLang's MLA descriptor layout, run coalescing, a real NIXL transfer, ordering limits,
-the py-spy summary behind the router profiles, and the planning examples' command lines."""
+the py-spy summary behind the router profiles, the planning examples' command lines, and repository paths read from
+any directory."""
 
 from __future__ import annotations
 
@@ -154,3 +155,13 @@ def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measur
     assert out["rows"][row["id"]]["total_tok_s"] == pytest.approx(expected, abs=0.1)
     assert out["rows"]["tp1"]["total_tok_s"] != out["rows"][row["id"]]["total_tok_s"]   # tp=2 dropped: another server
     assert out["derived"]["tp2/tp1"] == pytest.approx(out["rows"][row["id"]]["total_tok_s"] / out["rows"]["tp1"]["total_tok_s"], rel=1e-3)
+
+
+def test_a_benchmark_reads_the_repositorys_config_and_its_model_folder_from_any_directory(tmp_path, monkeypatch) -> None:
+    # configs/device-h200x2-qwen3-serve.yaml names its model by folder (models/qwen3-235b-a22b-fp8-l6), not a preset
+    from benchmarks import qwen3_routing_read
+
+    monkeypatch.chdir(tmp_path)
+    per_expert, top_k, experts, moe_layers = qwen3_routing_read.expert_bytes_per_layer(
+        "configs/device-h200x2-qwen3-serve.yaml", "H200")
+    assert (top_k, experts, moe_layers) == (8, 128, 6) and per_expert > 0
