@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
+from orchestrator.engines.prefix_blocks import PrefixBlocks
 from orchestrator.records import WorkerEndpoint
 
 
@@ -111,38 +111,6 @@ class PowerOfTwo:
         return a if a.outstanding_tokens <= b.outstanding_tokens else b
 
 
-class PrefixIndex:
-    """Which prompt prefixes one worker has seen recently: chained hashes of `block_tokens`-token blocks,
-    least recently used dropped beyond `capacity_blocks` (a stand-in for the server's radix cache)."""
-
-    def __init__(self, block_tokens: int, capacity_blocks: int) -> None:
-        self.block_tokens = block_tokens
-        self.capacity_blocks = capacity_blocks
-        self._blocks: OrderedDict[int, None] = OrderedDict()
-
-    def chain(self, ids: Sequence[int]) -> list[int]:
-        out, h = [], 0
-        for start in range(0, len(ids) - len(ids) % self.block_tokens, self.block_tokens):
-            h = hash((h, tuple(ids[start:start + self.block_tokens])))
-            out.append(h)
-        return out
-
-    def matched_blocks(self, chain: list[int]) -> int:
-        n = 0
-        for h in chain:
-            if h not in self._blocks:
-                break
-            n += 1
-        return n
-
-    def insert(self, chain: list[int]) -> None:
-        for h in chain:
-            self._blocks[h] = None
-            self._blocks.move_to_end(h)
-        while len(self._blocks) > self.capacity_blocks:
-            self._blocks.popitem(last=False)
-
-
 class PrefixAware:
     """Sends a prompt where it costs least to prefill: the worker minimising its tokens in flight plus the
     tokens this prompt would add there, i.e. the prompt less the prefix that worker saw recently (its
@@ -154,14 +122,14 @@ class PrefixAware:
     def __init__(self, block_tokens: int = 64, capacity_tokens: int = 1 << 20) -> None:
         self.block_tokens = block_tokens
         self.capacity_blocks = max(1, capacity_tokens // block_tokens)
-        self._index: dict[str, PrefixIndex] = {}
+        self._index: dict[str, PrefixBlocks] = {}
         self._least = LeastTokens()
         self._last: tuple[str, int] | None = None  # (worker, new tokens) of the last pick
 
-    def _of(self, w: WorkerState) -> PrefixIndex:
+    def _of(self, w: WorkerState) -> PrefixBlocks:
         index = self._index.get(w.name)
         if index is None:
-            index = self._index[w.name] = PrefixIndex(self.block_tokens, self.capacity_blocks)
+            index = self._index[w.name] = PrefixBlocks(self.block_tokens, self.capacity_blocks)
         return index
 
     def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:

@@ -20,7 +20,8 @@ from orchestrator.engines.sim.kv_prefill import KvAux, PrefillKvServer
 from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
 from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetrics
 from orchestrator.engines.sim.requests import BadRequest, IncrementalText, Item, TextCodec
-from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
+from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits
+from orchestrator.engines.sim.sim_request import SimRequest
 from orchestrator.engines.sim.settings import SimSettings, architecture_of, cost_model_of
 from orchestrator.perfmodel.scheduling.admission import server_limits
 

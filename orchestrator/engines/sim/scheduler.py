@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable
 
-from orchestrator.engines.sim.prefix_cache import PrefixCache
+from orchestrator.engines.prefix_blocks import PrefixBlocks
+from orchestrator.engines.sim.sim_request import SimRequest, corrupt_token, output_token
 from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits
 from orchestrator.perfmodel.scheduling.request_bounds import max_new_tokens_allowed, never_preallocated
 from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
@@ -30,66 +30,9 @@ from orchestrator.records import Role
 
 log = logging.getLogger(__name__)
 
-_MASK64 = (1 << 64) - 1
 GEN_THROUGHPUT_WINDOW_STEPS = 40  # SGLang's default --decode-log-interval
+PREFIX_BLOCK_TOKENS = 16  # the prefix cache's block
 MAX_CATCH_UP_S = 2.0  # how far behind the model's timeline a busy host may fall and still catch up (wall s)
-
-
-def prompt_seed(input_ids: Sequence[int]) -> int:
-    """A 64-bit seed from the prompt alone, so every server derives the same output for the same prompt."""
-    digest = hashlib.blake2b(",".join(map(str, input_ids)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
-def output_token(seed: int, position: int, vocab_size: int) -> int:
-    """Output token at `position` (0 = first): splitmix64 of (seed, position), like fixed dummy weights."""
-    z = (seed + (position + 1) * 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (z ^ (z >> 31)) % vocab_size
-
-
-def corrupt_token(token: int, vocab_size: int) -> int:
-    """A different, still valid, token id (what garbage from a broken KV path looks like: 200, wrong ids)."""
-    return (token * 7919 + 104729) % vocab_size if vocab_size > 1 else token
-
-
-@dataclass(eq=False)
-class SimRequest:
-    """One generation request as the scheduler tracks it; times are time.monotonic()."""
-
-    rid: str
-    input_ids: list[int]
-    max_new_tokens: int
-    ignore_eos: bool = False
-    min_new_tokens: int = 0  # no stop at EOS before this many tokens (SGLang masks EOS until then)
-    first_token: int | None = None  # PD decode: sampled by the prefill, arrived with the KV
-    corrupt: bool = False
-    created_at: float = field(default_factory=time.monotonic)
-    cached_tokens: int = 0  # leading prompt tokens found in the server's prefix cache (not computed)
-    output_ids: list[int] = field(default_factory=list)
-    first_token_at: float | None = None
-    finished_at: float | None = None
-    finish_reason: dict | None = None
-    seq: Seq | None = None  # its state in the scheduling model
-    preallocated: asyncio.Event = field(default_factory=asyncio.Event)  # PD decode: its KV is allocated
-    updated: asyncio.Event = field(default_factory=asyncio.Event)  # new tokens or finished (streaming)
-    finished_event: asyncio.Event = field(default_factory=asyncio.Event)  # finished only (one wake-up)
-
-    def __post_init__(self) -> None:
-        self.seed = prompt_seed(self.input_ids)
-
-    @property
-    def prompt_len(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-    @property
-    def aborted(self) -> bool:
-        return self.finish_reason is not None and self.finish_reason.get("type") == "abort"
 
 
 @dataclass(frozen=True)
@@ -162,7 +105,7 @@ class Scheduler:
         self.steps = StepScheduler(limits.model_limits(), cost, cached_tokens=self._cached)
         self.batch = self.steps.batch  # the queues and KV pool, read for stats and aborts
         self.prefilling: list[SimRequest] = []  # in the prefill batch that is running now
-        self.prefix_cache = PrefixCache(limits.kv_capacity_tokens)
+        self.prefix_cache = PrefixBlocks(PREFIX_BLOCK_TOKENS, max(0, limits.kv_capacity_tokens // PREFIX_BLOCK_TOKENS))
         self.decode_steps = 0
         self.prefill_batches = 0
         self._recent_steps: collections.deque[tuple[float, float, int]] = collections.deque(
@@ -363,7 +306,7 @@ class Scheduler:
 
     def _cached(self, seq: Seq) -> int:
         req: SimRequest = seq.owner
-        cached = self.prefix_cache.match(req.input_ids)
+        cached = self.prefix_cache.matched_blocks(self.prefix_cache.chain(req.input_ids), touch=True) * PREFIX_BLOCK_TOKENS
         if seq.retractions == 0:
             req.cached_tokens = min(cached, seq.fill - 1)
         return cached
@@ -399,7 +342,7 @@ class Scheduler:
         now = time.monotonic()
         for seq in self.steps.update_from_output(step):  # aborted ones are no longer in the model's batch
             req: SimRequest = seq.owner
-            self.prefix_cache.insert(req.input_ids)
+            self.prefix_cache.insert(self.prefix_cache.chain(req.input_ids))
             self._append_token(req)
             if req.first_token_at is None:
                 req.first_token_at = now

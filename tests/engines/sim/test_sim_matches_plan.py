@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
+from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits
+from orchestrator.engines.sim.sim_request import SimRequest
 from orchestrator.plan.simulate import one_server_trace
 
 

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.engines.sim import scheduler as scheduler_module
-from orchestrator.engines.sim.scheduler import MAX_CATCH_UP_S, Scheduler, SchedulerLimits, SimRequest
+from orchestrator.engines.sim.scheduler import MAX_CATCH_UP_S, Scheduler, SchedulerLimits
+from orchestrator.engines.sim.sim_request import SimRequest
 
 STEP_S = 0.02
 

@@ -6,28 +6,43 @@ from __future__ import annotations
 import asyncio
 
 from orchestrator.config.model_presets import DEEPSEEK_R1
-from orchestrator.engines.sim.prefix_cache import PrefixCache
-from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest
+from orchestrator.engines.prefix_blocks import PrefixBlocks
+from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits
+from orchestrator.engines.sim.sim_request import SimRequest
 from orchestrator.perfmodel.costmodel import EngineCostModel
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from tests.support import make_scheduler
 
 
+def _hit(cache: PrefixBlocks, ids: list[int]) -> int:
+    """Cached leading tokens, as the simulated server's prefill counts them (a hit refreshes the blocks)."""
+    return cache.matched_blocks(cache.chain(ids), touch=True) * cache.block_tokens
+
+
 def test_match_counts_whole_leading_blocks_and_stops_at_the_first_difference():
-    cache = PrefixCache(capacity_tokens=1 << 20, block_tokens=16)
-    cache.insert(list(range(100)))
-    assert cache.match(list(range(100))) == 96  # 6 whole blocks; the 4-token tail is not a block
-    assert cache.match(list(range(40)) + [7] * 60) == 32  # the third block differs
-    assert cache.match([9] + list(range(1, 100))) == 0  # a prefix cache: a different first token matches nothing
+    cache = PrefixBlocks(block_tokens=16, capacity_blocks=1 << 16)
+    cache.insert(cache.chain(list(range(100))))
+    assert _hit(cache, list(range(100))) == 96  # 6 whole blocks; the 4-token tail is not a block
+    assert _hit(cache, list(range(40)) + [7] * 60) == 32  # the third block differs
+    assert _hit(cache, [9] + list(range(1, 100))) == 0  # a prefix cache: a different first token matches nothing
 
 
 def test_least_recently_used_blocks_go_beyond_capacity():
-    cache = PrefixCache(capacity_tokens=64, block_tokens=16)  # 4 blocks
-    cache.insert(list(range(64)))
-    cache.match(list(range(16)))  # touch the first block: now the most recent
-    cache.insert(list(range(1000, 1048)))  # 3 new blocks push out 3 old ones, not the touched one
-    assert cache.match(list(range(16))) == 16
-    assert cache.match(list(range(1000, 1048))) == 48
+    cache = PrefixBlocks(block_tokens=16, capacity_blocks=4)
+    cache.insert(cache.chain(list(range(64))))
+    _hit(cache, list(range(16)))  # touch the first block: now the most recent
+    cache.insert(cache.chain(list(range(1000, 1048))))  # 3 new blocks push out 3 old ones, not the touched one
+    assert _hit(cache, list(range(16))) == 16
+    assert _hit(cache, list(range(1000, 1048))) == 48
+
+
+def test_a_look_without_a_hit_leaves_the_eviction_order_alone():
+    # the router looks a prompt up in every candidate's blocks but sends it to one: only that one's use counts
+    cache = PrefixBlocks(block_tokens=16, capacity_blocks=4)
+    cache.insert(cache.chain(list(range(64))))
+    assert cache.matched_blocks(cache.chain(list(range(16)))) == 1  # looked at, not touched
+    cache.insert(cache.chain(list(range(1000, 1016))))  # one new block pushes out the oldest: the first one
+    assert cache.matched_blocks(cache.chain(list(range(64)))) == 0
 
 
 async def test_a_shared_prefix_is_prefilled_once_and_the_second_prompt_is_faster():

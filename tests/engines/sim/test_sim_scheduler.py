@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from orchestrator.config.model_presets import DEEPSEEK_R1
-from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits, SimRequest, output_token, prompt_seed
+from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits
+from orchestrator.engines.sim.sim_request import SimRequest, output_token, prompt_seed
 from orchestrator.perfmodel.costmodel import EngineCostModel
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from tests.support import make_scheduler
