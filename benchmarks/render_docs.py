@@ -92,6 +92,64 @@ def fidelity_backtest() -> str:
     return tool("plan", "--backtest", "--markdown").strip()
 
 
+@functools.cache
+def _backtest() -> tuple[dict, dict]:
+    """({row id: BacktestRow}, {derived row id: its dataset spec}) of `plan --backtest`, computed once per render."""
+    from orchestrator.plan.backtest import load_dataset, run_backtest
+
+    return {r.id: r for r in run_backtest()}, {d["id"]: d for d in load_dataset()["derived"]}
+
+
+def _signed(error: float) -> str:
+    return f"{error:+.1%}".replace("-", "−").replace("%", " %")
+
+
+# docs/fidelity.md "Before and after": (case, back-test rows, what `plan` said before issue 14); "plan now" is computed
+BEFORE_AFTER = (
+    ("2×H200 V2-Lite 1P1D, our router", ("h200x2-v2lite-pd-1p1d-ours",), "~15,600 (+20 %)"),
+    ("2×H200 V2-Lite aggregated DP2", ("h200x2-v2lite-agg-dp2",), "~17,300 (−11 %)"),
+    ("PD / aggregated", ("h200x2-v2lite-pd-over-aggregated",), "0.90"),
+    ("engine start, fresh machine (cold / warm)",
+     ("h200x2-v2lite-pd-engine-start-cold", "h200x2-v2lite-pd-engine-start-warm"), "48 s (−65 %)"),
+    ("2×8 H100 TP16 FP8 R1, 0.4.10 defaults", ("h100x16-r1-tp16-sglang-defaults",), "~10,800 (+70 %)"),
+    ("same, `--max-running-requests 1024 --cuda-graph-max-bs 1024`", ("h100x16-r1-tp16-batch-caps-1024",),
+     "~10,800 (≈0 %)"),
+    ("same tuned run, `--mem-fraction-static` 0.80 / 0.88", ("h100x16-r1-tp16-caps-mem080", "h100x16-r1-tp16-caps-mem088"),
+     "not modelled"),
+)
+
+
+def fidelity_before_after() -> str:
+    """The rows issue 14 quoted: measured, what `plan` said then, what it predicts now (the back-test's rows)."""
+    from orchestrator.plan.backtest import _fmt
+
+    rows, _ = _backtest()
+    lines = ["| case | measured | `plan` before (issue 14) | `plan` now |", "|---|---|---|---|"]
+    for case, ids, before in BEFORE_AFTER:
+        picked = [rows[i] for i in ids]
+        measured = " / ".join(_fmt(r.measured, r.unit) for r in picked)
+        now = " / ".join(_fmt(r.predicted, r.unit) for r in picked)
+        errors = " / ".join(_signed(r.error) for r in picked)
+        missed = "; a reported miss" if any(r.within is False for r in picked) else ""
+        lines.append(f"| {case} | {measured} | {before} | {now} ({errors}{missed}) |")
+    return "\n".join(lines)
+
+
+def fidelity_knob_directions() -> str:
+    """Every knob-direction row of the back-test: measured and predicted ratio, computed now."""
+    rows, derived = _backtest()
+    lines = ["| knob (back-test row) | numerator / denominator | measured | predicted now | direction |", "|---|---|---|---|---|"]
+    for rid, spec in derived.items():
+        if spec["kind"] != "direction":
+            continue
+        a, b = rows[spec["numerator"]], rows[spec["denominator"]]
+        measured, predicted = a.measured / b.measured, a.predicted / b.predicted
+        verdict = "right" if rows[rid].measured == rows[rid].predicted else "WRONG (reported)"
+        lines.append(f"| `{rid}` | `{a.id}` / `{b.id}` | ×{measured:.2f} ({rows[rid].measured}) | ×{predicted:.2f} "
+                     f"({rows[rid].predicted}) | {verdict} |")
+    return "\n".join(lines)
+
+
 def planning_memory_cases() -> str:
     """docs/planning.md's known-cases table: the memory check of each case tests/plan/test_plan_memory.py pins
     (verdict, weights, KV range), computed now (a memory check, no simulation: well under a second)."""
@@ -239,6 +297,8 @@ def signal_table(relative: str) -> str:
 RENDERERS: dict[str, Callable[[], str]] = {
     "readme-truth-before-launch": readme_truth_before_launch,
     "fidelity-backtest": fidelity_backtest,
+    "fidelity-before-after": fidelity_before_after,
+    "fidelity-knob-directions": fidelity_knob_directions,
     "fidelity-closed-loop-backtest": lambda: tool("plan", "--backtest", "--closed-loop", "--markdown").strip(),
     "performance-router-s5": lambda: raw("2026-11-24-router-vs-sglang-router-s5/stdout.txt", table_only=True),
     "performance-router-s5-before": lambda: raw("2026-11-24-router-vs-sglang-router-s5/before/stdout.txt",

@@ -19,14 +19,18 @@ Assumptions (calibration knobs, not measurements; documented in docs/planning.md
 - Efficiencies: 45 % of peak FLOPs in prefill GEMMs, 60 % of HBM bandwidth in decode (config.engine.sim).
 - Fixed cost per forward: a scheduler step (3 ms) plus ~0.25 ms per layer of small kernels (MoE routing,
   norms, rope); chosen so single-stream R1 decode on 8 GPUs lands near the 40-50 tok/s that public
-  SGLang reports show without speculative decoding. A graphed decode step of a layer shape no profile measured
+  SGLang reports show without speculative decoding (no such report is committed: an assumption). They still price
+  the roofline path (a TP group across nodes: the TP16 rows) and are subtracted from every calibration prefill
+  forward before its share of peak is fitted (_prefill_fit). A graphed decode step of a layer shape no profile measured
   (Qwen3) takes the GPU's measured per-step and per-layer floor instead (graphed_step_floor).
-- Tensor parallel: two all-reduces per layer (after attention and after the MLP/MoE), bf16 activations,
-  NCCL ring bus-bandwidth 80 % of link speed, hierarchical over nodes (NVLink inside, IB across).
+- Tensor parallel: two all-reduces per layer (after attention and after the MLP/MoE), bf16 activations, at
+  the published NCCL figures inside a node or across two (perfmodel/parallel/collectives.py, each cited there;
+  a forward outside a CUDA graph pays the eager floor measured on two H200s).
 - MLA: the compressed KV latent (kv_lora_rank + rope dims per layer) is replicated on every attention-TP
   rank, so TP does not multiply KV capacity; DP attention does (each rank holds its own requests).
 - MoE: routed experts are sharded over all TP ranks (by EP or by TP, the bytes per GPU are the same).
-  A decode step reads only the experts its batch hits: E x (1 - (1 - k/E)^tokens), uniform routing.
+  A decode step reads only the experts its batch hits: E x (1 - (1 - k/E)^tokens) (uniform routing) with real
+  weights; with dummy weights under R1's router the distinct experts measured on one H200 (weights.dummy_routing).
 - Pipeline parallel (a group's `pp`) splits layers over stages that pp micro-batches keep busy,
   one activation send per stage boundary (perfmodel/parallel/pipeline.py); collectives are published NCCL
   figures (perfmodel/parallel/collectives.py).
