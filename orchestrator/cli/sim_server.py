@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.engines.sim.server import add_server_args, run_server
+from orchestrator.engines.sim.server import run_server
+from orchestrator.engines.sim.settings import add_server_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:

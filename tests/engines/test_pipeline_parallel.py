@@ -9,8 +9,7 @@ from orchestrator.config import config_from_dict
 from orchestrator.engines.base import WorkerPlacement
 from orchestrator.engines.sglang.launch import build_argv
 from orchestrator.engines.sim.backend import SimBackend
-from orchestrator.engines.sim.server import add_server_args, settings_from_args
-from orchestrator.engines.sim.settings import architecture_of, cost_model_of
+from orchestrator.engines.sim.settings import add_server_args, architecture_of, cost_model_of, settings_from_args
 from orchestrator.perfmodel.costmodel import cost_model_for
 
 

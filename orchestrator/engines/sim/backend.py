@@ -31,7 +31,7 @@ def faults_for(cfg: RunConfig, role: Role, group: WorkerGroup, placement: Worker
 
 
 def _sim_server_options() -> set[str]:
-    from orchestrator.engines.sim.server import add_server_args
+    from orchestrator.engines.sim.settings import add_server_args
 
     parser = argparse.ArgumentParser(add_help=False)
     add_server_args(parser)

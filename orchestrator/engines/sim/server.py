@@ -5,8 +5,8 @@ argv -> SimSettings (a ServerSpec parsed from SGLang's flags + sim-only knobs) -
 
 Every answer is labelled simulated (`meta_info.simulated`, `/server_info.simulated`, `sglang:simulated`).
 Run one by hand: `pd-orchestrator sim-server --mode prefill --port 30000` or `python -m orchestrator.engines.sim.server`.
-This module is the HTTP face and the command line; the engine is `engine.py`; request bodies are
-`orchestrator.api.generate` (the router validates the same model), split into prompts by `requests.py`.
+This module is the HTTP face and the process (its flags are `settings.py`'s); the engine is `engine.py`; request
+bodies are `orchestrator.api.generate` (the router validates the same model), split into prompts by `requests.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 import uuid
@@ -25,8 +24,6 @@ import orjson
 from aiohttp import web
 
 from orchestrator.api.generate import BadRequest, SamplingParams, parse_generate_body
-from orchestrator.config.model_presets import MODEL_PRESETS
-from orchestrator.config.server_spec import add_spec_args, spec_from_args
 from orchestrator.engines.allow_list import start_site
 from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine, crash
 from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, parse_fault_spec
@@ -35,8 +32,7 @@ from orchestrator.engines.sim.metrics import CONTENT_TYPE
 from orchestrator.engines.sim.openai.routes import SimOpenAiApi
 from orchestrator.engines.sim.requests import Item, normalise
 from orchestrator.engines.sim.scheduler import MAX_CATCH_UP_S
-from orchestrator.engines.sim.settings import SimSettings
-from orchestrator.perfmodel.gpus import GPU_SPECS
+from orchestrator.engines.sim.settings import SimSettings, add_server_args, settings_from_args
 
 log = logging.getLogger("orchestrator.engines.sim.server")
 
@@ -343,77 +339,6 @@ async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, p
     await runner.setup()
     runners.append(runner)
     await start_site(runner, host, port, backlog=2048)  # uvicorn's backlog, as SGLang; engine.allow_from enforced
-
-
-def add_server_args(p: argparse.ArgumentParser) -> None:
-    """Flags: the ServerSpec's (SGLang's names, parsed as SGLang gets them), SGLang's launch flags, sim-only ones."""
-    add_spec_args(p)
-    g = p.add_argument_group("SGLang launch flags")
-    g.add_argument("--host", default="127.0.0.1")
-    g.add_argument("--port", type=int, default=30000)
-    g.add_argument("--disaggregation-bootstrap-port", dest="bootstrap_port", type=int, default=8998)
-    g.add_argument("--model-path", default=None, help="model directory with config.json (and tokenizer.json)")
-    g.add_argument("--served-model-name", default=None)
-    g.add_argument("--context-length", type=int, default=None)
-    g.add_argument("--quantization", default="fp8", help="weight format: bf16, fp8, w4a8, awq")
-    g.add_argument("--incremental-streaming-output", action="store_true")
-    for flag in ("--enable-metrics", "--trust-remote-code", "--skip-server-warmup"):
-        g.add_argument(flag, action="store_true", help="accepted for compatibility")
-    for flag in ("--node-rank", "--dist-init-addr", "--base-gpu-id"):
-        g.add_argument(flag, default=None, help="accepted for compatibility")
-    s = p.add_argument_group("simulator flags")
-    s.add_argument("--model-preset", default=None, help=f"architecture preset: {sorted(MODEL_PRESETS)}")
-    s.add_argument("--profile", default="H100-SXM", choices=sorted(GPU_SPECS), help="cost-model GPU profile")
-    s.add_argument("--gpu-memory-gb", type=float, default=None)
-    s.add_argument("--efficiency-prefill", type=float, default=0.45)
-    s.add_argument("--efficiency-decode", type=float, default=0.6)
-    s.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated duration")
-    s.add_argument("--startup-s", type=float, default=None, help="start-up delay; default cost model x time scale")
-    s.add_argument("--faults", default=None, help="fault spec JSON, see docs/simulator.md")
-    s.add_argument("--kv-transfer", choices=["auto", "nixl", "http"], default="auto")
-    s.add_argument("--kv-buffer-mb", type=int, default=64, help="decode receive buffer (MiB), 8 MiB per transfer")
-    s.add_argument("--kv-verify", choices=["full", "sampled"], default="full",
-                   help="decode checks every received KV byte, or 64 bytes of every 4 KiB")
-    s.add_argument("--kv-payload", choices=["sample", "full"], default="sample",
-                   help="per request, move and verify the first --kv-sample-bytes of its KV (sample) or all of it "
-                        "(full); the modelled transfer time is always the whole KV's")
-    s.add_argument("--kv-sample-bytes", type=int, default=1 * MIB, help="bytes moved per request with --kv-payload sample")
-    s.add_argument("--sim-node", default=None, help="node identity for same-node transfers; default --host")
-    s.add_argument("--log-level", default="info")
-
-
-def settings_from_args(a: argparse.Namespace) -> SimSettings:
-    preset = a.model_preset or (None if a.model_path else "DeepSeek-R1")
-    for name in ("kv_buffer_mb", "kv_sample_bytes"):
-        if getattr(a, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')}={getattr(a, name)}: must be >= 1")
-    if a.time_scale <= 0:
-        raise ValueError(f"--time-scale={a.time_scale}: must be > 0")
-    return SimSettings(
-        spec=spec_from_args(a),
-        host=a.host,
-        port=a.port,
-        bootstrap_port=a.bootstrap_port,
-        model_preset=preset,
-        model_path=a.model_path,
-        served_model_name=a.served_model_name or preset or os.path.basename(os.path.normpath(a.model_path)),
-        quantization=a.quantization,
-        profile=a.profile,
-        gpu_memory_gb=a.gpu_memory_gb,
-        context_length=a.context_length,
-        efficiency_prefill=a.efficiency_prefill,
-        efficiency_decode=a.efficiency_decode,
-        time_scale=a.time_scale,
-        startup_s=a.startup_s,
-        faults=a.faults,
-        kv_transfer=a.kv_transfer,
-        kv_buffer_mb=a.kv_buffer_mb,
-        kv_verify=a.kv_verify,
-        kv_payload=a.kv_payload,
-        kv_sample_bytes=a.kv_sample_bytes,
-        node=a.sim_node or a.host,
-        incremental_streaming_output=a.incremental_streaming_output,
-    )
 
 
 def run_server(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from orchestrator.config import config_from_dict
 from orchestrator.engines.base import WorkerPlacement
 from orchestrator.engines.registry import backend_for
 from orchestrator.engines.sim.backend import supported_extra_args
-from orchestrator.engines.sim.server import add_server_args, settings_from_args
+from orchestrator.engines.sim.settings import add_server_args, settings_from_args
 
 
 def config(**sim):
