@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from orchestrator.config.strict import Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class WarmupConfig(_Strict):
+class WarmupConfig(Strict):
     policy: Literal["none", "sglang", "dataset"] = Field(
         "dataset", description="none; sglang = 16 random 256/16 prompts; dataset = batch-shaped."
     )
@@ -29,7 +27,7 @@ class WarmupConfig(_Strict):
     )
 
 
-class SloConfig(_Strict):
+class SloConfig(Strict):
     """Latency targets of one request and the share of requests that must meet them (AIPerf's --goodput)."""
 
     ttft_ms: float = Field(3000, gt=0, description="Time to first token a good request stays within (ms).")
@@ -44,7 +42,7 @@ CLOSED_LOOP_FIELDS = ("input_tokens", "output_tokens", "concurrency", "warmup_s"
 BATCH_FIELDS = ("dataset_path", "num_prompts", "context_len", "fixed_output_len", "warmup", "ordering", "max_in_flight")
 
 
-class BenchmarkConfig(_Strict):
+class BenchmarkConfig(Strict):
     kind: Literal["batch", "closed_loop"] = Field(
         "batch", description="batch: `bench` streams num_prompts ShareGPT prompts under deadline_s; closed_loop: "
         "N clients each resend one fixed-length request as soon as the last one ends (AIPerf --concurrency N), "

@@ -23,7 +23,8 @@ from orchestrator.config.spec_knobs import Parallelism, knob
 from orchestrator.records import Role
 
 if TYPE_CHECKING:
-    from orchestrator.config.schema import RunConfig, WorkerGroup
+    from orchestrator.config.layout import WorkerGroup
+    from orchestrator.config.schema import RunConfig
 
 MODE_OF_ROLE = {"prefill": "prefill", "decode": "decode", "aggregated": "null"}  # --disaggregation-mode
 # --kv-cache-dtype -> bytes per KV element (auto keeps the model's dtype: bf16 for the MLA latent of DeepSeek FP8 checkpoints)
