@@ -165,3 +165,26 @@ def test_a_benchmark_reads_the_repositorys_config_and_its_model_folder_from_any_
     per_expert, top_k, experts, moe_layers = qwen3_routing_read.expert_bytes_per_layer(
         "configs/device-h200x2-qwen3-serve.yaml", "H200")
     assert (top_k, experts, moe_layers) == (8, 128, 6) and per_expert > 0
+
+
+def test_the_pd_terms_read_a_rows_logs_and_the_planners_own_trace_of_it() -> None:
+    # benchmarks/pd_decode_terms.py: lease 3's PD pair (decode mem 0.65 on H100). The log's pool and queues are read
+    # from the committed archive; the planner's trace is the back-test's run (the observer changes nothing)
+    from benchmarks import pd_decode_terms as terms
+    from orchestrator.plan.backtest import DATASET, load_dataset, predict_row
+
+    data = load_dataset()
+    row = next(r for r in data["runs"] if r["id"] == "h100x2-v2lite-pd-product-mem065-lease3")
+    measured, trace = terms.read_measured(row), terms.model_trace(row, data["batches"])
+    assert measured.kv_pool_tokens == 743_459 and measured.duration_s == pytest.approx(row["measured"]["duration_s"], abs=0.01)
+    assert abs(trace.kv_pool_tokens / measured.kv_pool_tokens - 1) < 0.02  # memory_terms' pool, not fitted to this log
+    assert max(r["prealloc"] for r in measured.decode) == 201 and max(s[4] for s in trace.decode) > 0
+    assert max(r["retracted"] for r in measured.decode) == 0 and trace.retracted == 0
+    predicted = predict_row(row, data["batches"], DATASET.parent)
+    assert (row["measured"]["input_tokens"] + row["measured"]["output_tokens"]) / trace.duration_s == pytest.approx(
+        predicted.predicted, rel=1e-9)
+    steps = terms.intervals(measured, terms.decode_model(row))
+    graphed = [r for r in steps if r["graph"]]
+    assert len(graphed) >= 10 and any(not r["graph"] for r in steps)
+    # the model's graphed decode steps at the log's own batches and KV tokens: within 10 % of the log's in sum
+    assert sum(r["model_ms"] for r in graphed) == pytest.approx(sum(r["measured_ms"] for r in graphed), rel=0.10)

@@ -50,6 +50,10 @@ _TIMINGS = re.compile(r"(\w+)=([\d.]+)")
 _DECODE = re.compile(
     r"Decode batch.*?#running-req: (\d+), #token: (\d+),.*?(?:graph): (True|False), "
     r"gen throughput \(token/s\): ([\d.]+)")
+# a PD decode server's queues on the same line (disaggregation/decode.py): pre-allocation, transfer, retracted
+_DECODE_PD = re.compile(r"#prealloc-req: (\d+), #transfer-req: (\d+), #retracted-req: (\d+)")
+_QUEUE = re.compile(r"#queue-req: (\d+)")
+_INPUT_RATE = re.compile(r"input throughput \(token/s\): ([\d.]+)")
 _PREFILL = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
 
 
@@ -140,21 +144,31 @@ def _engine_timings(msg: str) -> dict:
 
 
 def decode_lines(text: str) -> list[dict]:
-    """Every `Decode batch` line: running requests, KV tokens, CUDA graph used, gen throughput (token/s)."""
+    """Every `Decode batch` line: running requests, KV tokens, CUDA graph used, gen throughput (token/s), and where
+    the line has them the waiting queue (`queue`) and a PD decode's `prealloc`, `transfer` and `retracted` requests."""
     rows = []
     for ts, ranks, msg in timestamped_ranks(text):
         if m := _DECODE.search(msg):
-            rows.append({"t": ts, "ranks": ranks, "running": int(m.group(1)), "tokens": int(m.group(2)),
-                         "cuda_graph": m.group(3) == "True", "gen_tok_s": float(m.group(4))})
+            row = {"t": ts, "ranks": ranks, "running": int(m.group(1)), "tokens": int(m.group(2)),
+                   "cuda_graph": m.group(3) == "True", "gen_tok_s": float(m.group(4))}
+            if pd := _DECODE_PD.search(msg):
+                row.update(prealloc=int(pd.group(1)), transfer=int(pd.group(2)), retracted=int(pd.group(3)))
+            if q := _QUEUE.search(msg):
+                row["queue"] = int(q.group(1))
+            rows.append(row)
     return rows
 
 
 def prefill_lines(text: str) -> list[dict]:
+    """Every `Prefill batch` line: new requests, new and cached tokens, and where the line has it SGLang's input
+    throughput (`input_tok_s`: the batch's new tokens over the time since the previous prefill line)."""
     rows = []
     for ts, msg in timestamped(text):
         if m := _PREFILL.search(msg):
-            rows.append({"t": ts, "new_seq": int(m.group(1)), "new_tokens": int(m.group(2)),
-                         "cached_tokens": int(m.group(3))})
+            row = {"t": ts, "new_seq": int(m.group(1)), "new_tokens": int(m.group(2)), "cached_tokens": int(m.group(3))}
+            if rate := _INPUT_RATE.search(msg):
+                row["input_tok_s"] = float(rate.group(1))
+            rows.append(row)
     return rows
 
 

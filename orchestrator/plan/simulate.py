@@ -33,14 +33,14 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.config import RunConfig
-from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits, server_limits
+from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits, server_limits
 from orchestrator.perfmodel.scheduling.request_bounds import never_runs
-from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
+from orchestrator.perfmodel.scheduling.steps import Forward, Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
@@ -50,6 +50,10 @@ __all__ = [  # the results and batch helpers live in plan/runs.py; importers may
     "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "batch_shapes",
     "simulate_run", "synthetic_batch", "shared_gpu_groups",
 ]
+
+
+ForwardObserver = Callable[[float, str, Forward, BatchSchedule], None]
+"""(virtual start time s, server name, the forward, that server's BatchSchedule as the forward starts)"""
 
 
 @dataclass
@@ -137,6 +141,7 @@ class _Simulation:
         models = [s.model for s in prefill + decode + aggregated if s.model is not None]
         self.answer_s = answer_s if answer_s is not None else max((m.gpu.answer_latency_s for m in models), default=0.0)
         self.arriving: dict[float, list[_Request]] = {}  # arrival time -> requests sent answer_s before it
+        self.observe: ForwardObserver | None = None  # told of every forward as it starts (a term-by-term reader)
 
     def at(self, time_s: float, action, *args) -> None:
         heapq.heappush(self.events, (time_s, next(self.seq), action, args))
@@ -250,6 +255,8 @@ class _Simulation:
         """The forward ends after its cost-model time, or, on a GPU shared with other servers, when its work has
         drained at 1/k of the GPU while k forwards were in flight there (every start and end re-times the others)."""
         assert step.forward is not None
+        if self.observe is not None:
+            self.observe(self.now, server.name, step.forward, server.steps.batch)
         if server.gpu is None:
             self.at(self.now + step.forward.duration_s, self.forward_done, server, step)
             return
@@ -351,10 +358,13 @@ def simulate_run(
     gpu: str | None = None,
     max_concurrency: int | None | Literal["auto"] = "auto",
     sglang_version: str | None = None,
+    observe: ForwardObserver | None = None,
 ) -> SimulatedRun:
     """Simulate `batch` [(prompt_len, output_len)] on cfg's layout; GPU = `gpu`, else cfg.cluster.gpu.
 
     max_concurrency: "auto" = what `bench` admits (client_concurrency), None = everything at t=0.
+    observe: called as every forward starts (its time, server, forward and the server's schedule), to read the
+    planner's own trace term by term (benchmarks/pd_decode_terms.py); it must not change the schedule.
     """
     if not batch:
         raise SimulationError("the batch is empty; benchmark.num_prompts must be >= 1")
@@ -366,6 +376,7 @@ def simulate_run(
                           shared_gpu_groups(cfg))
     else:
         sim = _Simulation([], [], _servers(cfg, "aggregated", gpu, sglang_version), shared_gpu_groups(cfg))
+    sim.observe = observe
     duration = sim.run(batch, max_concurrency)
     e2e_s = [end - r.sent_s for r in sim.requests if (end := r.finish_s) is not None]
     ttft_s = [first - r.sent_s for r in sim.requests if r.finish_s is not None and (first := r.first_token_s) is not None]

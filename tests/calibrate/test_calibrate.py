@@ -56,6 +56,24 @@ def test_decode_step_time_from_decode_batch_lines():
     assert missing["step_ms_median"] is None and missing["samples"] == 0
 
 
+def test_a_pd_decode_servers_queues_and_a_prefill_lines_rate_are_read_where_the_line_has_them():
+    # lines as SGLang 0.5.17 wrote them (lease 3's PD decode, an aggregated TP 2 server, the PD prefill)
+    pd = ("[2026-11-26 16:01:41] Decode batch, #running-req: 2, #token: 333134, token usage: 0.45, pre-allocated usage: "
+          "0.43, #prealloc-req: 201, #transfer-req: 799, #retracted-req: 3, cuda graph: True, gen throughput (token/s): "
+          "13.29, #queue-req: 5\n")
+    agg = ("[2026-11-26 16:05:45 TP0] Decode batch, #running-req: 858, #token: 267701, token usage: 0.16, cuda graph: "
+           "False, gen throughput (token/s): 733.84, #queue-req: 0\n")
+    prefill = ("[2026-11-26 06:55:16] Prefill batch, #new-seq: 3, #new-token: 8192, #cached-token: 0, token usage: 0.01, "
+               "#running-req: 0, #queue-req: 947, #pending-token: 0, #bootstrap-req: 0, #inflight-req: 4, "
+               "#optimistic-req: 0, cuda graph: False, input throughput (token/s): 22162.14\n")
+    first, second = logparse.decode_lines(pd + agg)
+    assert (first["prealloc"], first["transfer"], first["retracted"], first["queue"]) == (201, 799, 3, 5)
+    assert first["running"] == 2 and first["cuda_graph"] and first["gen_tok_s"] == 13.29
+    assert "prealloc" not in second and second["queue"] == 0 and second["ranks"] == "TP0" and not second["cuda_graph"]
+    (row,) = logparse.prefill_lines(prefill)
+    assert (row["new_seq"], row["new_tokens"], row["input_tok_s"]) == (3, 8192, 22162.14)
+
+
 def _anchored_source() -> str:
     # every anchor once, in a module shaped like the real one (imports + logger the tail relies on)
     body = "".join(old for old, _ in nixl_patch.EDITS)
