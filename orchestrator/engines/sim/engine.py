@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.engines.sim.faults import FaultInjector, RequestFate, parse_fault_spec
+from orchestrator.engines.sim.faults import FaultInjector, RequestFate, crash, parse_fault_spec
 from orchestrator.engines.sim.kv_decode import KvReceiver
 from orchestrator.engines.sim.kv_prefill import KvAux, PrefillKvServer
 from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
@@ -428,12 +427,3 @@ class SimEngine:
 
 def _url_host(host: str | None) -> str:
     return f"[{host}]" if host and ":" in host and not host.startswith("[") else str(host)
-
-
-
-
-def crash(reason: str) -> None:
-    """A fault-injected crash: no cleanup, no goodbye, like a killed process (exit code 137)."""
-    log.error("simulated crash (%s)", reason)
-    logging.shutdown()
-    os._exit(137)

@@ -8,12 +8,17 @@ counters and the one random stream, so a seeded spec gives the same faults on ev
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+log = logging.getLogger("orchestrator.engines.sim.server")  # the simulated server's one log
 
 
 class FaultSpec(BaseModel):
@@ -131,5 +136,26 @@ class FaultInjector:
             corrupt=corrupt,
         )
 
+    async def admit_request(self) -> RequestFate:
+        """on_request, acted on where the request arrives: a crash ends the process, a hang never answers."""
+        fate = self.on_request()
+        if fate.crash:
+            crash("crash_after_requests")
+        if fate.hang:
+            await hang_forever()
+        return fate
+
     def describe(self) -> dict[str, Any]:
         return {**self.spec.model_dump(), "requests_seen": self.requests_seen, "steps_seen": self.steps_seen}
+
+
+def crash(reason: str) -> None:
+    """A fault-injected crash: no cleanup, no goodbye, like a killed process (exit code 137)."""
+    log.error("simulated crash (%s)", reason)
+    logging.shutdown()
+    os._exit(137)
+
+
+async def hang_forever() -> None:
+    """A fault-injected hang: the caller never gets an answer (only its own timeout ends the wait)."""
+    await asyncio.Event().wait()

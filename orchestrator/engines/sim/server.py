@@ -25,8 +25,8 @@ from aiohttp import web
 
 from orchestrator.api.generate import BadRequest, SamplingParams, parse_generate_body
 from orchestrator.engines.allow_list import start_site
-from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine, crash
-from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, parse_fault_spec
+from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine
+from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, hang_forever, parse_fault_spec
 from orchestrator.engines.sim.kv_transfer import MIB
 from orchestrator.engines.sim.metrics import CONTENT_TYPE
 from orchestrator.engines.sim.openai.routes import SimOpenAiApi
@@ -51,10 +51,6 @@ def sglang_error(status: int, message: str) -> web.Response:
 async def _wait_event(event: asyncio.Event) -> None:
     await event.wait()
     event.clear()
-
-
-async def _hang_forever() -> None:
-    await asyncio.Event().wait()
 
 
 # ----- /server_info ---------------------------------------------------------------------------------------
@@ -159,11 +155,7 @@ class SimHttpApi:
         e = self.engine
         if (unavailable := e.unavailable()) is not None:
             return sglang_error(503, unavailable)
-        fate = e.faults.on_request()
-        if fate.crash:
-            crash("crash_after_requests")
-        if fate.hang:
-            await _hang_forever()
+        fate = await e.faults.admit_request()
         try:
             body = parse_generate_body(await request.read())
             items = normalise(body, e.codec)
@@ -220,7 +212,7 @@ class SimHttpApi:
         if (unavailable := self.engine.unavailable()) is not None:
             return web.Response(status=503, text=unavailable)
         if self.engine.faults.hangs_health:
-            await _hang_forever()
+            await hang_forever()
         return web.Response(status=200)
 
     async def health_generate(self, request: web.Request) -> web.Response:
@@ -229,7 +221,7 @@ class SimHttpApi:
         if (unavailable := e.unavailable()) is not None:
             return web.Response(status=503, text=unavailable)
         if e.faults.hangs_health:
-            await _hang_forever()
+            await hang_forever()
         item = Item(0, f"HEALTH_CHECK_{uuid.uuid4().hex}", [0], SamplingParams(max_new_tokens=1),
                     FAKE_BOOTSTRAP_HOST, None, 0)
         run = e.start_run(item, RequestFate(), streaming=False)

@@ -26,7 +26,7 @@ from orchestrator.api.openai import (
     requested_max_tokens,
     sampling_params,
 )
-from orchestrator.engines.sim.engine import Run, SimEngine, crash
+from orchestrator.engines.sim.engine import Run, SimEngine
 from orchestrator.engines.sim.openai.frames import chat_chunks, completion_chunks, full_response, openai_error
 from orchestrator.engines.sim.requests import normalise, require_codec
 
@@ -60,11 +60,7 @@ class SimOpenAiApi:
                                      f"(got {media_type or 'none'})", HTTPStatus.BAD_REQUEST.phrase)
         if (unavailable := e.unavailable()) is not None:
             return openai_error(503, unavailable, "503")
-        fate = e.faults.on_request()
-        if fate.crash:
-            crash("crash_after_requests")
-        if fate.hang:
-            await asyncio.Event().wait()
+        fate = await e.faults.admit_request()
         try:
             body = model.model_validate_json(await request.read())
         except ValidationError as exc:
