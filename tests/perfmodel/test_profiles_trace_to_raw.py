@@ -1,4 +1,4 @@
-"""The shipped R1-shaped profiles hold their raw calibration files' numbers, nothing else (issue 25: every parameter of
+"""The shipped profiles hold their raw calibration files' numbers, nothing else (issue 25: every parameter of
 the mechanisms traces to a calibration file): decode points and memory outcomes as `perfmodel.from_raw` reads the raw
 file, prefill forwards as `perfmodel.prefill_log` times them from the committed server log, routing counts as the
 probe's routing.json holds them. A hand edit of a profile, or a raw file replaced under it, fails here."""
@@ -88,3 +88,24 @@ def test_the_routing_counts_are_the_probe_s_summary() -> None:
     random_profile = _profile("h200-r1-shaped-6l-fp8-random-gates-sglang0.5.17.json")["routing"]
     assert sorted(dummy_profile, key=str) == sorted(expected, key=str)
     assert sorted(random_profile, key=str) == sorted((e for e in expected if e["gate"] == "random"), key=str)
+
+
+def test_the_v2_lite_profile_is_what_its_generator_reads_from_the_device_logs() -> None:
+    """The V2-Lite H200 profile (benchmarks/backtest/profile_from_device_logs.py over raw.tar.xz and startup-times.json):
+    its decode, prefill, transfer and page-size points as the generator derives them now; its start-ups too, but for the
+    cold start's first_graph_capture_s, added by hand (its note; tests/plan/test_plan_deadline.py reads it from the log)."""
+    from benchmarks.backtest import profile_from_device_logs as gen
+
+    profile = json.loads(gen.OUT.read_text())
+    cfg = json.loads((ROOT / "models/deepseek-v2-lite/config.json").read_text())
+    with tarfile.open(gen.RAW / "raw.tar.xz") as tar:
+        decode = [p for name in gen.DECODE_LOGS for p in gen.decode_points(gen._read(tar, name))]
+        prefill = [p for name in gen.PREFILL_LOGS for p in gen.prefill_points(gen._read(tar, name))]
+    assert decode and decode == profile["decode"] and prefill and prefill == profile["prefill"]
+    kv_bytes_per_token = cfg["num_hidden_layers"] * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 2
+    assert gen.transfer_points(kv_bytes_per_token) == profile["transfer"]
+    assert gen.page_size_effects() == profile["page_size_effects"]
+    by_hand = [{k: v for k, v in s.items() if k != "first_graph_capture_s"} for s in profile["startup"]]
+    assert gen.startup_runs() == by_hand
+    assert [s.get("first_graph_capture_s") is not None for s in profile["startup"]].count(True) == 1
+    assert any("added by hand" in note for note in profile["notes"])
