@@ -20,6 +20,8 @@ from orchestrator.records import Role
 # The activation estimate names only the largest buffers; allocator fragmentation and kernel workspaces add
 # to them. Measured on one H200 with the R1 layer shape (chunked prefill 8192): 3.7 GB free OOMed, ~27 GB
 # free ran, so the factor lies between ~1x and ~6x of our estimate there; 1.5 is an assumption in that range.
+# The eager decode outcomes with committed logs (runs.yaml's memory rows, 2026-11-26) bound it without fitting it:
+# the R1-shaped TP 1 OOM at 512 needs more than 1.39, the V2-Lite TP 2 server that ran 1000 eager at most 1.64.
 ACTIVATION_HEADROOM = 1.5
 
 
@@ -121,11 +123,14 @@ class MemoryTerms(ServerShape):
         assert self.chunked_prefill_tokens is not None, "EngineCostModel resolves SGLang's default"
         return self.chunked_prefill_tokens
 
+    def held_before_load_bytes(self) -> float:
+        """What the driver, the CUDA context, torch and (a server of several GPUs) NCCL hold on one GPU before SGLang
+        loads the weights (gpus.py, measured in the raw logs): outside the static pool and outside the reserve."""
+        return (self.gpu.held_before_load_gb + (self.gpu.multi_gpu_held_gb if self.tp * self.pp > 1 else 0.0)) * 2**30
+
     def free_at_load_bytes(self) -> float:
-        """The memory one GPU has free when SGLang starts loading the weights: its capacity less what the driver, the
-        CUDA context, torch and (a server of several GPUs) NCCL already hold (gpus.py, measured in the raw logs)."""
-        held = self.gpu.held_before_load_gb + (self.gpu.multi_gpu_held_gb if self.tp * self.pp > 1 else 0.0)
-        return self.gpu.memory_bytes - held * 2**30
+        """The memory one GPU has free when SGLang starts loading the weights: its capacity less what is held before."""
+        return self.gpu.memory_bytes - self.held_before_load_bytes()
 
     def static_pool_bytes(self) -> float:
         """SGLang's static pool per GPU: weights + KV cache = mem_fraction_static x the memory free at weight load.
@@ -247,7 +252,12 @@ class MemoryTerms(ServerShape):
     # max(8, min(next_pow2(SMs), next_pow2(ceil(context / 32))))); init_forward_metadata gives every eager decode
     # step fresh fp32 buffers attn_logits (bs, heads / attn-TP, max_kv_splits, v_head_dim) and attn_lse
     # (bs, heads, max_kv_splits), and only then replaces self.forward_metadata, which still holds the previous
-    # step's: two eager steps in a row have both batches' buffers alive at once.
+    # step's: two eager steps in a row have both batches' buffers alive at once. The step's next-token logits are
+    # fp32 (bs, vocab) on every rank (layers/logits_processor.py _get_logits: gathered over TP, then .float() in
+    # _copy_logits_to_buffer; eager steps have no graph buffer to copy into), and the overlap scheduler
+    # (scheduler.py event_loop_overlap, on by default) launches step N+1 before it pops step N's result, so step N's
+    # logits are alive through step N+1's allocations. Both OOM lines in benchmarks/results show exactly that much
+    # allocated beyond start when the new attn_logits was asked for (docs/fidelity.md, "What fits").
     def _triton_kv_splits(self) -> int:
         """max_kv_splits of SGLang's triton decode (see above): ceil(context / tile) with a split tile size."""
         context = self.context_length or self.arch.max_position_embeddings
@@ -259,13 +269,17 @@ class MemoryTerms(ServerShape):
         by_sms = 1 << max(0, math.ceil(math.log2(self.gpu.sm_count)))
         return max(sgd.TRITON_NUM_KV_SPLITS, min(by_sms, by_context))
 
-    def _attn_logits_bytes(self, batch: int) -> float:
+    def split_kv_bytes(self, batch: int) -> float:
         """The triton backend's fp32 split-KV buffers (attn_logits + attn_lse) for `batch` decode requests on one GPU."""
         if self.attention_backend != "triton":
             return 0.0
         heads = self.arch.num_attention_heads // max(1, self.tp // self.attn_dp)
         v_head_dim = self.arch.kv_lora_rank if self.arch.is_mla else self.arch.head_dim
         return batch * heads * self._triton_kv_splits() * (v_head_dim + 1) * 4
+
+    def decode_logits_bytes(self, batch: int) -> float:
+        """One decode step's fp32 next-token logits for `batch` requests on one GPU (the full vocabulary on every rank)."""
+        return batch * self.arch.vocab_size * 4
 
     def decode_micro_batch(self, batch: int) -> int:
         """The requests one decode forward runs when an attention rank runs `batch`: all of them, or with pipeline
@@ -277,12 +291,16 @@ class MemoryTerms(ServerShape):
 
     def eager_decode_bytes(self, batch: int) -> float:
         """Transient memory of an eager decode forward when an attention rank runs `batch` requests (0 when a graph
-        runs it): the split-KV buffers of its micro-batch (decode_micro_batch) plus the previous forward's on that
-        GPU (the previous micro-batch under PP), still referenced when the new ones are allocated."""
+        runs it), at the larger of its two peaks (see the block comment above; per micro-batch, decode_micro_batch):
+        when its split-KV buffers are allocated, the previous forward's (the previous micro-batch under PP) and the
+        previous step's fp32 logits are still alive; when its logits are made, its split-KV buffers, the previous
+        logits and its own logits in bf16 and fp32. Per-layer activations (hidden states, absorbed q, MoE
+        intermediates: well under 1 MB a request) come and go within a layer and are not counted."""
         micro = self.decode_micro_batch(batch)
         if micro <= self.captured_graph_max_bs:
             return 0.0
-        return 2 * self._attn_logits_bytes(micro)
+        split_kv, logits = self.split_kv_bytes(micro), self.decode_logits_bytes(micro)
+        return max(2 * split_kv + logits, split_kv + 2.5 * logits)
 
     def prefill_activation_bytes(self) -> float:
         """A prefill chunk's transient buffers: hidden states, MLA prefill q/k/v/out, MoE intermediates of every
@@ -314,12 +332,12 @@ class MemoryTerms(ServerShape):
         largest captured graph batch; SGLang's own 2 MiB per graph batch size otherwise)."""
         context = self.context_length or self.arch.max_position_embeddings
         graphs = self.captured_graph_max_bs
-        buffers = self._attn_logits_bytes(graphs) + graphs * context * 8 if graphs else 0.0
+        buffers = self.split_kv_bytes(graphs) + graphs * context * 8 if graphs else 0.0
         return 2**30 + max(buffers, 2 * graphs * 2**20)
 
     def free_after_start_bytes(self) -> float:
         """What the reserve leaves for activations once the server runs (less what was held before the weights)."""
-        return self.reserve_bytes() - (self.gpu.memory_bytes - self.free_at_load_bytes()) - self.runtime_overhead_bytes()
+        return self.reserve_bytes() - self.held_before_load_bytes() - self.runtime_overhead_bytes()
 
     def activation_headroom_ok(self, running: int | None = None) -> bool:
         """The reserve must hold ACTIVATION_HEADROOM x the estimated peak (see the constant)."""

@@ -73,7 +73,8 @@ class BacktestRow:
 
     @property
     def within(self) -> bool | None:
-        """Inside its bound (numbers) or the same outcome (memory, direction); None when not pinned."""
+        """Inside its bound (numbers) or the same outcome (memory, direction: a different one is a miss, reported
+        with expect: miss or a regression with expect: in); None when not pinned."""
         if self.kind in ("memory", "direction"):
             return self.predicted == self.measured
         if self.bound is None or self.error is None:
@@ -235,6 +236,13 @@ def _honesty(row: dict) -> dict:
         raise BacktestError(f"row {row.get('id')!r}: expect must be 'in' or 'miss', got {expect!r}")
     if row.get("bound") is not None and not row.get("bound_set"):
         raise BacktestError(f"row {row.get('id')!r}: a bound needs bound_set (the date and commit it was set)")
+    if row.get("kind") == "memory":  # its bound is the outcome: expect says whether the first prediction matched it
+        if not row.get("bound_set"):
+            raise BacktestError(f"row {row.get('id')!r}: a memory row needs bound_set (the date and commit of its "
+                                "first prediction, which decides expect: in or miss)")
+        if expect == "miss" and len((row.get("miss") or {}).get("why", "")) < 40:
+            raise BacktestError(f"row {row.get('id')!r}: a memory row with expect: miss needs miss.why (what the "
+                                "model lacks)")
     return dict(sample=sample, expect=expect, bound_set=str(row.get("bound_set", "")))
 
 

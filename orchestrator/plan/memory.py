@@ -10,6 +10,7 @@ mem_fraction_static x GPU memory and holds weights + KV; the rest is the activat
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -225,15 +226,16 @@ def _headroom_reason(model: EngineCostModel, running: int, where: str) -> str:
     """Why the reserve cannot hold the largest forward, and the settings that would (naming the group's fields)."""
     peak = model.activation_peak_bytes(running)
     # free after start = memory - fraction x free at load - held before load - start-up overhead >= margin x peak
-    held = model.gpu.memory_bytes - model.free_at_load_bytes()
-    top = (model.gpu.memory_bytes - held - model.runtime_overhead_bytes() - ACTIVATION_HEADROOM * peak) / model.free_at_load_bytes()
-    fixes = [f"set {where}.mem_fraction_static <= {top:.2f}"]
+    top = (model.gpu.memory_bytes - model.held_before_load_bytes() - model.runtime_overhead_bytes()
+           - ACTIVATION_HEADROOM * peak) / model.free_at_load_bytes()
+    fixes = [f"set {where}.mem_fraction_static <= {math.floor(top * 100) / 100:.2f}"]  # rounded down: it must pass
     batch = model.decode_batch_per_rank(running)
     if model.eager_decode_bytes(batch) >= peak:
         micro = model.decode_micro_batch(batch)
         step = f"{micro} requests" if micro == batch else f"a {micro}-request micro-batch (PP{model.pp})"
-        what = (f"an eager decode step of {step} past the largest CUDA graph ({model.captured_graph_max_bs}): "
-                f"the triton backend's attn_logits for it and for the step before")
+        held = ("the triton backend's attn_logits for it and for the step before, and the two steps' fp32 logits"
+                if model.attention_backend == "triton" else "its fp32 logits and the step before's")
+        what = f"an eager decode step of {step} past the largest CUDA graph ({model.captured_graph_max_bs}): {held}"
         # SGLang admits max_running_requests // pp requests into each micro-batch
         fixes.append(f"{where}.max_running_requests <= {model.graph_max_bs * model.pp} (every decode step replays a graph)")
     else:

@@ -5,7 +5,9 @@ the captured graphs, activation headroom, cold vs warm start-up) behave as SGLan
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -40,8 +42,12 @@ def test_every_row_is_predicted_and_every_row_that_was_in_bound_stays_in_bound(r
     for rid, row in rows.items():
         spec = declared[rid]
         assert row.sample in ("in", "out") and row.expect in ("in", "miss"), rid
-        if row.kind == "memory" or (row.kind == "direction" and row.expect == "in"):
-            assert row.predicted == row.measured, f"{rid}: predicted {row.predicted}, measured {row.measured}"
+        if row.kind in ("memory", "direction"):  # the bound is the outcome (ran | oom) or the direction itself
+            if row.expect == "in":  # right when first predicted: a different outcome now is a regression
+                assert row.predicted == row.measured, f"{rid}: predicted {row.predicted}, measured {row.measured}"
+                assert row.within and not row.regressed, rid
+            elif row.kind == "memory":  # wrong when first predicted: reported with what the model lacks
+                assert spec.get("bound_set") and len(row.miss_why) > 40, rid
             continue
         if spec.get("bound") is None:
             continue
@@ -145,6 +151,65 @@ def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> Non
     path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [{**row, "expect": "in", "bound": 0.0001}]}))
     (regressed,) = run_backtest(path)
     assert regressed.regressed and "REGRESSED (inside when first predicted)" in summary([regressed])
+
+
+def test_a_memory_row_that_flips_is_a_regression_unless_recorded_as_a_miss(tmp_path) -> None:
+    """A memory row's bound is its outcome: one recorded as right (expect: in) whose prediction now differs fails
+    `plan --backtest`; one recorded as wrong when first predicted (expect: miss, with why) is listed as a reported miss;
+    expect: miss without a why, or a memory row without bound_set, is refused."""
+    from orchestrator.plan.backtest import BacktestError, backtest_table, summary
+
+    data = load_dataset()
+    row = dict(next(r for r in data["runs"] if r["id"] == "h200-v2lite-decode-mem085-oom-811"))
+    flipped = {**row, "measured": {**row["measured"], "outcome": "ran"}}
+    path = tmp_path / "runs.yaml"
+    why = {"why": "the activation margin of the eager step is an assumption; this run fitted inside it"}
+    cases = (({**flipped, "expect": "in"}, "REGRESSED (inside when first predicted)"),
+             ({**flipped, "expect": "miss", "miss": why}, "reported misses: h200-v2lite-decode-mem085-oom-811 (DIFFERS)"),
+             ({**row, "expect": "in"}, None))
+    for spec, said in cases:
+        path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [spec]}))
+        (result,) = run_backtest(path)
+        assert result.regressed == (said is not None and said.startswith("REGRESSED"))
+        assert result.within == (said is None)
+        if said:
+            assert said in summary([result])
+            assert ("MISS (reported)" if spec["expect"] == "miss" else "MISS") in backtest_table([result])
+    for bad, message in (({**flipped, "expect": "miss"}, "needs miss.why"), ({**row, "bound_set": None}, "needs bound_set")):
+        path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [bad]}))
+        with pytest.raises(BacktestError, match=message):
+            run_backtest(path)
+
+
+def _logged_batches(log: str) -> set[int]:
+    """Every batch a server log shows: each decode line's running requests, each prefill line's running + new."""
+    decode = {int(n) for n in re.findall(r"Decode batch, #running-req: (\d+)", log)}
+    prefill = {int(new) + int(running) for new, running in
+               re.findall(r"Prefill batch, #new-seq: (\d+), .*?#running-req: (\d+)", log)}
+    return decode | prefill
+
+
+def test_every_memory_row_is_what_its_server_log_shows() -> None:
+    """SGLang's "available_gpu_mem" after start, the outcome and the batch: a row that ran names a batch the log shows
+    before any OutOfMemoryError; a row that died names the batch whose attn_logits the failed allocation was."""
+    data = load_dataset()
+    memory = [spec for spec in data["runs"] if spec["kind"] == "memory"]
+    assert len(memory) >= 11
+    for spec in memory:
+        raw = spec["raw_log"]
+        with tarfile.open(ROOT / raw["file"]) as archive:
+            log = archive.extractfile(raw["member"]).read().decode()
+        died = re.search(r"OutOfMemoryError: CUDA out of memory. Tried to allocate ([0-9.]+) GiB", log)
+        assert float(re.search(r"available_gpu_mem=([0-9.]+) GB", log).group(1)) == spec["measured"]["free_after_init_gb"]
+        if spec["measured"]["outcome"] == "oom":
+            assert died, spec["id"]
+            cfg = load_config(ROOT / spec["config"], list(spec.get("set", [])), paths_from=ROOT)
+            role, _, group = next(g for g in cfg.layout.groups() if g[0] == spec["role"])
+            split_kv_gib = cost_model_for(cfg, role, group).split_kv_bytes(spec["running"]) / 2**30
+            assert split_kv_gib == pytest.approx(float(died.group(1)), rel=0.01), spec["id"]
+        else:  # ran that batch before any OOM the same server met later (lease 3's TP 1 log holds both)
+            assert spec["measured"]["outcome"] == "ran", spec["id"]
+            assert spec["running"] in _logged_batches(log[:died.start()] if died else log), spec["id"]
 
 
 def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:

@@ -162,12 +162,49 @@ def test_the_eager_decode_buffer_is_the_one_that_killed_the_h200_decode() -> Non
     # benchmarks/results/2026-11-26-two-gpu-h200x2 call 2, decode log: "Tried to allocate 6.34 GiB" in
     # triton_backend.init_forward_metadata (attn_logits) with 811 requests in flight, 5.43 GiB free, 5.83 GiB held
     # by the allocator (the previous eager step's buffer); call 5 ran eager steps of up to 641 requests and lived.
+    # The allocator's line: 134.37 GiB in use, 5.83 reserved but unallocated, against 139.80 - 17.96 in use after start:
+    # 6.70 GiB allocated beyond start when the new attn_logits was asked for = the previous step's split-KV buffers
+    # and its fp32 logits (811 x 102,400 vocab x 4 B), which the overlap scheduler still holds.
     _, model = _h200_pd_decode()
-    one_step_gib = model.eager_decode_bytes(811) / 2 / 2**30
-    assert one_step_gib == pytest.approx(6.34, rel=0.01)  # 811 x 16 heads x 256 splits x (512 + 1) x fp32
+    assert model.split_kv_bytes(811) / 2**30 == pytest.approx(6.34, rel=0.01)  # 811 x 16 heads x 256 splits x 513 x 4 B
+    live_before = model.eager_decode_bytes(811) - model.split_kv_bytes(811)
+    assert live_before / 2**30 == pytest.approx(134.37 - (139.80 - 17.96) - 5.83, abs=0.06)
     assert model.eager_decode_bytes(256) == 0  # a captured graph runs it: its buffers are part of start-up
     assert model.free_after_start_bytes() / 2**30 == pytest.approx(17.96, rel=0.05)  # "available_gpu_mem" logged
     assert model.activation_headroom_ok(641) and not model.activation_headroom_ok(811)
+
+
+R1_SHAPED = ROOT / "benchmarks/backtest/configs/h200-r1shaped-6l.yaml"
+# lease 3's eager servers (benchmarks/results/2026-11-26-two-gpu-lease3-h100x2): R1 layer shape, 6 layers, no graphs,
+# triton with --triton-attention-split-tile-size 256 at context 16,384 (64 splits), mem fraction 0.70
+R1_EAGER = ["cluster.gpu=H100-SXM", "model.context_length=16384", "engine.sglang.triton_attention_split_tile_size=256",
+            "layout.aggregated.0.disable_cuda_graph=true", "layout.aggregated.0.disable_prefill_cuda_graph=true"]
+
+
+def _r1_eager(*extra: str):
+    from orchestrator.perfmodel.costmodel import cost_model_for
+
+    cfg = load_config(R1_SHAPED, R1_EAGER + list(extra), paths_from=ROOT)
+    role, _, group = next(iter(cfg.layout.groups()))
+    return cost_model_for(cfg, role, group)
+
+
+def test_the_r1_shaped_eager_decode_that_died_at_512_and_the_ones_that_ran() -> None:
+    # TP 1 at 512 (call 3's server log): "Tried to allocate 8.00 GiB ... 6.93 GiB is free ... 63.43 GiB is allocated
+    # by PyTorch, and 8.08 GiB is reserved"; weights 37.69 + pool 17.47 GiB + 0.07 at start: 8.20 GiB allocated beyond
+    # start = the previous step's split-KV buffers and fp32 logits (512 x 129,280 x 4 B)
+    tp1 = _r1_eager()
+    assert tp1.split_kv_bytes(512) / 2**30 == pytest.approx(8.00, rel=0.01)  # 512 x 128 heads x 64 splits x 513 x 4 B
+    live_before = tp1.eager_decode_bytes(512) - tp1.split_kv_bytes(512)
+    assert live_before / 2**30 == pytest.approx(63.43 - 37.69 - 17.47 - 0.07, abs=0.1)
+    assert not tp1.activation_headroom_ok(512)
+    assert tp1.activation_headroom_ok(256)  # ran (call 3), as TP 2 at 512 did (call 2; 64 heads a GPU)
+    assert _r1_eager("cluster.gpus_per_node=2", "layout.aggregated.0.tp=2").activation_headroom_ok(512)
+    # without the runs' split tile SGLang takes min(next_pow2(132 SMs), next_pow2(16,384 / 32)) = 256 splits: 4x the
+    # buffers, and the same servers could not run an eager step of 256
+    untiled = _r1_eager("engine.sglang.triton_attention_split_tile_size=null")
+    assert untiled.split_kv_bytes(256) == pytest.approx(4 * tp1.split_kv_bytes(256))
+    assert not untiled.activation_headroom_ok(256)
 
 
 def test_under_pp_an_eager_decode_buffer_is_one_micro_batchs_not_the_whole_batchs() -> None:
@@ -280,3 +317,25 @@ def test_a_decode_server_capped_at_256_running_holds_graph_buffers_for_256_not_t
     assert uncapped.captured_graph_max_bs == 512 and uncapped.runtime_overhead_bytes() > capped.runtime_overhead_bytes()
     assert ("layout.decode.0: chunked_prefill_size 8192, mem_fraction_static 0.875, cuda_graph_max_bs 512 (captured "
             "to 256: the request pool, max_running_requests)") in sglang_defaults_text(cfg)
+
+
+@pytest.mark.parametrize("config, sets", [
+    ("configs/device-h200x2-local-1p1d.yaml", []),
+    ("benchmarks/backtest/configs/h200-r1shaped-6l.yaml", R1_EAGER + ["engine.sglang.mem_fraction_static=0.80"]),
+])
+def test_the_fraction_a_refusal_suggests_passes_the_check_and_one_step_above_it_does_not(config, sets) -> None:
+    import re
+
+    cfg = load_config(ROOT / config, sets, paths_from=ROOT)
+    batch = [(256, 128)] * 512 if sets else [(341, 221)] * 1000
+    refused = next(g for g in check_layout_fits(cfg, batch=batch).groups if g.verdict == DOES_NOT_FIT)
+    found = re.search(r"mem_fraction_static <= ([0-9.]+)", refused.reason)
+    assert found, refused.reason
+    suggested = float(found.group(1))
+    verdicts = {}
+    for fraction in (suggested, round(suggested + 0.01, 2)):
+        data = cfg.model_dump(mode="json")
+        data["layout"][refused.role][refused.index]["mem_fraction_static"] = fraction
+        group = next(g for g in check_layout_fits(config_from_dict(data), batch=batch).groups if g.where == refused.where)
+        verdicts[fraction] = group.verdict
+    assert list(verdicts.values()) == [FITS, DOES_NOT_FIT], (refused.reason, verdicts)
