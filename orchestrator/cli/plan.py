@@ -264,10 +264,9 @@ def _closed_loop_band_text(cfg: RunConfig) -> str:
 
 
 def _print_lent_routing(cfg: RunConfig, gpu: str) -> None:
-    """A group whose calibration carries another profile's dummy-weight routing curve says so (Calibration.routing_note)."""
+    """A group whose expert reads follow another profile's dummy-weight routing curve says so (lent_routing_note)."""
     for role, i, group in cfg.layout.groups():
-        model = cost_model_for(cfg, role, group, gpu=gpu)
-        if model.calibration is not None and (note := model.calibration.routing_note(model.load_format)):
+        if note := cost_model_for(cfg, role, group, gpu=gpu).lent_routing_note():
             print(f"  layout.{role}.{i}: {note}")
 
 

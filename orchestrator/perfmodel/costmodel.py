@@ -72,7 +72,7 @@ from orchestrator.perfmodel.gpus import GB, gpu_spec
 from orchestrator.perfmodel.memory_terms import ACTIVATION_HEADROOM
 from orchestrator.perfmodel.profile import CalibrationProfile, find_profile, shipped_profiles, shipped_routing_curves
 from orchestrator.perfmodel.speculative import MTP_ACCEPT_DECAY, MTP_FIRST_ACCEPT, Speculative, mtp_accept_length
-from orchestrator.perfmodel.timing import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY, TimingTerms
+from orchestrator.perfmodel.timing import ATTENTION_BACKEND_SPEED, CALIBRATED_ACROSS_NODES, WEIGHT_READ_EFFICIENCY, TimingTerms
 from orchestrator.perfmodel.weights import (
     WEIGHT_FORMATS,
     ParamCounts,
@@ -107,6 +107,13 @@ class EngineCostModel(TimingTerms):
             raise ValueError(f"dp_attention needs tp divisible by dp (tp={self.tp}, dp={self.dp})")
         self.defaults_used = []
         self.resolve_defaults()
+
+    def lent_routing_note(self) -> str | None:
+        """Calibration.routing_note where this server's expert reads follow the curve (not a TP group across nodes)."""
+        cal = self.calibration
+        if cal is None or (self._tp_spans_nodes and not CALIBRATED_ACROSS_NODES):  # uniform routing there (timing)
+            return None
+        return cal.routing_note(self.load_format)
 
     def resolve_defaults(self) -> None:
         """Fill unset SGLang flags the way SGLang derives them (perfmodel/sglang_defaults.py)."""
@@ -221,11 +228,8 @@ def find_calibration(
     # what the layer shape alone decides: the experts dummy weights route to (any profile of the shape, else a
     # shipped routing curve of it), and the prefill share of peak where this GPU's profile has no prefill forwards
     shape = [p for p in pool if p.model.matches(arch, quantization)]
-    measured = next(((p.name, p.routing) for p in shape if any(x.gate == "dummy" for x in p.routing)), None)
-    if measured is None:
-        measured = next(((f"the routing curve of {c.raw}", c.routing) for c in _routing_curves()
-                         if c.model.matches(arch, quantization)), ("", []))
-    by, routing = measured
+    by, routing = next(((p.name, p.routing) for p in shape if any(x.gate == "dummy" for x in p.routing)), None) or next(
+        ((f"the routing curve of {c.raw}", c.routing) for c in _routing_curves() if c.model.matches(arch, quantization)), ("", []))
     if any(x.gate == "dummy" for x in routing):
         cal = replace(cal, dummy_routing=tuple(sorted((x.tokens, x.distinct_experts) for x in routing if x.gate == "dummy")),
                       routing_lender=None if by == cal.profile else by)

@@ -67,6 +67,9 @@ def test_plan_says_whose_dummy_weight_routing_a_profile_without_one_borrows(caps
     assert "dummy-weight expert routing" not in capsys.readouterr().out
     assert calibration_sources(load_config(config), "H100-SXM") == [
         f"layout.aggregated.0: forwards timed by the measured profile h100-sxm-r1s6-sglang0.5.17; {note}"]
+    # TP16 across the nodes: no calibrated step there, its expert reads take uniform routing, so nothing is borrowed
+    assert calibration_sources(load_config(ROOT / "configs/h100-agg-tp16.yaml"), "H100-SXM") == [
+        "layout.aggregated.0: forwards timed by the measured profile h100-sxm-r1s6-sglang0.5.17"]
 
 
 def test_plan_flags_are_checked(capsys) -> None:

@@ -199,7 +199,7 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
             out.append(f"layout.{role}.{i}: forwards from the roofline cost model{floor}{shares}; start-up figures from {cal.profile}")
         else:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
-        if cal is not None and (routing := cal.routing_note(model.load_format)):
+        if routing := model.lent_routing_note():
             out[-1] += f"; {routing}"
     for names in shared_gpu_groups(cfg):
         out.append(f"{' and '.join(names)} share one GPU (cluster.local.gpu_split: off): their forwards time-slice it, "
