@@ -16,6 +16,8 @@ For each back-test row (benchmarks/backtest/runs.yaml) of a PD pair whose raw fo
 - every 40-step interval of the log (SGLang logs every --decode-log-interval steps: a step lasts running /
   gen throughput) against the model's decode_step_s at that interval's running batch and KV tokens: graphed and
   eager intervals apart;
+- the same trace with the requests sent in the client's own order (result.json's benchmark.ordering: longest-first,
+  bench's default; the back-test and `plan` simulate the sampled order): TTFT, most running, eager stretch, run;
 - for two rows of one GPU kind, step times at the same running batch, host against host (the intervals' nearest
   batch sizes): a difference there is the machine, not anything the config changes.
 
@@ -44,6 +46,8 @@ from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.backtest import DATASET, build_batch, load_dataset  # noqa: E402
 from orchestrator.plan.simulate import simulate_run  # noqa: E402
+from orchestrator.records import BenchRequest  # noqa: E402
+from orchestrator.workload.batch import order_requests  # noqa: E402
 
 ROWS = ("h200x2-v2lite-pd-product-warm", "h200x2-v2lite-pd-product-mem080", "h100x2-v2lite-pd-product-mem065-lease3")
 # the aggregated rows of the same prompts whose archive keeps the server's log: their KV pool, checked the same way
@@ -59,6 +63,7 @@ class Measured:
     decode: list[dict]  # logparse.decode_lines, t in s from t0
     prefill: list[dict]  # logparse.prefill_lines, t in s from t0
     ttft_p50_s: float
+    ordering: str | None  # the client's submission order (result.json's benchmark.ordering)
 
 
 @dataclass
@@ -121,7 +126,8 @@ def read_measured(row: dict, archive: Path | None = None) -> Measured:
     prefill = [{**r, "t": _utc(r["t"]) - t0} for r in prefill_lines(texts["prefill-0-0.log"])]
     return Measured(startup(texts["decode-0-0.log"])["kv_cache_tokens"], t0, result["duration_s"],
                     [r for r in decode if r["t"] >= -1], [r for r in prefill if r["t"] >= -1],
-                    statistics.median(r["ttft_s"] for r in result["results"] if r.get("ttft_s") is not None))
+                    statistics.median(r["ttft_s"] for r in result["results"] if r.get("ttft_s") is not None),
+                    result.get("metadata", {}).get("config", {}).get("benchmark", {}).get("ordering"))
 
 
 def decode_model(row: dict):
@@ -130,8 +136,14 @@ def decode_model(row: dict):
     return next(cost_model_for(cfg, role, group) for role, _, group in cfg.layout.groups() if role == "decode")
 
 
-def model_trace(row: dict, batches: dict) -> Trace:
+def model_trace(row: dict, batches: dict, ordering: str | None = None) -> Trace:
+    """The planner's run of the row as the back-test simulates it (the batch in its sampled order), or with the
+    requests sent in `ordering` (bench's order_requests: what the product's client did, result.json's config)."""
     cfg = load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
+    batch = build_batch(batches[row["batch"]], DATASET.parent)
+    if ordering is not None:
+        requests = [BenchRequest(index=i, input_ids=[], output_len=o, prompt_len=p) for i, (p, o) in enumerate(batch)]
+        batch = [(r.prompt_len, r.output_len) for r in order_requests(requests, ordering)]
     decode = decode_model(row)
     trace = Trace(kv_pool_tokens=decode.kv_capacity_tokens(), graph_max_bs=max(decode.graph_batch_sizes()))
 
@@ -143,8 +155,7 @@ def model_trace(row: dict, batches: dict) -> Trace:
             trace.prefill_end_s = max(trace.prefill_end_s, now + forward.duration_s)
             trace.prefill_tokens += sum(tokens for _, tokens in forward.prefill)
 
-    run = simulate_run(cfg, build_batch(batches[row["batch"]], DATASET.parent), max_concurrency=None,
-                       sglang_version=row.get("sglang_version"), observe=observe)
+    run = simulate_run(cfg, batch, max_concurrency=None, sglang_version=row.get("sglang_version"), observe=observe)
     trace.duration_s, trace.retracted = run.duration_s, run.retracted
     trace.ttft_p50_s = statistics.median(run.ttft_s)
     return trace
@@ -228,6 +239,13 @@ def report(row: dict, batches: dict, archive: Path | None = None) -> list[dict]:
               f"{st['eager_from']:.1f}-{st['eager_to']:.1f} s ({st['eager_s']:.1f} s, {st['eager_steps']} steps)")
     print(f"   graphed tail to the end           log {sm['end'] - sm['eager_to']:>8.0f} s   "
           f"model {st['end'] - st['eager_to']:>8.1f} s")
+    if m.ordering not in (None, "arrival"):
+        o = model_trace(row, batches, m.ordering)
+        so = _stretches_model(o)
+        print(f"   sent {m.ordering} (result.json; the back-test and `plan` simulate the sampled order): model TTFT p50 "
+              f"{o.ttft_p50_s:.1f} s (log {m.ttft_p50_s:.1f}), most running {max(s[1] for s in o.decode)}, eager "
+              f"{so['eager_from']:.1f}-{so['eager_to']:.1f} s, run {o.duration_s:.1f} s "
+              f"({o.duration_s / m.duration_s - 1:+.1%} time; sampled order {t.duration_s / m.duration_s - 1:+.1%})")
     rows = intervals(m, decode_model(row))
     for graph in (False, True):
         part = [r for r in rows if r["graph"] is graph]
