@@ -160,3 +160,37 @@ def test_requests_two_decodes_take_at_one_instant_reach_the_prefill_together_as_
     run = simulate_run(cfg, [(500, 4)] * 4, max_concurrency=2)
     assert run.ttft_s == [pytest.approx(run.ttft_s[0])] * 4
     assert run.e2e_s == [pytest.approx(run.e2e_s[0])] * 4
+
+
+def test_a_decode_pool_that_holds_the_batch_leaves_the_run_alone_and_a_smaller_one_holds_back_preallocation():
+    # SGLang's PD decode pre-allocates a prompt's KV only with 512 tokens of headroom per active request
+    # (admission.py): with the 1000 ShareGPT prompts of the V2-Lite rows, a pool far above prompt + 512 x requests
+    # (H200 at 0.80 or 0.85: 2.8-3.1 M tokens for 0.85 M) schedules identically, while H100 at 0.55 (480 k tokens)
+    # keeps more requests waiting and fewer running than at 0.65 (751 k): the mechanism benchmarks/pd_decode_terms.py
+    # reads in the lease logs
+    from pathlib import Path
+
+    from orchestrator.config import load_config
+    from orchestrator.plan.backtest import DATASET, build_batch, load_dataset
+
+    root = Path(__file__).resolve().parents[2]
+    batch = build_batch(load_dataset()["batches"]["v2lite-sharegpt-1000"], DATASET.parent)
+
+    def run(*sets: str):
+        cfg = load_config(root / "configs/device-h200x2-local-1p1d.yaml", list(sets), paths_from=root)
+        waiting, running = [0], [0]
+
+        def observe(now, server, forward, schedule):
+            if forward.kind == "decode":
+                waiting[0] = max(waiting[0], len(schedule.prealloc_queue))
+                running[0] = max(running[0], len(forward.running))
+
+        result = simulate_run(cfg, batch, max_concurrency=None, observe=observe)
+        return result, waiting[0], running[0]
+
+    h200_080, h200_085 = (run(f"layout.decode.0.mem_fraction_static={m}") for m in ("0.80", "0.85"))
+    assert h200_080[1] == h200_085[1] == 0 and h200_080[2] == h200_085[2]
+    assert h200_080[0].duration_s == h200_085[0].duration_s and h200_080[0].retracted == 0
+    h100_065, h100_055 = (run("cluster.gpu=H100-SXM", f"layout.decode.0.mem_fraction_static={m}")
+                          for m in ("0.65", "0.55"))
+    assert h100_055[1] > h100_065[1] > 0 and h100_055[2] < h100_065[2]
