@@ -30,13 +30,14 @@ import argparse
 import calendar
 import io
 import json
-import re
 import statistics
 import sys
 import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -64,6 +65,7 @@ class Measured:
     prefill: list[dict]  # logparse.prefill_lines, t in s from t0
     ttft_p50_s: float
     ordering: str | None  # the client's submission order (result.json's benchmark.ordering)
+    total_tok_s: float  # result.json's summary
 
 
 @dataclass
@@ -127,7 +129,8 @@ def read_measured(row: dict, archive: Path | None = None) -> Measured:
     return Measured(startup(texts["decode-0-0.log"])["kv_cache_tokens"], t0, result["duration_s"],
                     [r for r in decode if r["t"] >= -1], [r for r in prefill if r["t"] >= -1],
                     statistics.median(r["ttft_s"] for r in result["results"] if r.get("ttft_s") is not None),
-                    result.get("metadata", {}).get("config", {}).get("benchmark", {}).get("ordering"))
+                    result.get("metadata", {}).get("config", {}).get("benchmark", {}).get("ordering"),
+                    result["summary"]["total_throughput"])
 
 
 def decode_model(row: dict):
@@ -197,9 +200,10 @@ def intervals(m: Measured, model) -> list[dict]:
 
 
 def report(row: dict, batches: dict, archive: Path | None = None) -> list[dict]:
+    archive = archive or archive_of(row)
     m, t = read_measured(row, archive), model_trace(row, batches)
-    measured_tps = (row["measured"]["input_tokens"] + row["measured"]["output_tokens"]) / m.duration_s
-    print(f"\n== {row['id']}  ({row['machine']})")
+    measured_tps = m.total_tok_s
+    print(f"\n== {row['id']}  ({row.get('machine', archive.relative_to(ROOT))})")
     print(f"   measured {m.duration_s:.1f} s ({measured_tps:,.0f} total tok/s), model {t.duration_s:.1f} s "
           f"({t.duration_s / m.duration_s - 1:+.1%} time)")
     peak_tok = max(r["tokens"] for r in m.decode)
@@ -297,6 +301,8 @@ def same_batch(a: list[dict], b: list[dict], graph: bool) -> list[tuple[float, f
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("rows", nargs="*", default=list(ROWS), help="back-test row ids (PD rows with pd.tar.xz)")
+    p.add_argument("--rows-from", metavar="YAML", help="also look rows up here (runs.yaml's form under `rows:`, e.g. a "
+                   "lease's pending-rows.yaml, whose rows are not in the back-test yet); give each one's --archive")
     p.add_argument("--archive", action="append", default=[], metavar="ID=PATH",
                    help="a row's server archive (repo-relative), where its folder holds more than one pd*.tar.xz")
     a = p.parse_args(argv)
@@ -305,13 +311,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--archive takes ROW_ID=PATH")
     data = load_dataset(DATASET)
     by_id = {r["id"]: r for r in data["runs"]}
+    if a.rows_from:
+        by_id = {**{r["id"]: r for r in yaml.safe_load((ROOT / a.rows_from).read_text())["rows"]}, **by_id}
     unknown = [r for r in a.rows if r not in by_id]
     if unknown:
         p.error(f"not in {DATASET.relative_to(ROOT)}: {', '.join(unknown)}")
     per_row = {rid: report(by_id[rid], data["batches"], archive_of(by_id[rid], archives.get(rid))) for rid in a.rows}
     for rid in AGGREGATED_ROWS if a.rows == list(ROWS) else ():
         aggregated_pool(by_id[rid], data["batches"])
-    gpu_of = {rid: re.sub(r"x\d+$", "", by_id[rid]["machine"].split()[0]) for rid in a.rows}
+    gpu_of = {rid: rid.split("-")[0] for rid in a.rows}  # the ids name the machine kind: h200x2-..., h100x2-...
     ids = list(per_row)
     for i, first in enumerate(ids):
         for second in ids[i + 1:]:
