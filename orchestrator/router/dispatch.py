@@ -24,13 +24,7 @@ import orjson
 
 from orchestrator.records import WorkerEndpoint
 from orchestrator.router.engine_client import EngineClient, EngineConnectionError
-from orchestrator.router.failures import (
-    LegFailure,
-    _final_error,
-    _http_failure,
-    _raise_if_stream_aborted,
-    _RetryState,
-)
+from orchestrator.router.failures import LegFailure, RetryState, final_error, http_failure, raise_if_stream_aborted
 from orchestrator.router.ingress_metrics import MetricsSink
 from orchestrator.router.json_response import json_bytes
 from orchestrator.router.pairs import Answer, Pair, Progress, batch_size, fill_from_payload, request_shape, with_pairing
@@ -241,9 +235,9 @@ class PDDispatcher:
             async with asyncio.timeout(timeout_s):
                 r = await self.engine_client.post(w.endpoint.url, "/generate", body)
             if r.status != 200:
-                raise _http_failure("prefill", w, r.status, r.body)
+                raise http_failure("prefill", w, r.status, r.body)
             if stream:
-                _raise_if_stream_aborted("prefill", w, r.body)
+                raise_if_stream_aborted("prefill", w, r.body)
             return time.monotonic()
         except TimeoutError:
             raise LegFailure("timeout", "prefill", w.name, f"no answer within {timeout_s:.1f}s", True, 504) from None
@@ -261,7 +255,7 @@ class PDDispatcher:
             async with asyncio.timeout(timeout_s):
                 r = await self.engine_client.post(w.endpoint.url, "/generate", body, on_first_body)
             if r.status != 200:
-                raise _http_failure("decode", w, r.status, r.body)
+                raise http_failure("decode", w, r.status, r.body)
             if stream:
                 answer_from_stream(w, r.body, answer)
                 answer.ttft_s = r.first_body_at - t0 if r.first_body_at is not None else None
@@ -370,7 +364,7 @@ class PDDispatcher:
     async def generate(self, body: dict, deadline_at: float | None = None, progress: Progress | None = None) -> Answer:
         """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError."""
         sent_at, origin = time.time(), time.monotonic()
-        state = _RetryState()
+        state = RetryState()
         async with contextlib.aclosing(self._attempts(deadline_at, state, request_shape(body))) as attempts:
             async for attempt, pair, _ in attempts:
                 if progress is not None and progress.stopping:
@@ -385,11 +379,11 @@ class PDDispatcher:
                     log.info("attempt %d of %s failed: %s", attempt, answer.rid, exc)
                     if not exc.retryable or (progress is not None and progress.stopping):
                         break
-        raise _final_error(state.last, state.attempts, deadline_at)
+        raise final_error(state.last, state.attempts, deadline_at)
 
     async def open_stream(self, body: dict, deadline_at: float | None = None) -> StreamRelay:
         """Start a streamed request; returns once the decode answered its headers (retrying before that)."""
-        state = _RetryState()
+        state = RetryState()
         async with contextlib.aclosing(self._attempts(deadline_at, state, request_shape(body))) as attempts:
             async for attempt, pair, timeout_s in attempts:
                 try:
@@ -398,10 +392,10 @@ class PDDispatcher:
                     state.last = exc
                     if not exc.retryable:
                         break
-        raise _final_error(state.last, state.attempts, deadline_at)
+        raise final_error(state.last, state.attempts, deadline_at)
 
     async def _attempts(
-        self, deadline_at: float | None, state: _RetryState, request: RequestShape | None = None
+        self, deadline_at: float | None, state: RetryState, request: RequestShape | None = None
     ) -> AsyncGenerator[tuple[int, Pair, float], None]:
         """(attempt, pair, leg timeout) for each try: bounded count, backoff, time left before the deadline.
 
@@ -438,7 +432,7 @@ class PDDispatcher:
             except aiohttp.ClientError as exc:
                 raise LegFailure("connect", "decode", w.name, repr(exc), True, 502) from None
             if resp.status != 200:
-                raise _http_failure("decode", w, resp.status, await resp.read())
+                raise http_failure("decode", w, resp.status, await resp.read())
         except BaseException as exc:
             self.leg_done(w, pair.decode_tokens)
             if resp is not None:

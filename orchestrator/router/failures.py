@@ -38,7 +38,8 @@ class DispatchError(Exception):
         self.code = code  # a slug for the client's error object (decode_timeout, no_worker, ...)
 
 
-def _message_of(payload: Any) -> str:
+def error_message(payload: Any) -> str:
+    """The message of an engine's error body (SGLang's {"error": ...}, {"message"}, FastAPI's {"detail"}), at most 300 chars."""
     if isinstance(payload, dict):
         err = payload.get("error")
         if isinstance(err, dict):
@@ -59,21 +60,23 @@ def engine_error_object(status: int, body: Any) -> dict:
     inner = body.get("error") if isinstance(body, dict) else None
     fields = inner if isinstance(inner, dict) else body if isinstance(body, dict) else {}
     param, code = fields.get("param"), fields.get("code")
-    return error_object(status, _message_of(body), param if isinstance(param, str) else None,
+    return error_object(status, error_message(body), param if isinstance(param, str) else None,
                         code if isinstance(code, str) else None)
 
 
-def _http_failure(leg: str, w: WorkerState, status: int, raw: bytes) -> LegFailure:
+def http_failure(leg: str, w: WorkerState, status: int, raw: bytes) -> LegFailure:
+    """A leg answered with an HTTP error: retryable on another pair for 5xx and 429, not for another 4xx."""
     try:
         body: Any = json.loads(raw)
     except ValueError:
         body = raw.decode(errors="replace")
     # 4xx is about the request (too long, malformed): the same body fails on any pair, so no retry.
     retryable = status >= 500 or status == 429
-    return LegFailure(f"http_{status}", leg, w.name, _message_of(body), retryable, status, body)
+    return LegFailure(f"http_{status}", leg, w.name, error_message(body), retryable, status, body)
 
 
-def _raise_if_aborted(leg: str, w: WorkerState, chunk: dict) -> None:
+def raise_if_aborted(leg: str, w: WorkerState, chunk: dict) -> None:
+    """Raise LegFailure if `chunk` is SGLang's abort answer (finish_reason type abort, with its status code)."""
     meta = chunk.get("meta_info") or {}
     reason = meta.get("finish_reason")
     if isinstance(reason, dict) and reason.get("type") == "abort":
@@ -81,7 +84,7 @@ def _raise_if_aborted(leg: str, w: WorkerState, chunk: dict) -> None:
         raise LegFailure("aborted", leg, w.name, str(reason.get("message")), code >= 500, code)
 
 
-def _raise_if_stream_aborted(leg: str, w: WorkerState, raw: bytes) -> None:
+def raise_if_stream_aborted(leg: str, w: WorkerState, raw: bytes) -> None:
     """Raise LegFailure if the last event of a whole SSE answer is SGLang's abort chunk."""
     # Only the last event can be the abort; `data: [DONE]` may follow it.
     for event in reversed(raw.rstrip().split(b"\n\n")[-2:]):
@@ -93,19 +96,20 @@ def _raise_if_stream_aborted(leg: str, w: WorkerState, raw: bytes) -> None:
         except orjson.JSONDecodeError:
             return
         if isinstance(chunk, dict):
-            _raise_if_aborted(leg, w, chunk)
+            raise_if_aborted(leg, w, chunk)
         return
 
 
 @dataclass
-class _RetryState:
+class RetryState:
     """What a retry loop saw: the last failure and how many attempts reached a worker pair."""
 
     last: "LegFailure | NoWorkerError | None" = None
     attempts: int = 0
 
 
-def _final_error(last: LegFailure | NoWorkerError | None, attempts: int, deadline_at: float | None) -> DispatchError:
+def final_error(last: LegFailure | NoWorkerError | None, attempts: int, deadline_at: float | None) -> DispatchError:
+    """What the client gets once retries are over: the last leg failure, no worker, or the deadline."""
     if isinstance(last, LegFailure):
         return DispatchError(f"{last} (after {attempts} attempt(s))", last.status, attempts,
                              last.body if 400 <= last.status < 500 else None, f"{last.leg}_{last.kind}")

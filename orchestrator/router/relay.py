@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, Protocol
 import aiohttp
 import orjson
 
-from orchestrator.router.failures import LegFailure, _message_of, _raise_if_aborted
+from orchestrator.router.failures import LegFailure, error_message, raise_if_aborted
 from orchestrator.router.pairs import fill_from_payload
 
 if TYPE_CHECKING:
@@ -116,8 +116,8 @@ def answer_from_stream(w: "WorkerState", raw: bytes, answer: "Answer") -> None:
         raise LegFailure("bad_json", "decode", w.name, f"last stream event is not JSON: {exc}", True, 502) from None
     answer.payload = last
     if "error" in last:
-        raise LegFailure("error", "decode", w.name, _message_of(last), True, 502, body=last)
-    _raise_if_aborted("decode", w, last)
+        raise LegFailure("error", "decode", w.name, error_message(last), True, 502, body=last)
+    raise_if_aborted("decode", w, last)
     fill_from_payload(answer, last)
     if len(answer.output_ids) != answer.completion_tokens:  # incremental chunks: stitch them
         ids: list[int] = []
