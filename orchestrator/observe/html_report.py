@@ -25,6 +25,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on CI machines or Ray workers
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from orchestrator.observe.metrics import canonical_phase
 from orchestrator.observe.report import LATENCIES, PERCENTILES, LatencySummary, tpot_s
@@ -125,6 +126,13 @@ def _shade_phases(ax, phases: list[dict]) -> None:
                    label=f"phase: {p['name']}")
 
 
+def _save_png(fig: Figure, path: Path) -> None:
+    """Write one chart (laid out, 100 dpi) and free its figure: a report draws several per run."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def plot_throughput(data: RunData, path: Path) -> None:
     """Prefill tok/s (prompt tokens at prefill finish) and decode tok/s (output tokens at done) per second."""
     ok = data.ok()
@@ -150,9 +158,7 @@ def plot_throughput(data: RunData, path: Path) -> None:
     ax.set_ylabel("tokens / s")
     ax.set_title("Throughput over time, per phase")
     ax.legend(loc="upper right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save_png(fig, path)
 
 
 def plot_latency(data: RunData, path: Path) -> None:
@@ -180,9 +186,7 @@ def plot_latency(data: RunData, path: Path) -> None:
         ax.set_title(f"{title} ({len(values)} requests)")
         ax.set_xlabel("milliseconds" if unit == "ms" else "seconds")
         ax.set_ylabel("requests")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save_png(fig, path)
 
 
 def worker_load(data: RunData) -> dict[str, dict[str, float]]:
@@ -217,9 +221,7 @@ def plot_workers(data: RunData, path: Path) -> None:
     axes[1].legend(fontsize=7)
     for ax in axes:
         ax.tick_params(axis="x", labelrotation=30, labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save_png(fig, path)
 
 
 def plot_timeline(data: RunData, path: Path) -> None:
@@ -239,9 +241,7 @@ def plot_timeline(data: RunData, path: Path) -> None:
     ax.set_xlabel("seconds since job start")
     ax.set_title("Phase timeline vs deadline")
     ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save_png(fig, path)
 
 
 def summary(data: RunData) -> dict[str, str]:
