@@ -50,7 +50,10 @@ from orchestrator.plan.simulate import simulate_run  # noqa: E402
 from orchestrator.records import BenchRequest  # noqa: E402
 from orchestrator.workload.batch import order_requests  # noqa: E402
 
-ROWS = ("h200x2-v2lite-pd-product-warm", "h200x2-v2lite-pd-product-mem080", "h100x2-v2lite-pd-product-mem065-lease3")
+ROWS = ("h200x2-v2lite-pd-product-warm", "h200x2-v2lite-pd-product-mem080", "h100x2-v2lite-pd-product-mem065-lease3",
+        "h200x2-v2lite-pd-1p1d-ours")
+# rows whose archive holds several runs: the run's folder inside it (the 2026-11-21 call 4 run is that row's 43.09 s)
+ARCHIVES = {"h200x2-v2lite-pd-1p1d-ours": "benchmarks/results/device-h200x2-2026-11-21/raw.tar.xz:c4/c/"}
 # the aggregated rows of the same prompts whose archive keeps the server's log: their KV pool, checked the same way
 AGGREGATED_ROWS = ("h200x2-v2lite-agg-tp2-product", "h100x2-v2lite-agg-tp2-mem080-product-lease3")
 LOG_INTERVAL = 40  # --decode-log-interval of these servers (SGLang's default): steps between two Decode batch lines
@@ -94,7 +97,8 @@ def _evidence_dir(row: dict) -> Path:
 
 def archive_of(row: dict, given: str | None = None) -> Path:
     """The row's server archive: `given`, else the evidence itself when it is one, else pd.tar.xz beside it, else the
-    one pd*.tar.xz there (a folder with two legs, as bench_two_gpu.sh pd-ab leaves, needs --archive)."""
+    one pd*.tar.xz there (a folder with two legs, as bench_two_gpu.sh pd-ab leaves, needs --archive). `given` may end
+    in :PREFIX, the run's folder inside an archive that holds several (read_measured takes members under it only)."""
     if given:
         return ROOT / given
     evidence = ROOT / row["evidence"].split()[0]
@@ -111,11 +115,13 @@ def archive_of(row: dict, given: str | None = None) -> Path:
 
 def read_measured(row: dict, archive: Path | None = None) -> Measured:
     archive = archive or archive_of(row)
+    path, _, prefix = str(archive).partition(".tar.xz:")
+    archive = Path(path + ".tar.xz") if prefix else archive
     texts: dict[str, str] = {}
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
             name = member.name
-            if name.endswith(("decode-0-0.log", "prefill-0-0.log", "result.json")):
+            if name.startswith(prefix) and name.endswith(("decode-0-0.log", "prefill-0-0.log", "result.json")):
                 handle = tar.extractfile(member)
                 assert handle is not None
                 texts[name.rsplit("/", 1)[-1]] = io.TextIOWrapper(handle, encoding="utf-8", errors="replace").read()
@@ -125,6 +131,8 @@ def read_measured(row: dict, archive: Path | None = None) -> Measured:
     result = json.loads(texts["result.json"])
     t0 = min(r["sent_at"] for r in result["results"])
     decode = [{**r, "t": _utc(r["t"]) - t0} for r in decode_lines(texts["decode-0-0.log"])]
+    # the measured run's lines start with every prompt pre-allocated or in transfer; earlier ones are the warm-up's
+    decode = decode[next((i for i, r in enumerate(decode) if r.get("transfer", 0) > 0), 0):]
     prefill = [{**r, "t": _utc(r["t"]) - t0} for r in prefill_lines(texts["prefill-0-0.log"])]
     return Measured(startup(texts["decode-0-0.log"])["kv_cache_tokens"], t0, result["duration_s"],
                     [r for r in decode if r["t"] >= -1], [r for r in prefill if r["t"] >= -1],
@@ -306,9 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--archive", action="append", default=[], metavar="ID=PATH",
                    help="a row's server archive (repo-relative), where its folder holds more than one pd*.tar.xz")
     a = p.parse_args(argv)
-    archives = dict(x.split("=", 1) for x in a.archive if "=" in x)
-    if len(archives) != len(a.archive):
+    if any("=" not in x for x in a.archive):
         p.error("--archive takes ROW_ID=PATH")
+    archives = {**ARCHIVES, **dict(x.split("=", 1) for x in a.archive)}
     data = load_dataset(DATASET)
     by_id = {r["id"]: r for r in data["runs"]}
     if a.rows_from:
