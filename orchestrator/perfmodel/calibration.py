@@ -12,7 +12,8 @@ profile (perfmodel/profile.py) -> Calibration:
   (fit_prefill_shares); prefill is compute-bound, so the shares transfer to other layer counts and TP
   sizes of the same layer shape on the same GPU.
 - start-up: process + init (launch -> ready minus weights, KV and graphs, warm), graph capture per
-  batch size per layer (warm), cold compile per batch size (Triton/DeepGEMM kernels are compiled per
+  batch size per layer (warm), with cold caches the first captured size's compile once (where a cold log timed
+  it: the kernels the later sizes reuse) and a rest per further size (Triton/DeepGEMM kernels are compiled per
   shape, not per layer), other cold JIT (first forwards).
 - memory: runtime memory outside SGLang's static pool after start (CUDA context, graph pool, NCCL),
   from `free_after_init_gb`, to check the activation headroom a setting leaves.

@@ -40,8 +40,9 @@ Assumptions (calibration knobs, not measurements; documented in docs/planning.md
   stay bf16 in every format.
 - Start-up: process + NCCL init, weight load (dummy = generated on GPU; real = the whole checkpoint read
   from disk on each node at `disk_gb_s`), KV allocation, decode CUDA-graph capture (not on a PD prefill
-  server: SGLang disables it there) per batch size and layer, and with cold caches a compile per batch
-  size plus first-forward JIT (measured: docs/fidelity.md).
+  server: SGLang disables it there) per batch size and layer, and with cold caches the first size's compile
+  once (the kernels the later sizes reuse; a server without decode graphs pays it at its first forward), a rest
+  per further size, plus first-forward JIT (measured: docs/fidelity.md).
 
 Unset SGLang flags take SGLang's own defaults (perfmodel/sglang_defaults.py); a shipped calibration profile
 for the GPU and layer shape replaces the assumptions above where it measured them (perfmodel/calibration.py).
