@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import random
-import shlex
 import signal
 import subprocess
 import sys
@@ -215,7 +214,7 @@ def main() -> int:
     print("\n" + header + "\n\n" + table)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        command = " ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv])
+        command = command_line()  # the manifest's too
         (args.out / "result.json").write_text(json.dumps({"rows": rows, "command": command, "uptime_start": started,
                                                           "uptime_end": ended, "cpus": os.cpu_count()}, indent=1))
         (args.out / "README.md").write_text(f"# Pairing policies on the simulator\n\nCommand:\n\n    {command}\n\n"

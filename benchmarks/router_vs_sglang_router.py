@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -222,7 +221,7 @@ def main() -> int:
     print("\n" + header + "\n\n" + table)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        command = " ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv])
+        command = command_line()  # the manifest's too
         (args.out / "result.json").write_text(json.dumps({
             "rows": rows, "command": command, "machine_start": started_at, "machine_end": ended_at,
             "gateways": {k: GATEWAY_VERSIONS[k] for k in launchers}, "output_len": args.output_len,
