@@ -20,9 +20,10 @@ Assumptions (calibration knobs, not measurements; documented in docs/planning.md
 - Fixed cost per forward: a scheduler step (3 ms) plus ~0.25 ms per layer of small kernels (MoE routing,
   norms, rope); chosen so single-stream R1 decode on 8 GPUs lands near the 40-50 tok/s that public
   SGLang reports show without speculative decoding (no such report is committed: an assumption). They still price
-  the roofline path (a TP group across nodes: the TP16 rows) and are subtracted from every calibration prefill
-  forward before its share of peak is fitted (_prefill_fit). A graphed decode step of a layer shape no profile measured
-  (Qwen3) takes the GPU's measured per-step and per-layer floor instead (graphed_step_floor).
+  the roofline path (a TP group across nodes: the TP16 rows), are added to every prefill forward (R1: 3 + 61 x
+  0.25 = 18.25 ms) and are subtracted from every calibration prefill forward before its share of peak is fitted
+  (_prefill_fit). A graphed decode step of a layer shape no profile measured (Qwen3) takes the GPU's measured
+  per-step and per-layer floor instead (graphed_step_floor).
 - Tensor parallel: two all-reduces per layer (after attention and after the MLP/MoE), bf16 activations, at
   the published NCCL figures inside a node or across two (perfmodel/parallel/collectives.py, each cited there;
   a forward outside a CUDA graph pays the eager floor measured on two H200s).
