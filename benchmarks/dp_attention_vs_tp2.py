@@ -28,6 +28,7 @@ DP = RESULTS / "2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b
 TP2 = RESULTS / "2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json"
 PADDING = RESULTS / "2026-11-26-context-graph-padding-h100/calibration-r1s6-graphpad.json"
 PADDING_2GPU = RESULTS / "2026-11-26-two-gpu-lease3-h100x2/call3-tp1-eager-graphpad/calibration-r1s6-graphpad.json"
+LEASE4 = RESULTS / "2026-11-26-two-gpu-lease4-h100x2/call6-r1-lease4/calibration-r1s6-lease4.json"
 CONTEXT_RUNS = [  # (label, raw file, variant, GPU SMs, query heads per GPU, requests per GPU at batch 16)
     ("H200 TP1 (one-GPU machine)", RESULTS / "2026-11-26-dummy-routing-h200/call2/calibration-dummy-graphs.json",
      "dummy-graphs", 132, 128, 16),
@@ -41,6 +42,9 @@ CONTEXT_RUNS = [  # (label, raw file, variant, GPU SMs, query heads per GPU, req
     # hgpu, lease 3: the same plan on GPU 0 of a two-H100 machine (the machine, not TP / DP, in the 46-48 ns?)
     ("H100 TP1, two-GPU host, 16 captured", PADDING_2GPU, "graphs-with-16", 132, 128, 16),
     ("H100 TP1, two-GPU host, 16 padded", PADDING_2GPU, "graphs-without-16", 132, 128, 16),
+    # hgpu3, lease 4: graphed TP 2 (64 heads per GPU) beside TP 1 on one two-H100 host, the same graph list
+    ("H100 TP2, two-GPU host, 16 captured (l4)", LEASE4, "tp2-graphs-with-16", 132, 64, 16),
+    ("H100 TP1, two-GPU host, 16 captured (l4)", LEASE4, "tp1-graphs-with-16", 132, 128, 16),
 ]
 # every run here passes --triton-attention-split-tile-size 256, which replaces _mla_decode_kv_splits_cap's 256
 # (triton_backend.py: max_kv_splits = ceil(context_len / split_tile_size)): 16,384 / 256 = 64 splits at most

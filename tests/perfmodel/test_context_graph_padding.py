@@ -52,3 +52,13 @@ def test_on_one_gpu_of_a_two_gpu_host_tp1_costs_what_it_costs_on_a_one_gpu_host(
         for ours, theirs in zip(_per_tile_ns(two_gpu_host), _per_tile_ns(one_gpu_host)):
             assert abs(ours - theirs) < 0.05 * theirs
     assert _per_tile_ns("H200 TP2 (two-GPU machine)")[-1] > 1.5 * _per_tile_ns("H100 TP1, two-GPU host, 16 captured")[-1]
+
+
+def test_the_46_48_ns_per_tile_come_with_the_tp2_grid_not_the_h200_hosts() -> None:
+    # lease 4 (hgpu3): graphed TP 2 and TP 1 context on ONE two-H100 host, the same graph list
+    tp2 = _per_tile_ns("H100 TP2, two-GPU host, 16 captured (l4)")
+    tp1 = _per_tile_ns("H100 TP1, two-GPU host, 16 captured (l4)")
+    for ours, h200 in zip(tp2, _per_tile_ns("H200 TP2 (two-GPU machine)")):
+        assert abs(ours - h200) < 0.1 * h200      # 49.5 / 45.6 ns on H100s, 47.9 / 45.8 on the H200 pair
+    for with_tp2, with_tp1 in zip(tp2, tp1):
+        assert with_tp2 > 1.5 * with_tp1           # TP 1 on the same host: 28.9 / 27.4, the one-GPU H100's
