@@ -1,21 +1,23 @@
-"""The Qwen3-shaped decode step term by term: the planner's parts beside the decode server's logged steps (issue 25).
+"""The Qwen3-shaped decode step term by term: the planner's parts beside measured steps (issue 25).
 
     .venv/bin/python benchmarks/qwen3_decode_terms.py
 
-Measured: SGLang's `Decode batch` lines of the decode server in the `serve` archives of the two Qwen3-shaped runs
-(two H200s, a GPU per server: call 4; one H100 shared with the prefill: calls 9 and 15). A line's step is running /
-logged gen throughput, an interval per step over the lines' logging period (it holds any gap between steps), as in
-every earlier table; median per running count, with the lines' median context per request (#token / running) and
-AIPerf's ITL p50 at N = 4 and 16 (goodput-ours.json).
+Measured: (1) the lone graphed server of scripts/device/qwen3_probe.sh on one H100 (lease 3, call 6: its raw
+calibration file, step = batch / logged gen throughput, median per point); (2) SGLang's `Decode batch` lines of the
+decode server in the `serve` archives of the two Qwen3-shaped runs (two H200s, a GPU per server: call 4; one H100
+shared with the prefill: calls 9 and 15), a line's step = running / logged gen throughput (median per running count,
+with the lines' median context per request) and AIPerf's ITL p50 at N = 4 and 16 (goodput-ours.json).
 
-Modelled: the decode cost model of configs/device-h{200x2,100x1}-qwen3-serve.yaml at that batch and context, split
-into what a graphed step of a layer shape without a profile is made of (timing._forward_s, graphed floor): weight reads
-at WEIGHT_READ_EFFICIENCY of datasheet HBM (attention + dense, the routed experts hit under uniform routing as the
-planner prices dummy weights on this shape today, the LM head), the KV read, the fixed per-step and per-layer costs
-lent from the GPU's profiles of other shapes (costmodel.graphed_step_floor), all divided by the attention backend's
-speed; beside it the routed experts a step reads if every token picks the same top_k (the routing hypothesis, which
-hqprobe's probe decides; not applied here).
+Modelled: the decode cost model at that batch and context, split into what a graphed step of a layer shape without a
+profile is made of (timing._forward_s on the lent floor): attention + dense weights and the LM head at
+WEIGHT_READ_EFFICIENCY of datasheet HBM, the routed experts hit under uniform routing (what the Qwen3 routing probe
+measured with dummy weights) at the fused-MoE kernel's measured stream share (costmodel.expert_stream_share), the KV read
+at WEIGHT_READ_EFFICIENCY over the attention backend's speed relative to the floor's (triton: 1), and the fixed
+per-step and per-layer costs lent from the GPU's profiles of other shapes (costmodel.graphed_step_floor). (3) The
+stream share's own points: the two H200 R1-shaped profiles that differ only in routing, step difference vs the expert
+bytes the two routings read.
 """
+
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
-from orchestrator.perfmodel.timing import WEIGHT_READ_EFFICIENCY  # noqa: E402
+from orchestrator.perfmodel.timing import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY  # noqa: E402
 from orchestrator.perfmodel.weights import experts_hit_fraction  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -64,53 +66,115 @@ def logged_steps(archives: list[str]) -> dict[int, list[tuple[float, float]]]:
     return out
 
 
-def model_terms(cfg_path: str, gpu: str, batch: int, context_per_request: float) -> dict[str, float]:
+LONE = ("benchmarks/results/2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json",
+        "benchmarks/backtest/configs/qwen3-l6-lone.yaml", "H100-SXM")
+
+
+def model_terms(cfg_path: str, gpu: str, batch: int, context_per_request: float, role: str = "decode") -> dict[str, float]:
     """The planner's decode step at `batch` and its parts, seconds."""
     cfg = load_config(ROOT / cfg_path)
-    _, _, group = next(g for g in cfg.layout.groups() if g[0] == "decode")
-    model = cost_model_for(cfg, "decode", group, gpu=gpu)
+    _, _, group = next(g for g in cfg.layout.groups() if g[0] in (role, "aggregated"))
+    model = cost_model_for(cfg, role, group, gpu=gpu)
     cal, arch, fmt = model.calibration, model.arch, model.format
     assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None, "no graphed floor lent"
+    assert cal.graph_expert_read_share is not None, "no measured expert stream share"
     w = model.weight_bytes_breakdown()
-    rate = model.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY
+    hbm = model.gpu.hbm_tb_s * 1e12
+    rate = hbm * WEIGHT_READ_EFFICIENCY
     uniform = experts_hit_fraction(batch, arch.num_experts_per_tok, arch.n_routed_experts)
-    speed = model.attention_speed
+    backend = model.attention_speed / ATTENTION_BACKEND_SPEED.get(cal.attention_backend, 1.0)
     return {
         "step": model.decode_step_s(batch, int(batch * context_per_request)),
-        "attention+dense": (w["attention"] + w["dense_mlp_shared"]) / rate / speed,
-        "experts (uniform)": w["routed_experts"] * uniform / rate / speed,
-        "lm head": model.params.lm_head * fmt.embedding_bytes / model.tp / rate / speed,
-        "kv": batch * context_per_request * model.kv_bytes_per_gpu_token() / rate / speed,
-        "step floor": cal.graph_step_s / speed,
-        "layer floor": arch.num_hidden_layers * cal.graph_layer_s / speed,
-        "experts (top_k)": w["routed_experts"] * arch.num_experts_per_tok / arch.n_routed_experts / rate / speed,
+        "attention+dense": (w["attention"] + w["dense_mlp_shared"]) / rate,
+        "experts (uniform)": w["routed_experts"] * uniform / (hbm * cal.graph_expert_read_share),
+        "lm head": model.params.lm_head * fmt.embedding_bytes / model.tp / rate,
+        "kv": batch * context_per_request * model.kv_bytes_per_gpu_token() / rate / backend,
+        "step floor": cal.graph_step_s,
+        "layer floor": arch.num_hidden_layers * cal.graph_layer_s,
         "experts hit (uniform)": uniform * arch.n_routed_experts,
+        "share": cal.graph_expert_read_share,
     }
 
 
+PARTS = ("attention+dense", "experts (uniform)", "lm head", "kv", "step floor", "layer floor")
+
+
+def lone_grid() -> None:
+    raw, cfg_path, gpu = LONE
+    points = json.loads((ROOT / raw).read_text())["runs"][0]["decode"]
+    print(f"H100, the lone graphed server ({raw}; conditions {cfg_path}), ms")
+    print(f"{'batch':>5} {'ctx':>5} {'measured':>8} {'model':>6} {'error':>7} " + " ".join(f"{p:>17}" for p in PARTS)
+          + f" {'measured - model':>16}")
+    errors = []
+    for p in points:
+        t = model_terms(cfg_path, gpu, p["batch_size"], p["context_tokens"], role="aggregated")
+        measured, model = p["step_ms_median"], t["step"] * 1e3
+        assert abs(sum(t[x] for x in PARTS) - t["step"]) < 1e-6, "the parts do not add up to the step"
+        errors.append(abs(model / measured - 1))
+        print(f"{p['batch_size']:>5} {p['context_tokens']:>5} {measured:>8.3f} {model:>6.2f} {model / measured - 1:>+7.1%} "
+              + " ".join(f"{t[x] * 1e3:>17.2f}" for x in PARTS) + f" {measured - model:>+16.2f}")
+    print(f"mean |error| of the model's step over the {len(errors)} grid points: {statistics.mean(errors):.1%}"
+          f" (routed experts read at {t['share']:.3f} of datasheet HBM)")
+    print()
+
+
+def stream_share_points() -> None:
+    """The points costmodel.expert_stream_share takes the median of (recomputed here the same way, printed)."""
+    from dataclasses import replace
+
+    from orchestrator.config.model_presets import MODEL_PRESETS
+    from orchestrator.perfmodel.costmodel import build_cost_model
+    from orchestrator.perfmodel.profile import shipped_profiles
+
+    pool = shipped_profiles()
+    print("the fused-MoE expert stream share: profiles differing only in routing (step difference vs expert bytes)")
+    print(f"{'profiles':<60} {'batch':>5} {'ctx':>7} {'GB more':>7} {'ms more':>7} {'share':>6}")
+    for real in (p for p in pool if p.model.real_like):
+        dummy = next((p for p in pool if not p.model.real_like and p.gpu.name == real.gpu.name
+                      and p.model.layer_shape() == real.model.layer_shape()), None)
+        arch = next((a for a in MODEL_PRESETS.values() if real.model.matches(a, real.model.quantization)), None)
+        if dummy is None or arch is None:
+            continue
+        m = real.model
+        shape = replace(arch, num_hidden_layers=m.num_hidden_layers, first_k_dense_replace=m.first_k_dense_replace)
+        model = build_cost_model(shape, real.gpu.name, m.quantization, calibrated=False)
+        curve = tuple(sorted((x.tokens, x.distinct_experts) for x in dummy.routing if x.gate == "dummy"))
+        steps = {(x.batch_size, x.context_tokens): x.step_s for x in dummy.decode if x.cuda_graph}
+        for x in (x for x in real.decode if x.cuda_graph):
+            same = steps.get((x.batch_size, x.context_tokens)) or next(
+                (s for (b, c), s in sorted(steps.items(), key=lambda kv: abs(kv[0][1] - x.context_tokens))
+                 if b == x.batch_size and abs(c - x.context_tokens) <= 0.05 * x.context_tokens), None)
+            k, e = arch.num_experts_per_tok, arch.n_routed_experts
+            extra = model.weight_bytes_breakdown()["routed_experts"] * (
+                experts_hit_fraction(x.batch_size, k, e) - experts_hit_fraction(x.batch_size, k, e, True, curve))
+            if same is None or extra <= 0 or x.step_s <= same:
+                continue
+            share = extra / (x.step_s - same) / (model.gpu.hbm_tb_s * 1e12)
+            print(f"{real.name + ' - ' + dummy.name:<60.60} {x.batch_size:>5} {x.context_tokens:>7} {extra / 1e9:>7.2f} "
+                  f"{(x.step_s - same) * 1e3:>7.2f} {share:>6.3f}")
+    print()
+
+
 def main() -> int:
-    parts = ("attention+dense", "experts (uniform)", "lm head", "kv", "step floor", "layer floor")
+    lone_grid()
     for label, cfg_path, gpu, archives, goodput in RUNS:
         steps = logged_steps(archives)
         itl = {r["concurrency"]: r["itl_ms"]["p50"] for r in json.loads((RESULTS / goodput).read_text())["rows"]}
         print(f"{label} ({cfg_path}, {', '.join(archives)}), ms; AIPerf ITL p50 {itl.get(4, float('nan')):.2f} at N = 4, "
               f"{itl.get(16, float('nan')):.2f} at N = 16 ({goodput})")
-        print(f"{'batch':>5} {'lines':>5} {'logged':>7} {'ctx/req':>7} {'model':>6} " + " ".join(f"{p:>17}" for p in parts)
-              + f" {'experts (top_k)':>15} {'model, top_k':>12}")
+        print(f"{'batch':>5} {'lines':>5} {'logged':>7} {'ctx/req':>7} {'model':>6} " + " ".join(f"{p:>17}" for p in PARTS))
         for batch in BATCHES:
             seen = steps.get(batch, [])
             if not seen:
                 continue
             ctx = statistics.median(c for _, c in seen)
             t = model_terms(cfg_path, gpu, batch, ctx)
-            top_k = t["step"] - t["experts (uniform)"] + t["experts (top_k)"]
             print(f"{batch:>5} {len(seen):>5} {statistics.median(s for s, _ in seen) * 1e3:>7.2f} {ctx:>7,.0f} "
-                  f"{t['step'] * 1e3:>6.2f} " + " ".join(f"{t[p] * 1e3:>17.2f}" for p in parts)
-                  + f" {t['experts (top_k)'] * 1e3:>15.2f} {top_k * 1e3:>12.2f}"
+                  f"{t['step'] * 1e3:>6.2f} " + " ".join(f"{t[p] * 1e3:>17.2f}" for p in PARTS)
                   + f"   ({t['experts hit (uniform)']:.0f} of 128 experts hit, uniform)")
         print()
-    print("model = the planner's step now (parts: max(compute, reads) + floors, / the triton backend's speed 0.94);")
-    print("model, top_k = the same with the routed experts read as top_k per layer (the routing hypothesis, not applied).")
+    stream_share_points()
+    print("model = the planner's step now: the parts add up to it (max(compute, reads) + floors; no TP collective at TP 1).")
     return 0
 
 

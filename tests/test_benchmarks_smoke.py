@@ -188,3 +188,18 @@ def test_the_pd_terms_read_a_rows_logs_and_the_planners_own_trace_of_it() -> Non
     assert len(graphed) >= 10 and any(not r["graph"] for r in steps)
     # the model's graphed decode steps at the log's own batches and KV tokens: within 10 % of the log's in sum
     assert sum(r["model_ms"] for r in graphed) == pytest.approx(sum(r["measured_ms"] for r in graphed), rel=0.10)
+
+
+def test_qwen3_decode_terms_splits_every_lone_grid_step_into_parts_that_add_up(capsys):
+    """benchmarks/qwen3_decode_terms.py's lone-H100 table: one row per measured grid point, each the planner's step
+    split into reads and floors that sum to it (the script asserts the sum), experts at the measured stream share."""
+    from benchmarks import qwen3_decode_terms
+    from orchestrator.perfmodel.costmodel import expert_stream_share
+    from orchestrator.perfmodel.profile import shipped_profiles
+
+    qwen3_decode_terms.lone_grid()
+    out = capsys.readouterr().out
+    raw = json.loads((ROOT / qwen3_decode_terms.LONE[0]).read_text())["runs"][0]["decode"]
+    rows = [line for line in out.splitlines() if line.strip() and line.split()[0].isdigit()]
+    assert len(rows) == len(raw) == 24
+    assert f"routed experts read at {expert_stream_share('H100-SXM', shipped_profiles()):.3f}" in out

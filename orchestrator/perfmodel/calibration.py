@@ -89,6 +89,9 @@ class Calibration:
     # per step and per layer, from its measured profiles (costmodel.graphed_step_floor); None where none measured
     graph_step_s: float | None = None
     graph_layer_s: float | None = None
+    # ... and the share of datasheet HBM at which its fused-MoE kernel streams routed experts, measured on a pair of
+    # profiles that differ only in routing (costmodel.expert_stream_share); None: WEIGHT_READ_EFFICIENCY
+    graph_expert_read_share: float | None = None
     # a layer shape no profile measured: the profile (same GPU, same weight format, another shape) whose prefill
     # shares of peak it borrows (costmodel._lend_prefill_shares); None where the shares are the profile's own
     prefill_lender: str | None = None

@@ -93,7 +93,7 @@ __all__ = [  # names other modules import from here (the terms live in the modul
     "ACTIVATION_HEADROOM", "ATTENTION_BACKEND_SPEED", "GB", "MTP_ACCEPT_DECAY", "MTP_FIRST_ACCEPT",
     "WEIGHT_FORMATS", "WEIGHT_READ_EFFICIENCY", "Calibration", "EngineCostModel", "ParamCounts", "Speculative",
     "WeightFormat", "build_cost_model", "calibration_for", "checkpoint_bytes", "cost_model_for", "experts_hit_fraction",
-    "cost_model_of_spec", "find_calibration", "graphed_step_floor", "mtp_accept_length", "param_counts", "spec_fields", "weight_format",
+    "cost_model_of_spec", "expert_stream_share", "find_calibration", "graphed_step_floor", "mtp_accept_length", "param_counts", "spec_fields", "weight_format",
 ]
 
 
@@ -277,7 +277,8 @@ def _find_calibration(
     if any(p.model.matches(arch, p.model.quantization) for p in pool):
         return startup  # these layer dims were measured in another weight format: not a shape without a profile
     step_s, layer_s = graphed_step_floor(gpu, pool) or (None, None)
-    return _lend_prefill_shares(replace(startup, graph_step_s=step_s, graph_layer_s=layer_s), gpu, quantization, pool)
+    lent = replace(startup, graph_step_s=step_s, graph_layer_s=layer_s, graph_expert_read_share=expert_stream_share(gpu, pool))
+    return _lend_prefill_shares(lent, gpu, quantization, pool)
 
 
 def _lend_prefill_shares(cal: Calibration, gpu: str, quantization: str, pool: list[CalibrationProfile]) -> Calibration:
@@ -333,6 +334,50 @@ def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float,
     return step_s, float(layer_s)
 
 
+def expert_stream_share(gpu: str, pool: list[CalibrationProfile]) -> float | None:
+    """Share of datasheet HBM bandwidth at which SGLang's fused-MoE kernel streams routed experts in a graphed decode
+    step, for a layer shape no profile measured; None where no pair of profiles measured it.
+
+    Two profiles of one layer shape on one GPU that differ only in routing (dummy weights as loaded vs randomised
+    gates: the same server, kernels and floor) differ at a (batch, context) they both ran by the routed experts the
+    two routings read (uniform vs the measured dummy curve); the median over those points of bytes / time difference,
+    over datasheet HBM, is the kernel's read share. Shipped: R1-shaped 6 layers FP8 on H200 (12 points, 0.88); taken
+    for every GPU with the same compute peaks in the same weight format (Hopper's die; H100's HBM3 assumed to reach
+    the same share as H200's HBM3e). Nothing of a Qwen3 run enters it."""
+    target = gpu_spec(gpu)
+    shares = []
+    for real in (p for p in pool if p.model.real_like):
+        other = gpu_spec(real.gpu.name)
+        if (other.bf16_tflops, other.fp8_tflops) != (target.bf16_tflops, target.fp8_tflops):
+            continue
+        dummy = next((p for p in pool if not p.model.real_like and p.gpu.name == real.gpu.name
+                      and p.model.layer_shape() == real.model.layer_shape()
+                      and p.model.num_hidden_layers == real.model.num_hidden_layers), None)
+        arch = next((a for a in MODEL_PRESETS.values() if real.model.matches(a, real.model.quantization)), None)
+        if dummy is None or arch is None or not any(x.gate == "dummy" for x in dummy.routing):
+            continue
+        m = real.model
+        shape = replace(arch, num_hidden_layers=m.num_hidden_layers, first_k_dense_replace=m.first_k_dense_replace)
+        routed = build_cost_model(shape, real.gpu.name, m.quantization, calibrated=False).weight_bytes_breakdown()["routed_experts"]
+        curve = tuple(sorted((x.tokens, x.distinct_experts) for x in dummy.routing if x.gate == "dummy"))
+        dummy_steps = {(x.batch_size, x.context_tokens): x.step_s for x in dummy.decode if x.cuda_graph}
+        k, experts = arch.num_experts_per_tok, arch.n_routed_experts
+        for x in real.decode:
+            same = dummy_steps.get((x.batch_size, x.context_tokens)) or _nearest_context(dummy_steps, x)
+            extra = routed * (experts_hit_fraction(x.batch_size, k, experts)
+                              - experts_hit_fraction(x.batch_size, k, experts, True, curve))
+            if x.cuda_graph and same is not None and extra > 0 and x.step_s > same:
+                shares.append(extra / (x.step_s - same) / (other.hbm_tb_s * 1e12))
+    return float(np.median(shares)) if shares else None
+
+
+def _nearest_context(steps: dict[tuple[int, int], float], point) -> float | None:
+    """The dummy profile's step at the same batch and a context within 5 % (the two servers' prompts differ slightly)."""
+    near = [(abs(c - point.context_tokens), s) for (b, c), s in steps.items()
+            if b == point.batch_size and abs(c - point.context_tokens) <= 0.05 * point.context_tokens]
+    return min(near)[1] if near else None
+
+
 @lru_cache(maxsize=32)
 def _startup_only(profile_json: str, arch: ModelArchitecture, quantization: str) -> Calibration:
     profile = CalibrationProfile.model_validate_json(profile_json)
@@ -347,7 +392,7 @@ def _startup_only(profile_json: str, arch: ModelArchitecture, quantization: str)
         profile=profile.name + " (start-up only: another layer shape)", gpu=profile.gpu.name,
         layers=profile.model.num_hidden_layers, sglang_version=e.sglang_version, tp=e.tp, decode=None,
         efficiency_prefill=None, prefill_points=0, startup=startup, runtime_overhead_gb=None, source=profile.raw,
-        page_size=e.page_size, shape_matches=False,
+        page_size=e.page_size, shape_matches=False, attention_backend=e.attention_backend or "triton",
     )
 
 

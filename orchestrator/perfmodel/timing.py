@@ -86,21 +86,36 @@ class TimingTerms(MemoryTerms):
         flops = 2 * (tokens * active_dense + routed_active + lm_head_tokens * p.lm_head) + attention_flops
         compute_s = share * flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
 
-        bytes_read = self._weight_bytes_read(tokens) + kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp
-        cal = self.calibration if graphed_floor else None
-        if cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None:
-            read_efficiency, step_s, layer_s = WEIGHT_READ_EFFICIENCY, cal.graph_step_s, cal.graph_layer_s
+        kv_bytes, hbm, cal = kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp, self.gpu.hbm_tb_s * 1e12, self.calibration
+        if graphed_floor and self._lent_floor:  # experts at their kernel's measured share; the backend (relative to the
+            # floor's) on the attention kernel alone (the KV read); the rest at the rate the floor was measured against
+            routed = self._routed_expert_bytes_read(tokens)
+            backend = self.attention_speed / ATTENTION_BACKEND_SPEED.get(cal.attention_backend, 1.0)
+            memory_s = share * ((self._weight_bytes_read(tokens) - routed + kv_bytes / backend) / (hbm * WEIGHT_READ_EFFICIENCY)
+                                + routed / (hbm * (cal.graph_expert_read_share or WEIGHT_READ_EFFICIENCY)))
+            step_s, layer_s = cal.graph_step_s, cal.graph_layer_s
         else:
-            read_efficiency, step_s, layer_s = self.efficiency_decode, self.gpu.step_overhead_s, self.gpu.layer_overhead_s
-        memory_s = share * bytes_read / (self.gpu.hbm_tb_s * 1e12 * read_efficiency)
+            memory_s = share * (self._weight_bytes_read(tokens) + kv_bytes) / (hbm * self.efficiency_decode)
+            step_s, layer_s = self.gpu.step_overhead_s, self.gpu.layer_overhead_s
         fixed_s = (0.0 if stage else step_s) + share * arch.num_hidden_layers * layer_s
         return max(compute_s, memory_s) + self._comm_s(tokens, stage, eager, decode) + fixed_s
 
+    @property
+    def _lent_floor(self) -> bool:
+        """Is a graphed decode step priced on the GPU's lent fixed costs (a layer shape no profile measured)?"""
+        cal = self.calibration
+        return cal is not None and None not in (cal.graph_step_s, cal.graph_layer_s) and not self._tp_spans_nodes
+
     def _weight_bytes_read(self, tokens: int) -> float:
-        """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit)."""
-        p, fmt, arch = self.params, self.format, self.arch
+        """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit). Timing walks every
+        stage in turn, so all layers' bytes count on one stage's GPUs (x pp)."""
         w = self.weight_bytes_breakdown()
-        pp = self.pp  # timing walks every stage in turn, so count all layers' bytes on one stage's GPUs
+        return ((w["attention"] + w["dense_mlp_shared"]) * self.pp + self._routed_expert_bytes_read(tokens)
+                + self.params.lm_head * self.format.embedding_bytes / self.tp)
+
+    def _routed_expert_bytes_read(self, tokens: int) -> float:
+        """Routed-expert bytes one forward of `tokens` tokens reads on one GPU (the experts its tokens hit)."""
+        arch = self.arch
         # dummy routing is what the R1-shaped calibration measured; a TP group across nodes has no calibrated
         # step (see _decode_pass_s) and keeps the uniform-routing roofline of issue 14
         # (a measured dummy-weight curve of the shape decides it for any router: docs/fidelity.md, Qwen3 probe rule)
@@ -108,11 +123,7 @@ class TimingTerms(MemoryTerms):
         same = (dummy_routing(self.load_format, arch.topk_method) or (self.load_format == "dummy" and bool(measured))) \
             and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes)
         hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same, measured)
-        return (
-            (w["attention"] + w["dense_mlp_shared"]) * pp
-            + w["routed_experts"] * pp * hit
-            + p.lm_head * fmt.embedding_bytes / self.tp
-        )
+        return self.weight_bytes_breakdown()["routed_experts"] * self.pp * hit
 
     def weight_read_s(self, tokens: int) -> float:
         """Weight/expert read time of one forward at WEIGHT_READ_EFFICIENCY of datasheet HBM."""
@@ -325,17 +336,11 @@ class TimingTerms(MemoryTerms):
             ctx_flops = 2 * arch.num_attention_heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
         else:
             ctx_flops = 2 * arch.num_attention_heads * (arch.qk_head_dim + arch.value_head_dim)
-        step = self._forward_s(
-            tokens=bs,
-            attention_flops=ctx_flops * arch.num_hidden_layers * ctx * tokens_per_request,
-            kv_read_tokens=ctx,
-            lm_head_tokens=bs,
-            stage=stage,
-            graphed_floor=not self._tp_spans_nodes,
-            eager=eager,
-            decode=True,
-        )
-        step /= self.attention_speed
+        step = self._forward_s(tokens=bs, attention_flops=ctx_flops * arch.num_hidden_layers * ctx * tokens_per_request,
+                               kv_read_tokens=ctx, lm_head_tokens=bs, stage=stage, graphed_floor=not self._tp_spans_nodes,
+                               eager=eager, decode=True)
+        if not self._lent_floor:  # the lent floor's path puts the backend on the attention kernel (_forward_s)
+            step /= self.attention_speed
         return max(step, self.eager_launch_s(requests, stage)) if eager else step
 
     def eager_launch_s(self, requests: int, stage: bool = False) -> float:

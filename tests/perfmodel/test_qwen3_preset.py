@@ -15,6 +15,7 @@ from orchestrator.perfmodel.costmodel import (
     EngineCostModel,
     build_cost_model,
     calibration_for,
+    expert_stream_share,
     graphed_step_floor,
 )
 from orchestrator.perfmodel.profile import shipped_profiles
@@ -61,11 +62,41 @@ def _decode_server(gpu: str = "H100-SXM", **server) -> EngineCostModel:
 
 def test_decode_reads_each_ranks_kv_share_every_step():
     """A decode step reads its rank's KV share (48 KiB/token at TP4, not the whole 188 KiB) on top of weights, at
-    the streaming rate the measured fixed costs were fitted against."""
+    the streaming rate the measured fixed costs were fitted against, sped or slowed by the attention backend relative
+    to the one the floor was measured with (triton: fa3 is 1 / 0.94 as fast on this kernel)."""
+    for backend, speed in (("triton", 1.0), ("fa3", 1 / 0.94)):
+        cost = _decode_server(attention_backend=backend)
+        assert cost.calibration.attention_backend == "triton"
+        short, long = cost.decode_step_s(64, 64 * 100), cost.decode_step_s(64, 64 * 4200)
+        kv_read_s = 64 * 4100 * cost.kv_bytes_per_gpu_token() / (cost.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
+        assert long - short == pytest.approx(kv_read_s / speed, rel=1e-6)
+
+
+def test_the_attention_backend_changes_only_the_attention_kernel_of_a_lent_floor_step():
+    """With no context to attend over, a Qwen3-shaped graphed step is the same on triton and fa3: weight reads, experts
+    and the lent floor (measured on triton) run no attention kernel; the old whole-step / 0.94 made triton 6 % longer."""
+    triton, fa3 = _decode_server(attention_backend="triton"), _decode_server(attention_backend="fa3")
+    assert triton.decode_step_s(16, 16) == pytest.approx(fa3.decode_step_s(16, 16), rel=1e-3)
+    assert triton.decode_step_s(16, 16 * 4000) > fa3.decode_step_s(16, 16 * 4000)
+
+
+def test_expert_stream_share_is_measured_from_the_routing_pair_not_assumed():
+    """The fused-MoE kernel's expert read share comes from the two H200 R1-shaped profiles that differ only in routing
+    (dummy vs randomised gates): their step difference over the expert bytes the two routings read. It lies above the
+    80 % assumed for every other read and below the datasheet; without such a pair there is none."""
+    pool = shipped_profiles()
+    share = expert_stream_share("H200", pool)
+    assert share is not None and WEIGHT_READ_EFFICIENCY < share < 1.0
+    assert expert_stream_share("H100-SXM", pool) == share  # same die, the same kernel
+    assert expert_stream_share("H200", [p for p in pool if not p.model.real_like]) is None
+    # a Qwen3-shaped step's routed experts stream at that share: two batches differ by their expert bytes at it
     cost = _decode_server()
-    short, long = cost.decode_step_s(64, 64 * 100), cost.decode_step_s(64, 64 * 4200)
-    kv_read_s = 64 * 4100 * cost.kv_bytes_per_gpu_token() / (cost.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
-    assert long - short == pytest.approx(kv_read_s, rel=0.05)
+    assert cost.calibration.graph_expert_read_share == share
+    experts = cost._routed_expert_bytes_read(32) - cost._routed_expert_bytes_read(8)
+    other = cost.weight_read_s(32) - cost.weight_read_s(8) - experts / (cost.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
+    assert other == pytest.approx(0.0, abs=1e-12)
+    assert cost.decode_step_s(32, 32) - cost.decode_step_s(8, 8) == pytest.approx(
+        experts / (cost.gpu.hbm_tb_s * 1e12 * share) + cost._comm_s(32) - cost._comm_s(8), rel=0.02)
 
 
 def test_graphed_step_floor_reproduces_the_fixed_time_each_gpus_profiles_measured():
@@ -92,18 +123,22 @@ def test_graphed_step_floor_reproduces_the_fixed_time_each_gpus_profiles_measure
 
 def test_a_shape_without_a_profile_decodes_on_the_measured_floor_not_the_assumed_fixed_costs():
     """Qwen3 (no profile of its layer shape): a graphed decode step = weight and KV reads at WEIGHT_READ_EFFICIENCY
-    + TP all-reduces + the GPU's measured per-step and per-layer floor; the assumed 3 ms + 0.25 ms per layer (set for
-    R1 single-stream) no longer apply to it. Eager steps last at least their CPU launch (timing.eager_launch_s)."""
-    cost = _decode_server()
+    (routed experts at their kernel's measured share) + TP all-reduces + the GPU's measured per-step and per-layer
+    floor; the assumed 3 ms + 0.25 ms per layer (set for R1 single-stream) no longer apply to it. Eager steps last at
+    least their CPU launch (timing.eager_launch_s)."""
+    cost = _decode_server(attention_backend="triton")  # the lenders' backend: the KV read at the floor's own rate
     cal = cost.calibration
     assert cal is not None and not cal.shape_matches and cal.decode is None
-    assert cal.graph_step_s is not None and cal.graph_layer_s is not None
+    assert cal.graph_step_s is not None and cal.graph_layer_s is not None and cal.graph_expert_read_share is not None
     bs, ctx = 12, 12 * 4100
-    reads = cost.weight_read_s(bs) + ctx * cost.kv_bytes_per_gpu_token() / (cost.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
+    hbm = cost.gpu.hbm_tb_s * 1e12
+    experts = cost._routed_expert_bytes_read(bs)
+    reads = (cost.weight_read_s(bs) - experts / (hbm * WEIGHT_READ_EFFICIENCY) + experts / (hbm * cal.graph_expert_read_share)
+             + ctx * cost.kv_bytes_per_gpu_token() / (hbm * WEIGHT_READ_EFFICIENCY))
     floor = cal.graph_step_s + 94 * cal.graph_layer_s
     assert cost.decode_step_s(bs, ctx) == pytest.approx(reads + cost._comm_s(bs) + floor, rel=1e-6)
     assert floor < cost.gpu.step_overhead_s + 94 * cost.gpu.layer_overhead_s
-    eager = _decode_server(cuda_graph_max_bs=8)
+    eager = _decode_server(attention_backend="triton", cuda_graph_max_bs=8)
     # (and their all-reduces pay the eager NCCL floor instead of the graph replay's: parallel/collectives.py)
     eager_comm = eager._comm_s(bs, eager=True) - cost._comm_s(bs)
     assert eager_comm > 0
