@@ -36,6 +36,7 @@ from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.perfmodel.timing import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY  # noqa: E402
 from orchestrator.perfmodel.weights import experts_hit_fraction  # noqa: E402
+from orchestrator.records import Role  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 RUNS = [  # (label, config, gpu, serve archives, goodput json)
@@ -70,7 +71,7 @@ LONE = ("benchmarks/results/2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/c
         "benchmarks/backtest/configs/qwen3-l6-lone.yaml", "H100-SXM")
 
 
-def model_terms(cfg_path: str, gpu: str, batch: int, context_per_request: float, role: str = "decode") -> dict[str, float]:
+def model_terms(cfg_path: str, gpu: str, batch: int, context_per_request: float, role: Role = "decode") -> dict[str, float]:
     """The planner's decode step at `batch` and its parts, seconds."""
     cfg = load_config(ROOT / cfg_path)
     _, _, group = next(g for g in cfg.layout.groups() if g[0] in (role, "aggregated"))

@@ -86,17 +86,18 @@ class TimingTerms(MemoryTerms):
         flops = 2 * (tokens * active_dense + routed_active + lm_head_tokens * p.lm_head) + attention_flops
         compute_s = share * flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
 
-        kv_bytes, hbm, cal = kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp, self.gpu.hbm_tb_s * 1e12, self.calibration
-        if graphed_floor and self._lent_floor:  # experts at their kernel's measured share; the backend (relative to the
-            # floor's) on the attention kernel alone (the KV read); the rest at the rate the floor was measured against
+        kv_bytes, hbm = kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp, self.gpu.hbm_tb_s * 1e12
+        memory_s = share * (self._weight_bytes_read(tokens) + kv_bytes) / (hbm * self.efficiency_decode)
+        step_s, layer_s = self.gpu.step_overhead_s, self.gpu.layer_overhead_s
+        # a lent floor: experts at their kernel's measured share; the backend (relative to the floor's) on the attention
+        # kernel alone (the KV read); the rest at the rate the floor was measured against
+        cal = self.calibration if graphed_floor and self._lent_floor else None
+        if cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None:
             routed = self._routed_expert_bytes_read(tokens)
             backend = self.attention_speed / ATTENTION_BACKEND_SPEED.get(cal.attention_backend, 1.0)
             memory_s = share * ((self._weight_bytes_read(tokens) - routed + kv_bytes / backend) / (hbm * WEIGHT_READ_EFFICIENCY)
                                 + routed / (hbm * (cal.graph_expert_read_share or WEIGHT_READ_EFFICIENCY)))
             step_s, layer_s = cal.graph_step_s, cal.graph_layer_s
-        else:
-            memory_s = share * (self._weight_bytes_read(tokens) + kv_bytes) / (hbm * self.efficiency_decode)
-            step_s, layer_s = self.gpu.step_overhead_s, self.gpu.layer_overhead_s
         fixed_s = (0.0 if stage else step_s) + share * arch.num_hidden_layers * layer_s
         return max(compute_s, memory_s) + self._comm_s(tokens, stage, eager, decode) + fixed_s
 
@@ -107,8 +108,7 @@ class TimingTerms(MemoryTerms):
         return cal is not None and None not in (cal.graph_step_s, cal.graph_layer_s) and not self._tp_spans_nodes
 
     def _weight_bytes_read(self, tokens: int) -> float:
-        """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit). Timing walks every
-        stage in turn, so all layers' bytes count on one stage's GPUs (x pp)."""
+        """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit; every pp stage's)."""
         w = self.weight_bytes_breakdown()
         return ((w["attention"] + w["dense_mlp_shared"]) * self.pp + self._routed_expert_bytes_read(tokens)
                 + self.params.lm_head * self.format.embedding_bytes / self.tp)
