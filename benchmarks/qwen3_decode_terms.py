@@ -1,6 +1,6 @@
 """The Qwen3-shaped decode step term by term: the planner's parts beside measured steps (issue 25).
 
-    .venv/bin/python benchmarks/qwen3_decode_terms.py
+    .venv/bin/python benchmarks/qwen3_decode_terms.py [--predict-h200]
 
 Measured: (1) the lone graphed server of scripts/device/qwen3_probe.sh on one H100 (lease 3, call 6: its raw
 calibration file, step = batch / logged gen throughput, median per point); (2) SGLang's `Decode batch` lines of the
@@ -156,7 +156,25 @@ def stream_share_points() -> None:
     print()
 
 
+def predict_h200_lone() -> None:
+    """The lone grid's conditions on one H200, predicted before any such run: the planner's step (the H200's lent floor)
+    beside the step with the H100's per-step part instead (the same die; the hypothesis that the H200 floor's excess
+    is its lenders' hosts, docs/fidelity.md hqwen3). A run of this grid decides between the two columns."""
+    _, cfg_path, _ = LONE
+    print(f"H200, the lone graphed server's grid, predicted ({cfg_path} on H200), ms")
+    print(f"{'batch':>5} {'ctx':>5} {'model':>6} {'with H100 step floor':>20}")
+    for ctx in (256, 1024, 4096):
+        for batch in (1, 4, 8, 16, 32, 64, 128, 256):
+            h200 = model_terms(cfg_path, "H200", batch, ctx, role="aggregated")
+            h100 = model_terms(cfg_path, "H100-SXM", batch, ctx, role="aggregated")
+            alternative = h200["step"] - h200["step floor"] + h100["step floor"]
+            print(f"{batch:>5} {ctx:>5} {h200['step'] * 1e3:>6.2f} {alternative * 1e3:>20.2f}")
+
+
 def main() -> int:
+    if "--predict-h200" in sys.argv[1:]:
+        predict_h200_lone()
+        return 0
     lone_grid()
     for label, cfg_path, gpu, archives, goodput in RUNS:
         steps = logged_steps(archives)
