@@ -357,6 +357,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"({LABEL} rows: virtual time on each config's cluster.gpu via the cost model, "
         f"{time.monotonic() - started:.1f} s of CPU; ratio = output throughput / the first config's)"
     )
+    band = _error_band(first)
+    if band is not None and any(row.source == LABEL for row in rows):
+        print(f"back-test error band of the {LABEL} throughputs: {band.text()} (`plan --backtest`)")
     sources = {row.source for row in rows}
     if SIM_ENGINE in sources:
         print(f"({SIM_ENGINE} rows: a bench run on the simulated engine, its wall time: simulated, no GPU measured)")

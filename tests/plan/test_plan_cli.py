@@ -135,6 +135,11 @@ def test_compare_labels_an_earlier_run_of_the_simulated_engine_sim_engine_never_
     assert [row[3] for row in rows] == ["simulated", "sim-engine"], out
     assert "measured" not in out.replace("no GPU measured", ""), out
     assert "(sim-engine rows: a bench run on the simulated engine, its wall time: simulated, no GPU measured)" in out
+    # the simulated rows are predictions: the back-test's out-of-sample band comes with them (issue 25)
+    from orchestrator.plan.backtest import error_band
+
+    band = error_band()
+    assert band is not None and f"\nback-test error band of the simulated throughputs: {band.text()} (`plan --backtest`)\n" in out
 
 
 def test_plan_search_top_prints_that_many_ranks_and_says_why_no_pd_layout_is_ranked(capsys) -> None:
