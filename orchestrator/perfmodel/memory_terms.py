@@ -94,9 +94,13 @@ class MemoryTerms(ServerShape):
         p, fmt = self.params, self.format
         attn_shards = self.tp // self.attn_dp  # DP attention replicates attention weights per rank
         per_layer_share = 1 / self.pp
-        embeddings = (p.embedding + p.lm_head) * fmt.embedding_bytes / self.tp
+        # the input embedding is vocab-parallel over the attention-TP group (0.5.17 vocab_parallel_embedding.py
+        # get_embedding_tp_kwargs: use_attn_tp_group under DP attention), the lm_head over the whole TP group
+        embedding = p.embedding * fmt.embedding_bytes / attn_shards
+        lm_head = p.lm_head * fmt.embedding_bytes / self.tp
+        embeddings = embedding + lm_head
         if self.pp > 1:  # first stage holds the embedding, last the lm_head
-            embeddings = max(p.embedding, p.lm_head) * fmt.embedding_bytes / self.tp
+            embeddings = max(embedding, lm_head)
         mtp = 0.0
         if self.speculative is not None:  # R1's MTP module: one MoE decoder layer + eh_proj (embedding, head shared)
             moe_layers = max(1, self.arch.moe_layers)
@@ -108,12 +112,24 @@ class MemoryTerms(ServerShape):
             )
         return {
             "mtp_draft_layer": mtp,
+            "absorbed_mla_copies": self._absorbed_mla_bytes() * per_layer_share,
             "attention": p.attention * fmt.dense_bytes / attn_shards * per_layer_share,
             "dense_mlp_shared": (p.dense_mlp + p.shared_experts + p.router) * fmt.dense_bytes / self.tp
             * per_layer_share,
             "routed_experts": p.routed_experts * fmt.expert_bytes / self.tp * per_layer_share,
             "embeddings": embeddings,
         }
+
+    def _absorbed_mla_bytes(self) -> float:
+        """SGLang's absorbed-MLA copies of kv_b_proj on one GPU (all layers): 0.5.17
+        models/deepseek_common/deepseek_weight_loader.py post-load splits kv_b_proj (block FP8 dequantized to bf16 first)
+        into w_kc and w_vc with .contiguous() copies for the decode path and keeps kv_b_proj for the prefill path: bf16
+        kv_lora_rank x heads x (qk_nope + v) per layer, the heads of the attention rank."""
+        arch = self.arch
+        if not arch.is_mla:
+            return 0.0
+        heads = arch.num_attention_heads / max(1, self.tp // self.attn_dp)
+        return arch.num_hidden_layers * arch.kv_lora_rank * heads * (arch.qk_nope_head_dim + arch.v_head_dim) * 2
 
     def weights_bytes_per_gpu(self) -> float:
         return sum(self.weight_bytes_breakdown().values())

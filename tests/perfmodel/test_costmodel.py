@@ -37,7 +37,7 @@ def test_mla_kv_bytes_per_token_is_layers_times_latent_plus_rope_in_bf16() -> No
 
 
 def test_fp8_r1_tp8_weights_are_84_gb_per_gpu_and_leave_no_kv_on_h100_but_do_on_h200() -> None:
-    assert r1(quantization="fp8").weights_bytes_per_gpu() / GB == pytest.approx(84.1, abs=0.5)
+    assert r1(quantization="fp8").weights_bytes_per_gpu() / GB == pytest.approx(84.4, abs=0.5)
     assert r1(quantization="fp8").kv_capacity_tokens() == 0
     assert r1(quantization="fp8", gpu=H200).kv_capacity_tokens() > 600_000
 
@@ -48,7 +48,9 @@ def test_tensor_parallel_halves_weights_and_mla_kv_does_not_grow_with_tp_but_doe
     per_gpu_tokens = tp16.kv_bytes_per_gpu() / tp16.kv_bytes_per_token()
     assert tp16.kv_capacity_tokens() == pytest.approx(per_gpu_tokens, rel=1e-3)  # replicated, not summed
     dp_attn = r1(quantization="w4a8", dp=8, dp_attention=True)
-    assert dp_attn.kv_capacity_tokens() > 5 * tp8.kv_capacity_tokens()
+    # eight schedulers' pools, each a little smaller: every rank holds all heads' attention weights and their
+    # absorbed-MLA bf16 copies (2 GB a GPU for R1)
+    assert dp_attn.kv_capacity_tokens() > 4 * tp8.kv_capacity_tokens()
 
 
 def test_pipeline_parallel_splits_layers_so_weights_halve_and_kv_tokens_double() -> None:

@@ -48,7 +48,7 @@ def test_plan_of_fp8_r1_on_h100_fails_with_the_numbers_and_the_options(capsys) -
     rc = main(["plan", "--config", DEFAULT, "--synthetic", "--set", "model.quantization=fp8"])
     out = capsys.readouterr().out
     assert rc == 1
-    assert "needs 84.1 GB/GPU for weights alone" in out
+    assert "needs 84.4 GB/GPU for weights alone" in out
     assert "W4A8 checkpoint" in out and "H200 nodes" in out and "aggregated TP16 over both nodes" in out
     assert "deadline budget" not in out
 
@@ -153,7 +153,7 @@ def test_plan_search_top_prints_that_many_ranks_and_says_why_no_pd_layout_is_ran
     # the config's rules switch W4A8 to FP8, which no PD layout of 2x8 H100 holds: said, with the numbers
     assert ("no PD layout in the ranking: all " in out and " do not fit in memory, after rules apac-hpcai-2025 set "
             "model.quantization: 'w4a8' -> 'fp8' (the checkpoint's own precision); the lightest, pd 1PxTP8 / 1DxTP8: "
-            "layout.prefill.0: FP8 DeepSeek-R1 TP8 needs 84.1 GB/GPU for weights alone") in out
+            "layout.prefill.0: FP8 DeepSeek-R1 TP8 needs 84.4 GB/GPU for weights alone") in out
 
 
 def test_plan_search_prints_the_error_band_under_its_ranking_when_the_config_s_own_layout_does_not_fit(capsys) -> None:

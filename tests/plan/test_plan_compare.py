@@ -49,7 +49,7 @@ def test_pd_and_aggregated_on_h100_and_h200_in_one_table_with_ratios_to_the_firs
 def test_a_layout_that_does_not_fit_gets_a_row_that_says_why() -> None:
     rows = compare(configs("default", "h100-2p1d-tp4"), BATCH)
     assert rows[1].memory == "does-not-fit" and math.isnan(rows[1].output_throughput)
-    assert "TP4 needs 91.6 GB/GPU" in rows[1].note
+    assert "TP4 needs 92.1 GB/GPU" in rows[1].note
     assert "note: does not fit" in compare_table(rows)
 
 
