@@ -3,12 +3,14 @@
 1. Eager decode, TP 1 (GPU 0) vs TP 2 (both GPUs), the R1 layer shape x 6 layers, --disable-cuda-graph, the same
    points (batch 1 ... 512 at context 256, batch 16 at context 256 / 2,048 / 8,192), each point twice in a row:
    the logged step (harness estimator) of the first use and of the warm repeat, TP 2 - TP 1, and the planner's
-   eager step for each (decode_step_s: max(graph replay, CPU launch), plus TP 2's all-reduce launches), beside the
+   eager step for each (decode_step_s: max(graph replay, CPU launch), plus TP 2's per-layer eager cost), beside the
    second lease's TP 2 eager steps on a two-H200 machine.
 2. The same points' client walls (100 decode steps + the prompts' prefill): first use vs warm repeat, the logged
    steps' share (100 x step), and the prefill tokens SGLang logged (one fewer than sent = a radix-cache hit).
 3. PD pair vs one aggregated TP 2 server through the product, measured on this machine against the predictions
    recorded before the lease (benchmarks/results/2026-11-26-lease3-predicted/predicted.json).
+4. The per-layer TP > 1 eager cost fitted on section 1 (htp2): the mean over the warm decode points measured at both
+   TP sizes of (TP 2 - TP 1) / layers, beside the figure the model ships (collectives.HOPPER.eager_tp_layer_s).
 
 Usage (repo root; no GPU):  .venv/bin/python benchmarks/same_host_ab.py
 """
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.config.model_presets import DEEPSEEK_R1  # noqa: E402
 from orchestrator.observe.report import TOTAL_THROUGHPUT_LABEL, total_throughputs  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
+from orchestrator.perfmodel.parallel.collectives import HOPPER  # noqa: E402
 
 LEASE3 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease3-h100x2"
 TP1 = LEASE3 / "call3-tp1-eager-graphpad/calibration-r1s6-tp1-eager.json"
@@ -35,6 +38,7 @@ PD_LOG, AGG_LOG = LEASE3 / "call4-pd/main-pd.log", LEASE3 / "call5-agg/main-agg.
 PREDICTED = ROOT / "benchmarks/results/2026-11-26-lease3-predicted/predicted.json"
 PD_ROW, AGG_ROW = "h100x2-v2lite-pd-product-mem065-lease3", "h100x2-v2lite-agg-tp2-mem080-product-lease3"
 STEPS = 100
+LAYERS = 6  # the R1 layer shape's count in both servers
 
 
 def points(path: Path, variant: str) -> dict[tuple[str, int, int, int], dict]:
@@ -106,9 +110,30 @@ def pd_vs_agg() -> list[str]:
             f"   PD / aggregated: measured x{pd / agg:.3f}, predicted x{p_pd / p_agg:.3f}"]
 
 
+def tp_layer_gaps_ms(tp1: dict, tp2: dict) -> dict[int, float]:
+    """batch -> (TP 2 - TP 1) logged step per layer, ms, over the warm decode points measured at both TP sizes."""
+    gaps = {}
+    for key, r2 in tp2.items():
+        r1 = tp1.get(key)
+        if key[0] == "decode" and key[3] == 1 and r1 and r1.get("step_ms_median") and r2.get("step_ms_median"):
+            gaps[key[1]] = (r2["step_ms_median"] - r1["step_ms_median"]) / LAYERS
+    return dict(sorted(gaps.items()))
+
+
+def tp_layer_fit(tp1: dict, tp2: dict) -> list[str]:
+    gaps = tp_layer_gaps_ms(tp1, tp2)
+    mean = sum(gaps.values()) / len(gaps)
+    shipped = HOPPER.eager_tp_layer_s or 0.0
+    return ["\n4. per-layer TP > 1 eager cost: (TP 2 - TP 1) / 6 layers of each warm decode point (ms)",
+            "   " + "  ".join(f"B={b}: {g:.3f}" for b, g in gaps.items()),
+            f"   mean {mean:.3f} ms per layer over {len(gaps)} points (range {min(gaps.values()):.3f}-{max(gaps.values()):.3f}); "
+            f"shipped collectives.HOPPER.eager_tp_layer_s {shipped * 1e3:.3f} ms"]
+
+
 def main() -> int:
     tp1, tp2 = points(TP1, "tp1-eager"), points(TP2, "tp2-eager")
-    print("\n".join(step_table(tp1, tp2, points(TP2_LEASE2, "tp2-eager")) + wall_table(tp1, tp2) + pd_vs_agg()))
+    print("\n".join(step_table(tp1, tp2, points(TP2_LEASE2, "tp2-eager")) + wall_table(tp1, tp2) + pd_vs_agg()
+                    + tp_layer_fit(tp1, tp2)))
     return 0
 
 

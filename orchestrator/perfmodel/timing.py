@@ -261,7 +261,7 @@ class TimingTerms(MemoryTerms):
         requests = self._scheduler_requests(sum(1 for n in new_tokens if n > 0))
         if self.pp > 1:
             if not (self.prefill_graphs and sgd.prefill_graphs_captured(self.sglang_version, self.arch.is_mla)):
-                forward = max(forward, self.eager_launch_s(requests, stage=True))  # each stage launches its own layers
+                forward = max(forward, self.eager_launch_s(requests, stage=True, decode=False))  # each stage launches its own layers
             forward = pipeline.prefill_chunk_s(forward, self.pp, requests, chunk_follows)
         return forward
 
@@ -276,7 +276,7 @@ class TimingTerms(MemoryTerms):
         overlap loop has no previous forward to launch it behind."""
         if self.pp > 1 or (self.prefill_graphs and sgd.prefill_graphs_captured(self.sglang_version, self.arch.is_mla)):
             return 0.0
-        return self.eager_launch_s(self._scheduler_requests(requests))
+        return self.eager_launch_s(self._scheduler_requests(requests), decode=False)
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch).
@@ -343,21 +343,19 @@ class TimingTerms(MemoryTerms):
             step /= self.attention_speed
         return max(step, self.eager_launch_s(requests, stage)) if eager else step
 
-    def eager_launch_s(self, requests: int, stage: bool = False) -> float:
-        """CPU time to launch one eager decode forward kernel by kernel (no CUDA graph): the scheduler's Python
-        thread issues every layer's kernels and each eager collective (its launch taken at the measured eager
-        all-reduce floor, parallel/collectives.py), then processes the batch's requests, so an eager step lasts
-        at least this however small its GPU work (gpus.GpuSpec eager_launch_*, fitted on one-GPU eager points by
-        benchmarks/eager_launch_cost.py). `stage`: one pipeline stage's layers; its scheduler's per-step and
-        per-request work is already the PP stage iteration (parallel/pipeline.py)."""
+    def eager_launch_s(self, requests: int, stage: bool = False, decode: bool = True) -> float:
+        """CPU time to launch one eager forward kernel by kernel (no CUDA graph): the scheduler's Python thread
+        issues every layer's kernels, then processes the batch's requests, so an eager step lasts at least this
+        however small its GPU work (gpus.GpuSpec eager_launch_*, fitted on one-GPU eager points by
+        benchmarks/eager_launch_cost.py), plus at TP > 1 each layer's extra (collectives.eager_tp_layer_launch_s,
+        measured for `decode` steps inside one node). `stage`: one pipeline stage's layers; its scheduler's per-step
+        and per-request work is already the PP stage iteration (parallel/pipeline.py)."""
         gpu = self.gpu
         layers = self.arch.num_hidden_layers / (self.pp if stage else 1)
-        collective_s = 0.0
-        if self.tp > 1:
-            links = collectives.link_figures(gpu, self.comm_efficiency)
-            collective_s = 2 * (links.eager_intra_latency_s or links.intra_latency_s)  # two per layer (_comm_s)
+        links = collectives.link_figures(gpu, self.comm_efficiency)
+        tp_layer_s = collectives.eager_tp_layer_launch_s(links, self.tp, decode and not self._tp_spans_nodes)
         per_step = 0.0 if stage else gpu.eager_launch_step_s + gpu.eager_launch_per_request_s * requests
-        return per_step + layers * (gpu.eager_launch_layer_s + collective_s)
+        return per_step + layers * (gpu.eager_launch_layer_s + tp_layer_s)
 
     def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool) -> float:
         """Measured per-layer terms (profile GPU, one GPU's share) + weight reads and collectives (physics).

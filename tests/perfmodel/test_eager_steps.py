@@ -62,11 +62,35 @@ def test_the_shipped_launch_constants_are_the_fit_on_the_one_gpu_eager_points() 
     assert math.sqrt(sum(e * e for e in errors) / len(errors)) < 0.15
 
 
-def test_tensor_parallel_eager_steps_also_launch_their_collectives() -> None:
+def test_a_tensor_parallel_eager_decode_layer_costs_what_tp2_minus_tp1_measured_on_one_host() -> None:
     one, two = _v2lite(tp=1), _v2lite(tp=2)
-    # 27 layers x two eager all-reduces each, at the launch floor measured between two H200s
-    assert two.eager_launch_s(500) - one.eager_launch_s(500) == pytest.approx(27 * 2 * 66.9e-6, rel=1e-3)
-    assert two.decode_step_s(500, 500 * 500) > 2 * two.decode_step_s(256, 256 * 500)
+    # 27 layers x the per-layer TP 2 - TP 1 of lease 3's same-host eager points (0.606 ms), not 2 x 67 us of launches
+    assert two.eager_launch_s(500) - one.eager_launch_s(500) == pytest.approx(27 * 0.606e-3, rel=1e-3)
+    assert two.decode_step_s(500, 500 * 500) > 2.5 * two.decode_step_s(256, 256 * 500)
+    assert two.decode_step_s(500, 500 * 500) - one.decode_step_s(500, 500 * 500) > 27 * 0.5e-3
+
+
+def test_the_per_layer_tp_figure_is_the_mean_of_the_same_host_pairs() -> None:
+    from benchmarks import same_host_ab
+    from orchestrator.perfmodel.parallel.collectives import HOPPER
+
+    tp1, tp2 = same_host_ab.points(same_host_ab.TP1, "tp1-eager"), same_host_ab.points(same_host_ab.TP2, "tp2-eager")
+    gaps = same_host_ab.tp_layer_gaps_ms(tp1, tp2)
+    assert sorted(gaps) == [1, 8, 32, 64, 128, 256]  # the six warm decode points measured at both TP sizes
+    assert HOPPER.eager_tp_layer_s == pytest.approx(sum(gaps.values()) / len(gaps) * 1e-3, abs=1e-6)
+    # what the model charged before (two eager all-reduce launches at NCCL's floor) is a quarter of the smallest gap
+    assert 2 * HOPPER.eager_intra_latency_s < 0.35 * min(gaps.values()) * 1e-3
+
+
+def test_prefill_forwards_and_groups_across_nodes_keep_the_collective_launch_floors() -> None:
+    one, two = _v2lite(tp=1), _v2lite(tp=2)
+    floors = 27 * 2 * 66.9e-6  # TP 2 - TP 1 was measured on decode steps inside one node only
+    assert two.eager_launch_s(1, decode=False) - one.eager_launch_s(1, decode=False) == pytest.approx(floors, rel=1e-3)
+    assert two.prefill_launch_s(1) == pytest.approx(two.eager_launch_s(1, decode=False))
+    across = _v2lite(tp=16, nnodes=2)
+    inside = _v2lite(tp=8)
+    assert across.eager_launch_s(500) - one.eager_launch_s(500) == pytest.approx(floors, rel=1e-3)
+    assert inside.eager_launch_s(500) - one.eager_launch_s(500) == pytest.approx(27 * 0.606e-3, rel=1e-3)
 
 
 def test_a_pipeline_replays_the_graph_of_each_micro_batch() -> None:

@@ -30,6 +30,9 @@ class LinkFigures:
     # NCCL called from torch.distributed one call at a time, not replayed from a graph
     eager_intra_latency_s: float | None = None
     eager_intra_allreduce_busbw: float | None = None
+    # CPU time one eager layer of a TP > 1 group costs beyond one GPU's launch of it (timing.eager_launch_s): its
+    # collectives' launches and whatever else TP adds to the launch path, as TP 2 - TP 1 on one host
+    eager_tp_layer_s: float | None = None
 
 
 # Hopper HGX nodes (8 x H100 / H200 SXM, NVLink 4 through NVSwitch, 8 x ConnectX-7 NDR 400 Gb/s per node):
@@ -60,6 +63,19 @@ HOPPER = LinkFigures(
     # launch-bound floor is NCCL's and the host's, not the HBM's; not measured on H100).
     eager_intra_latency_s=66.9e-6,
     eager_intra_allreduce_busbw=282 * GB,
+    # An eager TP layer's CPU launch beyond one GPU's, measured, not derived. SGLang 0.5.17 runs two all-reduces per
+    # decoder layer at TP > 1 without DP attention (layers/communicator.py prepare_mlp after attention, models/
+    # deepseek_v2.py DeepseekV2MoE.forward_normal after the experts), and on Hopper sends eager ones of up to 32 MB
+    # at TP 2 (128 KB one-shot / 128 MB two-shot at TP 8) to its custom all-reduce v2 (distributed/
+    # device_communicators/custom_all_reduce_v2.py, configs/custom_all_reduce_v2.py _sm90_config; the servers' logs
+    # print its 'All Reduce config'), one JIT kernel per call, not NCCL: by that mechanism two launches cost tens of
+    # us per layer, and no collectives measurement (NCCL's eager floor above, 33-51 us on lease 3's H100 pair up to
+    # 256 tokens) explains what TP 2 adds. Measured on one two-H100 host (lease 3, R1 shape x 6 layers,
+    # --disable-cuda-graph, each point's warm repeat, batch 1-256 at context 256): TP 2 - TP 1 = 2.65-5.88 ms per
+    # step, mean 3.64 ms = 0.606 ms per layer (0.44-0.98: it shrinks as the batch grows); benchmarks/same_host_ab.py
+    # section 4, output benchmarks/results/2026-11-26-tp-eager-layer/. Fitted on those 12 calibration points (their
+    # back-test rows are in-sample since); taken for any TP > 1 (TP 4 / 8 / across nodes not measured).
+    eager_tp_layer_s=0.606e-3,
 )
 PUBLISHED = {"H100-SXM": HOPPER, "H200": HOPPER}
 
@@ -83,6 +99,18 @@ def allreduce_s(nbytes: float, ranks: int, nodes: int, links: LinkFigures, eager
     if nodes <= 1:
         return links.intra_latency_s + factor * nbytes / links.intra_allreduce_busbw
     return links.inter_latency_s + factor * nbytes / links.inter_allreduce_busbw
+
+
+def eager_tp_layer_launch_s(links: LinkFigures, ranks: int, measured_path: bool) -> float:
+    """CPU launch one eager layer of a TP group of `ranks` costs beyond one GPU's (timing.eager_launch_s): on the path
+    lease 3 measured (`measured_path`: a decode step inside one node) TP 2 - TP 1 per layer (eager_tp_layer_s); in a
+    prefill forward (TP 2 not measured against TP 1) or a group across nodes (NCCL over IB, not the node-local custom
+    all-reduce) its two all-reduces' launches at the eager floor."""
+    if ranks <= 1:
+        return 0.0
+    if measured_path and links.eager_tp_layer_s:
+        return links.eager_tp_layer_s
+    return 2 * (links.eager_intra_latency_s or links.intra_latency_s)
 
 
 def alltoall_s(nbytes: float, ranks: int, nodes: int, links: LinkFigures) -> float:
