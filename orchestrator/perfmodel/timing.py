@@ -87,15 +87,15 @@ class TimingTerms(MemoryTerms):
         compute_s = share * flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
 
         kv_bytes, hbm = kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp, self.gpu.hbm_tb_s * 1e12
-        memory_s = share * (self._weight_bytes_read(tokens) + kv_bytes) / (hbm * self.efficiency_decode)
+        weights, routed = self._weight_bytes_read(tokens)
+        memory_s = share * (weights + kv_bytes) / (hbm * self.efficiency_decode)
         step_s, layer_s = self.gpu.step_overhead_s, self.gpu.layer_overhead_s
         # a lent floor: experts at their kernel's measured share; the backend (relative to the floor's) on the attention
         # kernel alone (the KV read); the rest at the rate the floor was measured against
         cal = self.calibration if graphed_floor and self._lent_floor else None
         if cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None:
-            routed = self._routed_expert_bytes_read(tokens)
             backend = self.attention_speed / ATTENTION_BACKEND_SPEED.get(cal.attention_backend, 1.0)
-            memory_s = share * ((self._weight_bytes_read(tokens) - routed + kv_bytes / backend) / (hbm * WEIGHT_READ_EFFICIENCY)
+            memory_s = share * ((weights - routed + kv_bytes / backend) / (hbm * WEIGHT_READ_EFFICIENCY)
                                 + routed / (hbm * (cal.graph_expert_read_share or WEIGHT_READ_EFFICIENCY)))
             step_s, layer_s = cal.graph_step_s, cal.graph_layer_s
         fixed_s = (0.0 if stage else step_s) + share * arch.num_hidden_layers * layer_s
@@ -107,14 +107,16 @@ class TimingTerms(MemoryTerms):
         cal = self.calibration
         return cal is not None and None not in (cal.graph_step_s, cal.graph_layer_s) and not self._tp_spans_nodes
 
-    def _weight_bytes_read(self, tokens: int) -> float:
-        """Weight bytes one forward of `tokens` tokens reads on one GPU (routed experts: those hit; every pp stage's)."""
+    def _weight_bytes_read(self, tokens: int) -> tuple[float, float]:
+        """Weight bytes one forward of `tokens` tokens reads on one GPU (every pp stage's), and the routed experts'
+        part of them (the experts its tokens hit): one weight breakdown for both, on the step-cost path."""
         w = self.weight_bytes_breakdown()
-        return ((w["attention"] + w["dense_mlp_shared"]) * self.pp + self._routed_expert_bytes_read(tokens)
-                + self.params.lm_head * self.format.embedding_bytes / self.tp)
+        routed = w["routed_experts"] * self.pp * self._experts_hit_fraction(tokens)
+        return ((w["attention"] + w["dense_mlp_shared"]) * self.pp + routed
+                + self.params.lm_head * self.format.embedding_bytes / self.tp), routed
 
-    def _routed_expert_bytes_read(self, tokens: int) -> float:
-        """Routed-expert bytes one forward of `tokens` tokens reads on one GPU (the experts its tokens hit)."""
+    def _experts_hit_fraction(self, tokens: int) -> float:
+        """Share of the routed experts one forward of `tokens` tokens reads on one GPU (the experts its tokens hit)."""
         arch = self.arch
         # dummy routing is what the R1-shaped calibration measured; a TP group across nodes has no calibrated
         # step (see _decode_pass_s) and keeps the uniform-routing roofline of issue 14
@@ -122,12 +124,11 @@ class TimingTerms(MemoryTerms):
         measured = self.calibration.dummy_routing if self.calibration is not None else ()
         same = (dummy_routing(self.load_format, arch.topk_method) or (self.load_format == "dummy" and bool(measured))) \
             and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes)
-        hit = experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same, measured)
-        return self.weight_bytes_breakdown()["routed_experts"] * self.pp * hit
+        return experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same, measured)
 
     def weight_read_s(self, tokens: int) -> float:
         """Weight/expert read time of one forward at WEIGHT_READ_EFFICIENCY of datasheet HBM."""
-        return self._weight_bytes_read(tokens) / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
+        return self._weight_bytes_read(tokens)[0] / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
 
     def _comm_s(self, tokens: int, stage: bool = False, eager: bool = False, decode: bool = False) -> float:
         """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens (`stage`: one

@@ -92,7 +92,7 @@ def test_expert_stream_share_is_measured_from_the_routing_pair_not_assumed():
     # a Qwen3-shaped step's routed experts stream at that share: two batches differ by their expert bytes at it
     cost = _decode_server()
     assert cost.calibration.graph_expert_read_share == share
-    experts = cost._routed_expert_bytes_read(32) - cost._routed_expert_bytes_read(8)
+    experts = cost._weight_bytes_read(32)[1] - cost._weight_bytes_read(8)[1]
     other = cost.weight_read_s(32) - cost.weight_read_s(8) - experts / (cost.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
     assert other == pytest.approx(0.0, abs=1e-12)
     assert cost.decode_step_s(32, 32) - cost.decode_step_s(8, 8) == pytest.approx(
@@ -132,7 +132,7 @@ def test_a_shape_without_a_profile_decodes_on_the_measured_floor_not_the_assumed
     assert cal.graph_step_s is not None and cal.graph_layer_s is not None and cal.graph_expert_read_share is not None
     bs, ctx = 12, 12 * 4100
     hbm = cost.gpu.hbm_tb_s * 1e12
-    experts = cost._routed_expert_bytes_read(bs)
+    experts = cost._weight_bytes_read(bs)[1]
     reads = (cost.weight_read_s(bs) - experts / (hbm * WEIGHT_READ_EFFICIENCY) + experts / (hbm * cal.graph_expert_read_share)
              + ctx * cost.kv_bytes_per_gpu_token() / (hbm * WEIGHT_READ_EFFICIENCY))
     floor = cal.graph_step_s + 94 * cal.graph_layer_s

@@ -34,7 +34,7 @@ def _decode(sets: list[str] = ()):
 def _routed_fraction_read(model, tokens: int) -> float:
     w = model.weight_bytes_breakdown()
     fixed = w["attention"] + w["dense_mlp_shared"] + model.params.lm_head * model.format.embedding_bytes / model.tp
-    return (model._weight_bytes_read(tokens) - fixed) / w["routed_experts"]
+    return (model._weight_bytes_read(tokens)[0] - fixed) / w["routed_experts"]
 
 
 def test_without_a_curve_a_qwen3_step_reads_the_uniform_formula(monkeypatch) -> None:
