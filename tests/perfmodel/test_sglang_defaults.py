@@ -163,6 +163,18 @@ def test_a_gqa_model_reserves_8_mib_per_prefill_graph_and_an_mla_model_none() ->
 KV_LOGGED = re.compile(r"KV Cache is allocated\..*?KV size: ([0-9.]+) GB")
 
 
+def _non_pp_starts_logging(line: re.Pattern[str]) -> list[tuple[tuple[str, str], EngineCostModel, re.Match[str]]]:
+    """Every calibration start but PP (SGLang sizes PP stages by the heaviest; see the KV test) whose log has `line`:
+    ((archive, log), the planner's model of its command line, the line's match)."""
+    found = []
+    for start, (record, argv) in _calibration_launches().items():
+        model = _model(record, argv)
+        logged = line.search(_archives()[start[0]][start[1]])
+        if logged is not None and model.pp == 1:
+            found.append((start, model, logged))
+    return found
+
+
 def test_the_kv_pool_is_the_fraction_of_the_memory_free_at_weight_load_in_every_calibration_log() -> None:
     # SGLang 0.5.17 (kv_cache_configurator.py _profile_available_bytes): KV = free after the weights - pre-load free x
     # (1 - fraction), i.e. fraction x "Load weight begin. avail mem" - weights. The planner's pool (nominal GPU memory,
@@ -171,16 +183,11 @@ def test_the_kv_pool_is_the_fraction_of_the_memory_free_at_weight_load_in_every_
     # What is left is the weights (test_the_planner_s_weights_are_what_every_calibration_log_loaded).
     # PP2 is left out: SGLang sizes every stage's pool by the heaviest stage, and the R1-shaped 6 layers split 3 dense /
     # 3 MoE (34.11 GiB on one stage, 3.59 on the other) where the planner splits the weights evenly (18.6 each).
-    checked = 0
-    for (archive, log), (record, argv) in _calibration_launches().items():
-        model = _model(record, argv)
-        logged = KV_LOGGED.search(_archives()[archive][log])
-        if logged is None or model.pp > 1:
-            continue
+    starts = _non_pp_starts_logging(KV_LOGGED)
+    for start, model, logged in starts:
         predicted_gib = model.kv_pool_bytes_per_gpu() / 2**30
-        assert predicted_gib == pytest.approx(float(logged.group(1)), rel=0.03), (archive, log)
-        checked += 1
-    assert checked >= 17  # 2026-11-26: 17 (some logs are in two archives)
+        assert predicted_gib == pytest.approx(float(logged.group(1)), rel=0.03), start
+    assert len(starts) >= 17  # 2026-11-26: 17 (some logs are in two archives)
 
 
 WEIGHTS_LOGGED = re.compile(r"Load weight end\..*?mem usage=([0-9.]+) GB")
@@ -192,13 +199,8 @@ def test_the_planner_s_weights_are_what_every_calibration_log_loaded() -> None:
     # (2026-11-26) the planner counts the absorbed-MLA bf16 copies of kv_b_proj (w_kc / w_vc, 0.19 GiB for the
     # R1-shaped 6 layers at TP 1, 0.10 for V2-Lite); what is left is under 0.3 GiB (0.26 R1-shaped TP 1, 0.11 V2-Lite)
     # and not a parameter: the load's temporaries and kernel modules, which the drop in free memory also counts.
-    checked = 0
-    for (archive, log), (record, argv) in _calibration_launches().items():
-        model = _model(record, argv)
-        logged = WEIGHTS_LOGGED.search(_archives()[archive][log])
-        if logged is None or model.pp > 1:
-            continue
+    starts = _non_pp_starts_logging(WEIGHTS_LOGGED)
+    for start, model, logged in starts:
         short_gib = float(logged.group(1)) - model.weights_bytes_per_gpu() / 2**30
-        assert 0 <= short_gib < 0.3, (archive, log, short_gib)
-        checked += 1
-    assert checked >= 17
+        assert 0 <= short_gib < 0.3, (start, short_gib)
+    assert len(starts) >= 17
