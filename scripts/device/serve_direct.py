@@ -4,7 +4,7 @@ For the comparisons next to our Ray path: the PD pair that SGLang's own router f
 aggregated server for the greedy correctness check. Each server runs in its own session (it outlives
 this script, and a later device call in the same lease can use it); its pid, url and argv go to
 STATE_DIR/<name>.json, its log to STATE_DIR/<name>.log.
-  start --config C --role prefill|decode|aggregated --gpu N --port P [--bootstrap-port B] --name X --state-dir D
+  start --config C --role prefill|decode|aggregated --gpu N[,M..] --port P [--bootstrap-port B] --name X --state-dir D
   wait  --state-dir D NAME... [--timeout-s T]     readiness as the worker checks it + /server_info startup_time
   stop  --state-dir D NAME...                      SIGTERM then SIGKILL each server's process group
 """
@@ -33,7 +33,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     group = getattr(cfg.layout, args.role)[0]
     placement = WorkerPlacement(role=args.role, group_index=0, replica_index=0, host="127.0.0.1",
                                 advertise_host="127.0.0.1", port=args.port, bootstrap_port=args.bootstrap_port,
-                                gpu_ids=(args.gpu,), node_ip="127.0.0.1")
+                                gpu_ids=tuple(int(g) for g in args.gpu.split(",")), node_ip="127.0.0.1")
     launch = SglangBackend().build_launch(cfg, group, placement)
     state = Path(args.state_dir)
     proc = EngineProcess(launch, state / f"{args.name}.log")
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--config", required=True)
     s.add_argument("--set", dest="overrides", action="append", default=[])
     s.add_argument("--role", choices=("prefill", "decode", "aggregated"), required=True)
-    s.add_argument("--gpu", type=int, required=True)
+    s.add_argument("--gpu", required=True, help="GPU id, or a comma list for a TP > 1 server (0,1)")
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--bootstrap-port", type=int, default=None)
     s.add_argument("--name", required=True)
