@@ -18,6 +18,7 @@ No GPU and no dataset are needed: batches are the committed request lengths of t
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -57,6 +58,7 @@ class BacktestRow:
     expect: str = "in"  # in: inside its bound when first predicted (a regression guard); miss: outside, reported
     sample: str = "out"  # in: a shipped profile was fitted on this run; out: an independent prediction
     bound_set: str = ""  # date + commit the bound was set (before the first prediction)
+    missed_since: str = ""  # expect: miss only: the commit that moved it outside its bound, or FIRST_PREDICTION
     scope: str = ""  # throughput rows: run (a batch through the servers) | point (one calibration-harness point)
 
     @property
@@ -243,7 +245,22 @@ def _honesty(row: dict) -> dict:
         if expect == "miss" and len((row.get("miss") or {}).get("why", "")) < 40:
             raise BacktestError(f"row {row.get('id')!r}: a memory row with expect: miss needs miss.why (what the "
                                 "model lacks)")
-    return dict(sample=sample, expect=expect, bound_set=str(row.get("bound_set", "")))
+    return dict(sample=sample, expect=expect, bound_set=str(row.get("bound_set", "")),
+                missed_since=missed_since(row.get("id"), row.get("missed_since"), expect == "miss"))
+
+
+FIRST_PREDICTION = "first-prediction"  # outside its bound since its first prediction: no commit moved it out
+
+
+def missed_since(row_id: object, value: object, missed: bool, field: str = "missed_since") -> str:
+    """What put a reported miss outside its bound: the model commit that moved it out (7-40 hex digits; the test checks
+    it is on main's history after bound_set's commit) or FIRST_PREDICTION; refused on a miss without it or a non-miss."""
+    if not missed and value is None:
+        return ""
+    if not missed or (value != FIRST_PREDICTION and not re.fullmatch(r"[0-9a-f]{7,40}", str(value or ""))):
+        raise BacktestError(f"row {row_id!r}: {field} must name, for a reported miss only, the commit that moved it outside "
+                            f"its bound (7-40 hex digits) or {FIRST_PREDICTION}; got {value!r}")
+    return str(value)
 
 
 def model_headroom() -> float:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import tarfile
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -165,7 +167,7 @@ def test_a_memory_row_that_flips_is_a_regression_unless_recorded_as_a_miss(tmp_p
     path = tmp_path / "runs.yaml"
     why = {"why": "the activation margin of the eager step is an assumption; this run fitted inside it"}
     cases = (({**flipped, "expect": "in"}, "REGRESSED (inside when first predicted)"),
-             ({**flipped, "expect": "miss", "miss": why}, "reported misses: h200-v2lite-decode-mem085-oom-811 (DIFFERS)"),
+             ({**flipped, "expect": "miss", "missed_since": "first-prediction", "miss": why}, "reported misses: h200-v2lite-decode-mem085-oom-811 (DIFFERS)"),
              ({**row, "expect": "in"}, None))
     for spec, said in cases:
         path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [spec]}))
@@ -175,7 +177,7 @@ def test_a_memory_row_that_flips_is_a_regression_unless_recorded_as_a_miss(tmp_p
         if said:
             assert said in summary([result])
             assert ("MISS (reported)" if spec["expect"] == "miss" else "MISS") in backtest_table([result])
-    for bad, message in (({**flipped, "expect": "miss"}, "needs miss.why"), ({**row, "bound_set": None}, "needs bound_set")):
+    for bad, message in (({**flipped, "expect": "miss", "missed_since": "first-prediction"}, "needs miss.why"), ({**row, "bound_set": None}, "needs bound_set")):
         path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [bad]}))
         with pytest.raises(BacktestError, match=message):
             run_backtest(path)
@@ -419,3 +421,65 @@ def test_plan_backtest_prints_the_table_through_the_cli(capsys) -> None:
     assert "rows inside the bounds set before they were predicted" in out
     assert "MAPE out-of-sample" in out and "reported misses:" in out
     assert code == 0  # every row that was inside its bound still is; reported misses are findings, not failures
+
+
+def test_a_reported_miss_without_what_moved_it_out_is_refused(tmp_path) -> None:
+    """expect: miss needs missed_since (the model commit that moved the row out, or first-prediction); a row that is
+    not a miss may not carry one; the closed-loop dataset's expect_miss metrics likewise, one missed_since each."""
+    from orchestrator.plan.backtest import BacktestError
+    from orchestrator.plan.closedloop.backtest import DATASET as CLOSED_LOOP
+    from orchestrator.plan.closedloop.backtest import closed_loop_backtest
+
+    data = load_dataset()
+    row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-batch-caps-1024"))
+    assert row["expect"] == "miss" and row["missed_since"] == "7c93962"
+    shutil.copy(DATASET.parent / "sharegpt-full-1000-seed2025-v2lite.json", tmp_path)
+    path = tmp_path / "runs.yaml"
+    for bad in ({**row, "missed_since": None}, {**row, "missed_since": "the hmem change"},
+                {**row, "expect": "in"}):
+        path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [bad]}))
+        with pytest.raises(BacktestError, match=r"^row 'h100x16-r1-tp16-batch-caps-1024': missed_since must name"):
+            run_backtest(path)
+    closed = yaml.safe_load(CLOSED_LOOP.read_text())["rows"]
+    named = next(r for r in closed if r.get("expect_miss"))
+    for since in (None, {}, {named["expect_miss"][0]: "soon"}, {**named["missed_since"], "itl_p50_ms": "first-prediction"}):
+        path = tmp_path / "closed_loop.yaml"
+        path.write_text(yaml.safe_dump({"rows": [{**named, "missed_since": since}]}))
+        with pytest.raises(BacktestError, match=r"missed_since"):
+            closed_loop_backtest(path)
+
+
+@lru_cache(maxsize=None)
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+
+def _is_ancestor(older: str, newer: str) -> bool | None:
+    """None when either is not a commit of this repository."""
+    return {0: True, 1: False}.get(_git("merge-base", "--is-ancestor", older, newer).returncode)
+
+
+def test_every_miss_moved_out_by_a_commit_names_a_model_commit_on_main_after_its_bound() -> None:
+    """A row flipped from expect: in to miss names the commit that moved it out: on this checkout's history, later
+    than the commit its bound was set at, and one that changed the model (orchestrator/). One git call per commit."""
+    from orchestrator.plan.backtest import FIRST_PREDICTION
+    from orchestrator.plan.closedloop.backtest import DATASET as CLOSED_LOOP
+
+    shallow = _git("rev-parse", "--is-shallow-repository")
+    if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+        pytest.skip("not a full git clone (shallow or no history): the commits named cannot be checked for ancestry")
+    data = load_dataset()
+    closed = yaml.safe_load(CLOSED_LOOP.read_text())["rows"]
+    named = [(r["id"], r["missed_since"], r.get("bound_set", "")) for r in data["runs"] + data["derived"]
+             if r.get("expect") == "miss"]
+    named += [(r["id"], since, r.get("bound_set", "")) for r in closed for since in (r.get("missed_since") or {}).values()]
+    flips = [(rid, str(since), str(bound_set)) for rid, since, bound_set in named if since != FIRST_PREDICTION]
+    assert len(named) >= 50 and len(flips) >= 5  # the flips found in git history on 2026-11-26 (hhealth)
+    for rid, since, bound_set in flips:
+        assert _is_ancestor(since, "HEAD"), f"{rid}: missed_since {since} is not on this checkout's history"
+        bound = next((c for c in re.findall(r"\b[0-9a-f]{7,40}\b", bound_set) if _is_ancestor(c, "HEAD")), None)
+        assert bound, f"{rid}: bound_set {bound_set!r} names no commit of this history to compare missed_since with"
+        assert _is_ancestor(bound, since) and not _is_ancestor(since, bound), \
+            f"{rid}: missed_since {since} is not later than the bound's commit {bound}"
+        changed = _git("diff-tree", "--no-commit-id", "--name-only", "-r", since).stdout.split()
+        assert any(name.startswith("orchestrator/") for name in changed), f"{rid}: {since} changed no model file"

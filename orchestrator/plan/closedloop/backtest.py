@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config import load_config
+from orchestrator.plan.backtest import BacktestError, missed_since
 from orchestrator.plan.backtest_cache import cached, closed_loop_named_files
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
 from orchestrator.plan.closedloop.predict import ClosedLoopPoint, predict_ready
@@ -159,6 +160,7 @@ def _compute_backtest(path: str) -> tuple[ClosedLoopCheck, ...]:
     for row in rows:
         measured = row.get("measured")
         startup = measured is None or any(k in measured for k in ("ready_s", "ready_cold_s"))
+        _check_missed_since(row)
         n = int(row["concurrency"])
         model, predicted, gate = _predict(row["config"], tuple(row.get("set", [])), n, startup)
         out.append(ClosedLoopCheck(
@@ -166,6 +168,16 @@ def _compute_backtest(path: str) -> tuple[ClosedLoopCheck, ...]:
             bound=row.get("bound"), bound_set=row.get("bound_set"), recorded=_recorded(row.get("recorded"), n),
             expect_miss=tuple(row.get("expect_miss") or ())))
     return tuple(out)
+
+
+def _check_missed_since(row: dict) -> None:
+    """Each metric of expect_miss says what put it outside its bound (backtest.missed_since); no other metric does."""
+    named, since = tuple(row.get("expect_miss") or ()), row.get("missed_since") or {}
+    if not isinstance(since, dict) or set(since) - set(named):
+        raise BacktestError(f"row {row.get('id')!r}: missed_since maps each metric of expect_miss {list(named)} to a "
+                            f"commit or first-prediction; got {since!r}")
+    for metric in named:
+        missed_since(row.get("id"), since.get(metric), True, f"missed_since.{metric}")
 
 
 def closed_loop_band(model: str, path: Path = DATASET) -> ClosedLoopBand | None:
