@@ -12,7 +12,8 @@ orchestrator/perfmodel/profiles/h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs.
   the time since the previous prefill batch, which is one forward while the queue is not empty).
 - transfer: SGLang's kv_transfer latency/bootstrap/size means of runs (a) and 2 (page 1) and 4 (page 64);
 - start-up: /server_info startup_time of every server of those runs (cold: the first server on the fresh
-  machine; warm: the later ones).
+  machine; warm: the later ones); the cold one's first graph size from its log's capture progress bar
+  (benchmarks/qwen3_startup_phases.first_size: with empty caches that size compiles what the others reuse).
 
 These are the same runs the back-test checks for V2-Lite, so this profile is not independent of those
 rows; a profile from `pd-orchestrator calibrate` on a fresh machine (D1's) takes precedence when shipped.
@@ -26,13 +27,20 @@ import io
 import json
 import re
 import statistics
+import sys
 import tarfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.qwen3_startup_phases import LENDER_COLD_LOGS, RESULTS, first_size  # noqa: E402
+
+NAME = "h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs"
 RAW = ROOT / "benchmarks/results/device-h200x2-2026-11-21"
-OUT = ROOT / "orchestrator/perfmodel/profiles/h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs.json"
+OUT = ROOT / f"orchestrator/perfmodel/profiles/{NAME}.json"
 
 DECODE = re.compile(
     r"Decode batch, #running-req: (\d+), #token: (\d+),.*#prealloc-req: (\d+), #transfer-req: (\d+),"
@@ -146,6 +154,7 @@ def _transfer(stats: dict, page: int, kv_bytes_per_token: int) -> dict:
 
 
 def startup_runs() -> list[dict]:
+    """Every server's start-up; the cold one also its first graph size's capture (cold_first_graph())."""
     times = json.loads((RAW / "startup-times.json").read_text())
     runs = []
     for key, item in times.items():
@@ -153,20 +162,39 @@ def startup_runs() -> list[dict]:
         graph = st["cuda_graph"]["decode"]
         role = "prefill" if "prefill" in key else ("decode" if "decode" in key else "aggregated")
         ready = item.get("ready_after_s")  # None: a bench run's server (only its graph time is known)
+        cold = key.startswith("call1/")
         runs.append({
-            "caches": "cold" if key.startswith("call1/") else "warm",
+            "caches": "cold" if cold else "warm",
             "role": role,
             "ready_s": round(ready, 2) if ready is not None else None,
             "weights_s": round(st["load_weight"], 3),
             "kv_alloc_s": round(st["kv_cache_allocation"], 3),
             "graph_capture_s": round(graph, 2) if role != "prefill" else None,
             "graph_batch_sizes": 36 if role != "prefill" else None,
+            **({"first_graph_capture_s": cold_first_graph()[1]} if cold and role != "prefill" else {}),
             "tokenizer_s": round(st["tokenizer_e2e"], 2),
         })
     return runs
 
 
-def main() -> None:
+@lru_cache(maxsize=1)
+def cold_log() -> tuple[str, str]:
+    """The cold start's server log (the archive member qwen3_startup_phases.LENDER_COLD_LOGS names) and its text."""
+    archive, member = next((a, m) for name, a, m in LENDER_COLD_LOGS if name == NAME)
+    with tarfile.open(RESULTS / archive) as tar:
+        return member, _read(tar, member)
+
+
+def cold_first_graph() -> tuple[int, float]:
+    """(sizes captured, seconds the first size took) from the cold log's capture progress bar; all 36 sizes."""
+    member, text = cold_log()
+    found = first_size(text)
+    if found is None or found[0] != 36:
+        raise SystemExit(f"{member}: no capture progress bar over 36 sizes ({found})")
+    return found
+
+
+def build_profile() -> dict[str, Any]:
     cfg = json.loads((ROOT / "models/deepseek-v2-lite/config.json").read_text())
     decode, prefill = [], []
     with tarfile.open(RAW / "raw.tar.xz") as tar:
@@ -174,9 +202,12 @@ def main() -> None:
             decode += decode_points(_read(tar, name))
         for name in PREFILL_LOGS:
             prefill += prefill_points(_read(tar, name))
+    startup = startup_runs()
+    cold = next(r for r in startup if r.get("first_graph_capture_s") is not None)
+    sizes, first = cold_first_graph()
     profile: dict[str, Any] = {
         "schema_version": 1,
-        "name": "h200-deepseek-v2-lite-bf16-sglang0.5.17-pd-logs",
+        "name": NAME,
         "created": "2026-11-21T20:00:00Z",
         "command": "benchmarks/device_pd.sh (calls 1-3), then .venv/bin/python benchmarks/backtest/profile_from_device_logs.py",
         "raw": "benchmarks/results/device-h200x2-2026-11-21/",
@@ -198,18 +229,32 @@ def main() -> None:
         },
         "decode": decode,
         "prefill": prefill,
-        "startup": startup_runs(),
+        "startup": startup,
         "transfer": transfer_points(cfg["num_hidden_layers"] * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 2),
         "page_size_effects": page_size_effects(),
         "notes": [
+            "2026-11-26 (hqwen2, issue 25): the cold start's first_graph_capture_s, read by this generator from the raw log's capture "
+            f"progress bar, raw.tar.xz {cold_log()[0]} (1/{sizes} at {first} s/it; {cold['graph_capture_s']} s in all): "
+            "with empty caches the first size compiles the kernels the later sizes reuse "
+            "(benchmarks/qwen3_startup_phases.py prints it)",
             "Derived from the server logs of the 2026-11-21 PD runs (a) and (b); not independent of the "
             "back-test rows of those runs.",
             f"prefill forwards: median {statistics.median(p['time_s'] for p in prefill):.3f} s per 8192-token chunk "
             f"over {len(prefill)} chunks",
         ],
     }
+    return profile
+
+
+def render(profile: dict[str, Any]) -> str:
+    return json.dumps(profile, indent=1) + "\n"
+
+
+def main() -> None:
+    profile = build_profile()
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(profile, indent=1) + "\n")
+    OUT.write_text(render(profile))
+    decode, prefill = profile["decode"], profile["prefill"]
     print(f"wrote {OUT.relative_to(ROOT)}: {len(decode)} decode, {len(prefill)} prefill, {len(profile['startup'])} start-up points")
 
 
