@@ -24,8 +24,6 @@ class GpuSpec:
     transfer_latency_s: float = 2e-3  # KV transfer handshake + per-request bookkeeping
     engine_init_s: float = 30.0  # python imports, NCCL init, tokenizer, HTTP server
     kv_alloc_s: float = 2.0
-    graph_capture_per_bs_s: float = 0.7  # one decode CUDA graph of a DeepSeek-R1-sized model
-    cuda_graph_batch_sizes: int = 36  # SGLang's default capture list up to bs 256
     # first-forward compiles with empty caches, beyond graph capture: ~6 s fitted on V2-Lite (2026-11-21
     # logs); the R1-shaped FP8 probe (DeepGEMM path) was ready 149 s after a cold launch with 88 s of
     # graph capture, leaving ~15 s beyond a warm start's other phases (not the "~10 min" of older docs)
@@ -85,7 +83,7 @@ GPU_SPECS: dict[str, GpuSpec] = {
         name="cpu-fast", memory_gb=4096, bf16_tflops=1e6, fp8_tflops=2e6, hbm_tb_s=1e4,
         nvlink_gb_s=1e6, ib_gb_s=1e6, step_overhead_s=0.5e-3, layer_overhead_s=0.0,
         collective_latency_s=0.0, cross_node_latency_s=0.0, transfer_latency_s=0.2e-3,
-        engine_init_s=0.3, kv_alloc_s=0.0, graph_capture_per_bs_s=0.0, jit_cold_s=0.0,
+        engine_init_s=0.3, kv_alloc_s=0.0, jit_cold_s=0.0,
         jit_warm_s=0.0, dummy_init_gb_s=1e6, graph_capture_per_bs_layer_s=0.0, graph_compile_cold_per_bs_s=0.0,
         eager_launch_step_s=0.0, eager_launch_layer_s=0.0, eager_launch_per_request_s=0.0, answer_latency_s=0.0,
         activation_headroom_check=False, held_before_load_gb=0.0, multi_gpu_held_gb=0.0,
