@@ -232,7 +232,12 @@ def fault_rows(log: str) -> list[dict[str, str]]:
 
 def run_provenance(relative: str, manifest: dict) -> str:
     """The line under a table read from a results folder: when it ran, at which commit, and where its raw files are."""
-    commit = manifest["git_commit"][:7] + (" + uncommitted edits" if manifest["git_dirty"] is True else "")
+    commit = manifest["git_commit"][:7]
+    if manifest.get("git_commit_recorded"):  # the run's pre-rebase commit; git_commit is its twin on main
+        commit += f" (recorded at its pre-rebase twin {manifest['git_commit_recorded'][:7]}, same patch)"
+    elif str(manifest.get("git_commit_note", "")).startswith("pre-rebase"):
+        commit += " (pre-rebase, not in history)"
+    commit += " + uncommitted edits" if manifest["git_dirty"] is True else ""
     return (f"_Run {manifest['started_at']} at {commit}, `benchmarks/results/{relative}/` (command, machine and packages "
             f"in its `manifest.json`, the whole output in `output.txt`)._")
 
