@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config import RunConfig, load_config
-from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM, cost_model_for
 from orchestrator.plan.backtest_cache import cached
 from orchestrator.plan.deadline import engine_start_s
 from orchestrator.plan.simulate import simulate_run
@@ -193,7 +193,7 @@ def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
         return BacktestRow(
             **common, measured=measured["outcome"], predicted="ran" if ok else "oom", unit="outcome",
             detail=f"predicted free after start {free:.1f} GiB{seen_text}, activation peak {peak:.1f} GiB "
-            f"(needs x{model_headroom():.1f}), mem fraction {model.mem_fraction_static}",
+            f"(needs x{ACTIVATION_HEADROOM:.1f}), mem fraction {model.mem_fraction_static}",
         )
     raise BacktestError(f"row {row['id']!r}: kind {kind!r} is not throughput, startup or memory")
 
@@ -253,20 +253,12 @@ FIRST_PREDICTION = "first-prediction"  # outside its bound since its first predi
 
 
 def missed_since(row_id: object, value: object, missed: bool, field: str = "missed_since") -> str:
-    """What put a reported miss outside its bound: the model commit that moved it out (7-40 hex digits; the test checks
-    it is on main's history after bound_set's commit) or FIRST_PREDICTION; refused on a miss without it or a non-miss."""
-    if not missed and value is None:
-        return ""
-    if not missed or (value != FIRST_PREDICTION and not re.fullmatch(r"[0-9a-f]{7,40}", str(value or ""))):
+    """What put a reported miss outside its bound: the commit that moved it out (the test checks it is on main's history
+    after bound_set's commit) or FIRST_PREDICTION; refused on a miss without it or a non-miss with it."""
+    if missed == (value is None) or (missed and value != FIRST_PREDICTION and not re.fullmatch(r"[0-9a-f]{7,40}", str(value))):
         raise BacktestError(f"row {row_id!r}: {field} must name, for a reported miss only, the commit that moved it outside "
                             f"its bound (7-40 hex digits) or {FIRST_PREDICTION}; got {value!r}")
-    return str(value)
-
-
-def model_headroom() -> float:
-    from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM
-
-    return ACTIVATION_HEADROOM
+    return str(value or "")
 
 
 def derived_rows(rows: Sequence[BacktestRow], data: dict) -> list[BacktestRow]:
