@@ -242,3 +242,15 @@ def test_the_test_import_check_sees_what_it_must():
               "def f():\n    import tests.conftest\nfrom tests import support\nfrom tests.support import sim_config\n")
     assert imported_test_modules(source, "tests.router.test_probe") == {
         "tests.router.test_pd_dispatch", "tests.router.test_routing", "tests.conftest", "tests.support"}
+
+
+def test_no_module_imports_another_module_s_private_name():
+    """A name another module needs is public there (SimRequest, not _Request): `from orchestrator.x import _y` in the
+    product ties two modules by what one of them calls an internal detail (tests may reach in; the product may not)."""
+    private = []
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in PACKAGES):
+                private += [f"{module}: from {'.' * node.level}{node.module or ''} import {a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, "private names imported across modules (make them public where they live):\n" + "\n".join(private)

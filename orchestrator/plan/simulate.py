@@ -48,7 +48,7 @@ from orchestrator.records import Role
 
 __all__ = [  # the results and batch helpers live in plan/runs.py; importers may keep using this module
     "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "batch_shapes",
-    "simulate_run", "synthetic_batch", "shared_gpu_groups",
+    "simulate_run", "synthetic_batch", "shared_gpu_groups", "Simulation", "SimRequest", "SimServer", "layout_servers",
 ]
 
 
@@ -57,7 +57,7 @@ ForwardObserver = Callable[[float, str, Forward, BatchSchedule], None]
 
 
 @dataclass
-class _Request:
+class SimRequest:
     index: int
     prompt_len: int
     output_len: int
@@ -65,14 +65,14 @@ class _Request:
     sent_s: float = 0.0  # the client sent it
     first_token_s: float | None = None
     finish_s: float | None = None
-    prefill: _Server | None = None  # PD: the pair the router chose
-    decode: _Server | None = None
+    prefill: SimServer | None = None  # PD: the pair the router chose
+    decode: SimServer | None = None
     seq: Seq | None = None  # on the server that decodes it (aggregated, or PD decode)
     prefill_seq: Seq | None = None  # PD: on the prefill server
 
 
 @dataclass(eq=False)
-class _Server:
+class SimServer:
     """One engine server: the shared step loop (perfmodel/scheduling) on the virtual clock."""
 
     name: str
@@ -83,7 +83,7 @@ class _Server:
     busy: bool = False  # a forward is running
     link_free_s: float = 0.0  # the decode server's receive link (KV transfers queue on it)
     overlap: bool = False  # PD prefill in SGLang's overlap loop: a batch's KV is sent after the next forward
-    held: list[_Request] | None = None  # PD prefill: KV computed, waiting for the running forward to end
+    held: list[SimRequest] | None = None  # PD prefill: KV computed, waiting for the running forward to end
     gpu: TimeSlicedGpu | None = None  # the GPU it time-slices with other servers, if it shares one
     step_in_flight: Step | None = None  # on a shared GPU: the forward whose end the GPU re-times
 
@@ -92,7 +92,7 @@ class _Server:
         return self.steps.limits.kv_capacity_tokens
 
 
-def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | None = None) -> list[_Server]:
+def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | None) -> list[SimServer]:
     out = []
     for _, index, group in [g for g in cfg.layout.groups() if g[0] == role]:
         model = cost_model_for(cfg, role, group, gpu=gpu, sglang_version=sglang_version)
@@ -109,14 +109,22 @@ def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | 
         overlap = role == "prefill" and overlap_loop and cfg.engine.kind == "sglang"
         for replica in range(group.count):
             steps = StepScheduler(server_limits(model), model, overlap_launch=overlap_loop)
-            out.append(_Server(f"{role}-{index}-{replica}", role, node, model, steps, overlap=overlap))
+            out.append(SimServer(f"{role}-{index}-{replica}", role, node, model, steps, overlap=overlap))
     return out
 
 
-class _Simulation:
+def layout_servers(cfg: RunConfig, gpu: str | None, sglang_version: str | None = None
+                   ) -> tuple[list[SimServer], list[SimServer], list[SimServer]]:
+    """cfg's servers as Simulation takes them: (prefill, decode, aggregated), by the layout's mode."""
+    if cfg.layout.mode == "pd":
+        return _servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), []
+    return [], [], _servers(cfg, "aggregated", gpu, sglang_version)
+
+
+class Simulation:
     """The event loop: a heap of (time, seq, action) and the servers the actions touch."""
 
-    def __init__(self, prefill: list[_Server], decode: list[_Server], aggregated: list[_Server],
+    def __init__(self, prefill: list[SimServer], decode: list[SimServer], aggregated: list[SimServer],
                  shared_gpus: Sequence[Sequence[str]] = (), answer_s: float | None = None):
         """`answer_s`: each request's answer latency (None: the servers' GPUs' answer_latency_s; a one-server
         trace passes 0: it times the step loop alone)."""
@@ -131,16 +139,16 @@ class _Simulation:
         self.seq = itertools.count()
         self.now = 0.0
         self.prefill, self.decode, self.aggregated = prefill, decode, aggregated
-        self.requests: list[_Request] = []
-        self.pending: deque[_Request] = deque()
+        self.requests: list[SimRequest] = []
+        self.pending: deque[SimRequest] = deque()
         self.in_flight = 0
         self.max_concurrency: int | None = None
         self.rr = itertools.count()
-        self.arrivals: list[_Server] | None = None  # servers to start once submit_ready has queued everything
-        self.bootstrapped: list[_Request] = []  # PD: KV pre-allocated this instant; their prefills take them next
+        self.arrivals: list[SimServer] | None = None  # servers to start once submit_ready has queued everything
+        self.bootstrapped: list[SimRequest] = []  # PD: KV pre-allocated this instant; their prefills take them next
         models = [s.model for s in prefill + decode + aggregated if s.model is not None]
         self.answer_s = answer_s if answer_s is not None else max((m.gpu.answer_latency_s for m in models), default=0.0)
-        self.arriving: dict[float, list[_Request]] = {}  # arrival time -> requests sent answer_s before it
+        self.arriving: dict[float, list[SimRequest]] = {}  # arrival time -> requests sent answer_s before it
         self.observe: ForwardObserver | None = None  # told of every forward as it starts (a term-by-term reader)
 
     def at(self, time_s: float, action, *args) -> None:
@@ -168,7 +176,7 @@ class _Simulation:
         """The requests sent `answer_s` ago reach the router together."""
         self._arrive_together(self.arriving.pop(at))
 
-    def _arrive_together(self, reqs: list[_Request]) -> None:
+    def _arrive_together(self, reqs: list[SimRequest]) -> None:
         """Servers start once all of `reqs` are queued."""
         outer, self.arrivals = self.arrivals, self.arrivals if self.arrivals is not None else []
         for req in reqs:
@@ -178,7 +186,7 @@ class _Simulation:
             for server in dict.fromkeys(arrived):
                 self.kick(server)
 
-    def finish(self, req: _Request) -> None:
+    def finish(self, req: SimRequest) -> None:
         """The servers are done with `req`: the client may send the next one (the client's seam:
         plan/closedloop/client.py overrides this to resend at once, a closed loop)."""
         req.finish_s = self.now
@@ -187,7 +195,7 @@ class _Simulation:
             self.submit_ready()
 
     # ---- router and servers ----------------------------------------------------------------------
-    def arrive(self, req: _Request) -> None:
+    def arrive(self, req: SimRequest) -> None:
         """`req` reaches the router now: round robin onto servers, queued in their step loops."""
         req.arrival_s = self.now
         i = next(self.rr)
@@ -208,7 +216,7 @@ class _Simulation:
         req.decode.steps.enqueue_prealloc(req.seq, kv_local=req.prefill is None)
         self.kick(req.decode)
 
-    def check_fits(self, server: _Server, max_new_tokens: int, req: _Request) -> None:
+    def check_fits(self, server: SimServer, max_new_tokens: int, req: SimRequest) -> None:
         """Refuse, naming the request, one that `server` would never run to its end (it would wait forever)."""
         why = never_runs(server.steps.limits, req.prompt_len, max_new_tokens)
         if why is not None:
@@ -217,13 +225,13 @@ class _Simulation:
                 f"{server.name}: {why}; lower benchmark.context_len or use a layout with more KV"
             )
 
-    def kick(self, server: _Server) -> None:
+    def kick(self, server: SimServer) -> None:
         if self.arrivals is not None:
             self.arrivals.append(server)
         elif not server.busy:
             self.turn(server)
 
-    def turn(self, server: _Server) -> None:
+    def turn(self, server: SimServer) -> None:
         """One turn of the server's loop now: its hand-offs, then its next forward on the virtual clock."""
         step = server.steps.schedule()
         server.busy = step.forward is not None  # before the hand-offs, which may kick this server again
@@ -251,7 +259,7 @@ class _Simulation:
         for prefill in dict.fromkeys(req.prefill for req in ready if req.prefill is not None):
             self.kick(prefill)
 
-    def start_forward(self, server: _Server, step: Step) -> None:
+    def start_forward(self, server: SimServer, step: Step) -> None:
         """The forward ends after its cost-model time, or, on a GPU shared with other servers, when its work has
         drained at 1/k of the GPU while k forwards were in flight there (every start and end re-times the others)."""
         assert step.forward is not None
@@ -269,14 +277,14 @@ class _Simulation:
             server = self.servers[name]
             self.at(end_s, self.forward_done, server, server.step_in_flight, token)
 
-    def forward_done(self, server: _Server, step: Step, token: int | None = None) -> None:
+    def forward_done(self, server: SimServer, step: Step, token: int | None = None) -> None:
         assert step.forward is not None
         if server.gpu is not None:
             if not server.gpu.finish(self.now, server.name, token if token is not None else -2):
                 return  # re-timed since this event was scheduled
             self.retime(server.gpu)
         prefill = step.forward.kind == "prefill"
-        computed: list[_Request] = []
+        computed: list[SimRequest] = []
         for seq in server.steps.update_from_output(step):
             req = seq.owner
             if prefill and server.role == "prefill":
@@ -296,7 +304,7 @@ class _Simulation:
             for req in computed:
                 self.send_kv(server, req)
 
-    def send_kv(self, prefill: _Server, req: _Request) -> None:
+    def send_kv(self, prefill: SimServer, req: SimRequest) -> None:
         decode = req.decode
         assert decode is not None and prefill.model is not None, "PD requests are paired with a decode server on submit"
         same_node = prefill.node == decode.node != "all"
@@ -305,7 +313,7 @@ class _Simulation:
         decode.link_free_s = start + transfer  # bytes queue on the link; the per-request delay overlaps
         self.at(start + transfer + prefill.model.kv_transfer_delay_s(), self.kv_landed, prefill, decode, req)
 
-    def kv_landed(self, prefill: _Server, decode: _Server, req: _Request) -> None:
+    def kv_landed(self, prefill: SimServer, decode: SimServer, req: SimRequest) -> None:
         assert req.prefill_seq is not None and req.seq is not None
         prefill.steps.release(req.prefill_seq)
         decode.steps.submit(req.seq)
@@ -313,7 +321,7 @@ class _Simulation:
         self.kick(prefill)  # freed KV may unblock its queue
 
     def run(self, batch: Sequence[tuple[int, int]], max_concurrency: int | None) -> float:
-        self.requests = [_Request(i, int(p), int(o)) for i, (p, o) in enumerate(batch)]
+        self.requests = [SimRequest(i, int(p), int(o)) for i, (p, o) in enumerate(batch)]
         for req in self.requests:
             if req.prompt_len < 1 or req.output_len < 1:
                 raise SimulationError(f"request {req.index}: prompt_len and output_len must be >= 1, got {(req.prompt_len, req.output_len)}")
@@ -331,10 +339,10 @@ def one_server_trace(batch: Sequence[tuple[int, int]], cost: StepCostModel, limi
     decode_step_s): each request's Seq, with the forward of its first token and its end. A decode server
     gets each request's KV as soon as it is pre-allocated (no prefill server, no transfer).
     tests/engines/sim/test_sim_matches_plan.py runs the same trace through the simulated engine's scheduler."""
-    server = _Server(f"{limits.role}-0-0", limits.role, "all", None, StepScheduler(limits, cost))
+    server = SimServer(f"{limits.role}-0-0", limits.role, "all", None, StepScheduler(limits, cost))
     if limits.role == "prefill":
         raise SimulationError("one_server_trace runs an aggregated or a decode server; a prefill's requests end at its transfer")
-    sim = _Simulation([], [server], [], answer_s=0.0) if limits.role == "decode" else _Simulation([], [], [server], answer_s=0.0)
+    sim = Simulation([], [server], [], answer_s=0.0) if limits.role == "decode" else Simulation([], [], [server], answer_s=0.0)
     sim.run(batch, None)
     seqs = [req.seq for req in sim.requests if req.seq is not None]
     if len(seqs) != len(sim.requests):
@@ -371,11 +379,7 @@ def simulate_run(
     gpu = gpu or cfg.cluster.gpu
     if isinstance(max_concurrency, str):  # "auto"
         max_concurrency = client_concurrency(cfg, gpu, sglang_version)
-    if cfg.layout.mode == "pd":
-        sim = _Simulation(_servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), [],
-                          shared_gpu_groups(cfg))
-    else:
-        sim = _Simulation([], [], _servers(cfg, "aggregated", gpu, sglang_version), shared_gpu_groups(cfg))
+    sim = Simulation(*layout_servers(cfg, gpu, sglang_version), shared_gpu_groups(cfg))
     sim.observe = observe
     duration = sim.run(batch, max_concurrency)
     e2e_s = [end - r.sent_s for r in sim.requests if (end := r.finish_s) is not None]

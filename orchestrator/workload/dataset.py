@@ -298,21 +298,21 @@ def sample_sharegpt_batch(
     when prompt_len + output_len > context_len (if given). Candidates are tokenized in parallel chunks,
     but accepted strictly in shuffled order, so the result equals SGLang's one-at-a-time walk.
     """
-    _require(num_prompts >= 1, "num_prompts", num_prompts, "must be >= 1")
+    check_argument(num_prompts >= 1, "num_prompts", num_prompts, "must be >= 1")
     if fixed_output_len is not None:
         # SGLang raises "output_len too small" below 4.
-        _require(fixed_output_len >= 4, "fixed_output_len", fixed_output_len, "must be >= 4 or unset")
+        check_argument(fixed_output_len >= 4, "fixed_output_len", fixed_output_len, "must be >= 4 or unset")
     if context_len is not None:
-        _require(context_len >= 4, "context_len", context_len, "must be >= 4 or unset")
+        check_argument(context_len >= 4, "context_len", context_len, "must be >= 4 or unset")
     options = {"context_len": context_len, "fixed_output_len": fixed_output_len}
     with dataset_file(dataset_path) as path:
-        key = _cache_key("sharegpt", path, tokenizer, seed, num_prompts, options)
-        batch = _read_cache(key) if use_cache else None
+        key = batch_cache_key("sharegpt", path, tokenizer, seed, num_prompts, options)
+        batch = read_cached_batch(key) if use_cache else None
         if batch is None:
             data = load_sharegpt(path)
             batch = _walk_sharegpt(tokenizer, data, num_prompts, seed, context_len, fixed_output_len)
             if use_cache:
-                _write_cache(key, batch)
+                write_cached_batch(key, batch)
     log.info("#Input tokens: %d  #Output tokens: %d", batch.total_input_tokens, batch.total_output_tokens)
     return batch
 
@@ -362,7 +362,7 @@ def _walk_sharegpt(
     return batch
 
 
-def _require(ok: bool, name: str, value: object, rule: str) -> None:
+def check_argument(ok: bool, name: str, value: object, rule: str) -> None:
     if not ok:
         raise ValueError(f"{name} {rule} (got {value!r})")
 
@@ -370,7 +370,7 @@ def _require(ok: bool, name: str, value: object, rule: str) -> None:
 # ------------------------------------------------------------------------------------------------ cache
 
 
-def _cache_key(
+def batch_cache_key(
     kind: str, path: Path, tokenizer: FaithfulTokenizer, seed: int, num_prompts: int, options: dict
 ) -> str:
     fields = {
@@ -390,7 +390,7 @@ def _cache_path(key: str) -> Path:
     return user_cache_dir() / "batches" / f"{key}.json"
 
 
-def _read_cache(key: str) -> SampledBatch | None:
+def read_cached_batch(key: str) -> SampledBatch | None:
     path = _cache_path(key)
     try:
         raw = json.loads(path.read_bytes())
@@ -411,7 +411,7 @@ def _read_cache(key: str) -> SampledBatch | None:
     return batch
 
 
-def _write_cache(key: str, batch: SampledBatch) -> None:
+def write_cached_batch(key: str, batch: SampledBatch) -> None:
     body = asdict(batch)
     body.pop("from_cache")
     try:

@@ -13,12 +13,12 @@ from orchestrator.workload.dataset import (
     SampledBatch,
     SampledPrompt,
     ShareGPTData,
-    _cache_key,
-    _read_cache,
-    _require,
-    _write_cache,
+    batch_cache_key,
+    check_argument,
     dataset_file,
     load_sharegpt,
+    read_cached_batch,
+    write_cached_batch,
 )
 from orchestrator.workload.tokenizer import FaithfulTokenizer
 
@@ -44,10 +44,10 @@ def sample_random_requests(
     Requests carry the text too (SGLang sends text); `prompt_len` is SGLang's count, one BOS short of
     `len(input_ids)`.
     """
-    _require(input_len >= 1, "input_len", input_len, "must be >= 1")
-    _require(output_len >= 1, "output_len", output_len, "must be >= 1")
-    _require(num_prompts >= 1, "num_prompts", num_prompts, "must be >= 1")
-    _require(0.0 <= range_ratio <= 1.0, "range_ratio", range_ratio, "must be between 0 and 1")
+    check_argument(input_len >= 1, "input_len", input_len, "must be >= 1")
+    check_argument(output_len >= 1, "output_len", output_len, "must be >= 1")
+    check_argument(num_prompts >= 1, "num_prompts", num_prompts, "must be >= 1")
+    check_argument(0.0 <= range_ratio <= 1.0, "range_ratio", range_ratio, "must be between 0 and 1")
     options = {
         "input_len": input_len,
         "output_len": output_len,
@@ -55,15 +55,15 @@ def sample_random_requests(
         "after_sharegpt_shuffle": after_sharegpt_shuffle,
     }
     with dataset_file(dataset_path) as path:
-        key = _cache_key("random", path, tokenizer, seed, num_prompts, options)
-        batch = _read_cache(key) if use_cache else None
+        key = batch_cache_key("random", path, tokenizer, seed, num_prompts, options)
+        batch = read_cached_batch(key) if use_cache else None
         if batch is None:
             data = load_sharegpt(path)
             batch = _walk_random(
                 tokenizer, data, input_len, output_len, num_prompts, range_ratio, seed, after_sharegpt_shuffle
             )
             if use_cache:
-                _write_cache(key, batch)
+                write_cached_batch(key, batch)
     return batch.requests(with_text=True)
 
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from orchestrator.engines.sim.kv_transfer import _PATTERN_TWICE, PATTERN_BYTES, KvTransferError, expected_kv_bytes
+from orchestrator.engines.sim.kv_transfer import PATTERN_TWICE, PATTERN_BYTES, KvTransferError, expected_kv_bytes
 from orchestrator.transfer.nixl import NixlEndpoint
 
 
@@ -67,7 +67,7 @@ class PrefillKvServer:
         self.moved_bytes = 0
         self.nixl: NixlEndpoint | None = None
         if transfer_mode == "nixl":  # resolve_transfer_mode checked that NIXL loads
-            self.nixl = NixlEndpoint(endpoint_name, [_PATTERN_TWICE])
+            self.nixl = NixlEndpoint(endpoint_name, [PATTERN_TWICE])
 
     def room(self, room: int) -> PrefillRoom:
         if room not in self.rooms:

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 MIB = 2**20
 PATTERN_BYTES = 8 * MIB  # one pattern period; also the largest chunk moved in one piece
 _PATTERN = np.random.default_rng(2025).integers(0, 256, PATTERN_BYTES, dtype=np.uint8)
-_PATTERN_TWICE = np.concatenate([_PATTERN, _PATTERN])  # any window <= PATTERN_BYTES is one slice
+PATTERN_TWICE = np.concatenate([_PATTERN, _PATTERN])  # any window <= PATTERN_BYTES is one slice
 
 
 def expected_kv_bytes(room: int, offset: int, length: int) -> np.ndarray:
@@ -40,7 +40,7 @@ def expected_kv_bytes(room: int, offset: int, length: int) -> np.ndarray:
     if length > PATTERN_BYTES:
         raise ValueError(f"chunk of {length} bytes exceeds the pattern period {PATTERN_BYTES}")
     start = (room * 7919 + offset) % PATTERN_BYTES
-    return _PATTERN_TWICE[start : start + length]
+    return PATTERN_TWICE[start : start + length]
 
 
 class KvTransferError(RuntimeError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-from orchestrator.plan.simulate import SimulationError, _Request, _servers, _Simulation, shared_gpu_groups
+from orchestrator.plan.simulate import SimRequest, Simulation, SimulationError, layout_servers, shared_gpu_groups
 from orchestrator.stats import percentile
 
 
@@ -102,22 +102,18 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     return {f"p{q}": percentile(values, q) for q in (50, 90, 99)}
 
 
-class _ClosedLoopSimulation(_Simulation):
+class _ClosedLoopSimulation(Simulation):
     """simulate.py's servers and step loop; only the client differs: a finished request is resent at once
     while the window is open."""
 
     def __init__(self, cfg: RunConfig, load: ClosedLoopLoad, gpu: str, sglang_version: str | None):
-        if cfg.layout.mode == "pd":
-            super().__init__(_servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), [],
-                             shared_gpu_groups(cfg))
-        else:
-            super().__init__([], [], _servers(cfg, "aggregated", gpu, sglang_version), shared_gpu_groups(cfg))
+        super().__init__(*layout_servers(cfg, gpu, sglang_version), shared_gpu_groups(cfg))
         self.load = load
 
-    def finish(self, req: _Request) -> None:
+    def finish(self, req: SimRequest) -> None:
         super().finish(req)
         if self.now < self.load.window_s:  # this client sends its next request now
-            again = _Request(len(self.requests), self.load.input_tokens, self.load.output_tokens)
+            again = SimRequest(len(self.requests), self.load.input_tokens, self.load.output_tokens)
             self.requests.append(again)
             self.pending.append(again)
             self.submit_ready()

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.engines.base import PdTimeouts
 from orchestrator.engines.sim.kv_decode import KvReceiver, ReceivePool
 from orchestrator.engines.sim.kv_transfer import (
-    _PATTERN_TWICE,
+    PATTERN_TWICE,
     PATTERN_BYTES,
     KvTransferError,
     _verify,
@@ -76,7 +76,7 @@ def test_explicit_mode_choices():
 @pytest.mark.skipif(load_nixl_api() is None, reason="nixl is not importable")
 async def test_nixl_write_lands_verified_bytes_in_the_receive_buffer():
     pool = ReceivePool(buffer_bytes=2 * PATTERN_BYTES)
-    sender = NixlEndpoint("test-sender", [_PATTERN_TWICE])
+    sender = NixlEndpoint("test-sender", [PATTERN_TWICE])
     receiver = NixlEndpoint("test-receiver", [pool.buffer])
     peer = sender.add_peer(receiver.metadata(), receiver.name)
     assert peer == "test-receiver"  # a str, although NIXL hands back bytes
