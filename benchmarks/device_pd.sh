@@ -49,15 +49,8 @@ pack() { el "packing $1"; cp $P/timeline.txt $P/$1/ 2>/dev/null; tar -C $P -cJf 
 direct() { python3 scripts/device/serve_direct.py "$@"; }
 replay() { python3 scripts/device/replay.py "$@"; }
 
-. "$(dirname "$0")/../scripts/device/scrape_lib.sh"   # scrape_sglang_servers
+. "$(dirname "$0")/../scripts/device/scrape_lib.sh"   # scrape_engines DIR: every 3 s, every SGLang server
 SCRAPER=""
-scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of every running SGLang server
-  local dir=$1; mkdir -p $dir
-  while true; do
-    scrape_sglang_servers $dir
-    sleep 3
-  done
-}
 start_scraper() { scrape_engines "$1" & SCRAPER=$!; }
 stop_scraper() { [ -n "$SCRAPER" ] && kill $SCRAPER 2>/dev/null; SCRAPER=""; }
 free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"; }

@@ -70,15 +70,8 @@ r1_tokenizers() {  # R1's tokenizer.json into each R1 model directory (git-ignor
 }
 need_rt() { [ -f $SITE/.installed_rt ] && [ -f $P/sharegpt.json ] || { el "Ray tree missing: run phase 'rt' first"; exit 1; }; }
 
-. "$(dirname "$0")/../scripts/device/scrape_lib.sh"   # scrape_sglang_servers
+. "$(dirname "$0")/../scripts/device/scrape_lib.sh"   # scrape_engines DIR: every 3 s, every SGLang server
 SCRAPER=""; SMI=""
-scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of every running SGLang server
-  local dir=$1; mkdir -p $dir
-  while true; do
-    scrape_sglang_servers $dir
-    sleep 3
-  done
-}
 watch_start() {  # $1 = dir: engine scrapes + GPU memory every 5 s (start-up phases show as memory steps)
   scrape_engines "$1/scrape" & SCRAPER=$!
   if command -v nvidia-smi >/dev/null; then

@@ -1,5 +1,6 @@
 # Sourced, never run: one pass over every running SGLang server of this machine, for the device scripts'
-# scrapers (scripts/device/bench_lib.sh, benchmarks/device_pd.sh, benchmarks/device_r1_full.sh).
+# scrapers (scripts/device/bench_lib.sh, benchmarks/device_pd.sh, benchmarks/device_r1_full.sh), and the loop that
+# repeats it (bench_lib.sh keeps its own loop, which also copies the local cluster's engine logs).
 scrape_sglang_servers() {  # $1 = dir: /metrics (last one wins) and /server_info (first one kept) of each server
   local dir=$1 pid args port mode
   for pid in $(pgrep -f "sglang.launch_server" 2>/dev/null); do
@@ -9,5 +10,12 @@ scrape_sglang_servers() {  # $1 = dir: /metrics (last one wins) and /server_info
     [ -n "$port" ] || continue
     curl -s -m 2 http://127.0.0.1:$port/metrics -o $dir/${mode}_$port.prom.tmp && mv $dir/${mode}_$port.prom.tmp $dir/${mode}_$port.prom
     [ -s $dir/${mode}_$port.server_info.json ] || curl -s -f -m 2 http://127.0.0.1:$port/server_info -o $dir/${mode}_$port.server_info.json 2>/dev/null
+  done
+}
+scrape_engines() {  # $1 = dir: scrape_sglang_servers every 3 s until killed (start it in the background)
+  local dir=$1; mkdir -p $dir
+  while true; do
+    scrape_sglang_servers $dir
+    sleep 3
   done
 }
