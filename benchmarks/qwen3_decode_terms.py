@@ -73,7 +73,7 @@ LONE = ("benchmarks/results/2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/c
 
 def model_terms(cfg_path: str, gpu: str, batch: int, context_per_request: float, role: Role = "decode") -> dict[str, float]:
     """The planner's decode step at `batch` and its parts, seconds."""
-    cfg = load_config(ROOT / cfg_path)
+    cfg = load_config(ROOT / cfg_path, paths_from=ROOT)  # the repository's config: its model folder from ROOT
     _, _, group = next(g for g in cfg.layout.groups() if g[0] in (role, "aggregated"))
     model = cost_model_for(cfg, role, group, gpu=gpu)
     cal, arch, fmt = model.calibration, model.arch, model.format

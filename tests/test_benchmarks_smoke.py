@@ -159,12 +159,14 @@ def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measur
 
 def test_a_benchmark_reads_the_repositorys_config_and_its_model_folder_from_any_directory(tmp_path, monkeypatch) -> None:
     # configs/device-h200x2-qwen3-serve.yaml names its model by folder (models/qwen3-235b-a22b-fp8-l6), not a preset
-    from benchmarks import qwen3_routing_read
+    from benchmarks import qwen3_decode_terms, qwen3_routing_read
 
     monkeypatch.chdir(tmp_path)
     per_expert, top_k, experts, moe_layers = qwen3_routing_read.expert_bytes_per_layer(
         "configs/device-h200x2-qwen3-serve.yaml", "H200")
     assert (top_k, experts, moe_layers) == (8, 128, 6) and per_expert > 0
+    _, config, gpu = qwen3_decode_terms.LONE  # benchmarks/backtest/configs/qwen3-l6-lone.yaml: the same model folder
+    assert qwen3_decode_terms.model_terms(config, gpu, 64, 1024)["step"] > 0
 
 
 def test_the_pd_terms_read_a_rows_logs_and_the_planners_own_trace_of_it() -> None:
