@@ -83,7 +83,7 @@ def forward_parts(model: EngineCostModel, prompt: int) -> tuple[float, float]:
     the step loop times it (scheduling/steps.py burst_prefill: its chunks, per DP-attention rank, the first one never
     shorter than its launch)."""
     forwards = burst_prefill(server_limits(model), model, [prompt])
-    return sum(f.duration_s for f in forwards), model.prefill_launch_s(1) or model.eager_launch_s(1, stage=True, decode=False)
+    return sum(f.duration_s for f in forwards), model.prefill_launch_s(1) or model.eager_launch_s(1, stage=model.pp - 1, decode=False)
 
 
 def lone_points(label: str, path: Path, variant: str, model: EngineCostModel) -> list[dict]:
@@ -119,7 +119,7 @@ def main() -> int:
     print("every lone prompt: client vs answer latency + modelled forward (launch-bound forwards marked *):")
     for label, path, variant, _, in_sample in SERVERS:
         model = _model(label)
-        launch = model.eager_launch_s(1, stage=model.pp > 1, decode=False)
+        launch = model.eager_launch_s(1, stage=model.pp - 1 if model.pp > 1 else None, decode=False)
         print(f"  {label} ({'in-sample' if in_sample else 'check, not fitted'}; CPU launch of one forward "
               f"{launch * 1e3:.1f} ms{', one stage' if model.pp > 1 else ''})")
         for pt in lone_points(label, path, variant, model):

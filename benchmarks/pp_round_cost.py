@@ -1,7 +1,8 @@
 """The PP stage iteration's cost (perfmodel/parallel/pipeline.py ITERATION_S, ITERATION_PER_REQUEST_S) from the PP2
 decode points of a two-GPU calibration run: round = pp x (stage(B / m) + c0 + c1 x B / m), the stage forward the
-model's (the GPU's R1-shaped profile at a stage's share of the layers), c0 and c1 by least squares; then the
-residual of each point with the shipped constants.
+model's (the GPU's R1-shaped profile over a stage's own layers; with unequal stages the slowest, as
+pipeline.decode_round_s takes it at m = pp, and their mean at m = 1), c0 and c1 by least squares; then the
+residual of each point with the shipped constants (pipeline.decode_round_s).
 
 Usage (repo root; no GPU):
   .venv/bin/python benchmarks/pp_round_cost.py benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json
@@ -41,20 +42,25 @@ def main(argv: list[str] | None = None) -> int:
         batch = int(p["batch_size"])
         micro = pipeline.micro_batches(batch, pp)
         per_micro = math.ceil(batch / micro)
-        stage = model._decode_pass_s(per_micro, per_micro * (p["context_tokens"] + 50), False, 1, stage=True)
-        points.append((batch, per_micro, p["step_ms_median"] / 1e3, stage))
-    x = np.array([[pp, pp * m] for _, m, _, _ in points])
-    y = np.array([round_s - pp * stage for _, _, round_s, stage in points])
+        stages = [model._decode_pass_s(per_micro, per_micro * (p["context_tokens"] + 50), False, 1, k) for k in range(pp)]
+        points.append((batch, micro, per_micro, p["step_ms_median"] / 1e3, stages))
+    # the round as a function of (c0, c1): pp x the slowest stage when every stage is busy (m = pp), else the sum
+    def bound(m: int, stages: list[float]) -> float:
+        return pp * max(stages) if m == pp else sum(stages)
+
+    x = np.array([[pp, pp * per] for _, _, per, _, _ in points])
+    y = np.array([round_s - bound(m, stages) for _, m, _, round_s, stages in points])
     (c0, c1), *_ = np.linalg.lstsq(x, y, rcond=None)
     print(f"{args.raw} ({raw['gpu']['name']}, R1 shape x {layers} layers, pp {pp}, profile "
           f"{model.calibration.profile if model.calibration else None})")
     print(f"fit: ITERATION_S = {c0 * 1e3:.2f} ms, ITERATION_PER_REQUEST_S = {c1 * 1e6:.1f} us "
           f"(shipped: {pipeline.ITERATION_S * 1e3:.2f} ms, {pipeline.ITERATION_PER_REQUEST_S * 1e6:.1f} us)")
     errors = []
-    for batch, per_micro, round_s, stage in points:
-        model_s = pipeline.decode_round_s(stage, pp, per_micro)
+    for batch, micro, per_micro, round_s, stages in points:
+        model_s = pipeline.decode_round_s(stages, micro, per_micro)
         errors.append(model_s / round_s - 1)
-        print(f"  B={batch:4d}: measured {round_s * 1e3:6.2f} ms, stage forward {stage * 1e3:5.2f} ms x {pp}, "
+        print(f"  B={batch:4d}: measured {round_s * 1e3:6.2f} ms, stage forwards "
+              f"{' / '.join(f'{s * 1e3:.2f}' for s in stages)} ms, "
               f"round with the shipped constants {model_s * 1e3:6.2f} ms ({errors[-1]:+.1%})")
     print(f"RMS {math.sqrt(sum(e * e for e in errors) / len(errors)):.1%}")
     return 0

@@ -89,20 +89,58 @@ class ServerShape:
 class MemoryTerms(ServerShape):
     """Bytes, tokens and limits of the server (resolved by EngineCostModel)."""
 
-    def weight_bytes_breakdown(self) -> dict[str, float]:
-        """Bytes per GPU by weight class (the heaviest pipeline stage when pp > 1)."""
+    # --- pipeline stages ----------------------------------------------------------------------------
+    def stage_layers(self) -> list[tuple[int, int]]:
+        """(dense, MoE) decoder layers of each pipeline stage, as SGLang 0.5.17 splits them: distributed/utils.py
+        get_pp_indices gives every stage num_layers // pp consecutive layers and the last num_layers % pp stages one
+        more (utils/common.py make_layers builds only a stage's own range; SGLANG_PP_LAYER_PARTITION, which overrides
+        the split, is not modelled). R1's first_k_dense_replace dense layers are the first ones, so they sit on the
+        first stage: R1 at PP 2 is 3 dense + 27 MoE layers, then 31 MoE layers."""
+        layers, dense = self.arch.num_hidden_layers, self.arch.first_k_dense_replace
+        base, extra = divmod(layers, self.pp)
+        bounds, start = [], 0
+        for rank in range(self.pp):
+            end = start + base + (1 if rank >= self.pp - extra else 0)
+            bounds.append((start, end))
+            start = end
+        return [(max(0, min(end, dense) - start), end - max(start, dense)) for start, end in bounds]
+
+    def stage_shares(self, stage: int | None = None) -> tuple[float, float, float]:
+        """The shares of the model's (all, dense, MoE) layers that pipeline stage `stage` holds (None: every layer)."""
+        if stage is None:
+            return 1.0, 1.0, 1.0
+        dense, moe = self.stage_layers()[stage]
+        arch = self.arch
+        return ((dense + moe) / arch.num_hidden_layers, dense / max(1, arch.first_k_dense_replace),
+                moe / max(1, arch.moe_layers))
+
+    def stage_layer_count(self, stage: int | None = None) -> int:
+        """Decoder layers of pipeline stage `stage` (None: all of them)."""
+        return self.arch.num_hidden_layers if stage is None else sum(self.stage_layers()[stage])
+
+    def pipeline_stages(self) -> list[int | None]:
+        """The stages a forward crosses: [None] (the whole model) without PP, else each stage's index."""
+        return [None] if self.pp == 1 else list(range(self.pp))
+
+    def stage_holds_lm_head(self, stage: int | None) -> bool:
+        """The last pipeline stage holds the final norm and the lm_head (0.5.17 models/deepseek_v2.py: is_last_rank)."""
+        return stage is None or stage == self.pp - 1
+
+    def stage_weight_breakdown(self, stage: int | None = None) -> dict[str, float]:
+        """Bytes per GPU by weight class of pipeline stage `stage` (None: every layer, both embeddings, as one GPU of
+        the TP group would hold them without PP): its own layers' weights, the input embedding on the first stage and
+        the lm_head on the last (0.5.17 models/deepseek_v2.py: VocabParallelEmbedding only if pp_group.is_first_rank,
+        ParallelLMHead only if is_last_rank, PPMissingLayer elsewhere)."""
         p, fmt = self.params, self.format
         attn_shards = self.tp // self.attn_dp  # DP attention replicates attention weights per rank
-        per_layer_share = 1 / self.pp
+        layer_share, dense_share, moe_share = self.stage_shares(stage)
         # the input embedding is vocab-parallel over the attention-TP group (0.5.17 vocab_parallel_embedding.py
         # get_embedding_tp_kwargs: use_attn_tp_group under DP attention), the lm_head over the whole TP group
-        embedding = p.embedding * fmt.embedding_bytes / attn_shards
-        lm_head = p.lm_head * fmt.embedding_bytes / self.tp
-        embeddings = embedding + lm_head
-        if self.pp > 1:  # first stage holds the embedding, last the lm_head
-            embeddings = max(embedding, lm_head)
+        embedding = p.embedding * fmt.embedding_bytes / attn_shards if stage in (None, 0) else 0.0
+        lm_head = p.lm_head * fmt.embedding_bytes / self.tp if self.stage_holds_lm_head(stage) else 0.0
         mtp = 0.0
-        if self.speculative is not None:  # R1's MTP module: one MoE decoder layer + eh_proj (embedding, head shared)
+        if self.speculative is not None and self.stage_holds_lm_head(stage):
+            # R1's MTP module: one MoE decoder layer + eh_proj (embedding, head shared)
             moe_layers = max(1, self.arch.moe_layers)
             mtp = (
                 p.attention / self.arch.num_hidden_layers * fmt.dense_bytes / attn_shards
@@ -112,13 +150,27 @@ class MemoryTerms(ServerShape):
             )
         return {
             "mtp_draft_layer": mtp,
-            "absorbed_mla_copies": self._absorbed_mla_bytes() * per_layer_share,
-            "attention": p.attention * fmt.dense_bytes / attn_shards * per_layer_share,
-            "dense_mlp_shared": (p.dense_mlp + p.shared_experts + p.router) * fmt.dense_bytes / self.tp
-            * per_layer_share,
-            "routed_experts": p.routed_experts * fmt.expert_bytes / self.tp * per_layer_share,
-            "embeddings": embeddings,
+            "absorbed_mla_copies": self._absorbed_mla_bytes() * layer_share,
+            "attention": p.attention * fmt.dense_bytes / attn_shards * layer_share,
+            "dense_mlp_shared": (p.dense_mlp * dense_share + p.shared_experts * moe_share + p.router * moe_share)
+            * fmt.dense_bytes / self.tp,
+            "routed_experts": p.routed_experts * fmt.expert_bytes / self.tp * moe_share,
+            "embeddings": embedding + lm_head,
         }
+
+    def stage_weights_bytes(self) -> list[float]:
+        """Each pipeline stage's weight bytes on one of its GPUs."""
+        return [sum(self.stage_weight_breakdown(k).values()) for k in range(self.pp)]
+
+    def heaviest_stage(self) -> int:
+        """The pipeline stage whose weights are largest (ties: the later one). SGLang syncs the KV budget to it (see
+        kv_bytes_per_gpu)."""
+        weights = self.stage_weights_bytes()
+        return max(range(self.pp), key=lambda k: (weights[k], k))
+
+    def weight_bytes_breakdown(self) -> dict[str, float]:
+        """Bytes per GPU by weight class (the heaviest pipeline stage when pp > 1)."""
+        return self.stage_weight_breakdown(self.heaviest_stage() if self.pp > 1 else 0)
 
     def _absorbed_mla_bytes(self) -> float:
         """SGLang's absorbed-MLA copies of kv_b_proj on one GPU (all layers): 0.5.17
@@ -161,20 +213,35 @@ class MemoryTerms(ServerShape):
         """Left for activations, CUDA graphs, NCCL buffers: GPU memory less weights and the KV pool (GPU memory -
         mem_fraction_static x the memory free at load, more when --max-total-tokens caps the pool below what the
         fraction allows)."""
-        unused_pool = max(0.0, self.kv_bytes_per_gpu()) - self.kv_pool_bytes_per_gpu()
-        return self.gpu.memory_bytes - self.static_pool_bytes() + unused_pool
+        budget, weights = max(0.0, self.kv_bytes_per_gpu()), self.stage_weights_bytes()
+        # the stage with the least left: its weights short of the heaviest's, plus its pool (pipeline stages)
+        taken = max(self._stage_pool_bytes(k) + (weights[k] - max(weights)) for k in range(self.pp))
+        return self.gpu.memory_bytes - self.static_pool_bytes() + (budget - taken)
 
     def kv_bytes_per_gpu(self) -> float:
-        """Static pool left for the KV cache after weights (negative: the weights do not fit)."""
+        """Static pool left for the KV cache after weights (negative: the weights do not fit): SGLang's KV budget,
+        the same on every GPU of the server. 0.5.17 reads the memory free before the weights and after them with
+        get_available_gpu_memory(distributed=True), the minimum over every rank of the world group
+        (distributed/bootstrap.py, mem_cache/kv_cache_configurator.py _profile_available_bytes), so with pipeline
+        stages the heaviest stage's weights set every stage's budget."""
         return self.static_pool_bytes() - self.weights_bytes_per_gpu()
+
+    def _stage_pool_bytes(self, stage: int, budget: float | None = None) -> float:
+        """Pipeline stage `stage`'s KV pool on one GPU: SGLang turns the budget into tokens of each stage's own layers
+        and keeps the minimum over the stages (kv_cache_configurator.py _apply_token_constraints: all_reduce MIN over
+        the PP ranks), so the stage with the most layers sets the tokens and each stage allocates them for its own
+        layers; capped by --max-total-tokens."""
+        free = max(0.0, self.kv_bytes_per_gpu() if budget is None else budget)
+        layers = [dense + moe for dense, moe in self.stage_layers()]
+        pool = free * (layers[stage] / max(layers))
+        if self.max_total_tokens is None:
+            return pool
+        return min(pool, self.max_total_tokens * self.kv_bytes_per_gpu_token() * self.stage_shares(stage)[0])
 
     def kv_pool_bytes_per_gpu(self, budget: float | None = None) -> float:
         """The KV pool SGLang allocates on one GPU: its profiled budget (default: what the fraction leaves after the
-        weights on a GPU of its own), capped by --max-total-tokens."""
-        free = max(0.0, self.kv_bytes_per_gpu() if budget is None else budget)
-        if self.max_total_tokens is None:
-            return free
-        return min(free, self.max_total_tokens * self.kv_bytes_per_gpu_token() / self.pp)
+        weights on a GPU of its own), capped by --max-total-tokens; with pipeline stages the heaviest stage's."""
+        return self._stage_pool_bytes(self.heaviest_stage() if self.pp > 1 else 0, budget)
 
     def kv_bytes_per_token(self) -> int:
         """KV bytes of one token over all layers and ranks: layers x (MLA: kv_lora_rank + rope; GQA: 2 x KV heads x
@@ -198,7 +265,8 @@ class MemoryTerms(ServerShape):
         capped per scheduler at --max-total-tokens."""
         if pool_bytes_per_gpu <= 0:
             return 0
-        per_gpu_token = self.kv_bytes_per_gpu_token() / self.pp  # each stage holds its layers' KV
+        most_layers = max(dense + moe for dense, moe in self.stage_layers())  # sets the tokens (_stage_pool_bytes)
+        per_gpu_token = self.kv_bytes_per_gpu_token() * (most_layers / self.arch.num_hidden_layers)
         per_scheduler = int(pool_bytes_per_gpu // per_gpu_token)
         if self.max_total_tokens is not None:
             per_scheduler = min(per_scheduler, self.max_total_tokens)

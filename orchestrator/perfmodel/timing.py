@@ -67,38 +67,39 @@ class TimingTerms(MemoryTerms):
         attention_flops: float,
         kv_read_tokens: float,
         lm_head_tokens: int,
-        stage: bool = False,
+        stage: int | None = None,
         graphed_floor: bool = False,
         eager: bool = False,
         decode: bool = False,
     ) -> float:
-        """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs. `stage`: one
-        pipeline stage's share (layers / pp, its weights and KV, one send onward; no scheduler step).
+        """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs. `stage`: one pipeline
+        stage's own layers (stage_layers: their weights and KV, the last's lm_head, a send onward; no scheduler step).
         `graphed_floor`: a CUDA-graphed decode step of a layer shape no profile measured: the GPU's measured fixed
         costs (Calibration.graph_step_s / graph_layer_s) and reads at WEIGHT_READ_EFFICIENCY, the rate those were
         measured against, in place of the assumed fixed costs and efficiency_decode."""
         if tokens <= 0:
             return 0.0
-        share = 1 / self.pp if stage else 1.0
+        share, dense, moe = self.stage_shares(stage)
         p, arch = self.params, self.arch
-        active_dense = p.attention + p.dense_mlp + p.shared_experts + p.router
-        routed_active = tokens * arch.num_experts_per_tok * arch.moe_layers * p.one_expert_per_layer
-        flops = 2 * (tokens * active_dense + routed_active + lm_head_tokens * p.lm_head) + attention_flops
-        compute_s = share * flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
+        active_dense = p.attention * share + p.dense_mlp * dense + p.shared_experts * moe + p.router * moe
+        routed_active = tokens * arch.num_experts_per_tok * arch.moe_layers * p.one_expert_per_layer * moe
+        lm_head_tokens = lm_head_tokens if self.stage_holds_lm_head(stage) else 0
+        flops = 2 * (tokens * active_dense + routed_active + lm_head_tokens * p.lm_head) + attention_flops * share
+        compute_s = flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
 
-        kv_bytes, hbm = kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp, self.gpu.hbm_tb_s * 1e12
-        weights, routed = self._weight_bytes_read(tokens)
-        memory_s = share * (weights + kv_bytes) / (hbm * self.efficiency_decode)
+        kv_bytes, hbm = kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp * share, self.gpu.hbm_tb_s * 1e12
+        weights, routed = self._weight_bytes_read(tokens, stage)
+        memory_s = (weights + kv_bytes) / (hbm * self.efficiency_decode)
         step_s, layer_s = self.gpu.step_overhead_s, self.gpu.layer_overhead_s
         # a lent floor: experts at their kernel's measured share; the backend (relative to the floor's) on the attention
         # kernel alone (the KV read); the rest at the rate the floor was measured against
         cal = self.calibration if graphed_floor and self._lent_floor else None
         if cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None:
             backend = self.attention_speed / ATTENTION_BACKEND_SPEED.get(cal.attention_backend, 1.0)
-            memory_s = share * ((weights - routed + kv_bytes / backend) / (hbm * WEIGHT_READ_EFFICIENCY)
-                                + routed / (hbm * (cal.graph_expert_read_share or WEIGHT_READ_EFFICIENCY)))
+            memory_s = ((weights - routed + kv_bytes / backend) / (hbm * WEIGHT_READ_EFFICIENCY)
+                        + routed / (hbm * (cal.graph_expert_read_share or WEIGHT_READ_EFFICIENCY)))
             step_s, layer_s = cal.graph_step_s, cal.graph_layer_s
-        fixed_s = (0.0 if stage else step_s) + share * arch.num_hidden_layers * layer_s
+        fixed_s = (step_s if stage is None else 0.0) + self.stage_layer_count(stage) * layer_s
         return max(compute_s, memory_s) + self._comm_s(tokens, stage, eager, decode) + fixed_s
 
     @property
@@ -107,13 +108,13 @@ class TimingTerms(MemoryTerms):
         cal = self.calibration
         return cal is not None and None not in (cal.graph_step_s, cal.graph_layer_s) and not self._tp_spans_nodes
 
-    def _weight_bytes_read(self, tokens: int) -> tuple[float, float]:
-        """Weight bytes one forward of `tokens` tokens reads on one GPU (every pp stage's), and the routed experts'
-        part of them (the experts its tokens hit): one weight breakdown for both, on the step-cost path."""
-        w = self.weight_bytes_breakdown()
-        routed = w["routed_experts"] * self.pp * self._experts_hit_fraction(tokens)
-        return ((w["attention"] + w["dense_mlp_shared"]) * self.pp + routed
-                + self.params.lm_head * self.format.embedding_bytes / self.tp), routed
+    def _weight_bytes_read(self, tokens: int, stage: int | None = None) -> tuple[float, float]:
+        """Weight bytes one forward of `tokens` tokens reads on one GPU (`stage`: one pipeline stage's layers, the
+        lm_head on the last; None: every layer), and the routed experts' part of them (the experts its tokens hit)."""
+        w = self.stage_weight_breakdown(stage)
+        routed = w["routed_experts"] * self._experts_hit_fraction(tokens)
+        lm_head = self.params.lm_head * self.format.embedding_bytes / self.tp * self.stage_holds_lm_head(stage)
+        return w["attention"] + w["dense_mlp_shared"] + routed + lm_head, routed
 
     def _experts_hit_fraction(self, tokens: int) -> float:
         """Share of the routed experts one forward of `tokens` tokens reads on one GPU (the experts its tokens hit)."""
@@ -126,19 +127,19 @@ class TimingTerms(MemoryTerms):
             and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes)
         return experts_hit_fraction(tokens, arch.num_experts_per_tok, arch.n_routed_experts, same, measured)
 
-    def weight_read_s(self, tokens: int) -> float:
-        """Weight/expert read time of one forward at WEIGHT_READ_EFFICIENCY of datasheet HBM."""
-        return self._weight_bytes_read(tokens)[0] / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
+    def weight_read_s(self, tokens: int, stage: int | None = None) -> float:
+        """Weight/expert read time of one forward (of one pipeline stage's layers) at WEIGHT_READ_EFFICIENCY of HBM."""
+        return self._weight_bytes_read(tokens, stage)[0] / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
 
-    def _comm_s(self, tokens: int, stage: bool = False, eager: bool = False, decode: bool = False) -> float:
-        """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens (`stage`: one
-        stage's layers and its one send onward; `eager`: not replayed from a CUDA graph, as every prefill forward
-        and a decode step beyond the captured sizes). With DP attention a decode step gathers and reduce-scatters
+    def _comm_s(self, tokens: int, stage: int | None = None, eager: bool = False, decode: bool = False) -> float:
+        """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens (`stage`: one stage's
+        layers and its send onward, none from the last; `eager`: not replayed from a CUDA graph, as every prefill
+        forward and a decode step beyond the captured sizes). With DP attention a decode step gathers and reduce-scatters
         (_dp_attention_layer_comm_s); a prefill forward (SGLang's SUM_LEN padding when a batch extends) gathers by an
         all-reduce of the zero-padded global batch and all-reduces the MLP output: TP's two all-reduces."""
         arch = self.arch
         activation_bytes = tokens * arch.hidden_size * 2
-        layers = arch.num_hidden_layers / self.pp if stage else arch.num_hidden_layers
+        layers = self.stage_layer_count(stage)
         if decode and self.dp_attention and self.attn_dp > 1 and self.tp == self.attn_dp:
             comm_s = layers * self._dp_attention_layer_comm_s(activation_bytes, eager)
         else:  # TP; a DP-attention prefill; DP attention with attention TP > 1 (see _dp_attention_layer_comm_s)
@@ -146,7 +147,7 @@ class TimingTerms(MemoryTerms):
         if self.pp > 1:
             links = collectives.link_figures(self.gpu, self.comm_efficiency)
             send = collectives.p2p_send_s(activation_bytes, self.nnodes > 1, links)
-            comm_s += send if stage else (self.pp - 1) * send
+            comm_s += (self.pp - 1) * send if stage is None else (send if stage < self.pp - 1 else 0.0)
         return comm_s
 
     def _dp_attention_layer_comm_s(self, global_bytes: float, eager: bool) -> float:
@@ -238,8 +239,8 @@ class TimingTerms(MemoryTerms):
         With a calibration profile the share of peak FLOPs is the one measured for this layer shape and GPU, and a
         batch that runs the absorbed MLA path (absorbed_prefill) prices its attention pairs at the share measured
         for that path. With pipeline parallelism the chunk's stages pipeline behind the chunks that follow it:
-        `chunk_follows` (another prefill chunk waits behind this one) costs one stage iteration, the last or a
-        lone chunk all pp of them (perfmodel/parallel/pipeline.py)."""
+        `chunk_follows` (another prefill chunk waits behind this one) costs the slowest stage's iteration, the last or
+        a lone chunk every stage's (each its own layers, and launches: perfmodel/parallel/pipeline.py)."""
         cal = self.calibration
         gemm_share = cal.efficiency_prefill if cal is not None else None  # measured: the calibrated path
         absorbed_share = cal.efficiency_absorbed if cal is not None else None
@@ -254,17 +255,17 @@ class TimingTerms(MemoryTerms):
         if gemm_share:
             self.efficiency_prefill = gemm_share
         try:
-            forward = self._forward_s(**a, stage=self.pp > 1, eager=not self.prefill_graphs)
+            stages = [self._forward_s(**a, stage=k, eager=not self.prefill_graphs) for k in self.pipeline_stages()]
         finally:
             self.efficiency_prefill = saved
         if not gemm_share:
-            forward /= self.attention_speed
+            stages = [forward / self.attention_speed for forward in stages]
         requests = self._scheduler_requests(sum(1 for n in new_tokens if n > 0))
-        if self.pp > 1:
-            if not (self.prefill_graphs and sgd.prefill_graphs_captured(self.sglang_version, self.arch.is_mla)):
-                forward = max(forward, self.eager_launch_s(requests, stage=True, decode=False))  # each stage launches its own layers
-            forward = pipeline.prefill_chunk_s(forward, self.pp, requests, chunk_follows)
-        return forward
+        if self.pp == 1:
+            return stages[0]
+        if not (self.prefill_graphs and sgd.prefill_graphs_captured(self.sglang_version, self.arch.is_mla)):
+            stages = [max(f, self.eager_launch_s(requests, stage=k, decode=False)) for k, f in enumerate(stages)]
+        return pipeline.prefill_chunk_s(stages, requests, chunk_follows)
 
     def _scheduler_requests(self, requests: int) -> int:
         return math.ceil(requests / self.replicas / self.attn_dp)
@@ -312,22 +313,21 @@ class TimingTerms(MemoryTerms):
         share = self.replicas
         bs = math.ceil(batch_size * tokens_per_request / share)
         ctx = context_tokens / share
-        if self.pp > 1:  # micro-batches: each holds 1/pp of the requests and runs 1/pp of the layers per stage
+        if self.pp > 1:  # micro-batches: each holds 1/pp of the requests; each stage runs its own layers over it
             requests = math.ceil(batch_size / share)
             micro = pipeline.micro_batches(requests, self.pp)
-            stage = self._decode_pass_s(math.ceil(bs / micro), ctx / micro, eager, tokens_per_request, stage=True)
+            stages = [self._decode_pass_s(-(-bs // micro), ctx / micro, eager, tokens_per_request, k) for k in range(self.pp)]
             per_scheduler = math.ceil(requests / micro / self.attn_dp)  # each DP-attention rank schedules its own
-            return pipeline.decode_round_s(stage, self.pp, per_scheduler)
+            return pipeline.decode_round_s(stages, micro, per_scheduler)
         return self._decode_pass_s(bs, ctx, eager, tokens_per_request)
 
-    def _decode_pass_s(self, bs: int, ctx: float, eager: bool, tokens_per_request: int, stage: bool = False) -> float:
-        """One decode forward of `bs` tokens over `ctx` context tokens on one model copy (`stage`: one
-        pipeline stage's share of the layers, without the scheduler's step)."""
+    def _decode_pass_s(self, bs: int, ctx: float, eager: bool, tokens_per_request: int, stage: int | None = None) -> float:
+        """One decode forward of `bs` tokens over `ctx` context tokens on one model copy (`stage`: one pipeline stage's
+        own layers, without the scheduler's step)."""
         cal = self.calibration
         requests = math.ceil(bs / tokens_per_request / self.attn_dp)  # one scheduler's (an attention-DP rank's)
         if cal is not None and cal.decode is not None and (CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes):
-            full = self._calibrated_decode_s(bs, ctx, eager)
-            gpu_s = full / self.pp if stage else full
+            gpu_s = self._calibrated_decode_s(bs, ctx, eager, stage)
             # the page-size ratio was measured on whole steps (graphed and eager alike): it scales both
             launch_s = self.eager_launch_s(requests, stage) * cal.page_factor(self.page_size)
             return max(gpu_s, launch_s) if eager else gpu_s
@@ -344,7 +344,7 @@ class TimingTerms(MemoryTerms):
             step /= self.attention_speed
         return max(step, self.eager_launch_s(requests, stage)) if eager else step
 
-    def eager_launch_s(self, requests: int, stage: bool = False, decode: bool = True) -> float:
+    def eager_launch_s(self, requests: int, stage: int | None = None, decode: bool = True) -> float:
         """CPU time to launch one eager forward kernel by kernel (no CUDA graph): the scheduler's Python thread
         issues every layer's kernels, then processes the batch's requests, so an eager step lasts at least this
         however small its GPU work (gpus.GpuSpec eager_launch_*, fitted on one-GPU eager points by
@@ -352,14 +352,15 @@ class TimingTerms(MemoryTerms):
         measured for `decode` steps inside one node). `stage`: one pipeline stage's layers; its scheduler's per-step
         and per-request work is already the PP stage iteration (parallel/pipeline.py)."""
         gpu = self.gpu
-        layers = self.arch.num_hidden_layers / (self.pp if stage else 1)
+        layers = self.stage_layer_count(stage)
         links = collectives.link_figures(gpu, self.comm_efficiency)
         tp_layer_s = collectives.eager_tp_layer_launch_s(links, self.tp, decode and not self._tp_spans_nodes)
-        per_step = 0.0 if stage else gpu.eager_launch_step_s + gpu.eager_launch_per_request_s * requests
+        per_step = 0.0 if stage is not None else gpu.eager_launch_step_s + gpu.eager_launch_per_request_s * requests
         return per_step + layers * (gpu.eager_launch_layer_s + tp_layer_s)
 
-    def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool) -> float:
-        """Measured per-layer terms (profile GPU, one GPU's share) + weight reads and collectives (physics).
+    def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool, stage: int | None = None) -> float:
+        """Measured per-layer terms (profile GPU, one GPU's share) + weight reads and collectives (physics), over every
+        layer or one pipeline `stage`'s (its weights; the per-layer terms, the profile's mean, for dense and MoE alike).
 
         The per-request term is divided over the TP ranks (heads and expert slices split). The per-context
         term is the attention kernel reading each request's MLA latent once per pass over its query heads
@@ -369,7 +370,7 @@ class TimingTerms(MemoryTerms):
         cal = self.calibration
         assert cal is not None and cal.decode is not None
         c = cal.decode
-        layers = self.arch.num_hidden_layers
+        layers = self.stage_layer_count(stage)
         split = self.tp / max(1, cal.tp)
         hbm_ratio = gpu_spec(cal.gpu).hbm_tb_s / self.gpu.hbm_tb_s
         heads = self.arch.num_attention_heads
@@ -379,7 +380,7 @@ class TimingTerms(MemoryTerms):
         ctx_term = c.layer_per_ctx_s * ctx / self.attn_dp * passes * hbm_ratio * kv_bytes
         per_layer = c.layer_s + c.layer_per_req_s * bs / split + ctx_term
         # eager (beyond the graphs): the same GPU work with eager collectives; its CPU launch is _decode_pass_s's
-        step = self.weight_read_s(bs) + self._comm_s(bs, eager=eager, decode=True) + layers * per_layer
+        step = self.weight_read_s(bs, stage) + self._comm_s(bs, stage, eager=eager, decode=True) + layers * per_layer
         return step * cal.page_factor(self.page_size)
 
     def kv_transfer_s(self, num_tokens: int, same_node: bool) -> float:

@@ -4,8 +4,9 @@ config -> per group: weights/GPU (by weight class), activation + CUDA-graph rese
 KV the batch's concurrency needs -> verdict fits | fits-with-little-KV | does-not-fit -> MemoryReport,
 with the nearest layouts that fit when one does not. `bench` calls `require_fit` before any bring-up.
 
-Assumptions are the cost model's (orchestrator/sim/costmodel.py): SGLang's static pool is
-mem_fraction_static x GPU memory and holds weights + KV; the rest is the activation/CUDA-graph reserve.
+Assumptions are the cost model's (orchestrator/perfmodel/memory_terms.py): SGLang's static pool is
+mem_fraction_static x the memory free at weight load and holds weights + KV (with PP the heaviest stage's weights
+set every stage's budget); the rest is the activation/CUDA-graph reserve.
 """
 
 from __future__ import annotations
@@ -332,12 +333,16 @@ def _judge_shared_gpu(cfg: RunConfig, residents: list[tuple[Role, int]], groups:
     shared GPUs keeps its worst) and return the table's line for that GPU.
 
     SGLang 0.5.17 (mem_cache/kv_cache_configurator.py, _profile_available_bytes) sizes a server's KV pool as the
-    memory free when it profiles less (1 - mem_fraction_static) x the memory free before its weights loaded, capped
-    by --max-total-tokens. The servers start together, so every weight is loaded and a server that profiles after
-    the others finds their pools taken: each start order is tried and each server keeps its smallest pool."""
+    memory free when it profiles less (1 - mem_fraction_static) x the memory free before its weights loaded
+    (distributed/bootstrap.py: pre_model_load_memory, read once its CUDA context is up), capped by --max-total-tokens.
+    The servers start together, so before the weights every process's context is held (memory - the residents'
+    held_before_load: the fraction's base) and at the profile every weight is loaded, and a server that profiles after
+    the others finds their pools taken: each start order is tried and each server keeps its smallest pool (a server
+    that starts after another's weights gets a larger pool: (1 - fraction) of their footprint is not reserved twice)."""
     models = [cost_model_of_spec(cfg, server_spec(cfg, role, getattr(cfg.layout, role)[i]), gpu=gpu or cfg.cluster.gpu)
               for role, i in residents]
     memory = models[0].gpu.memory_bytes
+    held = sum(m.held_before_load_bytes() for m in models)  # every process's CUDA context (and NCCL) before weights
     weights = sum(m.weights_bytes_per_gpu() for m in models)
     overheads = sum(m.runtime_overhead_bytes() for m in models)
     worst = [float("inf")] * len(models)
@@ -345,11 +350,14 @@ def _judge_shared_gpu(cfg: RunConfig, residents: list[tuple[Role, int]], groups:
     for order in permutations(range(len(models))):
         pools, earlier = [0.0] * len(models), 0.0
         for k in order:
-            budget = (models[k].mem_fraction_static or 0.0) * memory - weights - earlier
+            budget = (models[k].mem_fraction_static or 0.0) * (memory - held) - weights - earlier
             pools[k] = models[k].kv_pool_bytes_per_gpu(budget)
             worst[k] = min(worst[k], budget if budget <= 0 else pools[k])
             earlier += pools[k] + models[k].runtime_overhead_bytes()
         used_pools = max(used_pools, sum(pools))
+    # the forwards' room keeps the one-process accounting (start-up overheads, not the contexts again): the config that
+    # ran 1000 prompts (configs/device-h100x1-1p1d.yaml) logged 10.21 GiB free after both servers started, between
+    # this (11.3) and this less both held_before_load (8.3, which would refuse it)
     free = memory - weights - used_pools - overheads
     names = [f"layout.{role}.{i}" for role, i in residents]
     verdicts: list[tuple[str, str, int, int]] = []  # verdict, reason, KV tokens, decode batch per server

@@ -45,12 +45,17 @@ def test_tp8_pp2_dp_attention_ranks_above_tp16_on_2x8_h200() -> None:
 def test_a_pp_round_pays_every_stage_iteration_s_scheduling_and_exchanges_in_series() -> None:
     iteration = pipeline.iteration_s(50)
     assert iteration == pytest.approx(pipeline.ITERATION_S + 50 * pipeline.ITERATION_PER_REQUEST_S)
-    assert pipeline.decode_round_s(0.010, 2, 50) == pytest.approx(2 * (0.010 + iteration))
+    assert pipeline.decode_round_s([0.010, 0.010], 2, 50) == pytest.approx(2 * (0.010 + iteration))
     # a lone chunk drains through every stage; a chunk with another waiting behind it costs one stage iteration,
     # so k chunks cost k + pp - 1 iterations (GPipe's bubble with m = k)
-    lone, followed = pipeline.prefill_chunk_s(0.1, 2, 4, False), pipeline.prefill_chunk_s(0.1, 2, 4, True)
+    lone, followed = pipeline.prefill_chunk_s([0.1, 0.1], 4, False), pipeline.prefill_chunk_s([0.1, 0.1], 4, True)
     assert lone == pytest.approx(2 * followed)
     assert 3 * followed + lone == pytest.approx(5 * (0.1 + pipeline.iteration_s(4)))
+    # unequal stages: with every stage busy the slowest sets the round, one micro-batch crosses them in turn
+    slow, fast = pipeline.iteration_s(50) + 0.012, pipeline.iteration_s(50) + 0.008
+    assert pipeline.decode_round_s([0.008, 0.012], 2, 50) == pytest.approx(2 * slow)
+    assert pipeline.decode_round_s([0.008, 0.012], 1, 50) == pytest.approx(slow + fast)
+    assert pipeline.prefill_chunk_s([0.08, 0.12], 4, True) == pytest.approx(0.12 + pipeline.iteration_s(4))
     cfg = load_config(H200_2X8, ["benchmark.num_prompts=2000", *PP_DPATTN])
     role, _, group = next(iter(cfg.layout.groups()))
     model = cost_model_for(cfg, role, group)

@@ -276,11 +276,32 @@ def test_two_uncapped_servers_on_one_gpu_do_not_fit_whichever_starts_second() ->
 
 
 def test_caps_too_large_for_the_shared_gpu_leave_no_room_for_the_forwards() -> None:
-    cfg = _with_engine(load_config(ROOT / "configs/device-h100x1-1p1d.yaml"), max_total_tokens=400_000)
+    cfg = _with_engine(load_config(ROOT / "configs/device-h100x1-1p1d.yaml"), max_total_tokens=200_000)
     report = check_layout_fits(cfg, batch=[(341, 221)] * 1000, suggest=False)
     assert report.verdict == DOES_NOT_FIT
     assert all("activation headroom on the shared GPU" in g.reason for g in report.groups)
     assert "lower the max_total_tokens caps" in report.summary()
+
+
+def test_a_shared_gpus_kv_budget_is_the_fraction_of_the_memory_free_before_the_weights() -> None:
+    # SGLang 0.5.17 kv_cache_configurator._profile_available_bytes: budget = free at the profile - (1 - fraction) x
+    # pre_model_load_memory, the memory free once the process's CUDA context is up (distributed/bootstrap.py). Started
+    # together, both contexts are held before any weights: the base is the GPU less both held_before_load (1.51 GiB
+    # each on an H100, the logs' "Load weight begin. avail mem=78.50 GB" of 80), not the whole GPU
+    cfg = _with_engine(load_config(ROOT / "configs/device-h100x1-1p1d.yaml"), max_total_tokens=200_000)
+    prefill, decode = check_layout_fits(cfg, batch=[(341, 221)] * 1000, suggest=False).groups
+    from orchestrator.perfmodel.costmodel import cost_model_for
+
+    first = cost_model_for(cfg, "decode", cfg.layout.decode[0])
+    weights = 2 * first.weights_bytes_per_gpu()  # V2-Lite bf16: the logs' 29.47 GiB each
+    assert first.weights_bytes_per_gpu() / 2**30 == pytest.approx(29.47, abs=0.15)
+    held = 2 * 1.51 * 2**30
+    # profiled after the decode server's capped pool (200k x 31,104 B) and its start-up buffers
+    taken = 200_000 * 31_104 + first.runtime_overhead_bytes()
+    budget = 0.92 * (80 * 2**30 - held) - weights - taken
+    assert prefill.kv_gb * 1e9 == pytest.approx(budget, rel=1e-6)
+    assert prefill.kv_capacity_tokens == int(budget // 31_104) < 200_000  # 0.92 x 2 x 1.51 GiB less than before
+    assert decode.kv_capacity_tokens < 200_000  # and the other way round
 
 
 def test_servers_on_their_own_gpus_share_nothing() -> None:
@@ -339,3 +360,50 @@ def test_the_fraction_a_refusal_suggests_passes_the_check_and_one_step_above_it_
         group = next(g for g in check_layout_fits(config_from_dict(data), batch=batch).groups if g.where == refused.where)
         verdicts[fraction] = group.verdict
     assert list(verdicts.values()) == [FITS, DOES_NOT_FIT], (refused.reason, verdicts)
+
+
+# --- pipeline stages: SGLang's layer split, the heaviest stage sets every stage's KV budget -------------------------
+LEASE2_PP2 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease2-h200x2/call5-calibration/calibration-twogpu-extra.json"
+
+
+def test_pp_stages_hold_their_own_layers_and_the_heaviest_sets_every_stages_kv_as_the_lease_logged() -> None:
+    # R1's layer shape at 6 layers, PP 2 on two H200s at 0.70 (server-twogpu-pp2-tail.log in logs-twogpu-extra.tar.xz):
+    # PP0 "Load weight end ... mem usage=3.59 GB" (3 dense layers + the embedding), PP1 34.11 GB (3 MoE layers + the
+    # lm_head); both "#tokens: 19477729, KV size: 62.69 GB": each rank's budget from the minimum free memory over the
+    # world group (get_available_gpu_memory(distributed=True)), tokens synced to the PP minimum
+    import json
+
+    from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
+
+    raw = json.loads(LEASE2_PP2.read_text())
+    run = next(r for r in raw["runs"] if r["variant"] == "pp2-tail")
+    model = server_model(run, "H200", 6)
+    assert model.stage_layers() == [(3, 0), (0, 3)]
+    first, last = (w / 2**30 for w in model.stage_weights_bytes())
+    assert first == pytest.approx(run["derived"]["memory_usage_gb"]["weight"], abs=0.2)  # 3.45 vs 3.59
+    assert last == pytest.approx(run["startup"]["weights_gb"], abs=0.2)  # 33.98 vs 34.11
+    assert model.weights_bytes_per_gpu() / 2**30 == pytest.approx(last)  # the heaviest stage (an even split: 18.7)
+    assert model.kv_capacity_tokens() == pytest.approx(run["startup"]["kv_cache_tokens"], rel=0.005)  # 19.50M / 19.48M
+    assert model.kv_pool_bytes_per_gpu() / 2**30 == pytest.approx(run["startup"]["kv_cache_gb"], rel=0.005)
+
+
+def test_r1_at_pp2_is_30_then_31_layers_and_the_last_stage_sets_weights_kv_and_the_round() -> None:
+    from orchestrator.config.model_presets import DEEPSEEK_R1
+    from orchestrator.perfmodel.costmodel import build_cost_model
+    from orchestrator.perfmodel.parallel import pipeline
+
+    model = build_cost_model(DEEPSEEK_R1, "H100-SXM", "fp8", tp=8, pp=2, nnodes=2)
+    # 0.5.17 get_pp_indices: 61 // 2 = 30 layers each, the one left over to the last stage; layers 0-2 are dense
+    assert model.stage_layers() == [(3, 27), (0, 31)]
+    first, last = model.stage_weights_bytes()
+    one_moe_layer = model.stage_weight_breakdown(1)["routed_experts"] / 31
+    assert last - first > 3 * one_moe_layer  # 4 MoE layers more, 3 dense fewer: the even split is 2.8 GB short
+    assert model.heaviest_stage() == 1 and model.weights_bytes_per_gpu() == pytest.approx(last)
+    # every stage's budget is fraction x free at load - the heaviest stage's weights; the 31-layer stage sets the tokens
+    budget = model.static_pool_bytes() - last
+    per_layer_token = model.kv_bytes_per_gpu_token() / 61
+    assert model.kv_capacity_tokens() == int(budget // (per_layer_token * 31))
+    # a decode round of two micro-batches is two of the slowest stage's iterations (the 31 MoE layers + lm_head)
+    stages = [model._decode_pass_s(128, 128 * 600, False, 1, k) for k in (0, 1)]
+    assert stages[1] > stages[0]
+    assert model.decode_step_s(256, 256 * 600) == pytest.approx(2 * (stages[1] + pipeline.iteration_s(128)))
