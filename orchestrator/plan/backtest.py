@@ -138,11 +138,6 @@ def _config(row: dict) -> RunConfig:
         raise BacktestError(f"row {row.get('id')!r}: needs 'config' (a run config path)") from None
 
 
-def _measured_number(value: float | str | list[float]) -> float:
-    """A runs.yaml measurement: a number, or several runs' numbers (their mean)."""
-    return statistics.mean(value) if isinstance(value, list) else float(value)
-
-
 def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
     kind = row["kind"]
     version = row.get("sglang_version")
@@ -174,7 +169,7 @@ def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
         value = measured[key]
         shown = f"{min(value):.0f}-{max(value):.0f} s" if isinstance(value, list) else f"{value:.0f} s"
         return BacktestRow(
-            **common, measured=_measured_number(value), predicted=slowest, unit=f"s ({row['caches']})",
+            **common, measured=statistics.mean(value) if isinstance(value, list) else float(value), predicted=slowest, unit=f"s ({row['caches']})",
             detail=f"measured {shown}; {detail}",
         )
     if kind == "memory":
@@ -250,14 +245,18 @@ def _honesty(row: dict) -> dict:
 
 
 FIRST_PREDICTION = "first-prediction"  # outside its bound since its first prediction: no commit moved it out
+THIS_COMMIT = "this-commit"  # the commit that writes this value moved it out (the test finds it by git blame)
 
 
 def missed_since(row_id: object, value: object, missed: bool, field: str = "missed_since") -> str:
     """What put a reported miss outside its bound: the commit that moved it out (the test checks it is on main's history
-    after bound_set's commit) or FIRST_PREDICTION; refused on a miss without it or a non-miss with it."""
-    if missed == (value is None) or (missed and value != FIRST_PREDICTION and not re.fullmatch(r"[0-9a-f]{7,40}", str(value))):
+    after bound_set's commit; THIS_COMMIT where that commit writes it) or FIRST_PREDICTION; refused on a miss without it
+    or a non-miss with it."""
+    if missed == (value is None) or (missed and value not in (FIRST_PREDICTION, THIS_COMMIT)
+                                     and not re.fullmatch(r"[0-9a-f]{7,40}", str(value))):
         raise BacktestError(f"row {row_id!r}: {field} must name, for a reported miss only, the commit that moved it outside "
-                            f"its bound (7-40 hex digits) or {FIRST_PREDICTION}; got {value!r}")
+                            f"its bound (7-40 hex digits, or {THIS_COMMIT} in that commit) or {FIRST_PREDICTION}; "
+                            f"got {value!r}")
     return str(value or "")
 
 

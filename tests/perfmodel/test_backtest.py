@@ -440,6 +440,8 @@ def test_a_reported_miss_without_what_moved_it_out_is_refused(tmp_path) -> None:
         path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [bad]}))
         with pytest.raises(BacktestError, match=r"^row 'h100x16-r1-tp16-batch-caps-1024': missed_since must name"):
             run_backtest(path)
+    path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [{**row, "missed_since": "this-commit"}]}))
+    assert run_backtest(path)[0].missed_since == "this-commit"  # written by the commit that moves it out
     closed = yaml.safe_load(CLOSED_LOOP.read_text())["rows"]
     named = next(r for r in closed if r.get("expect_miss"))
     for since in (None, {}, {named["expect_miss"][0]: "soon"}, {**named["missed_since"], "itl_p50_ms": "first-prediction"}):
@@ -459,10 +461,24 @@ def _is_ancestor(older: str, newer: str) -> bool | None:
     return {0: True, 1: False}.get(_git("merge-base", "--is-ancestor", older, newer).returncode)
 
 
+def _written_by(path: Path, row_id: str) -> str | None:
+    """The commit that wrote row `row_id`'s `missed_since: this-commit` line in `path` (git blame); None while that line
+    is not committed yet (the commit being made writes it)."""
+    current = None
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if found := re.match(r"\s*- \{?id: ([^,\s}]+)", line):
+            current = found[1]
+        if current == row_id and re.search(r"missed_since:.*\bthis-commit\b", line):
+            commit = _git("blame", "--porcelain", "-L", f"{number},{number}", "--", str(path)).stdout.split()[0]
+            return None if set(commit) == {"0"} else commit
+    raise AssertionError(f"{row_id}: no 'missed_since: this-commit' line in {path}")
+
+
 def test_every_miss_moved_out_by_a_commit_names_a_model_commit_on_main_after_its_bound() -> None:
-    """A row flipped from expect: in to miss names the commit that moved it out: on this checkout's history, later
-    than the commit its bound was set at, and one that changed the model (orchestrator/). One git call per commit."""
-    from orchestrator.plan.backtest import FIRST_PREDICTION
+    """A row flipped from expect: in to miss names the commit that moved it out (or this-commit, written by that very
+    commit: git blame finds it): on this checkout's history, later than the commit its bound was set at, and one that
+    changed the model (orchestrator/). One git call per commit."""
+    from orchestrator.plan.backtest import FIRST_PREDICTION, THIS_COMMIT
     from orchestrator.plan.closedloop.backtest import DATASET as CLOSED_LOOP
 
     shallow = _git("rev-parse", "--is-shallow-repository")
@@ -470,12 +486,15 @@ def test_every_miss_moved_out_by_a_commit_names_a_model_commit_on_main_after_its
         pytest.skip("not a full git clone (shallow or no history): the commits named cannot be checked for ancestry")
     data = load_dataset()
     closed = yaml.safe_load(CLOSED_LOOP.read_text())["rows"]
-    named = [(r["id"], r["missed_since"], r.get("bound_set", "")) for r in data["runs"] + data["derived"]
+    named = [(r["id"], r["missed_since"], r.get("bound_set", ""), DATASET) for r in data["runs"] + data["derived"]
              if r.get("expect") == "miss"]
-    named += [(r["id"], since, r.get("bound_set", "")) for r in closed for since in (r.get("missed_since") or {}).values()]
-    flips = [(rid, str(since), str(bound_set)) for rid, since, bound_set in named if since != FIRST_PREDICTION]
+    named += [(r["id"], since, r.get("bound_set", ""), CLOSED_LOOP) for r in closed
+              for since in (r.get("missed_since") or {}).values()]
+    flips = [(rid, str(since), str(bound_set), path) for rid, since, bound_set, path in named if since != FIRST_PREDICTION]
     assert len(named) >= 50 and len(flips) >= 5  # the flips found in git history on 2026-11-26 (hhealth)
-    for rid, since, bound_set in flips:
+    for rid, since, bound_set, path in flips:
+        if since == THIS_COMMIT and (since := _written_by(path, rid)) is None:
+            continue  # not committed yet: the commit being made is the one, checked once it exists
         assert _is_ancestor(since, "HEAD"), f"{rid}: missed_since {since} is not on this checkout's history"
         bound = next((c for c in re.findall(r"\b[0-9a-f]{7,40}\b", bound_set) if _is_ancestor(c, "HEAD")), None)
         assert bound, f"{rid}: bound_set {bound_set!r} names no commit of this history to compare missed_since with"
