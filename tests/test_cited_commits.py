@@ -33,8 +33,10 @@ def history() -> set[str]:
 
 
 def test_every_commit_the_docs_cite_is_in_the_history(history: set[str]) -> None:
+    """docs/*.md, README.md and every results folder's README.md."""
     unknown = []
-    for page in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]:
+    pages = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    for page in pages + sorted((ROOT / "benchmarks" / "results").glob("*/README.md")):
         for number, line in enumerate(page.read_text().splitlines(), 1):
             for token in COMMIT.findall(line):
                 if _commit_like(token) and token not in history and "pre-rebase" not in line:
