@@ -215,7 +215,7 @@ class MemoryTerms(ServerShape):
         fraction allows)."""
         budget, weights = max(0.0, self.kv_bytes_per_gpu()), self.stage_weights_bytes()
         # the stage with the least left: its weights short of the heaviest's, plus its pool (pipeline stages)
-        taken = max(self._stage_pool_bytes(k) + (weights[k] - max(weights)) for k in range(self.pp))
+        taken = max(self.stage_pool_bytes(k) + (weights[k] - max(weights)) for k in range(self.pp))
         return self.gpu.memory_bytes - self.static_pool_bytes() + (budget - taken)
 
     def kv_bytes_per_gpu(self) -> float:
@@ -226,7 +226,7 @@ class MemoryTerms(ServerShape):
         stages the heaviest stage's weights set every stage's budget."""
         return self.static_pool_bytes() - self.weights_bytes_per_gpu()
 
-    def _stage_pool_bytes(self, stage: int, budget: float | None = None) -> float:
+    def stage_pool_bytes(self, stage: int, budget: float | None = None) -> float:
         """Pipeline stage `stage`'s KV pool on one GPU: SGLang turns the budget into tokens of each stage's own layers
         and keeps the minimum over the stages (kv_cache_configurator.py _apply_token_constraints: all_reduce MIN over
         the PP ranks), so the stage with the most layers sets the tokens and each stage allocates them for its own
@@ -241,7 +241,7 @@ class MemoryTerms(ServerShape):
     def kv_pool_bytes_per_gpu(self, budget: float | None = None) -> float:
         """The KV pool SGLang allocates on one GPU: its profiled budget (default: what the fraction leaves after the
         weights on a GPU of its own), capped by --max-total-tokens; with pipeline stages the heaviest stage's."""
-        return self._stage_pool_bytes(self.heaviest_stage() if self.pp > 1 else 0, budget)
+        return self.stage_pool_bytes(self.heaviest_stage() if self.pp > 1 else 0, budget)
 
     def kv_bytes_per_token(self) -> int:
         """KV bytes of one token over all layers and ranks: layers x (MLA: kv_lora_rank + rope; GQA: 2 x KV heads x
@@ -265,7 +265,7 @@ class MemoryTerms(ServerShape):
         capped per scheduler at --max-total-tokens."""
         if pool_bytes_per_gpu <= 0:
             return 0
-        most_layers = max(dense + moe for dense, moe in self.stage_layers())  # sets the tokens (_stage_pool_bytes)
+        most_layers = max(dense + moe for dense, moe in self.stage_layers())  # sets the tokens (stage_pool_bytes)
         per_gpu_token = self.kv_bytes_per_gpu_token() * (most_layers / self.arch.num_hidden_layers)
         per_scheduler = int(pool_bytes_per_gpu // per_gpu_token)
         if self.max_total_tokens is not None:

@@ -163,15 +163,18 @@ def test_a_gqa_model_reserves_8_mib_per_prefill_graph_and_an_mla_model_none() ->
 KV_LOGGED = re.compile(r"KV Cache is allocated\..*?KV size: ([0-9.]+) GB")
 
 
-def _non_pp_starts_logging(line: re.Pattern[str]) -> list[tuple[tuple[str, str], EngineCostModel, re.Match[str]]]:
-    """Every calibration start but PP (SGLang sizes PP stages by the heaviest; see the KV test) whose log has `line`:
-    ((archive, log), the planner's model of its command line, the line's match)."""
+def _starts_logging(line: re.Pattern[str]) -> list[tuple[tuple[str, str], EngineCostModel, int | None, re.Match[str]]]:
+    """Every calibration start whose log has `line`, once per pipeline stage (a PP rank tags its lines "PPk]"):
+    ((archive, log), the planner's model of its command line, the stage (None without PP), the line's match)."""
     found = []
     for start, (record, argv) in _calibration_launches().items():
         model = _model(record, argv)
-        logged = line.search(_archives()[start[0]][start[1]])
-        if logged is not None and model.pp == 1:
-            found.append((start, model, logged))
+        text = _archives()[start[0]][start[1]]
+        for stage in model.pipeline_stages():
+            lines = text if stage is None else "\n".join(x for x in text.splitlines() if f" PP{stage}]" in x)
+            logged = line.search(lines)
+            if logged is not None:
+                found.append((start, model, stage, logged))
     return found
 
 
@@ -181,13 +184,13 @@ def test_the_kv_pool_is_the_fraction_of_the_memory_free_at_weight_load_in_every_
     # less what gpus.py says is held at load) for each calibration command line, against the KV size SGLang logged
     # (GiB): H100 and H200, TP1, TP2, DP-attention 2, V2-Lite BF16 and R1-shaped FP8, fractions 0.70 and the default.
     # What is left is the weights (test_the_planner_s_weights_are_what_every_calibration_log_loaded).
-    # PP2 is left out: SGLang sizes every stage's pool by the heaviest stage, and the R1-shaped 6 layers split 3 dense /
-    # 3 MoE (34.11 GiB on one stage, 3.59 on the other) where the planner splits the weights evenly (18.6 each).
-    starts = _non_pp_starts_logging(KV_LOGGED)
-    for start, model, logged in starts:
-        predicted_gib = model.kv_pool_bytes_per_gpu() / 2**30
-        assert predicted_gib == pytest.approx(float(logged.group(1)), rel=0.03), start
-    assert len(starts) >= 17  # 2026-11-26: 17 (some logs are in two archives)
+    # PP 2 per stage (since hpp): every stage's budget is the heaviest stage's, the tokens the PP minimum, each stage's
+    # pool those tokens of its own layers (the R1-shaped 3 dense / 3 MoE: 62.69 GiB logged on both, the planner 62.78)
+    starts = _starts_logging(KV_LOGGED)
+    for start, model, stage, logged in starts:
+        pool = model.kv_pool_bytes_per_gpu() if stage is None else model.stage_pool_bytes(stage)
+        assert pool / 2**30 == pytest.approx(float(logged.group(1)), rel=0.03), (start, stage)
+    assert len(starts) >= 28  # 2026-11-27: 24 lines of starts without PP (some logs in two archives) + 2 PP 2 starts x 2
 
 
 WEIGHTS_LOGGED = re.compile(r"Load weight end\..*?mem usage=([0-9.]+) GB")
@@ -195,12 +198,14 @@ WEIGHTS_LOGGED = re.compile(r"Load weight end\..*?mem usage=([0-9.]+) GB")
 
 def test_the_planner_s_weights_are_what_every_calibration_log_loaded() -> None:
     # SGLang's "Load weight end ... mem usage" (GiB: the drop in free memory over the load) against the planner's
-    # weights per GPU, every calibration start but PP (its stages differ: see the KV test above). Since hmem3
+    # weights per GPU, every calibration start and every PP stage's own (SGLang's layer split: the R1-shaped 6 layers at
+    # PP 2 load 3.59 GiB on the stage of the 3 dense layers + embedding, 34.11 on the 3 MoE layers + lm_head). Since hmem3
     # (2026-11-26) the planner counts the absorbed-MLA bf16 copies of kv_b_proj (w_kc / w_vc, 0.19 GiB for the
     # R1-shaped 6 layers at TP 1, 0.10 for V2-Lite); what is left is under 0.3 GiB (0.26 R1-shaped TP 1, 0.11 V2-Lite)
     # and not a parameter: the load's temporaries and kernel modules, which the drop in free memory also counts.
-    starts = _non_pp_starts_logging(WEIGHTS_LOGGED)
-    for start, model, logged in starts:
-        short_gib = float(logged.group(1)) - model.weights_bytes_per_gpu() / 2**30
-        assert 0 <= short_gib < 0.3, (start, short_gib)
-    assert len(starts) >= 17
+    starts = _starts_logging(WEIGHTS_LOGGED)
+    for start, model, stage, logged in starts:
+        weights = model.weights_bytes_per_gpu() if stage is None else model.stage_weights_bytes()[stage]
+        short_gib = float(logged.group(1)) - weights / 2**30
+        assert 0 <= short_gib < 0.3, (start, stage, short_gib)
+    assert len(starts) >= 29  # 25 without PP + the 2 PP 2 starts' 2 stages each
