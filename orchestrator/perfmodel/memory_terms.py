@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from orchestrator.config.model_presets import ModelArchitecture
 from orchestrator.perfmodel import sglang_defaults as sgd
@@ -91,6 +92,11 @@ class MemoryTerms(ServerShape):
 
     # --- pipeline stages ----------------------------------------------------------------------------
     def stage_layers(self) -> list[tuple[int, int]]:
+        """(dense, MoE) decoder layers of each pipeline stage (_stage_split, computed once)."""
+        return self._stage_split
+
+    @cached_property
+    def _stage_split(self) -> list[tuple[int, int]]:
         """(dense, MoE) decoder layers of each pipeline stage, as SGLang 0.5.17 splits them: distributed/utils.py
         get_pp_indices gives every stage num_layers // pp consecutive layers and the last num_layers % pp stages one
         more (utils/common.py make_layers builds only a stage's own range; SGLANG_PP_LAYER_PARTITION, which overrides
@@ -130,7 +136,17 @@ class MemoryTerms(ServerShape):
         """Bytes per GPU by weight class of pipeline stage `stage` (None: every layer, both embeddings, as one GPU of
         the TP group would hold them without PP): its own layers' weights, the input embedding on the first stage and
         the lm_head on the last (0.5.17 models/deepseek_v2.py: VocabParallelEmbedding only if pp_group.is_first_rank,
-        ParallelLMHead only if is_last_rank, PPMissingLayer elsewhere)."""
+        ParallelLMHead only if is_last_rank, PPMissingLayer elsewhere). Computed once per stage (the fields it reads are
+        fixed at construction): every forward reads it."""
+        if stage not in self._stage_breakdowns:
+            self._stage_breakdowns[stage] = self._weight_classes(stage)
+        return dict(self._stage_breakdowns[stage])
+
+    @cached_property
+    def _stage_breakdowns(self) -> dict[int | None, dict[str, float]]:
+        return {}
+
+    def _weight_classes(self, stage: int | None) -> dict[str, float]:
         p, fmt = self.params, self.format
         attn_shards = self.tp // self.attn_dp  # DP attention replicates attention weights per rank
         layer_share, dense_share, moe_share = self.stage_shares(stage)
@@ -165,6 +181,10 @@ class MemoryTerms(ServerShape):
     def heaviest_stage(self) -> int:
         """The pipeline stage whose weights are largest (ties: the later one). SGLang syncs the KV budget to it (see
         kv_bytes_per_gpu)."""
+        return self._heaviest_stage
+
+    @cached_property
+    def _heaviest_stage(self) -> int:
         weights = self.stage_weights_bytes()
         return max(range(self.pp), key=lambda k: (weights[k], k))
 
