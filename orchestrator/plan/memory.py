@@ -356,8 +356,8 @@ def _judge_shared_gpu(cfg: RunConfig, residents: list[tuple[Role, int]], groups:
             earlier += pools[k] + models[k].runtime_overhead_bytes()
         used_pools = max(used_pools, sum(pools))
     # the forwards' room keeps the one-process accounting (start-up overheads, not the contexts again): the config that
-    # ran 1000 prompts (configs/device-h100x1-1p1d.yaml) logged 10.21 GiB free after both servers started, between
-    # this (11.3) and this less both held_before_load (8.3, which would refuse it)
+    # ran 1000 prompts (configs/device-h100x1-1p1d.yaml; its servers' logs in sglang-router-call9.tar.xz) logged 9.99 GiB
+    # free once both had started (the decode's last line), between this (11.3) and this less both held_before_load (8.3)
     free = memory - weights - used_pools - overheads
     names = [f"layout.{role}.{i}" for role, i in residents]
     verdicts: list[tuple[str, str, int, int]] = []  # verdict, reason, KV tokens, decode batch per server
