@@ -16,8 +16,9 @@ For each back-test row (benchmarks/backtest/runs.yaml) of a PD pair whose raw fo
 - every 40-step interval of the log (SGLang logs every --decode-log-interval steps: a step lasts running /
   gen throughput) against the model's decode_step_s at that interval's running batch and KV tokens: graphed and
   eager intervals apart;
-- the same trace with the requests sent in the client's own order (result.json's benchmark.ordering: longest-first,
-  bench's default; the back-test and `plan` simulate the sampled order): TTFT, most running, eager stretch, run;
+- the trace is the back-test's: the batch in the row's `ordering` (the client's order, result.json's
+  benchmark.ordering; checked against it here); where that is not the sampled order, the same trace in sample order
+  beside it (TTFT, most running, eager stretch, run) shows what the order moves;
 - for two rows of one GPU kind, step times at the same running batch, host against host (the intervals' nearest
   batch sizes): a difference there is the machine, not anything the config changes.
 
@@ -45,10 +46,9 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.calibrate.logparse import decode_lines, prefill_lines, startup  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
-from orchestrator.plan.backtest import DATASET, build_batch, load_dataset  # noqa: E402
+from orchestrator.plan.backtest import DATASET, build_batch, load_dataset, sent_batch  # noqa: E402
 from orchestrator.plan.simulate import simulate_run  # noqa: E402
-from orchestrator.records import BenchRequest  # noqa: E402
-from orchestrator.workload.batch import order_requests  # noqa: E402
+from orchestrator.workload.batch import order_lengths  # noqa: E402
 
 ROWS = ("h200x2-v2lite-pd-product-warm", "h200x2-v2lite-pd-product-mem080", "h100x2-v2lite-pd-product-mem065-lease3",
         "h200x2-v2lite-pd-1p1d-ours")
@@ -148,13 +148,13 @@ def decode_model(row: dict):
 
 
 def model_trace(row: dict, batches: dict, ordering: str | None = None) -> Trace:
-    """The planner's run of the row as the back-test simulates it (the batch in its sampled order), or with the
-    requests sent in `ordering` (bench's order_requests: what the product's client did, result.json's config)."""
+    """The planner's run of the row as the back-test simulates it (the batch in the row's `ordering`), or with the
+    requests sent in `ordering` instead (bench's order_requests)."""
     cfg = load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
-    batch = build_batch(batches[row["batch"]], DATASET.parent)
-    if ordering is not None:
-        requests = [BenchRequest(index=i, input_ids=[], output_len=o, prompt_len=p) for i, (p, o) in enumerate(batch)]
-        batch = [(r.prompt_len, r.output_len) for r in order_requests(requests, ordering)]
+    if ordering is None:
+        batch = sent_batch(row, batches, DATASET.parent)
+    else:
+        batch = order_lengths(build_batch(batches[row["batch"]], DATASET.parent), ordering)
     decode = decode_model(row)
     trace = Trace(kv_pool_tokens=decode.kv_capacity_tokens(), graph_max_bs=max(decode.graph_batch_sizes()))
 
@@ -251,13 +251,15 @@ def report(row: dict, batches: dict, archive: Path | None = None) -> list[dict]:
               f"{st['eager_from']:.1f}-{st['eager_to']:.1f} s ({st['eager_s']:.1f} s, {st['eager_steps']} steps)")
     print(f"   graphed tail to the end           log {sm['end'] - sm['eager_to']:>8.0f} s   "
           f"model {st['end'] - st['eager_to']:>8.1f} s")
-    if m.ordering not in (None, "arrival"):
-        o = model_trace(row, batches, m.ordering)
+    if m.ordering is not None and m.ordering != row.get("ordering"):
+        print(f"   WARNING: result.json says the client sent {m.ordering}, the row's ordering is {row.get('ordering')}")
+    if row.get("ordering") not in (None, "arrival"):
+        o = model_trace(row, batches, "arrival")
         so = _stretches_model(o)
-        print(f"   sent {m.ordering} (result.json; the back-test and `plan` simulate the sampled order): model TTFT p50 "
-              f"{o.ttft_p50_s:.1f} s (log {m.ttft_p50_s:.1f}), most running {max(s[1] for s in o.decode)}, eager "
-              f"{so['eager_from']:.1f}-{so['eager_to']:.1f} s, run {o.duration_s:.1f} s "
-              f"({o.duration_s / m.duration_s - 1:+.1%} time; sampled order {t.duration_s / m.duration_s - 1:+.1%})")
+        print(f"   sent {row['ordering']} (the row's ordering, as simulated above); in sample order the model gives: "
+              f"TTFT p50 {o.ttft_p50_s:.1f} s (log {m.ttft_p50_s:.1f}), most running {max(s[1] for s in o.decode)}, "
+              f"eager {so['eager_from']:.1f}-{so['eager_to']:.1f} s, run {o.duration_s:.1f} s "
+              f"({o.duration_s / m.duration_s - 1:+.1%} time; the row's order {t.duration_s / m.duration_s - 1:+.1%})")
     rows = intervals(m, decode_model(row))
     for graph in (False, True):
         part = [r for r in rows if r["graph"] is graph]
@@ -286,7 +288,7 @@ def aggregated_pool(row: dict, batches: dict) -> None:
     retract_lines = [x for x in text.splitlines() if "retract" in x.lower() and "server_args=" not in x]
     cfg = load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
     model = next(cost_model_for(cfg, role, group) for role, _, group in cfg.layout.groups() if role == "aggregated")
-    run = simulate_run(cfg, build_batch(batches[row["batch"]], DATASET.parent), max_concurrency=None,
+    run = simulate_run(cfg, sent_batch(row, batches, DATASET.parent), max_concurrency=None,
                        sglang_version=row.get("sglang_version"))
     pool = startup(text)["kv_cache_tokens"]
     print(f"\n== {row['id']} (aggregated)  KV pool log {pool:,} / model {model.kv_capacity_tokens():,} "

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import load_config  # noqa: E402
-from orchestrator.plan.backtest import DATASET, build_batch, load_dataset  # noqa: E402
+from orchestrator.plan.backtest import DATASET, load_dataset, sent_batch  # noqa: E402
 from orchestrator.plan.simulate import simulate_run  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def predict(pending: dict) -> dict:
     rows = {}
     for row in pending["rows"]:
         cfg = load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
-        batch = build_batch(batches[row["batch"]], DATASET.parent)
+        batch = sent_batch(row, batches, DATASET.parent)  # in the order its client sends it, as the back-test
         run = simulate_run(cfg, batch, max_concurrency=None, sglang_version=row.get("sglang_version"))
         rows[row["id"]] = {"total_tok_s": round(run.total_throughput, 1), "duration_s": round(run.duration_s, 4),
                            "batch": row["batch"], "bound": row.get("bound")}

@@ -14,7 +14,7 @@ from pathlib import Path
 from orchestrator.config import load_config
 from orchestrator.perfmodel import timing
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.backtest import DATASET, build_batch, load_dataset, predict_row
+from orchestrator.plan.backtest import DATASET, load_dataset, predict_row, sent_batch
 from orchestrator.plan.memory import sglang_defaults_text
 from orchestrator.plan.simulate import simulate_run
 
@@ -55,7 +55,7 @@ def main() -> None:
     print("sglang_version instead): the same prediction, and plan prints that version's defaults")
     row = next(r for r in rows if r["id"] == "h100x16-r1-tp16-sglang-defaults")
     cfg = load_config(ROOT / row["config"], [*row.get("set", []), "engine.sglang.version=0.4.10"], paths_from=ROOT)
-    batch = build_batch(data["batches"][row["batch"]], base)
+    batch = sent_batch(row, data["batches"], base)
     via_config = simulate_run(cfg, batch, max_concurrency=None).total_throughput
     via_row = predict_row(row, data["batches"], base).predicted
     print(f"  via engine.sglang.version: {via_config:,.0f} total tok/s; via the row's sglang_version: {via_row:,.0f}")

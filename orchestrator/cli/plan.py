@@ -81,7 +81,8 @@ def _batch(cfg: RunConfig, synthetic: bool) -> tuple[list[tuple[int, int]], str]
     batch, source = batch_shapes(cfg, synthetic)
     inputs, outputs = sum(p for p, _ in batch), sum(o for _, o in batch)
     bench = cfg.benchmark
-    return batch, f"{len(batch)} prompts ({source}, seed {bench.seed}): {inputs:,} input + {outputs:,} output tokens"
+    return batch, (f"{len(batch)} prompts ({source}, seed {bench.seed}, {bench.ordering} order): {inputs:,} input + "
+                   f"{outputs:,} output tokens")
 
 
 def _search_batch(cfg: RunConfig, args: argparse.Namespace, batch: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -33,6 +33,7 @@ from orchestrator.plan.backtest_cache import cached
 from orchestrator.plan.deadline import engine_start_s
 from orchestrator.plan.simulate import simulate_run
 from orchestrator.tables import table
+from orchestrator.workload.batch import ORDERINGS, order_lengths
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "benchmarks" / "backtest" / "runs.yaml"
@@ -113,6 +114,19 @@ def build_batch(spec: dict, base: Path) -> list[tuple[int, int]]:
     return list(zip(prompts, outputs))
 
 
+def sent_batch(row: dict, batches: dict, base: Path) -> list[tuple[int, int]]:
+    """The row's batch in the order its run's client sent it (`ordering`, through bench's own order_requests; batch
+    files hold sample order). Required wherever the order can matter: a batch of one request shape has one order."""
+    batch, ordering = build_batch(batches[row["batch"]], base), row.get("ordering")
+    if ordering is None and len(set(batch)) == 1:
+        return batch
+    if ordering not in ORDERINGS:
+        raise BacktestError(f"row {row.get('id')!r}: ordering must be one of {', '.join(ORDERINGS)} (the order its "
+                            f"run's client sent the batch in: result.json's benchmark.ordering / sent_at, or the "
+                            f"published tool's), got {ordering!r}")
+    return order_lengths(batch, ordering)
+
+
 def _scale(values: list[int], total: int | None) -> list[int]:
     if total is None:
         return values
@@ -152,7 +166,7 @@ def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
     measured = row["measured"]
     if kind == "throughput":
         common["scope"] = throughput_scope(row)
-        batch = build_batch(batches[row["batch"]], base)
+        batch = sent_batch(row, batches, base)
         # every recorded run had the whole batch in flight (bench: 1000 of 1000; published: 2000 at once)
         run = simulate_run(cfg, batch, max_concurrency=None, sglang_version=version)
         total = measured["input_tokens"] + measured["output_tokens"]

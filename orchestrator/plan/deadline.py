@@ -126,7 +126,12 @@ def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tupl
     if warmup.policy == "sglang":
         return [SGLANG_WARMUP_SHAPE] * warmup.num_prompts
     cap = getattr(warmup, "max_output_len", None)  # bench caps warm-up outputs (benchmark.warmup.max_output_len)
-    return [(p, min(o, cap) if cap else o) for p, o in batch[: warmup.num_prompts]]
+    # bench's warm-up prompts are another seed's sample (workload/batch.py warmup_batch), not the batch's first ones:
+    # stand in with the batch's size quantiles, which do not depend on the order the batch is sent in
+    n = min(warmup.num_prompts, len(batch))
+    by_size = sorted(batch, key=lambda shape: (shape[0] + shape[1], shape))
+    picked = [by_size[(2 * i + 1) * len(by_size) // (2 * n)] for i in range(n)]
+    return [(p, min(o, cap) if cap else o) for p, o in picked]
 
 
 def engine_start_s(

@@ -66,10 +66,12 @@ def synthetic_batch(num_prompts: int, seed: int) -> list[tuple[int, int]]:
 
 
 def batch_shapes(cfg: RunConfig, synthetic: bool = False) -> tuple[list[tuple[int, int]], str]:
-    """The benchmark batch as (prompt_len, output_len) and where it came from (sharegpt | synthetic)."""
+    """The benchmark batch as (prompt_len, output_len) in the order `bench` sends it (the config's
+    benchmark.ordering, through bench's own order_requests), and where it came from (sharegpt | synthetic)."""
+    from orchestrator.workload.batch import order_lengths, sample_prompts
+
     bench = cfg.benchmark
     if synthetic:
-        return synthetic_batch(bench.num_prompts, bench.seed), "synthetic"
-    from orchestrator.workload.batch import sample_prompts
-
-    return [(p.prompt_len, p.output_len) for p in sample_prompts(cfg, bench.num_prompts)], "sharegpt"
+        return order_lengths(synthetic_batch(bench.num_prompts, bench.seed), bench.ordering), "synthetic"
+    sampled = [(p.prompt_len, p.output_len) for p in sample_prompts(cfg, bench.num_prompts)]
+    return order_lengths(sampled, bench.ordering), "sharegpt"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from orchestrator.config import RunConfig
 from orchestrator.records import BenchRequest
 from orchestrator.workload.dataset import SampledPrompt, sample_sharegpt
@@ -23,7 +25,14 @@ def sample_batch(cfg: RunConfig, num_prompts: int) -> list[BenchRequest]:
     return order_requests([p.to_request() for p in sample_prompts(cfg, num_prompts)], cfg.benchmark.ordering)
 
 
+ORDERINGS = ("arrival", "longest-first", "interleave")  # benchmark.ordering's values
+
+
 def order_requests(requests: list[BenchRequest], ordering: str) -> list[BenchRequest]:
+    """The requests in the order the client submits them: arrival = sample order; longest-first = by prompt + output
+    tokens, longest first (ties keep sample order); interleave = longest, shortest, next longest, ..."""
+    if ordering == "arrival":
+        return requests
     if ordering == "longest-first":
         return sorted(requests, key=lambda r: -(r.prompt_len + r.output_len))
     if ordering == "interleave":  # long and short alternate so prefill and decode both stay busy
@@ -34,7 +43,14 @@ def order_requests(requests: list[BenchRequest], ordering: str) -> list[BenchReq
             if by_len:
                 out.append(by_len.pop())
         return out
-    return requests
+    raise ValueError(f"ordering {ordering!r}: choose one of {', '.join(ORDERINGS)}")
+
+
+def order_lengths(batch: Sequence[tuple[int, int]], ordering: str) -> list[tuple[int, int]]:
+    """(prompt_len, output_len) pairs in sample order -> the same pairs in the order `bench` would send them
+    (through order_requests itself, so the planner and the back-test cannot drift from the client)."""
+    requests = [BenchRequest(index=i, input_ids=[], output_len=o, prompt_len=p) for i, (p, o) in enumerate(batch)]
+    return [(r.prompt_len, r.output_len) for r in order_requests(requests, ordering)]
 
 
 def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:

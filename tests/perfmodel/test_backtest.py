@@ -144,7 +144,9 @@ def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> Non
     row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-organisers-baseline"))
     shutil.copy(DATASET.parent / "sharegpt-full-1000-seed2025-v2lite.json", tmp_path)
     for change, message in (({"miss": {"bound": 0.35, "why": "x"}}, "widens the bound after the fact"),
-                            ({"sample": None}, "sample must be 'in'"), ({"bound_set": None}, "needs bound_set")):
+                            ({"sample": None}, "sample must be 'in'"), ({"bound_set": None}, "needs bound_set"),
+                            ({"ordering": None}, "ordering must be one of arrival, longest-first, interleave"),
+                            ({"ordering": "shortest-first"}, "ordering must be one of")):
         path = tmp_path / "runs.yaml"
         path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [{**row, **change}]}))
         with pytest.raises(BacktestError, match=message):
@@ -153,6 +155,25 @@ def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> Non
     path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [{**row, "expect": "in", "bound": 0.0001}]}))
     (regressed,) = run_backtest(path)
     assert regressed.regressed and "REGRESSED (inside when first predicted)" in summary([regressed])
+
+
+def test_a_row_simulates_its_batch_in_the_order_its_client_sent_it(rows) -> None:
+    """Every row whose batch has more than one request shape states the order its run's client sent it, and the
+    back-test sends the batch so (bench's own order_requests): the V2-Lite PD row simulated longest-first, as its
+    result.json says its client sent it, differs from the same row in sample order."""
+    from orchestrator.plan.backtest import DATASET, build_batch, predict_row, sent_batch
+    from orchestrator.workload.batch import order_lengths
+
+    data = load_dataset()
+    for spec in data["runs"]:
+        if spec["kind"] == "throughput" and len(set(build_batch(data["batches"][spec["batch"]], DATASET.parent))) > 1:
+            assert spec["ordering"] in ("arrival", "longest-first", "interleave"), spec["id"]
+    spec = next(r for r in data["runs"] if r["id"] == "h200x2-v2lite-pd-product-warm")
+    assert spec["ordering"] == "longest-first"
+    sent = sent_batch(spec, data["batches"], DATASET.parent)
+    assert sent == order_lengths(build_batch(data["batches"][spec["batch"]], DATASET.parent), "longest-first")
+    in_sample_order = predict_row({**spec, "ordering": "arrival"}, data["batches"], DATASET.parent)
+    assert rows[spec["id"]].predicted != pytest.approx(in_sample_order.predicted, rel=0.01)
 
 
 def test_a_memory_row_that_flips_is_a_regression_unless_recorded_as_a_miss(tmp_path) -> None:

@@ -21,9 +21,9 @@ def test_plan_search_on_the_embedded_default_states_the_rules_and_writes_complia
     rc = main(["plan", "--config", DEFAULT, "--search", "--top", "2", "--write-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "batch: 1000 prompts (sharegpt, seed 2025)" in out
+    assert "batch: 1000 prompts (sharegpt, seed 2025, longest-first order)" in out
     # the final 2025 rules run 2000 prompts: the search ranks layouts on a 2000-prompt batch sampled the same way
-    assert "search batch (rules apac-hpcai-2025: the contest's prompt count): 2000 prompts (sharegpt, seed 2025)" in out
+    assert "search batch (rules apac-hpcai-2025: the contest's prompt count): 2000 prompts (sharegpt, seed 2025, longest-first order)" in out
     assert "rules apac-hpcai-2025: NOT COMPLIANT (" in out and "\n  model.quantization='w4a8': " in out
     assert "memory: fits (DeepSeek-R1 W4A8)" in out
     assert "-> VALID" in out and "(simulated, H100-SXM)" in out
@@ -82,11 +82,42 @@ def test_compare_pd_vs_aggregated_on_h100_and_h200_in_one_table(capsys) -> None:
     rc = main(["compare", "--configs", *[str(ROOT / f"configs/{n}.yaml") for n in names]])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "the same batch on 4 configs: 1000 prompts (sharegpt, seed 2025)" in out
+    assert "the same batch on 4 configs: 1000 prompts (sharegpt, seed 2025, longest-first order)" in out
     rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in names]
     assert [r.split()[0] for r in rows] == names
     assert all(" simulated " in r and "VALID" in r for r in rows)
     assert rows[0].split()[-1] == "1.00"  # ratio of the first config to itself
+
+
+def test_plan_simulates_the_batch_in_the_order_bench_sends_it(capsys) -> None:
+    """plan and compare run the config's batch in its benchmark.ordering, as `bench` sends it (bench's own
+    order_requests): longest-first holds the short prompts' first tokens behind the long ones, so on the default
+    1P1D layout its TTFT p50 is far later than arrival's (the long prompts' prefill goes first), and its run is shorter
+    (the longest requests start decoding first); the order is printed with the batch."""
+    from orchestrator.plan.simulate import batch_shapes
+    from orchestrator.workload.batch import sample_batch
+
+    cfg = load_config(DEFAULT, ["benchmark.num_prompts=200"])
+    for ordering in ("arrival", "longest-first", "interleave"):
+        ordered = cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"ordering": ordering})})
+        batch, _ = batch_shapes(ordered)
+        assert batch == [(r.prompt_len, r.output_len) for r in sample_batch(ordered, 200)], ordering
+    sizes = [p + o for p, o in batch_shapes(cfg)[0]]
+    assert sizes == sorted(sizes, reverse=True) and sizes != [p + o for p, o in batch_shapes(ordered)[0]]
+
+    columns: dict[str, list[str]] = {}
+    for ordering in ("arrival", "longest-first"):
+        assert main(["compare", "--configs", DEFAULT, "--set", f"benchmark.ordering={ordering}"]) == 0
+        out = capsys.readouterr().out
+        assert f"1000 prompts (sharegpt, seed 2025, {ordering} order)" in out
+        header = next(line for line in out.splitlines() if line.startswith("config "))
+        row = next(line for line in out.splitlines() if line.startswith("default "))
+        assert "run s TTFT p50" in header
+        columns[ordering] = row.split()
+    run_s, ttft_p50 = 6, 7  # config layout GPU source memory out-tok/s run-s TTFT-p50 ...
+    arrival, longest = columns["arrival"], columns["longest-first"]
+    assert float(longest[ttft_p50]) > 1.3 * float(arrival[ttft_p50])
+    assert float(longest[run_s]) < float(arrival[run_s])
 
 
 def test_the_console_entry_point_runs_compare() -> None:
