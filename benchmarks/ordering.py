@@ -1,7 +1,7 @@
 """Ordering and admission for the known finite batch, measured with the virtual-time simulator (labelled simulated).
 
     .venv/bin/python benchmarks/ordering.py [--configs configs/default.yaml,configs/h200-1p1d-tp8.yaml]
-        [--orderings arrival,longest-first,interleave] [--limits auto,kv/2,kv,2kv,all]
+        [--orderings arrival,longest-first,interleave] [--limits auto,kv/2,kv,2kv,all] [--timeline]
 
 batch (1000 ShareGPT prompts, seed 2025, as `bench` samples it) -> bench's own `order_requests` ->
 plan/simulate.py's whole-run simulation with the client keeping `limit` requests in flight -> table.
@@ -29,15 +29,8 @@ from orchestrator.config import RunConfig, load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.simulate import batch_shapes, client_concurrency, simulate_run  # noqa: E402
 from orchestrator.stats import percentile  # noqa: E402
-from orchestrator.records import BenchRequest  # noqa: E402
-from orchestrator.workload.batch import order_requests  # noqa: E402
+from orchestrator.workload.batch import order_lengths  # noqa: E402
 from orchestrator.provenance import recorded  # noqa: E402
-
-
-def ordered(batch: list[tuple[int, int]], ordering: str) -> list[tuple[int, int]]:
-    """Apply bench's ordering to (prompt_len, output_len) pairs."""
-    reqs = [BenchRequest(index=i, input_ids=[], output_len=o, prompt_len=p) for i, (p, o) in enumerate(batch)]
-    return [(r.prompt_len, r.output_len) for r in order_requests(reqs, ordering)]
 
 
 def decode_kv_tokens(cfg: RunConfig) -> int:
@@ -57,12 +50,35 @@ def limits(cfg: RunConfig, batch: list[tuple[int, int]], names: list[str]) -> di
     return {n: table[n] for n in names}
 
 
+def decode_timeline(cfg: RunConfig, batch: list[tuple[int, int]], limit: int | None) -> str:
+    """Where the order moves the run: the decode steps with more running than the largest CUDA graph (eager, launch-
+    bound) against the graphed ones, and the most requests running at once."""
+    role = "aggregated" if cfg.layout.mode == "aggregated" else "decode"
+    graph_max = max(next(cost_model_for(cfg, r, g) for r, _, g in cfg.layout.groups() if r == role).graph_batch_sizes())
+    steps: list[tuple[float, int, float]] = []
+
+    def observe(now, server, forward, state) -> None:
+        if forward.kind == "decode":
+            steps.append((now, len(forward.running), forward.duration_s))
+
+    simulate_run(cfg, batch, max_concurrency=limit, observe=observe)
+    eager = [s for s in steps if s[1] > graph_max]
+    graphed = [s for s in steps if s[1] <= graph_max]
+    where = (f"{len(eager)} steps above {graph_max} running, {eager[0][0]:.1f}-{eager[-1][0] + eager[-1][2]:.1f} s, "
+             f"{sum(s[2] for s in eager):.1f} s at {1000 * statistics.fmean(s[2] for s in eager):.0f} ms a step"
+             if eager else f"no step above {graph_max} running")
+    return (f"{where}; {len(graphed)} graphed steps, {sum(s[2] for s in graphed):.1f} s at "
+            f"{1000 * statistics.fmean(s[2] for s in graphed):.0f} ms; most running {max(s[1] for s in steps)}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="configs/default.yaml,configs/h200-1p1d-tp8.yaml")
     parser.add_argument("--orderings", default="arrival,longest-first,interleave")
     parser.add_argument("--limits", default="auto,kv/4,kv/2,kv,all")
     parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument("--timeline", action="store_true",
+                        help="after the table, each config and ordering's decode steps above / within the CUDA graphs")
     parser.add_argument("--out", type=Path, default=None, help="results folder: manifest.json + stdout in output.txt")
     args = parser.parse_args()
     with recorded(args.out):
@@ -71,19 +87,30 @@ def main() -> int:
         print("| config | GPU | batch | decode KV tokens | limit | in flight | ordering | duration s | output tok/s "
               "| TTFT p50 s | TTFT p99 s | vs arrival/auto |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        timelines: list[str] = []
         for path in args.configs.split(","):
-            cfg = load_config(ROOT / path, [f"benchmark.num_prompts={args.num_prompts}"], paths_from=ROOT)
+            # the batch in sample order (arrival), then each ordering applied by bench's own order_requests
+            cfg = load_config(ROOT / path, [f"benchmark.num_prompts={args.num_prompts}", "benchmark.ordering=arrival"],
+                              paths_from=ROOT)
             batch, source = batch_shapes(cfg)
             ref = None
             for limit_name, limit in limits(cfg, batch, args.limits.split(",")).items():
                 for ordering in args.orderings.split(","):
-                    run = simulate_run(cfg, ordered(batch, ordering), max_concurrency=limit)
-                    if ref is None:  # first cell = today's default (arrival order, auto limit)
+                    run = simulate_run(cfg, order_lengths(batch, ordering), max_concurrency=limit)
+                    if ref is None:  # first cell = the first ordering at the first limit (default: arrival, auto)
                         ref = run.duration_s
                     print(f"| {Path(path).name} | {run.gpu} | {len(batch)} {source} | {decode_kv_tokens(cfg)} | {limit_name} "
                           f"| {limit if limit is not None else len(batch)} | {ordering} | {run.duration_s:.1f} "
                           f"| {run.output_tokens / run.duration_s:.0f} | {percentile(run.ttft_s, 50):.2f} "
                           f"| {percentile(run.ttft_s, 99):.2f} | {ref / run.duration_s:.3f}x |", flush=True)
+            if args.timeline:
+                limit = limits(cfg, batch, args.limits.split(",")[:1]).popitem()[1]
+                timelines += [f"- {Path(path).name}, {ordering} (limit {args.limits.split(',')[0]}): "
+                              f"{decode_timeline(cfg, order_lengths(batch, ordering), limit)}"
+                              for ordering in args.orderings.split(",")]
+        if timelines:
+            print("\nDecode steps above / within the largest CUDA graph (eager steps are launch-bound):\n")
+            print("\n".join(timelines))
         return 0
 
 

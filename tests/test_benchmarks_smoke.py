@@ -15,6 +15,7 @@ from benchmarks import kv_transfer, ordering, pyspy_summary
 from orchestrator.config import load_config
 from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.simulate import synthetic_batch
+from orchestrator.workload.batch import order_lengths
 from tests.support import HAVE_NIXL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,9 +58,9 @@ def test_nixl_transfer_lands_every_page_where_the_layout_says(monkeypatch):
 
 def test_orderings_and_kv_derived_limits():
     batch = synthetic_batch(200, seed=7)
-    longest = ordering.ordered(batch, "longest-first")
+    longest = order_lengths(batch, "longest-first")
     assert [p + o for p, o in longest] == sorted((p + o for p, o in batch), reverse=True)
-    assert sorted(ordering.ordered(batch, "interleave")) == sorted(batch)
+    assert sorted(order_lengths(batch, "interleave")) == sorted(batch)
     cfg = load_config(ROOT / "configs" / "default.yaml", [])
     limits = ordering.limits(cfg, batch, ["kv/4", "kv/2", "kv"])
     assert 1 <= limits["kv/4"] <= limits["kv/2"] <= limits["kv"]
