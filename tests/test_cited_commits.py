@@ -13,8 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # a 7-12 or 40 hex-digit token with a digit and a letter (an all-digit one reads as a number); another repository's
-# commit is written owner/repo@hash and is not ours to check
-COMMIT = re.compile(r"(?<![0-9A-Za-z_/.@-])([0-9a-f]{7,12}|[0-9a-f]{40})(?![0-9A-Za-z_])")
+# commit is written owner/repo@hash and is not ours to check; a file's digest ("sha256 d832bcff…") is not a commit
+COMMIT = re.compile(r"(?<![0-9A-Za-z_/.@-])(?<!sha256 )(?<!sha256: )([0-9a-f]{7,12}|[0-9a-f]{40})(?![0-9A-Za-z_])")
 
 
 def _commit_like(token: str) -> bool:
