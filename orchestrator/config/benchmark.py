@@ -58,7 +58,9 @@ class BenchmarkConfig(Strict):
     fixed_output_len: int | None = Field(None, ge=4)
     warmup: WarmupConfig = WarmupConfig()
     ordering: Literal["arrival", "longest-first", "interleave"] = Field(
-        "longest-first", description="Submission order; longest-first measured best (docs/performance.md)."
+        "longest-first", description="Submission order of `bench`, which `plan` simulates too; longest-first wins on "
+        "the embedded default but loses on an H200 1P1D TP8 pair unless max_in_flight keeps the decode within its "
+        "CUDA graphs (simulated, docs/performance.md)."
     )
     max_in_flight: int | Literal["auto"] = "auto"
     result_dir: str = Field("runs", description="Where JSON results, logs and reports are written.")
