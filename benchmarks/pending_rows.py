@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import load_config  # noqa: E402
-from orchestrator.plan.backtest import DATASET, load_dataset, sent_batch  # noqa: E402
+from orchestrator.plan.backtest import DATASET, BacktestError, load_dataset, sent_batch  # noqa: E402
 from orchestrator.plan.simulate import simulate_run  # noqa: E402
 
 
@@ -44,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("pending", help="YAML with rows: (runs.yaml's form, no measured) and optional derived:")
     p.add_argument("--json", help="write the predictions here")
     a = p.parse_args(argv)
-    out = predict(yaml.safe_load(Path(a.pending).read_text()))
+    try:
+        out = predict(yaml.safe_load(Path(a.pending).read_text()))
+    except BacktestError as exc:  # a row the back-test would refuse, e.g. without its ordering
+        print(f"{a.pending}: {exc}", file=sys.stderr)
+        return 2
     for rid, r in out["rows"].items():
         print(f"{rid:60s} predicted {r['total_tok_s']:>10,.0f} total tok/s  run {r['duration_s']:.3f} s  ({r['batch']})")
     for rid, ratio in out["derived"].items():

@@ -136,7 +136,7 @@ def test_every_planning_example_command_parses_and_names_configs_that_exist():
         assert configs and all((ROOT / c).is_file() for c in configs), (name, configs)
 
 
-def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measured(tmp_path) -> None:
+def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measured(tmp_path, capsys) -> None:
     # benchmarks/pending_rows.py records a prediction before the run; it must be the number the back-test prints
     # for the same row once the measurement is added (same config, overrides, batch and path)
     import yaml
@@ -156,6 +156,11 @@ def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measur
     assert out["rows"][row["id"]]["total_tok_s"] == pytest.approx(expected, abs=0.1)
     assert out["rows"]["tp1"]["total_tok_s"] != out["rows"][row["id"]]["total_tok_s"]   # tp=2 dropped: another server
     assert out["derived"]["tp2/tp1"] == pytest.approx(out["rows"][row["id"]]["total_tok_s"] / out["rows"]["tp1"]["total_tok_s"], rel=1e-3)
+    # a ShareGPT-batch row the back-test would refuse (no `ordering`: the order its client sends) is refused here too
+    sharegpt = next(r for r in data["runs"] if r["id"] == "h200x2-v2lite-pd-product-warm")
+    path.write_text(yaml.safe_dump({"rows": [{k: v for k, v in sharegpt.items() if k not in ("measured", "ordering")}]}))
+    assert pending_rows.main([str(path)]) == 2
+    assert "ordering must be one of arrival, longest-first, interleave" in capsys.readouterr().err
 
 
 def test_a_benchmark_reads_the_repositorys_config_and_its_model_folder_from_any_directory(tmp_path, monkeypatch) -> None:
