@@ -91,7 +91,9 @@ class ModelConfig(Strict):
 class SimEngineConfig(Strict):
     profile: GpuType | None = Field(None, description="Cost-model GPU profile; default = cluster.gpu. 'cpu-fast' for tests.")
     efficiency_prefill: float = Field(0.45, gt=0, le=1, description="Fraction of peak FLOPs reached.")
-    efficiency_decode: float = Field(0.6, gt=0, le=1, description="Fraction of HBM bandwidth reached.")
+    efficiency_decode: float = Field(
+        0.8, gt=0, le=1, description="Fraction of HBM bandwidth the roofline's weight and KV reads reach (0.8: the rate the "
+        "GPUs' measured fixed costs were split against; routed experts go at their kernel's measured share).")
     startup_s: float | None = Field(
         None, ge=0, description="Simulated engine start-up delay; default from the cost model."
     )

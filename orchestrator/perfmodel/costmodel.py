@@ -15,15 +15,15 @@ Sources of the constants (dense peak, per GPU):
 - `memory_gb` is the datasheet capacity, which the driver reports in GiB (H100: 81559 MiB ~ 80 GiB,
   H200: 143771 MiB ~ 140.4 GiB), so capacity in bytes = memory_gb x 2^30.
 
-Assumptions (calibration knobs, not measurements; documented in docs/planning.md):
-- Efficiencies: 45 % of peak FLOPs in prefill GEMMs, 60 % of HBM bandwidth in decode (config.engine.sim).
-- Fixed cost per forward: a scheduler step (3 ms) plus ~0.25 ms per layer of small kernels (MoE routing,
-  norms, rope); chosen so single-stream R1 decode on 8 GPUs lands near the 40-50 tok/s that public
-  SGLang reports show without speculative decoding (no such report is committed: an assumption). They still price
-  the roofline path (a TP group across nodes: the TP16 rows), are added to every prefill forward (R1: 3 + 61 x
-  0.25 = 18.25 ms) and are subtracted from every calibration prefill forward before its share of peak is fitted
-  (_prefill_fit). A graphed decode step of a layer shape no profile measured (Qwen3) takes the GPU's measured
-  per-step and per-layer floor instead (graphed_step_floor).
+Assumptions and measured terms of the roofline (docs/planning.md):
+- Efficiencies: 45 % of peak FLOPs in prefill GEMMs where no profile measured it (config.engine.sim); reads at 80 %
+  of HBM (timing.WEIGHT_READ_EFFICIENCY, the rate the fixed costs were split against), routed experts at the
+  fused-MoE kernel's measured 88 % (gpus.GpuSpec.routed_read_share, expert_stream_share).
+- Fixed cost per forward, measured: the GPU's CUDA-graphed decode floor, 0.64 ms (H100) / 1.15 ms (H200) per step +
+  44 us per layer, split from the shipped one-GPU profiles at two layer counts (graphed_step_floor; held by
+  tests/perfmodel/test_fixed_costs_trace.py). It prices every roofline forward (a TP group across nodes, a shape or
+  format no profile measured, every prefill forward) and is subtracted from each calibration prefill forward before
+  its share of peak is fitted (_prefill_fit); a TP layer across nodes adds 216 us (cited: parallel/collectives.py).
 - Tensor parallel: two all-reduces per layer (after attention and after the MLP/MoE), bf16 activations, at
   the published NCCL figures inside a node or across two (perfmodel/parallel/collectives.py, each cited there;
   a forward outside a CUDA graph pays the eager floor measured on two H200s).
@@ -274,8 +274,12 @@ def _find_calibration(
     if not same_gpu:
         return None
     startup = _startup_only(same_gpu[0].model_dump_json(), arch, quantization)
-    if any(p.model.matches(arch, p.model.quantization) for p in pool):
-        return startup  # these layer dims were measured in another weight format: not a shape without a profile
+    same_dims = next((p for p in sorted(pool, key=lambda p: p.gpu.name != gpu) if p.model.matches(arch, p.model.quantization)), None)
+    if same_dims is not None:  # these layer dims measured in another weight format (R1 W4A8): that profile's graphed
+        # fixed time per layer, as its own format's calibrated steps charge it at any layer count, and the expert share
+        fixed = calibration_for(same_dims, arch, same_dims.model.quantization).decode
+        return replace(startup, graph_step_s=0.0 if fixed else None, graph_layer_s=fixed.layer_s if fixed else None,
+                       graph_expert_read_share=expert_stream_share(gpu, pool))
     step_s, layer_s = graphed_step_floor(gpu, pool) or (None, None)
     lent = replace(startup, graph_step_s=step_s, graph_layer_s=layer_s, graph_expert_read_share=expert_stream_share(gpu, pool))
     return _lend_prefill_shares(lent, gpu, quantization, pool)
@@ -303,15 +307,11 @@ def _lend_prefill_shares(cal: Calibration, gpu: str, quantization: str, pool: li
 
 
 def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, float] | None:
-    """(per step, per layer) fixed seconds of a CUDA-graphed decode step on `gpu`, for a layer shape no profile measured.
-
-    Each profile's decode fit (calibration.fit_decode) leaves, after its weight reads at WEIGHT_READ_EFFICIENCY,
-    layers x layer_s of fixed time per step: the scheduler's step plus each layer's small kernels. Two layer counts
-    tell the two apart: one slope of (layers, layers x layer_s) over the GPUs with the same compute peaks, each GPU
-    with its own intercept (H100-SXM and H200 share Hopper's die, so launch-bound kernels take the same time there;
-    their HBM and hosts differ), is the per-layer floor; each GPU's own profiles then give its per-step part. Shipped today: R1-shaped 6 layers
-    (H100, H200 twice) and DeepSeek-V2-Lite 27 layers (H200) -> ~44 us per layer, ~0.64 ms (H100) / ~1.15 ms
-    (H200) per step. Assumed: a GQA layer (FA3, Triton MoE) has as many small kernels as an MLA/MoE one."""
+    """(per step, per layer) fixed seconds of a CUDA-graphed decode step on `gpu` (gpus.GpuSpec holds them): each profile's
+    decode fit leaves, after its reads at WEIGHT_READ_EFFICIENCY, layers x layer_s of fixed time per step; one slope of
+    (layers, that time) over the GPUs with the same compute peaks, each GPU its own intercept (same die, other HBM and
+    hosts), splits it. Shipped: R1-shaped 6 layers (H100, H200 twice), V2-Lite 27 (H200) -> ~44 us per layer, ~0.64 ms
+    (H100) / ~1.15 ms (H200) per step. Assumed: a GQA layer (FA3, Triton MoE) has as many small kernels as an MLA one."""
     target = gpu_spec(gpu)
     points: dict[str, list[tuple[int, float]]] = {}
     for profile in pool:

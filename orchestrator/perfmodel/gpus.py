@@ -17,13 +17,23 @@ class GpuSpec:
     hbm_tb_s: float
     nvlink_gb_s: float  # per direction, per GPU
     ib_gb_s: float  # per GPU
-    step_overhead_s: float = 3e-3  # scheduler, sampling, output processing per forward
-    layer_overhead_s: float = 0.25e-3  # launch-bound small kernels per layer per forward
+    # The fixed GPU time of a forward beyond its weight / KV reads and collectives: the scheduler's step (sampling,
+    # output processing) and each layer's small kernels (norms, rope, MoE routing). Measured, no default: the
+    # CUDA-graphed decode floor of the shipped one-GPU profiles, split by two layer counts (costmodel.graphed_step_floor;
+    # tests/perfmodel/test_fixed_costs_trace.py holds each GPU's figures to it). It prices every forward no profile
+    # measured: a TP group across nodes (the TP16 rows), every prefill forward (whose CPU launch is charged apart:
+    # timing.prefill_launch_s), and it is subtracted from each calibration prefill forward before its share is fitted.
+    step_overhead_s: float
+    layer_overhead_s: float
     collective_latency_s: float = 10e-6  # one small all-reduce inside a node
     cross_node_latency_s: float = 30e-6  # one small all-reduce / send across nodes
     transfer_latency_s: float = 2e-3  # KV transfer handshake + per-request bookkeeping
     engine_init_s: float = 30.0  # python imports, NCCL init, tokenizer, HTTP server
     kv_alloc_s: float = 2.0
+    # Share of datasheet HBM at which the fused-MoE kernel streams routed experts (None: efficiency_decode's): the
+    # median of (expert bytes more) / (time more) between the dummy-weight and randomised-gate R1-shaped H200 profiles
+    # (costmodel.expert_stream_share, 12 points); H100 takes it on the same die and kernel (HBM3 not measured)
+    routed_read_share: float | None = None
     # first-forward compiles with empty caches, beyond graph capture: ~6 s fitted on V2-Lite (2026-11-21
     # logs); the R1-shaped FP8 probe (DeepGEMM path) was ready 149 s after a cold launch with 88 s of
     # graph capture, leaving ~15 s beyond a warm start's other phases (not the "~10 min" of older docs)
@@ -67,6 +77,10 @@ GPU_SPECS: dict[str, GpuSpec] = {
     "H100-SXM": GpuSpec(
         name="H100-SXM", memory_gb=80, bf16_tflops=989, fp8_tflops=1979, hbm_tb_s=3.35,
         nvlink_gb_s=450, ib_gb_s=50,
+        # graphed decode floor (costmodel.graphed_step_floor): 0.639 ms per step (the R1-shaped H100 profile,
+        # benchmarks/results/2026-11-24-calibration-h100-r1shaped/) + 44.0 us per layer (slope over R1-shaped 6 layers
+        # and V2-Lite 27 layers on H200: 2026-11-26-dummy-routing-h200/, device-h200x2-2026-11-21/)
+        step_overhead_s=0.639e-3, layer_overhead_s=44.0e-6, routed_read_share=0.884,
         # "Load weight begin. avail mem=78.48-78.50 GB" (GiB) in every lone-GPU H100 log of benchmarks/results (2026-11-24
         # calibration-h100-*, 2026-11-26 context-graph-padding-h100, sglang-one-h100): 80 - 78.49; the driver reports 81,559 MiB
         held_before_load_gb=1.51,
@@ -74,6 +88,8 @@ GPU_SPECS: dict[str, GpuSpec] = {
     "H200": GpuSpec(
         name="H200", memory_gb=141, bf16_tflops=989, fp8_tflops=1979, hbm_tb_s=4.8,
         nvlink_gb_s=450, ib_gb_s=50,
+        # graphed decode floor, as H100's: 1.147 ms per step (the H200 profiles of R1-shaped 6 and V2-Lite 27 layers)
+        step_overhead_s=1.147e-3, layer_overhead_s=44.0e-6, routed_read_share=0.884,
         # "avail mem=139.11-139.13 GB" at weight load in every lone-GPU H200 log (device-h200x2-2026-11-21, 2026-11-26
         # two-gpu-*, dummy-routing-h200): 141 - 139.12; the driver reports 143,771 MiB
         held_before_load_gb=1.88,

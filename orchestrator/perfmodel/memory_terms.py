@@ -37,7 +37,7 @@ class ServerShape:
     ep: int = 1
     quantization: str = "fp8"
     efficiency_prefill: float = 0.45
-    efficiency_decode: float = 0.6
+    efficiency_decode: float = 0.8  # timing.WEIGHT_READ_EFFICIENCY: the rate the GPUs' fixed costs were split against
     mem_fraction_static: float | None = None  # None: SGLang's default for this GPU, TP and role
     max_running_requests: int | None = None  # None: SGLang's default from the KV pool (never unlimited)
     dp_attention: bool = False

@@ -13,7 +13,8 @@ from orchestrator.perfmodel.parallel import collectives, pipeline
 from orchestrator.perfmodel.weights import checkpoint_bytes, dummy_routing, experts_hit_fraction
 
 # Share of datasheet HBM bandwidth a streaming weight read reaches; the calibration fit subtracts the weight
-# reads at this rate and the model adds them back at the same rate, so only the split depends on it.
+# reads at this rate and the model adds them back at the same rate, so only the split depends on it; the GPUs' fixed
+# costs were split from the reads at it, so the roofline reads at it too (efficiency_decode's default).
 WEIGHT_READ_EFFICIENCY = 0.8
 # Attention backend: whole-step speed relative to fa3 (SGLang's default on Hopper) on the roofline path (a
 # calibrated step already carries its profile's backend). triton -6 %: the published 2x8 H100 team report
@@ -40,11 +41,8 @@ def mla_passes(heads_per_gpu: float, backend: str | None) -> int:
     return max(1, math.ceil(heads_per_gpu / MLA_HEADS_PER_PASS.get(backend or "fa3", 64)))
 
 
-# A TP group across nodes (TP16 on 2 x 8) keeps issue 14's roofline with uniform routing. True gives it the same
-# mechanism as a group inside a node (one GPU's calibrated terms at its shape, dummy routing, the published
-# cross-node collectives); benchmarks/tp16_mechanism.py compares both on the TP16 rows: the mechanism predicts the
-# published TP16 runs 4-80 % fast, worst on the dummy-weight ones, which were measured no faster than real weights
-# (docs/fidelity.md, "TP16 across nodes"), so what binds a cross-node TP16 step is not in it and it stays off.
+# A TP group across nodes (TP16 on 2 x 8) keeps the roofline with uniform routing; True gives it one GPU's calibrated
+# terms and dummy routing instead, which predicts the published TP16 runs fast (docs/fidelity.md, "TP16 across nodes").
 CALIBRATED_ACROSS_NODES = False
 
 
@@ -72,11 +70,10 @@ class TimingTerms(MemoryTerms):
         eager: bool = False,
         decode: bool = False,
     ) -> float:
-        """One forward of `tokens` tokens on one model copy: roofline + collectives + fixed costs. `stage`: one pipeline
-        stage's own layers (stage_layers: their weights and KV, the last's lm_head, a send onward; no scheduler step).
-        `graphed_floor`: a CUDA-graphed decode step of a layer shape no profile measured: the GPU's measured fixed
-        costs (Calibration.graph_step_s / graph_layer_s) and reads at WEIGHT_READ_EFFICIENCY, the rate those were
-        measured against, in place of the assumed fixed costs and efficiency_decode."""
+        """One forward of `tokens` tokens on one model copy: roofline + collectives + the GPU's measured fixed costs
+        (gpus.GpuSpec), reads at efficiency_decode, routed experts at their kernel's share. `stage`: one pipeline stage's
+        own layers (stage_layers: their weights and KV, the last's lm_head, a send onward; no scheduler step).
+        `graphed_floor`: a graphed decode step of a shape no profile measured: its lent floor, the backend on the KV read."""
         if tokens <= 0:
             return 0.0
         share, dense, moe = self.stage_shares(stage)
@@ -89,7 +86,8 @@ class TimingTerms(MemoryTerms):
 
         kv_bytes, hbm = kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp * share, self.gpu.hbm_tb_s * 1e12
         weights, routed = self._weight_bytes_read(tokens, stage)
-        memory_s = (weights + kv_bytes) / (hbm * self.efficiency_decode)
+        routed_share = self.gpu.routed_read_share or self.efficiency_decode
+        memory_s = (weights - routed + kv_bytes) / (hbm * self.efficiency_decode) + routed / (hbm * routed_share)
         step_s, layer_s = self.gpu.step_overhead_s, self.gpu.layer_overhead_s
         # a lent floor: experts at their kernel's measured share; the backend (relative to the floor's) on the attention
         # kernel alone (the KV read); the rest at the rate the floor was measured against
@@ -144,6 +142,8 @@ class TimingTerms(MemoryTerms):
             comm_s = layers * self._dp_attention_layer_comm_s(activation_bytes, eager)
         else:  # TP; a DP-attention prefill; DP attention with attention TP > 1 (see _dp_attention_layer_comm_s)
             comm_s = 2 * layers * self._allreduce_s(activation_bytes, eager)
+        if self._tp_spans_nodes:  # a cross-node TP layer's cost beyond its all-reduces (cited: collectives.HOPPER)
+            comm_s += layers * (collectives.link_figures(self.gpu, self.comm_efficiency).inter_tp_layer_s or 0.0)
         if self.pp > 1:
             links = collectives.link_figures(self.gpu, self.comm_efficiency)
             send = collectives.p2p_send_s(activation_bytes, self.nnodes > 1, links)

@@ -133,16 +133,16 @@ def test_the_console_entry_point_runs_compare() -> None:
 def test_plan_shows_predicted_vs_an_earlier_run_of_the_layout_and_flags_each_disagreement(tmp_path, capsys) -> None:
     cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
     records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
-                "ttft_s": 1.0, "e2e_s": 20.0, "sent_at": 0.0, "done_at": 20.0} for i in range(1000)]
+                "ttft_s": 1.0, "e2e_s": 5.0, "sent_at": 0.0, "done_at": 5.0} for i in range(1000)]
     (tmp_path / "run-1").mkdir()
     (tmp_path / "run-1" / "result.json").write_text(json.dumps(
-        {"verdict": "VALID", "duration_s": 20.0, "total_s": 200.0,
+        {"verdict": "VALID", "duration_s": 5.0, "total_s": 200.0,
          "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
     assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", f"benchmark.result_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     # the default's engine is simulated: its run is a sim-engine run, never "measured"
-    assert (f"sim-engine run (bench on the simulated engine) ({tmp_path / 'run-1' / 'result.json'}): 5,000 out tok/s, "
-            "run 20.0 s, TTFT p50 1.00 s; predicted") in out
+    assert (f"sim-engine run (bench on the simulated engine) ({tmp_path / 'run-1' / 'result.json'}): 20,000 out tok/s, "
+            "run 5.0 s, TTFT p50 1.00 s; predicted") in out
     assert "measured" not in out.replace("predicted / measured", "")
     assert "(throughput error -" in out
     assert "back-test error band of this throughput: ±" in out and " on out-of-sample runs (MAPE of " in out

@@ -84,7 +84,7 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--profile", default="H100-SXM", choices=sorted(GPU_SPECS), help="cost-model GPU profile")
     s.add_argument("--gpu-memory-gb", type=float, default=None)
     s.add_argument("--efficiency-prefill", type=float, default=0.45)
-    s.add_argument("--efficiency-decode", type=float, default=0.6)
+    s.add_argument("--efficiency-decode", type=float, default=0.8)
     s.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated duration")
     s.add_argument("--startup-s", type=float, default=None, help="start-up delay; default cost model x time scale")
     s.add_argument("--faults", default=None, help="fault spec JSON, see docs/simulator.md")

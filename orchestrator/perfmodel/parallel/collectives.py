@@ -33,6 +33,8 @@ class LinkFigures:
     # CPU time one eager layer of a TP > 1 group costs beyond one GPU's launch of it (timing.eager_launch_s): its
     # collectives' launches and whatever else TP adds to the launch path, as TP 2 - TP 1 on one host
     eager_tp_layer_s: float | None = None
+    # GPU time one decoder layer of a TP group across two nodes costs beyond its all-reduces at the figures above
+    inter_tp_layer_s: float | None = None
 
 
 # Hopper HGX nodes (8 x H100 / H200 SXM, NVLink 4 through NVSwitch, 8 x ConnectX-7 NDR 400 Gb/s per node):
@@ -76,6 +78,14 @@ HOPPER = LinkFigures(
     # section 4, output benchmarks/results/2026-11-26-tp-eager-layer/. Fitted on those 12 calibration points (their
     # back-test rows are in-sample since); taken for any TP > 1 (TP 4 / 8 / across nodes not measured).
     eager_tp_layer_s=0.606e-3,
+    # What a cross-node TP layer costs beyond one GPU's measured floor, its reads and its two all-reduces at the
+    # nccl-tests figures: not measured here. From one cited public figure, never a back-test row: DeepSeek-R1-0528 on
+    # 16 H100 over InfiniBand with SGLang, concurrency 1, ISL / OSL 128: TPOT 23.1 ms (tenstorrent/tt-inference-server
+    # issue 356, 2025-07-09; 23.1-24.0 ms at ISL 128-8,192; the SGLang version and flags are not in the excerpt: TP 16
+    # over 2 nodes assumed). The model's step there without it is 9.9 ms (H100 floor 3.3 ms, reads 0.9 ms, 122
+    # all-reduces 5.7 ms), so (23.1 - 9.9) ms / 61 layers = 216 us; tests/perfmodel/test_fixed_costs_trace.py re-derives it. Taken for
+    # H200 nodes too (the same NICs), for every forward of such a group (prefill too) and for every batch size.
+    inter_tp_layer_s=0.216e-3,
 )
 PUBLISHED = {"H100-SXM": HOPPER, "H200": HOPPER}
 
