@@ -35,11 +35,12 @@ def main() -> None:
     print(f"{'row':58s} {'sample':6s} {'measured':>9s} {'per-layer (now)':>16s} {'split floor':>12s}")
     for rid, a in after.items():
         b = before[rid]
-        if b.kind == "throughput" and b.scope == "run" and abs(a.predicted / b.predicted - 1) > 0.001:
-            print(f"{rid:58s} {b.sample:6s} {float(b.measured):9,.0f} {b.error:+15.1%} {a.error:+11.1%}")
+        if b.kind == "throughput" and b.scope == "run" and abs(float(a.predicted) / float(b.predicted) - 1) > 0.001:
+            print(f"{rid:58s} {b.sample:6s} {float(b.measured):9,.0f} {float(b.error or 0):+15.1%} {float(a.error or 0):+11.1%}")
     for label, rows in (("now", before), ("split", after)):
         full = [r for r in rows.values() if r.kind == "throughput" and r.scope == "run" and r.sample == "out"]
-        print(f"out-of-sample full runs MAPE ({label}): {sum(abs(r.error) for r in full) / len(full):.1%} over {len(full)}")
+        mape = sum(abs(float(r.error or 0)) for r in full) / len(full)
+        print(f"out-of-sample full runs MAPE ({label}): {mape:.1%} over {len(full)}")
 
 
 if __name__ == "__main__":
