@@ -373,6 +373,8 @@ def summary(rows: Sequence[BacktestRow]) -> str:
         text += "; reported misses: " + ", ".join(f"{r.id} ({r.error_text()})" for r in reported)
     if regressed:
         text += "; REGRESSED (inside when first predicted): " + ", ".join(f"{r.id} ({r.error_text()})" for r in regressed)
+    if stale := [r for r in pinned if r.within and r.expect == "miss"]:
+        text += "; marked expect: miss but inside now: " + ", ".join(f"{r.id} ({r.error_text()})" for r in stale)
     if missed:
         text += " (docs/fidelity.md says why)"
     return "\n".join([text, _mape_text(rows, "in"), _mape_text(rows, "out"), POINTS_NOTE])

@@ -452,14 +452,14 @@ def test_a_reported_miss_without_what_moved_it_out_is_refused(tmp_path) -> None:
     from orchestrator.plan.closedloop.backtest import closed_loop_backtest
 
     data = load_dataset()
-    row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-batch-caps-1024"))
-    assert row["expect"] == "miss" and row["missed_since"] == "7c93962"
+    row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-caps-mem080"))
+    assert row["expect"] == "miss" and row["missed_since"] == "7ed4cfa"
     shutil.copy(DATASET.parent / "sharegpt-full-1000-seed2025-v2lite.json", tmp_path)
     path = tmp_path / "runs.yaml"
     for bad in ({**row, "missed_since": None}, {**row, "missed_since": "the hmem change"},
                 {**row, "expect": "in"}):
         path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [bad]}))
-        with pytest.raises(BacktestError, match=r"^row 'h100x16-r1-tp16-batch-caps-1024': missed_since must name"):
+        with pytest.raises(BacktestError, match=r"^row 'h100x16-r1-tp16-caps-mem080': missed_since must name"):
             run_backtest(path)
     path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [{**row, "missed_since": "this-commit"}]}))
     assert run_backtest(path)[0].missed_since == "this-commit"  # written by the commit that moves it out
@@ -523,3 +523,20 @@ def test_every_miss_moved_out_by_a_commit_names_a_model_commit_on_main_after_its
             f"{rid}: missed_since {since} is not later than the bound's commit {bound}"
         changed = _git("diff-tree", "--no-commit-id", "--name-only", "-r", since).stdout.split()
         assert any(name.startswith("orchestrator/") for name in changed), f"{rid}: {since} changed no model file"
+
+
+def test_a_row_marked_miss_that_is_inside_now_is_named_in_the_summary(tmp_path) -> None:
+    """A model change can bring a reported miss back inside its bound; the summary names it so the mark gets flipped
+    (the bound itself never moves)."""
+    from orchestrator.plan.backtest import summary
+
+    data = load_dataset()
+    row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-batch-caps-1024"))
+    shutil.copy(DATASET.parent / "sharegpt-full-1000-seed2025-v2lite.json", tmp_path)
+    path = tmp_path / "runs.yaml"
+    for expect, named in (("in", False), ("miss", True)):
+        marked = {**row, "expect": expect, **({"missed_since": "7c93962"} if expect == "miss" else {})}
+        path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [marked]}))
+        (result,) = run_backtest(path)
+        assert result.within, "the row is inside its bound at this model"
+        assert ("marked expect: miss but inside now: h100x16-r1-tp16-batch-caps-1024" in summary([result])) is named
