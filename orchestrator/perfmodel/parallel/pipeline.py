@@ -34,7 +34,7 @@ from collections.abc import Sequence
 # benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json, with the stage forward
 # the H200 R1-shaped profile's; derivation and residuals (RMS 6 %): benchmarks/pp_round_cost.py, output in
 # benchmarks/results/2026-11-26-pp-round-cost/output.txt. That run's PP2 rows are in-sample since. Kept when each stage
-# got its own layers (hpp): on the per-stage forwards the RMS is 6.0 % (benchmarks/results/2026-11-27-pp-stages/pp-round-cost/).
+# got its own layers (hpp): on the per-stage forwards the RMS is 6.0 % (benchmarks/results/2026-11-26-pp-stages/pp-round-cost/).
 ITERATION_S = 2.62e-3
 ITERATION_PER_REQUEST_S = 13.3e-6
 
