@@ -24,6 +24,7 @@ import http.client
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -103,7 +104,7 @@ def steady_steps(text: str, batch: int) -> dict:
              for r in rows if r["ranks"] in ("", "TP0")]
     steady = [x for x in lines[1:] if x["step_ms"] and x["running"] >= 0.9 * batch]
     steps = sorted(x["step_ms"] for x in steady)
-    med = (steps[len(steps) // 2] if len(steps) % 2 else (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2) if steps else None
+    med = statistics.median(steps) if steps else None
     return {"lines": lines, "steady": len(steps), "step_ms_median": med, "step_ms_min": steps[0] if steps else None,
             "step_ms_max": steps[-1] if steps else None, "eager": all(not x["graph"] for x in steady) if steady else None}
 
