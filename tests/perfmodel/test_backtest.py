@@ -540,3 +540,26 @@ def test_a_row_marked_miss_that_is_inside_now_is_named_in_the_summary(tmp_path) 
         (result,) = run_backtest(path)
         assert result.within, "the row is inside its bound at this model"
         assert ("marked expect: miss but inside now: h100x16-r1-tp16-batch-caps-1024" in summary([result])) is named
+
+
+def test_no_row_is_marked_miss_and_inside_without_a_stated_reason(rows) -> None:
+    """A reported miss that is inside its bound now is either flipped to expect: in with the model commit that brought it
+    inside (inside_since, on this history after its bound, one that changed orchestrator/) and why, or kept expect: miss
+    with miss.inside_now saying why (e.g. inside only by chance); a kept reason is current: the row is inside."""
+    data = load_dataset()
+    full_clone = _git("rev-parse", "--is-shallow-repository").stdout.strip() == "false"
+    for spec in data["runs"] + data["derived"]:
+        row, kept = rows[spec["id"]], (spec.get("miss") or {}).get("inside_now")
+        if row.expect == "miss" and row.within:
+            assert kept and len(kept) > 40, f"{row.id}: marked expect: miss but inside now, without miss.inside_now"
+        if kept:
+            assert row.expect == "miss" and row.within, f"{row.id}: miss.inside_now on a row that is not a miss inside now"
+        if since := spec.get("inside_since"):
+            assert row.expect == "in" and len(spec.get("inside_why", "")) > 40, row.id
+            if full_clone:
+                assert _is_ancestor(since, "HEAD"), f"{row.id}: inside_since {since} is not on this checkout's history"
+                bound = next((c for c in re.findall(r"\b[0-9a-f]{7,40}\b", str(spec.get("bound_set")))
+                              if _is_ancestor(c, "HEAD")), None)
+                assert bound is None or _is_ancestor(bound, since), f"{row.id}: inside_since {since} predates its bound"
+                changed = _git("diff-tree", "--no-commit-id", "--name-only", "-r", since).stdout.split()
+                assert any(name.startswith("orchestrator/") for name in changed), f"{row.id}: {since} changed no model file"
