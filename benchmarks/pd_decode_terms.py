@@ -5,7 +5,7 @@
 For each back-test row (benchmarks/backtest/runs.yaml) of a PD pair whose raw folder keeps the servers' logs
 (pd.tar.xz beside its evidence: scrape/**/decode-0-0.log, prefill-0-0.log, runs/*/result.json), side by side:
 
-- the decode KV pool (SGLang's `KV Cache is allocated ... #tokens`) and the model's kv_capacity_tokens (memory_terms);
+- the decode KV pool (SGLang's `KV Cache is allocated ... #tokens`) and the model's kv_capacity_tokens (MemoryTerms);
 - the most requests running, KV tokens used, requests waiting for pre-allocation (#prealloc-req: SGLang's
   DecodePreallocQueue keeps 512 tokens of headroom per active request, admission.py), retracted (#retracted-req)
   and queued (#queue-req), and when the pre-allocation queue emptied;

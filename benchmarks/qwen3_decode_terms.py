@@ -9,11 +9,11 @@ shared with the prefill: calls 9 and 15), a line's step = running / logged gen t
 with the lines' median context per request) and AIPerf's ITL p50 at N = 4 and 16 (goodput-ours.json).
 
 Modelled: the decode cost model at that batch and context, split into what a graphed step of a layer shape without a
-profile is made of (timing._forward_s on the lent floor): attention + dense weights and the LM head at
+profile is made of (ForwardTerms._forward_s on the lent floor): attention + dense weights and the LM head at
 WEIGHT_READ_EFFICIENCY of datasheet HBM, the routed experts hit under uniform routing (what the Qwen3 routing probe
-measured with dummy weights) at the fused-MoE kernel's measured stream share (costmodel.expert_stream_share), the KV read
+measured with dummy weights) at the fused-MoE kernel's measured stream share (calibration_lookup.expert_stream_share), the KV read
 at WEIGHT_READ_EFFICIENCY over the attention backend's speed relative to the floor's (triton: 1), and the fixed
-per-step and per-layer costs lent from the GPU's profiles of other shapes (costmodel.graphed_step_floor). (3) The
+per-step and per-layer costs lent from the GPU's profiles of other shapes (calibration_lookup.graphed_step_floor). (3) The
 stream share's own points: the two H200 R1-shaped profiles that differ only in routing, step difference vs the expert
 bytes the two routings read.
 """
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
-from orchestrator.perfmodel.timing import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY  # noqa: E402
+from orchestrator.perfmodel.server.forward import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY  # noqa: E402
 from orchestrator.perfmodel.weights import experts_hit_fraction  # noqa: E402
 from orchestrator.records import Role  # noqa: E402
 
@@ -120,7 +120,7 @@ def lone_grid() -> None:
 
 
 def stream_share_points() -> None:
-    """The points costmodel.expert_stream_share takes the median of (recomputed here the same way, printed)."""
+    """The points calibration_lookup.expert_stream_share takes the median of (recomputed here the same way, printed)."""
     from dataclasses import replace
 
     from orchestrator.config.model_presets import MODEL_PRESETS

@@ -8,7 +8,7 @@ while no prefill ran (AIPerf's p25: ~2.0 ms at N = 4, ~2.3 ms at N = 16) barely 
 routing reads 29 -> 82 experts per layer (3.0 -> 5.7 ms); reading only top_k = 8 experts gives 2.1 / 2.3 ms. That
 agreement was seen on the rows the hypothesis would be judged on, so it is not put in the model; this prints, for the
 two-GPU pair, the decode step and the closed-loop prediction under both routings, to be compared with that run's
-measurement (which neither was fitted on). The only change under the hypothesis: timing.dummy_routing answers True
+measurement (which neither was fitted on). The only change under the hypothesis: server/forward.py's dummy_routing answers True
 for this model (so a step reads top_k experts per MoE layer: no expert count was measured for Qwen3's router).
 """
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import load_config  # noqa: E402
-from orchestrator.perfmodel import timing  # noqa: E402
+from orchestrator.perfmodel.server import forward  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop  # noqa: E402
 
@@ -33,7 +33,7 @@ def predictions(config: str, gpu: str) -> list[str]:
     decode = cost_model_for(cfg, "decode", cfg.layout.decode[0])
     lines = []
     for label, same in (("uniform routing (the model)", False), ("same experts (hypothesis)", True)):
-        with mock.patch.object(timing, "dummy_routing", lambda load_format, topk, same=same: same and load_format == "dummy"):
+        with mock.patch.object(forward, "dummy_routing", lambda load_format, topk, same=same: same and load_format == "dummy"):
             steps = ", ".join(f"batch {b}: {decode.decode_step_s(b, b * 4100) * 1e3:.2f} ms" for b in (1, 4, 16, 64))
             lines.append(f"{gpu} {label}: decode step at context 4,100 per request: {steps}")
             for n in cfg.benchmark.concurrency:

@@ -6,7 +6,7 @@ The folder holds routing.json (the counts), qwen3-probe.tar.xz (a cut count phas
 calibration-qwen3-l6.json (the lone server's decode grid). Printed: distinct routed experts per MoE layer call at each
 decode batch, dummy weights vs randomised gates vs the uniform formula n (1 - (1 - k/n)^B); the expert bytes one decode
 step reads per MoE layer for each (bytes per expert from the planner's own weight table, so the number is the one
-`timing._weight_bytes_read` would use); the outcome under the rule recorded in docs/fidelity.md before the run
+`ForwardTerms._weight_bytes_read` would use); the outcome under the rule recorded in docs/fidelity.md before the run
 (`outcome`); the measured points as the planner's RoutingPoint rows; and the decode grid (step ms, client tok/s).
 """
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.config import load_config
-from orchestrator.perfmodel import timing
+from orchestrator.perfmodel.server import forward
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.backtest import DATASET, load_dataset, predict_row, sent_batch
 from orchestrator.plan.memory import sglang_defaults_text
@@ -30,7 +30,7 @@ def step_breakdown(row: dict, version: str) -> str:
     allreduce = 2 * m.arch.num_hidden_layers * m._allreduce_s(bs * m.arch.hidden_size * 2)
     return (f"step {m.decode_step_s(bs, ctx) * 1e3:6.1f} ms (weights {m.weight_read_s(bs) * 1e3:5.1f} ms, "
             f"{2 * m.arch.num_hidden_layers} all-reduces {allreduce * 1e3:5.1f} ms, "
-            f"{'calibrated per-GPU terms' if m.calibration and m.calibration.decode and (timing.CALIBRATED_ACROSS_NODES or not m._tp_spans_nodes) else 'roofline'})")
+            f"{'calibrated per-GPU terms' if m.calibration and m.calibration.decode and (forward.CALIBRATED_ACROSS_NODES or not m._tp_spans_nodes) else 'roofline'})")
 
 
 def main() -> None:
@@ -38,15 +38,15 @@ def main() -> None:
     base = Path(DATASET).parent
     rows = [r for r in data["runs"] if r["kind"] == "throughput" and "tp16" in r["id"]]
     print("TP16 rows of benchmarks/backtest/runs.yaml: measured total tok/s; predicted with the roofline (default) and with")
-    print("the mechanism of a TP group inside a node (timing.CALIBRATED_ACROSS_NODES); one decode step at 1,024 x 800 tokens")
+    print("the mechanism of a TP group inside a node (server/forward.py CALIBRATED_ACROSS_NODES); one decode step at 1,024 x 800 tokens")
     for row in rows:
         version = row.get("sglang_version", "0.5.17")
         cells = []
         for calibrated in (False, True):
-            timing.CALIBRATED_ACROSS_NODES = calibrated
+            forward.CALIBRATED_ACROSS_NODES = calibrated
             r = predict_row(row, data["batches"], base)
             cells.append(f"{r.predicted:8,.0f} ({r.error:+6.1%})  {step_breakdown(row, version)}")
-        timing.CALIBRATED_ACROSS_NODES = False
+        forward.CALIBRATED_ACROSS_NODES = False
         print(f"{row['id']}  measured {row['measured']['total_tok_s']:,.0f}  load_format "
               f"{next((s.split('=')[1] for s in row.get('set', []) if 'load_format' in s), 'config')}")
         print(f"  roofline:  {cells[0]}\n  mechanism: {cells[1]}")

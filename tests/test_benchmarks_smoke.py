@@ -185,7 +185,7 @@ def test_the_pd_terms_read_a_rows_logs_and_the_planners_own_trace_of_it() -> Non
     row = next(r for r in data["runs"] if r["id"] == "h100x2-v2lite-pd-product-mem065-lease3")
     measured, trace = terms.read_measured(row), terms.model_trace(row, data["batches"])
     assert measured.kv_pool_tokens == 743_459 and measured.duration_s == pytest.approx(row["measured"]["duration_s"], abs=0.01)
-    assert abs(trace.kv_pool_tokens / measured.kv_pool_tokens - 1) < 0.02  # memory_terms' pool, not fitted to this log
+    assert abs(trace.kv_pool_tokens / measured.kv_pool_tokens - 1) < 0.02  # MemoryTerms' pool, not fitted to this log
     assert max(r["prealloc"] for r in measured.decode) == 201 and max(s[4] for s in trace.decode) > 0
     assert max(r["retracted"] for r in measured.decode) == 0 and trace.retracted == 0
     predicted = predict_row(row, data["batches"], DATASET.parent)
@@ -202,7 +202,7 @@ def test_qwen3_decode_terms_splits_every_lone_grid_step_into_parts_that_add_up(c
     """benchmarks/qwen3_decode_terms.py's lone-H100 table: one row per measured grid point, each the planner's step
     split into reads and floors that sum to it (the script asserts the sum), experts at the measured stream share."""
     from benchmarks import qwen3_decode_terms
-    from orchestrator.perfmodel.costmodel import expert_stream_share
+    from orchestrator.perfmodel.calibration_lookup import expert_stream_share
     from orchestrator.perfmodel.profile import shipped_profiles
 
     qwen3_decode_terms.lone_grid()

@@ -3,7 +3,7 @@
 profile (perfmodel/profile.py) -> Calibration:
 - decode: one GPU's decode step on the profile GPU = weight/expert bytes at HBM speed (physics, scales
   with TP and GPU) + per layer (l0 + l_req x requests + l_ctx x context tokens), fitted by least squares
-  on the CUDA-graph points (eager steps, beyond the largest captured graph, are launch-bound: timing.py's
+  on the CUDA-graph points (eager steps, beyond the largest captured graph, are launch-bound: server/forward.py's
   eager_launch_s, fitted on every profile's eager points by benchmarks/eager_launch_cost.py). Per-request and
   per-context terms are one GPU's share: they divide by TP on the target (heads and expert slices
   split over TP ranks); per-layer terms scale with the target's layer count.
@@ -78,22 +78,22 @@ class Calibration:
     attention_backend: str = "triton"  # the backend the decode points were measured with
     dummy_routing: tuple[tuple[int, float], ...] = ()  # (decode batch, distinct routed experts), dummy weights, measured
     # where dummy_routing was measured on another profile of the shape (or a routing curve) than this one: its name
-    # (costmodel.find_calibration); None where it is this profile's own or there is none
+    # (calibration_lookup.find_calibration); None where it is this profile's own or there is none
     routing_lender: str | None = None
     kv_dtype_bytes: int = 2  # bytes per KV element of the profile's --kv-cache-dtype (its per-context term read these)
     efficiency_attention: float | None = None  # share of peak of MHA prefill attention pairs (None: efficiency_prefill)
-    efficiency_absorbed: float | None = None  # share of peak of absorbed-MLA prefill attention (timing.absorbed_prefill)
+    efficiency_absorbed: float | None = None  # share of peak of absorbed-MLA prefill attention (PrefillTerms.absorbed_prefill)
     absorbed_points: int = 0
     prefill_rms_rel: float | None = None  # the prefill fit's RMS relative error on its own forwards
     # a start-up-only calibration (another layer shape): the fixed costs of a CUDA-graphed decode step on this GPU,
-    # per step and per layer, from its measured profiles (costmodel.graphed_step_floor); None where none measured
+    # per step and per layer, from its measured profiles (calibration_lookup.graphed_step_floor); None where none measured
     graph_step_s: float | None = None
     graph_layer_s: float | None = None
     # ... and the share of datasheet HBM at which its fused-MoE kernel streams routed experts, measured on a pair of
-    # profiles that differ only in routing (costmodel.expert_stream_share); None: WEIGHT_READ_EFFICIENCY
+    # profiles that differ only in routing (calibration_lookup.expert_stream_share); None: WEIGHT_READ_EFFICIENCY
     graph_expert_read_share: float | None = None
     # a layer shape no profile measured: the profile (same GPU, same weight format, another shape) whose prefill
-    # shares of peak it borrows (costmodel._lend_prefill_shares); None where the shares are the profile's own
+    # shares of peak it borrows (calibration_lookup._lend_prefill_shares); None where the shares are the profile's own
     prefill_lender: str | None = None
 
     def transfer_latency_s(self, page_size: int) -> float | None:

@@ -19,10 +19,10 @@ class GpuSpec:
     ib_gb_s: float  # per GPU
     # The fixed GPU time of a forward beyond its weight / KV reads and collectives: the scheduler's step (sampling,
     # output processing) and each layer's small kernels (norms, rope, MoE routing). Measured, no default: the
-    # CUDA-graphed decode floor of the shipped one-GPU profiles, split by two layer counts (costmodel.graphed_step_floor;
+    # CUDA-graphed decode floor of the shipped one-GPU profiles, split by two layer counts (calibration_lookup.graphed_step_floor;
     # tests/perfmodel/test_fixed_costs_trace.py holds each GPU's figures to it). It prices every forward no profile
     # measured: a TP group across nodes (the TP16 rows), every prefill forward (whose CPU launch is charged apart:
-    # timing.prefill_launch_s), and it is subtracted from each calibration prefill forward before its share is fitted.
+    # PrefillTerms.prefill_launch_s), and it is subtracted from each calibration prefill forward before its share is fitted.
     step_overhead_s: float
     layer_overhead_s: float
     collective_latency_s: float = 10e-6  # one small all-reduce inside a node
@@ -32,7 +32,7 @@ class GpuSpec:
     kv_alloc_s: float = 2.0
     # Share of datasheet HBM at which the fused-MoE kernel streams routed experts (None: efficiency_decode's): the
     # median of (expert bytes more) / (time more) between the dummy-weight and randomised-gate R1-shaped H200 profiles
-    # (costmodel.expert_stream_share, 12 points); H100 takes it on the same die and kernel (HBM3 not measured)
+    # (calibration_lookup.expert_stream_share, 12 points); H100 takes it on the same die and kernel (HBM3 not measured)
     routed_read_share: float | None = None
     # first-forward compiles with empty caches, beyond graph capture: ~6 s fitted on V2-Lite (2026-11-21
     # logs); the R1-shaped FP8 probe (DeepGEMM path) was ready 149 s after a cold launch with 88 s of
@@ -61,7 +61,7 @@ class GpuSpec:
     dummy_init_gb_s: float = 200.0  # generating random weights on the GPU
     sm_count: int = 132  # streaming multiprocessors (H100 SXM and H200: 132); caps SGLang's triton MLA KV splits
     # What memory_gb holds beyond the memory SGLang finds free when it starts loading the weights on a GPU of its own
-    # (its pool is a fraction of that free memory, memory_terms.free_at_load_bytes): the driver's capacity below the
+    # (its pool is a fraction of that free memory, MemoryTerms.free_at_load_bytes): the driver's capacity below the
     # datasheet's plus the CUDA context, torch and NCCL set-up. 1 GiB where no log measured it; H100/H200 below.
     held_before_load_gb: float = 1.0
     # more when the server spans several GPUs (NCCL communicators, custom all-reduce buffers): measured on H200 at TP2
@@ -77,7 +77,7 @@ GPU_SPECS: dict[str, GpuSpec] = {
     "H100-SXM": GpuSpec(
         name="H100-SXM", memory_gb=80, bf16_tflops=989, fp8_tflops=1979, hbm_tb_s=3.35,
         nvlink_gb_s=450, ib_gb_s=50,
-        # graphed decode floor (costmodel.graphed_step_floor): 0.639 ms per step (the R1-shaped H100 profile,
+        # graphed decode floor (calibration_lookup.graphed_step_floor): 0.639 ms per step (the R1-shaped H100 profile,
         # benchmarks/results/2026-11-24-calibration-h100-r1shaped/) + 44.0 us per layer (slope over R1-shaped 6 layers
         # and V2-Lite 27 layers on H200: 2026-11-26-dummy-routing-h200/, device-h200x2-2026-11-21/)
         step_overhead_s=0.639e-3, layer_overhead_s=44.0e-6, routed_read_share=0.884,

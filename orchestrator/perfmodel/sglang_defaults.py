@@ -46,7 +46,7 @@ def prefill_graphs_captured(version: str, mla: bool) -> bool:
     prefill phase to its breakable CUDA graph and turns it off for MLA attention outside DSA (server_args.py,
     _disable_breakable_cudagraph_if_incompatible: "Breakable CUDA graph is incompatible with MLA attention (non-DSA);
     disabling prefill CUDA graph", in the log of every R1-shaped and V2-Lite server we ran); 0.4.x captures none.
-    Without them a prefill forward is launched kernel by kernel (perfmodel/timing.py prefill_time_s)."""
+    Without them a prefill forward is launched kernel by kernel (perfmodel/server/prefill.py prefill_time_s)."""
     return _new(version) and not mla
 
 

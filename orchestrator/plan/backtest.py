@@ -28,7 +28,8 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config import RunConfig, load_config
-from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM, cost_model_for
+from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.perfmodel.server.activations import ACTIVATION_HEADROOM
 from orchestrator.plan.backtest_cache import cached
 from orchestrator.plan.deadline import engine_start_s
 from orchestrator.plan.simulate import simulate_run
@@ -296,8 +297,7 @@ def derived_rows(rows: Sequence[BacktestRow], data: dict) -> list[BacktestRow]:
             out.append(BacktestRow(
                 id=spec["id"], kind="direction", source="derived", conditions=spec.get("conditions", ""),
                 measured=sign(measured), predicted=sign(predicted), unit="direction", bound=None,
-                evidence=f"{a.id} / {b.id}", detail=f"measured x{measured:.2f}, predicted x{predicted:.2f}",
-                **_honesty(spec),
+                evidence=f"{a.id} / {b.id}", detail=f"measured x{measured:.2f}, predicted x{predicted:.2f}", **_honesty(spec),
             ))
     return out
 

@@ -4,7 +4,7 @@ config -> per group: weights/GPU (by weight class), activation + CUDA-graph rese
 KV the batch's concurrency needs -> verdict fits | fits-with-little-KV | does-not-fit -> MemoryReport,
 with the nearest layouts that fit when one does not. `bench` calls `require_fit` before any bring-up.
 
-Assumptions are the cost model's (orchestrator/perfmodel/memory_terms.py): SGLang's static pool is
+Assumptions are the cost model's (orchestrator/perfmodel/server/memory.py): SGLang's static pool is
 mem_fraction_static x the memory free at weight load and holds weights + KV (with PP the heaviest stage's weights
 set every stage's budget); the rest is the activation/CUDA-graph reserve.
 """
@@ -20,7 +20,9 @@ from itertools import permutations
 from orchestrator.config import RunConfig, WorkerGroup, config_from_dict
 from orchestrator.config.server_spec import ServerSpec, server_spec
 from orchestrator.config.sglang_versions import release_for
-from orchestrator.perfmodel.costmodel import ACTIVATION_HEADROOM, GB, EngineCostModel, cost_model_of_spec
+from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_of_spec
+from orchestrator.perfmodel.gpus import GB
+from orchestrator.perfmodel.server.activations import ACTIVATION_HEADROOM
 from orchestrator.records import Role
 
 FITS = "fits"

@@ -367,7 +367,7 @@ def test_a_decode_step_beyond_the_largest_captured_graph_costs_the_eager_penalty
     model = cost_model_for(cfg, role, group, sglang_version="0.4.10")
     inside, beyond = model.decode_step_s(160, 160 * 400), model.decode_step_s(161, 161 * 400)
     assert not model.decode_runs_eager(160) and model.decode_runs_eager(161)
-    # launch-bound: at least the CPU time to launch R1's 61 layers kernel by kernel (timing.eager_launch_s)
+    # launch-bound: at least the CPU time to launch R1's 61 layers kernel by kernel (ForwardTerms.eager_launch_s)
     assert beyond >= model.eager_launch_s(161) > 2 * inside
 
 

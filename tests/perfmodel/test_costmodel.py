@@ -6,14 +6,9 @@ import pytest
 
 from orchestrator.config import config_from_dict
 from orchestrator.config.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE
-from orchestrator.perfmodel.costmodel import (
-    GB,
-    EngineCostModel,
-    checkpoint_bytes,
-    cost_model_for,
-    experts_hit_fraction,
-    param_counts,
-)
+from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
+from orchestrator.perfmodel.gpus import GB
+from orchestrator.perfmodel.weights import checkpoint_bytes, experts_hit_fraction, param_counts
 from orchestrator.perfmodel.gpus import GPU_SPECS, gpu_spec
 
 H100 = GPU_SPECS["H100-SXM"]

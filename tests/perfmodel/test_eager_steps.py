@@ -1,5 +1,5 @@
 """Eager decode steps (a batch above the largest captured CUDA graph): launch-bound on the scheduler's CPU, so they
-cost more than the graph replay at the same batch and barely grow with the batch (timing.eager_launch_s, constants
+cost more than the graph replay at the same batch and barely grow with the batch (ForwardTerms.eager_launch_s, constants
 fitted by benchmarks/eager_launch_cost.py on the one-GPU eager points)."""
 
 from __future__ import annotations

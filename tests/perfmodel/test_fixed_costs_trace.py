@@ -1,8 +1,8 @@
 """The roofline's fixed costs and read shares trace to the shipped calibration profiles (issue 25: every mechanism
 parameter traces to a calibration file or a cited source). Each GPU's per-step and per-layer fixed cost is the
-CUDA-graphed decode floor that costmodel.graphed_step_floor splits from the shipped one-GPU profiles (whose numbers
+CUDA-graphed decode floor that calibration_lookup.graphed_step_floor splits from the shipped one-GPU profiles (whose numbers
 tests/perfmodel/test_profiles_trace_to_raw.py holds to their raw files); the routed experts' read share is
-costmodel.expert_stream_share of the dummy / randomised-gate pair; the other reads go at the rate that floor was
+calibration_lookup.expert_stream_share of the dummy / randomised-gate pair; the other reads go at the rate that floor was
 split against; a TP layer across nodes adds what a cited public single-stream TP16 step takes beyond the rest.
 A GPU figure edited by hand, or a profile that moves the floor, fails here."""
 
@@ -13,12 +13,13 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.config.schema import SimEngineConfig
-from orchestrator.perfmodel.costmodel import build_cost_model, expert_stream_share, graphed_step_floor
+from orchestrator.perfmodel.calibration_lookup import expert_stream_share, graphed_step_floor
+from orchestrator.perfmodel.costmodel import build_cost_model
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.perfmodel.parallel import collectives
 from orchestrator.config.model_presets import MODEL_PRESETS
 from orchestrator.perfmodel.profile import shipped_profiles
-from orchestrator.perfmodel.timing import WEIGHT_READ_EFFICIENCY
+from orchestrator.perfmodel.server.forward import WEIGHT_READ_EFFICIENCY
 
 MEASURED_GPUS = ("H100-SXM", "H200")
 

@@ -11,7 +11,7 @@ from orchestrator.config import load_config
 from orchestrator.config.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.parallel import collectives, pipeline
-from orchestrator.perfmodel.timing import mla_passes
+from orchestrator.perfmodel.server.decode import mla_passes
 from orchestrator.perfmodel.weights import dummy_routing, experts_hit_fraction
 from orchestrator.plan.backtest import run_backtest
 from orchestrator.plan.runs import synthetic_batch

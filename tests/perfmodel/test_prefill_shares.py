@@ -1,5 +1,5 @@
 """Prefill share of peak per GPU and per attention path, from the forwards SGLang's logs timed in the calibration
-runs (perfmodel/prefill_log.py -> profile -> calibration.fit_prefill_shares -> timing.prefill_time_s)."""
+runs (perfmodel/prefill_log.py -> profile -> calibration.fit_prefill_shares -> PrefillTerms.prefill_time_s)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from orchestrator.config import config_from_dict
 from orchestrator.config.model_presets import DEEPSEEK_R1
 from orchestrator.perfmodel.calibration import fit_prefill_shares
-from orchestrator.perfmodel.costmodel import cost_model_for, find_calibration
+from orchestrator.perfmodel.calibration_lookup import find_calibration
+from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.prefill_log import forwards, prefill_lines
 
 ROOT = Path(__file__).resolve().parents[2]

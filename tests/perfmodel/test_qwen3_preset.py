@@ -10,14 +10,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.model_presets import DEEPSEEK_R1, MODEL_PRESETS, QWEN3_235B_A22B_FP8, ModelArchitecture
-from orchestrator.perfmodel.costmodel import (
-    WEIGHT_READ_EFFICIENCY,
-    EngineCostModel,
-    build_cost_model,
-    calibration_for,
-    expert_stream_share,
-    graphed_step_floor,
-)
+from orchestrator.perfmodel.calibration_lookup import calibration_for, expert_stream_share, graphed_step_floor
+from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model
+from orchestrator.perfmodel.server.forward import WEIGHT_READ_EFFICIENCY
 from orchestrator.perfmodel.profile import shipped_profiles
 from orchestrator.perfmodel.weights import checkpoint_bytes, param_counts
 
@@ -125,7 +120,7 @@ def test_a_shape_without_a_profile_decodes_on_the_measured_floor_not_the_assumed
     """Qwen3 (no profile of its layer shape): a graphed decode step = weight and KV reads at WEIGHT_READ_EFFICIENCY
     (routed experts at their kernel's measured share) + TP all-reduces + the GPU's measured per-step and per-layer
     floor (the same floor the GPU's roofline charges: gpus.GpuSpec). Eager steps last at
-    least their CPU launch (timing.eager_launch_s)."""
+    least their CPU launch (ForwardTerms.eager_launch_s)."""
     cost = _decode_server(attention_backend="triton")  # the lenders' backend: the KV read at the floor's own rate
     cal = cost.calibration
     assert cal is not None and not cal.shape_matches and cal.decode is None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.perfmodel import costmodel
+from orchestrator.perfmodel import calibration_lookup, costmodel
 from orchestrator.perfmodel.profile import ProfileError, RoutingCurve, shipped_routing_curves
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,12 +38,12 @@ def _routed_fraction_read(model, tokens: int) -> float:
 
 
 def test_without_a_curve_a_qwen3_step_reads_the_uniform_formula(monkeypatch) -> None:
-    monkeypatch.setattr(costmodel, "_routing_curves", lambda: ())
+    monkeypatch.setattr(calibration_lookup, "_routing_curves", lambda: ())
     assert _routed_fraction_read(_decode(), 16) == pytest.approx(1 - (1 - 8 / 128) ** 16)
 
 
 def test_a_measured_dummy_curve_decides_the_dummy_step_and_real_weights_stay_uniform(monkeypatch) -> None:
-    monkeypatch.setattr(costmodel, "_routing_curves", lambda: (_curve([(1, 8.0), (64, 9.0), (512, 12.0)]),))
+    monkeypatch.setattr(calibration_lookup, "_routing_curves", lambda: (_curve([(1, 8.0), (64, 9.0), (512, 12.0)]),))
     dummy = _decode()
     assert _routed_fraction_read(dummy, 64) == pytest.approx(9.0 / 128)
     assert _routed_fraction_read(dummy, 1024) == pytest.approx(12.0 / 128)   # flat past the last measured batch
@@ -55,7 +55,7 @@ def test_a_measured_dummy_curve_decides_the_dummy_step_and_real_weights_stay_uni
 def test_a_curve_of_another_shape_changes_nothing(monkeypatch) -> None:
     other = _curve([(1, 8.0), (64, 9.0)])
     other = other.model_copy(update={"model": other.model.model_copy(update={"moe_intermediate_size": 2048})})
-    monkeypatch.setattr(costmodel, "_routing_curves", lambda: (other,))
+    monkeypatch.setattr(calibration_lookup, "_routing_curves", lambda: (other,))
     assert _routed_fraction_read(_decode(), 64) == pytest.approx(1 - (1 - 8 / 128) ** 64)
 
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.config.model_presets import DEEPSEEK_R1
-from orchestrator.perfmodel.costmodel import build_cost_model, find_calibration
+from orchestrator.perfmodel.calibration_lookup import find_calibration
+from orchestrator.perfmodel.costmodel import build_cost_model
 from orchestrator.perfmodel.profile import shipped_profiles
 
 R1S6 = replace(DEEPSEEK_R1, num_hidden_layers=6, first_k_dense_replace=3)

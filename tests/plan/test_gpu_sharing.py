@@ -8,7 +8,9 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.config.model_presets import MODEL_PRESETS
-from orchestrator.perfmodel.costmodel import calibration_for, cost_model_for, shipped_profiles
+from orchestrator.perfmodel.calibration_lookup import calibration_for
+from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.perfmodel.profile import shipped_profiles
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
 from orchestrator.plan.simulate import simulate_run

@@ -9,7 +9,9 @@ import pytest
 from orchestrator.config import load_config
 from orchestrator.config.model_presets import DEEPSEEK_R1
 from orchestrator.observe.metrics import BENCH_PHASES
-from orchestrator.perfmodel.costmodel import GB, checkpoint_bytes, cost_model_for
+from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.perfmodel.gpus import GB
+from orchestrator.perfmodel.weights import checkpoint_bytes
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.plan.deadline import (
     AT_RISK,

@@ -30,7 +30,7 @@ class LinkFigures:
     # NCCL called from torch.distributed one call at a time, not replayed from a graph
     eager_intra_latency_s: float | None = None
     eager_intra_allreduce_busbw: float | None = None
-    # CPU time one eager layer of a TP > 1 group costs beyond one GPU's launch of it (timing.eager_launch_s): its
+    # CPU time one eager layer of a TP > 1 group costs beyond one GPU's launch of it (ForwardTerms.eager_launch_s): its
     # collectives' launches and whatever else TP adds to the launch path, as TP 2 - TP 1 on one host
     eager_tp_layer_s: float | None = None
     # GPU time one decoder layer of a TP group across two nodes costs beyond its all-reduces at the figures above
@@ -112,7 +112,7 @@ def allreduce_s(nbytes: float, ranks: int, nodes: int, links: LinkFigures, eager
 
 
 def eager_tp_layer_launch_s(links: LinkFigures, ranks: int, measured_path: bool) -> float:
-    """CPU launch one eager layer of a TP group of `ranks` costs beyond one GPU's (timing.eager_launch_s): on the path
+    """CPU launch one eager layer of a TP group of `ranks` costs beyond one GPU's (ForwardTerms.eager_launch_s): on the path
     lease 3 measured (`measured_path`: a decode step inside one node) TP 2 - TP 1 per layer (eager_tp_layer_s); in a
     prefill forward (TP 2 not measured against TP 1) or a group across nodes (NCCL over IB, not the node-local custom
     all-reduce) its two all-reduces' launches at the eager floor."""

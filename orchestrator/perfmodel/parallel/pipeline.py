@@ -18,8 +18,8 @@ scheduler that hides them without PP is off.
   stream (a lone chunk) drains through every stage: with equal stages k chunks cost k + pp - 1 iterations
   (GPipe's bubble with m = k).
 
-Each stage's time is perfmodel/timing.py's forward over that stage's own layers (SGLang's layer split,
-memory_terms.stage_layers: R1 at PP 2 is 30 then 31 layers, the dense ones and the embedding on the first, the
+Each stage's time is perfmodel/server/forward.py's forward over that stage's own layers (SGLang's layer split,
+StageWeights.stage_layers: R1 at PP 2 is 30 then 31 layers, the dense ones and the embedding on the first, the
 lm_head on the last) at the shape the layout gives one GPU; the iteration cost is measured (below); nothing is
 fitted to a throughput row.
 """

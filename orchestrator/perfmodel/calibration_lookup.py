@@ -1,0 +1,270 @@
+"""Which calibration a server of a GPU and layer shape gets: its own shipped profile's fit, else what other profiles
+lend it (the same shape on another GPU, start-up figures of this GPU, the dummy-weight routing curve of the shape, the
+GPU's graphed step floor, the fused-MoE expert read share, prefill shares of peak).
+
+shipped profiles (perfmodel/profile.py) -> fits (perfmodel/calibration.py) at the profile's own server -> Calibration
+-> perfmodel/costmodel.py build_cost_model."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
+from orchestrator.config.server_spec import KV_DTYPE_BYTES
+from orchestrator.perfmodel.calibration import (
+    Calibration,
+    fit_decode,
+    PrefillShares,
+    fit_prefill_shares,
+    fit_startup,
+    runtime_overhead_gb,
+)
+from orchestrator.perfmodel.gpus import GB, gpu_spec
+from orchestrator.perfmodel.profile import CalibrationProfile, find_profile, shipped_profiles, shipped_routing_curves
+from orchestrator.perfmodel.server.engine_cost_model import EngineCostModel
+from orchestrator.perfmodel.weights import experts_hit_fraction
+
+
+def _uncalibrated(arch: ModelArchitecture, gpu: str, quantization: str, **server: Any) -> EngineCostModel:
+    """A profile's own server, priced without any calibration (what the fits subtract or compare against)."""
+    return EngineCostModel(arch=arch, gpu=gpu_spec(gpu), quantization=quantization, calibration=None, **server)
+
+
+def calibration_for(profile: CalibrationProfile, arch: ModelArchitecture, quantization: str) -> Calibration:
+    """Fit a profile's points on its own shape (arch with the profile's layer count) and GPU."""
+    return _calibration_cached(profile.model_dump_json(), arch, quantization)
+
+
+@lru_cache(maxsize=32)
+def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization: str) -> Calibration:
+    profile = CalibrationProfile.model_validate_json(profile_json)
+    m, e = profile.model, profile.engine
+    shape = replace(arch, num_hidden_layers=m.num_hidden_layers, first_k_dense_replace=m.first_k_dense_replace)
+    at_profile = _uncalibrated(
+        shape, profile.gpu.name, quantization, tp=e.tp, dp=e.dp, dp_attention=e.dp_attention,
+        sglang_version=e.sglang_version, load_format=None if m.real_like else m.load_format,
+        mem_fraction_static=e.mem_fraction_static, chunked_prefill_tokens=e.chunked_prefill_size,
+        cuda_graph_max_bs=e.cuda_graph_max_bs, page_size=e.page_size, context_length=e.context_length,
+        attention_backend=e.attention_backend,
+    )
+    decode = fit_decode(profile.decode, m.num_hidden_layers, lambda bs: at_profile.weight_read_s(bs) + at_profile._comm_s(bs))
+    prefill = _prefill_fit(profile, at_profile, m.num_hidden_layers)
+    startup = fit_startup(
+        profile, weights_s=at_profile.weights_bytes_per_gpu() / (at_profile.gpu.dummy_init_gb_s * GB),
+        kv_alloc_s=at_profile.gpu.kv_alloc_s, graph_sizes=len(at_profile.graph_batch_sizes()),
+    )
+    return Calibration(
+        profile=profile.name, gpu=profile.gpu.name, layers=m.num_hidden_layers,
+        sglang_version=e.sglang_version, tp=e.tp, decode=decode,
+        efficiency_prefill=prefill.gemm, prefill_points=prefill.points, startup=startup,
+        efficiency_attention=prefill.attention, efficiency_absorbed=prefill.absorbed,
+        absorbed_points=prefill.absorbed_points, prefill_rms_rel=prefill.rms_rel,
+        runtime_overhead_gb=runtime_overhead_gb(profile, at_profile.gpu.memory_bytes / GB), source=profile.raw,
+        page_size=e.page_size,
+        page_ratios=tuple((x.page_size, x.decode_step_ratio) for x in profile.page_size_effects),
+        transfer_latency=tuple((x.page_size, x.time_s) for x in profile.transfer),
+        attention_backend=e.attention_backend, kv_dtype_bytes=KV_DTYPE_BYTES.get(e.kv_cache_dtype, 2),
+    )
+
+
+def _prefill_fit(profile: CalibrationProfile, at_profile: EngineCostModel, layers: int) -> PrefillShares:
+    """Shares of peak of the profile's prefill forwards (GEMMs, MHA attention, absorbed-MLA attention): the
+    forwards SGLang's log timed where the profile has them (the same method on every GPU), else the client's
+    latencies; each forward after its fixed per-step cost and collectives."""
+    logged = [p for p in profile.prefill if p.source == "server-log"]
+    fixed = at_profile.gpu.step_overhead_s + layers * at_profile.gpu.layer_overhead_s
+    rows = []
+    for pt in logged or profile.prefill:
+        new, cached = pt.requests_split()
+        absorbed = at_profile.absorbed_prefill(cached)
+        gemm = at_profile.prefill_compute_s(new, cached, attention=False)
+        attention = at_profile.prefill_compute_s(new, cached, absorbed=absorbed) - gemm
+        spent = pt.time_s - fixed - at_profile._comm_s(pt.new_tokens)
+        if spent > 0:
+            rows.append((gemm, 0.0 if absorbed else attention, attention if absorbed else 0.0, spent))
+    return fit_prefill_shares(rows)
+
+
+def find_calibration(
+    gpu: str, arch: ModelArchitecture, quantization: str, profiles: list[CalibrationProfile] | None = None,
+    load_format: str | None = "dummy",
+) -> Calibration | None:
+    """The shipped profile's calibration for this GPU and layer shape; else the same shape on another GPU;
+    else a profile of another shape on this GPU, whose start-up figures only apply (process start, graph
+    capture per size and layer, cold compile per size do not depend on the layer's dimensions)."""
+    pool = profiles if profiles is not None else shipped_profiles()
+    cal = _find_calibration(gpu, arch, quantization, pool, load_format)
+    if cal is None:
+        return cal
+    # what the layer shape alone decides: the experts dummy weights route to (any profile of the shape, else a
+    # shipped routing curve of it), and the prefill share of peak where this GPU's profile has no prefill forwards
+    shape = [p for p in pool if p.model.matches(arch, quantization)]
+    by, routing = next(((p.name, p.routing) for p in shape if any(x.gate == "dummy" for x in p.routing)), None) or next(
+        ((f"the routing curve of {c.raw}", c.routing) for c in _routing_curves() if c.model.matches(arch, quantization)), ("", []))
+    if any(x.gate == "dummy" for x in routing):
+        cal = replace(cal, dummy_routing=tuple(sorted((x.tokens, x.distinct_experts) for x in routing if x.gate == "dummy")),
+                      routing_lender=None if by == cal.profile else by)
+    if not cal.shape_matches:
+        return cal
+    if cal.efficiency_prefill is None:  # this GPU's other profile of the shape first (prefill shares are per GPU)
+        lenders = sorted((p for p in shape if p.prefill), key=lambda p: p.gpu.name != gpu)
+        other = next((calibration_for(p, arch, quantization) for p in lenders), None)
+        if other is not None:
+            cal = replace(cal, efficiency_prefill=other.efficiency_prefill, prefill_points=other.prefill_points,
+                          efficiency_attention=other.efficiency_attention, efficiency_absorbed=other.efficiency_absorbed,
+                          absorbed_points=other.absorbed_points, prefill_rms_rel=other.prefill_rms_rel)
+    return cal
+
+
+@lru_cache(maxsize=1)
+def _routing_curves() -> tuple:
+    return tuple(shipped_routing_curves())
+
+
+def _find_calibration(
+    gpu: str, arch: ModelArchitecture, quantization: str, pool: list[CalibrationProfile], load_format: str | None,
+) -> Calibration | None:
+    same_gpu = [p for p in pool if p.gpu.name == gpu]
+    profile = find_profile(gpu, arch, quantization, pool, load_format)
+    if profile is not None:
+        cal = calibration_for(profile, arch, quantization)
+        lender = next((p for p in same_gpu if p.startup and p is not profile), None)
+        if not profile.startup and lender is not None:  # start-up and memory: host and image, not layer shape
+            lent = _startup_only(lender.model_dump_json(), arch, quantization)
+            cal = replace(cal, startup=lent.startup, runtime_overhead_gb=cal.runtime_overhead_gb or lent.runtime_overhead_gb)
+        return cal
+    others = sorted((p for p in pool if p.model.matches(arch, quantization)),
+                    key=lambda p: p.model.real_like != (load_format != "dummy"))
+    if others:  # the shape's step costs from another GPU; start-up (host, image, caches) from this GPU's profile
+        cal = calibration_for(others[0], arch, quantization)
+        if same_gpu:
+            cal = replace(cal, startup=_startup_only(same_gpu[0].model_dump_json(), arch, quantization).startup)
+        return cal
+    if not same_gpu:
+        return None
+    startup = _startup_only(same_gpu[0].model_dump_json(), arch, quantization)
+    same_dims = next((p for p in sorted(pool, key=lambda p: p.gpu.name != gpu) if p.model.matches(arch, p.model.quantization)), None)
+    if same_dims is not None:  # these layer dims measured in another weight format (R1 W4A8): that profile's graphed
+        # fixed time per layer, as its own format's calibrated steps charge it at any layer count, and the expert share
+        fixed = calibration_for(same_dims, arch, same_dims.model.quantization).decode
+        return replace(startup, graph_step_s=0.0 if fixed else None, graph_layer_s=fixed.layer_s if fixed else None,
+                       graph_expert_read_share=expert_stream_share(gpu, pool))
+    step_s, layer_s = graphed_step_floor(gpu, pool) or (None, None)
+    lent = replace(startup, graph_step_s=step_s, graph_layer_s=layer_s, graph_expert_read_share=expert_stream_share(gpu, pool))
+    return _lend_prefill_shares(lent, gpu, quantization, pool)
+
+
+def _lend_prefill_shares(cal: Calibration, gpu: str, quantization: str, pool: list[CalibrationProfile]) -> Calibration:
+    """A layer shape no profile measured (Qwen3) takes the GEMM and MHA-attention shares of peak of this GPU's
+    profile in the same weight format that timed prefill forwards from its server log (else another GPU's with the
+    same compute peaks): the same GEMM kernels (FP8 block-quantized dense and fused-MoE GEMMs) and the same triton
+    extend-attention kernel, on other matrix sizes. Not the absorbed-MLA share: a GQA layer has no absorbed path.
+    Checked, not fitted, on the Qwen3-shaped pair's lone 4,000-token forwards on one H100 (docs/fidelity.md)."""
+    target = gpu_spec(gpu)
+    lenders = sorted(
+        (p for p in pool if p.model.quantization == quantization and any(x.source == "server-log" for x in p.prefill)
+         and (gpu_spec(p.gpu.name).fp8_tflops, gpu_spec(p.gpu.name).bf16_tflops) == (target.fp8_tflops, target.bf16_tflops)),
+        key=lambda p: p.gpu.name != gpu)
+    arch = next((a for p in lenders for a in MODEL_PRESETS.values() if p.model.matches(a, quantization)), None)
+    if arch is None:
+        return cal
+    lender = next(p for p in lenders if p.model.matches(arch, quantization))
+    shares = calibration_for(lender, arch, quantization)
+    return replace(cal, efficiency_prefill=shares.efficiency_prefill, prefill_points=shares.prefill_points,
+                   efficiency_attention=shares.efficiency_attention, prefill_rms_rel=shares.prefill_rms_rel,
+                   prefill_lender=lender.name)
+
+
+def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, float] | None:
+    """(per step, per layer) fixed seconds of a CUDA-graphed decode step on `gpu` (gpus.GpuSpec holds them): each profile's
+    decode fit leaves, after its reads at WEIGHT_READ_EFFICIENCY, layers x layer_s of fixed time per step; one slope of
+    (layers, that time) over the GPUs with the same compute peaks, each GPU its own intercept (same die, other HBM and
+    hosts), splits it. Shipped: R1-shaped 6 layers (H100, H200 twice), V2-Lite 27 (H200) -> ~44 us per layer, ~0.64 ms
+    (H100) / ~1.15 ms (H200) per step. Assumed: a GQA layer (FA3, Triton MoE) has as many small kernels as an MLA one."""
+    target = gpu_spec(gpu)
+    points: dict[str, list[tuple[int, float]]] = {}
+    for profile in pool:
+        other = gpu_spec(profile.gpu.name)
+        if (other.bf16_tflops, other.fp8_tflops) != (target.bf16_tflops, target.fp8_tflops):
+            continue
+        arch = next((a for a in MODEL_PRESETS.values() if profile.model.matches(a, profile.model.quantization)), None)
+        decode = calibration_for(profile, arch, profile.model.quantization).decode if arch is not None else None
+        if decode is not None:
+            layers = profile.model.num_hidden_layers
+            points.setdefault(profile.gpu.name, []).append((layers, layers * decode.layer_s))
+    # one slope, each GPU its own intercept: only a GPU with two layer counts tells the slope anything
+    centred = [(x - float(np.mean([a for a, _ in pts])), y - float(np.mean([b for _, b in pts])))
+               for pts in points.values() for x, y in pts]
+    spread = sum(dx * dx for dx, _ in centred)
+    if gpu not in points or spread == 0:
+        return None
+    layer_s = max(0.0, sum(dx * dy for dx, dy in centred) / spread)
+    step_s = max(0.0, float(np.mean([y - x * layer_s for x, y in points[gpu]])))
+    return step_s, float(layer_s)
+
+
+def expert_stream_share(gpu: str, pool: list[CalibrationProfile]) -> float | None:
+    """Share of datasheet HBM bandwidth at which SGLang's fused-MoE kernel streams routed experts in a graphed decode
+    step, for a layer shape no profile measured; None where no pair of profiles measured it.
+
+    Two profiles of one layer shape on one GPU that differ only in routing (dummy weights as loaded vs randomised
+    gates: the same server, kernels and floor) differ at a (batch, context) they both ran by the routed experts the
+    two routings read (uniform vs the measured dummy curve); the median over those points of bytes / time difference,
+    over datasheet HBM, is the kernel's read share. Shipped: R1-shaped 6 layers FP8 on H200 (12 points, 0.88); taken
+    for every GPU with the same compute peaks in the same weight format (Hopper's die; H100's HBM3 assumed to reach
+    the same share as H200's HBM3e). Nothing of a Qwen3 run enters it."""
+    target = gpu_spec(gpu)
+    shares = []
+    for real in (p for p in pool if p.model.real_like):
+        other = gpu_spec(real.gpu.name)
+        if (other.bf16_tflops, other.fp8_tflops) != (target.bf16_tflops, target.fp8_tflops):
+            continue
+        dummy = next((p for p in pool if not p.model.real_like and p.gpu.name == real.gpu.name
+                      and p.model.layer_shape() == real.model.layer_shape()
+                      and p.model.num_hidden_layers == real.model.num_hidden_layers), None)
+        arch = next((a for a in MODEL_PRESETS.values() if real.model.matches(a, real.model.quantization)), None)
+        if dummy is None or arch is None or not any(x.gate == "dummy" for x in dummy.routing):
+            continue
+        m = real.model
+        shape = replace(arch, num_hidden_layers=m.num_hidden_layers, first_k_dense_replace=m.first_k_dense_replace)
+        routed = _uncalibrated(shape, real.gpu.name, m.quantization).weight_bytes_breakdown()["routed_experts"]
+        curve = tuple(sorted((x.tokens, x.distinct_experts) for x in dummy.routing if x.gate == "dummy"))
+        dummy_steps = {(x.batch_size, x.context_tokens): x.step_s for x in dummy.decode if x.cuda_graph}
+        k, experts = arch.num_experts_per_tok, arch.n_routed_experts
+        for x in real.decode:
+            same = dummy_steps.get((x.batch_size, x.context_tokens)) or _nearest_context(dummy_steps, x)
+            extra = routed * (experts_hit_fraction(x.batch_size, k, experts)
+                              - experts_hit_fraction(x.batch_size, k, experts, True, curve))
+            if x.cuda_graph and same is not None and extra > 0 and x.step_s > same:
+                shares.append(extra / (x.step_s - same) / (other.hbm_tb_s * 1e12))
+    return float(np.median(shares)) if shares else None
+
+
+def _nearest_context(steps: dict[tuple[int, int], float], point) -> float | None:
+    """The dummy profile's step at the same batch and a context within 5 % (the two servers' prompts differ slightly)."""
+    near = [(abs(c - point.context_tokens), s) for (b, c), s in steps.items()
+            if b == point.batch_size and abs(c - point.context_tokens) <= 0.05 * point.context_tokens]
+    return min(near)[1] if near else None
+
+
+@lru_cache(maxsize=32)
+def _startup_only(profile_json: str, arch: ModelArchitecture, quantization: str) -> Calibration:
+    profile = CalibrationProfile.model_validate_json(profile_json)
+    e = profile.engine
+    at_profile = _uncalibrated(
+        arch, profile.gpu.name, quantization, tp=e.tp, sglang_version=e.sglang_version, mem_fraction_static=e.mem_fraction_static or 0.85,
+        cuda_graph_max_bs=e.cuda_graph_max_bs, context_length=e.context_length,
+    )
+    startup = fit_startup(profile, weights_s=0.0, kv_alloc_s=at_profile.gpu.kv_alloc_s,
+                          graph_sizes=len(at_profile.graph_batch_sizes()))
+    return Calibration(
+        profile=profile.name + " (start-up only: another layer shape)", gpu=profile.gpu.name,
+        layers=profile.model.num_hidden_layers, sglang_version=e.sglang_version, tp=e.tp, decode=None,
+        efficiency_prefill=None, prefill_points=0, startup=startup, runtime_overhead_gb=None, source=profile.raw,
+        page_size=e.page_size, shape_matches=False, attention_backend=e.attention_backend or "triton",
+    )
+
