@@ -211,3 +211,23 @@ def test_qwen3_decode_terms_splits_every_lone_grid_step_into_parts_that_add_up(c
     rows = [line for line in out.splitlines() if line.strip() and line.split()[0].isdigit()]
     assert len(rows) == len(raw) == 24
     assert f"routed experts read at {expert_stream_share('H100-SXM', shipped_profiles()):.3f}" in out
+
+
+def test_tp16_caps_terms_split_every_forward_of_a_row_into_terms_that_add_up_to_the_planners_run():
+    """benchmarks/tp16_caps_terms.py on the published batch-caps row: the prefill and decode phases (every forward the
+    planner ran, each split into reads, collectives, fixed costs and a rest) add up to the planner's run, and no term
+    it names is larger than the forward it is part of (the rest is never negative)."""
+    import re
+
+    from benchmarks import tp16_caps_terms
+    from orchestrator.plan.backtest import load_dataset
+
+    data = load_dataset()
+    row = next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-batch-caps-1024")
+    lines = tp16_caps_terms.row_report(row, data["batches"])
+    model_s = float(re.search(r"model ([\d.]+) s", lines[0]).group(1))
+    phases = {m.group(1): float(m.group(2)) for line in lines if (m := re.match(r"\s+(prefill|decode)\s+([\d.]+) s =", line))}
+    assert set(phases) == {"prefill", "decode"} and sum(phases.values()) == pytest.approx(model_s, abs=0.1)
+    rests = [float(x) for line in lines for x in re.findall(r"compute / roofline rest ([-\d.]+)", line)]
+    assert len(rests) == 2 and min(rests) >= -0.005
+    assert any("KV pool 325,496 tokens" in line and "graphs to 1024" in line for line in lines)
