@@ -16,7 +16,8 @@ import argparse
 from pathlib import Path
 
 from orchestrator.config import load_config
-from orchestrator.plan.backtest import DATASET, build_batch, error_band, load_dataset
+from orchestrator.plan.backtest.band import error_band
+from orchestrator.plan.backtest.dataset import DATASET, build_batch, load_dataset
 from orchestrator.plan.simulate import simulate_run
 from orchestrator.plan.search import search
 from orchestrator.rules import load_profile

@@ -16,7 +16,7 @@ request of a decode point ends within a few decode steps of the others, so wall 
 it was sent after the pool started: the harness's own send spread, which the planner (all k sent at once) has not.
 
 Per point: wall = (prefill phase, incl. the answer latency) + (steps - 1) x the measured decode step; the model's
-wall is the back-test's prediction of the row (plan/backtest.py), its terms the same server's (two_gpu_vs_model.
+wall is the back-test's prediction of the row (plan/backtest/predict.py), its terms the same server's (two_gpu_vs_model.
 server_model) prefill forwards for the k prompts sent at once (scheduling/steps.py burst_prefill) and 99 decode steps.
 
 Usage (repo root; no GPU):  .venv/bin/python benchmarks/dp_attention_rows.py
@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model  # noqa: E402
 from orchestrator.perfmodel.scheduling.admission import server_limits  # noqa: E402
 from orchestrator.perfmodel.scheduling.steps import burst_prefill  # noqa: E402
-from orchestrator.plan import backtest  # noqa: E402
+from orchestrator.plan.backtest.dataset import DATASET, load_dataset  # noqa: E402
+from orchestrator.plan.backtest.predict import predict_row  # noqa: E402
 
 CALL = ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call3-calibration"
 RAW = CALL / "calibration-twogpu-b.json"
@@ -105,7 +106,7 @@ def main() -> int:
     run = next(r for r in raw["runs"] if r["variant"] == "dpattn2-ep2")
     model = server_model(run, "H200", 6)
     lines = log_lines()
-    data = backtest.load_dataset()
+    data = load_dataset()
     rows = {r["id"]: r for r in data["runs"]}
     print(f"DP-attention 2 + EP2, R1 shape x 6, two H200s ({RAW.relative_to(ROOT)}; log {LOGS.name}:{LOG_MEMBER})")
     flag = int(model.chunked_prefill_tokens or 0)
@@ -119,7 +120,7 @@ def main() -> int:
         forwards = burst_prefill(server_limits(model), model, [length] * k)
         m_prefill = sum(f.duration_s for f in forwards)
         m_step = model.decode_step_s(k, k * (length + 50))
-        predicted = backtest.predict_row(rows[row_id], data.get("batches", {}), backtest.DATASET.parent)
+        predicted = predict_row(rows[row_id], data.get("batches", {}), DATASET.parent)
         assert not isinstance(predicted.predicted, str) and not isinstance(predicted.measured, str)
         m_wall = predicted.measured / predicted.predicted * wall  # tokens over the wall: the same tokens
         print(f"{row_id}: wall measured {wall:.3f} s, back-test prediction {m_wall:.3f} s ({predicted.error:+.1%} tok/s)")

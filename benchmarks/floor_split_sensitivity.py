@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from orchestrator.perfmodel import costmodel
 from orchestrator.perfmodel.gpus import gpu_spec
-from orchestrator.plan import backtest
+from orchestrator.plan.backtest.predict import run_backtest
 
 _find = costmodel.find_calibration
 
@@ -29,9 +29,9 @@ def _split_floor(gpu, arch, quantization, profiles=None, load_format="dummy"):
 
 
 def main() -> None:
-    before = {r.id: r for r in backtest.run_backtest()}
+    before = {r.id: r for r in run_backtest()}
     costmodel.find_calibration = _split_floor
-    after = {r.id: r for r in backtest.run_backtest()}
+    after = {r.id: r for r in run_backtest()}
     print(f"{'row':58s} {'sample':6s} {'measured':>9s} {'per-layer (now)':>16s} {'split floor':>12s}")
     for rid, a in after.items():
         b = before[rid]

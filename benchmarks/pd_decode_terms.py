@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.calibrate.logparse import decode_lines, prefill_lines, startup  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
-from orchestrator.plan.backtest import DATASET, build_batch, load_dataset, sent_batch  # noqa: E402
+from orchestrator.plan.backtest.dataset import DATASET, build_batch, load_dataset, sent_batch  # noqa: E402
 from orchestrator.plan.simulate import simulate_run  # noqa: E402
 from orchestrator.workload.batch import order_lengths  # noqa: E402
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import load_config  # noqa: E402
-from orchestrator.plan.backtest import DATASET, BacktestError, load_dataset, sent_batch  # noqa: E402
+from orchestrator.plan.backtest.dataset import DATASET, BacktestError, load_dataset, sent_batch  # noqa: E402
 from orchestrator.plan.simulate import simulate_run  # noqa: E402
 
 

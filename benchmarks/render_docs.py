@@ -95,7 +95,8 @@ def fidelity_backtest() -> str:
 @functools.cache
 def _backtest() -> tuple[dict, dict]:
     """({row id: BacktestRow}, {derived row id: its dataset spec}) of `plan --backtest`, computed once per render."""
-    from orchestrator.plan.backtest import load_dataset, run_backtest
+    from orchestrator.plan.backtest.dataset import load_dataset
+    from orchestrator.plan.backtest.predict import run_backtest
 
     return {r.id: r for r in run_backtest()}, {d["id"]: d for d in load_dataset()["derived"]}
 
@@ -107,7 +108,7 @@ def _signed(error: float) -> str:
 def fidelity_inside_since() -> str:
     """The reported misses that came inside their bound: those now expect: in (regression guards since a model commit)
     and those kept expect: miss with the reason, each with its error now."""
-    from orchestrator.plan.backtest import load_dataset
+    from orchestrator.plan.backtest.dataset import load_dataset
 
     rows, _ = _backtest()
     data = load_dataset()
@@ -137,7 +138,7 @@ BEFORE_AFTER = (
 
 def fidelity_before_after() -> str:
     """The rows issue 14 quoted: measured, what `plan` said then, what it predicts now (the back-test's rows)."""
-    from orchestrator.plan.backtest import _fmt
+    from orchestrator.plan.backtest.report import _fmt
 
     rows, _ = _backtest()
     lines = ["| case | measured | `plan` before (issue 14) | `plan` now |", "|---|---|---|---|"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from orchestrator.config import load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.parallel import collectives
-from orchestrator.plan.backtest import DATASET, load_dataset, sent_batch
+from orchestrator.plan.backtest.dataset import DATASET, load_dataset, sent_batch
 from orchestrator.plan.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,8 @@ from pathlib import Path
 from orchestrator.config import load_config
 from orchestrator.perfmodel.server import forward
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.backtest import DATASET, load_dataset, predict_row, sent_batch
+from orchestrator.plan.backtest.dataset import DATASET, load_dataset, sent_batch
+from orchestrator.plan.backtest.predict import predict_row
 from orchestrator.plan.memory import sglang_defaults_text
 from orchestrator.plan.simulate import simulate_run
 

@@ -142,7 +142,8 @@ def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measur
     import yaml
 
     from benchmarks import pending_rows
-    from orchestrator.plan.backtest import DATASET, load_dataset, predict_row
+    from orchestrator.plan.backtest.dataset import DATASET, load_dataset
+    from orchestrator.plan.backtest.predict import predict_row
 
     data = load_dataset()
     row = next(r for r in data["runs"] if r["id"] == "h200x2-r1s6-tp2-eager-decode-8x256")
@@ -179,7 +180,8 @@ def test_the_pd_terms_read_a_rows_logs_and_the_planners_own_trace_of_it() -> Non
     # benchmarks/pd_decode_terms.py: lease 3's PD pair (decode mem 0.65 on H100). The log's pool and queues are read
     # from the committed archive; the planner's trace is the back-test's run (the observer changes nothing)
     from benchmarks import pd_decode_terms as terms
-    from orchestrator.plan.backtest import DATASET, load_dataset, predict_row
+    from orchestrator.plan.backtest.dataset import DATASET, load_dataset
+    from orchestrator.plan.backtest.predict import predict_row
 
     data = load_dataset()
     row = next(r for r in data["runs"] if r["id"] == "h100x2-v2lite-pd-product-mem065-lease3")
@@ -220,7 +222,7 @@ def test_tp16_caps_terms_split_every_forward_of_a_row_into_terms_that_add_up_to_
     import re
 
     from benchmarks import tp16_caps_terms
-    from orchestrator.plan.backtest import load_dataset
+    from orchestrator.plan.backtest.dataset import load_dataset
 
     data = load_dataset()
     row = next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-batch-caps-1024")

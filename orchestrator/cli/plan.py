@@ -14,7 +14,8 @@ from orchestrator.cluster.inventory import ClusterError, check_declared_placemen
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.gpus import GPU_SPECS
-from orchestrator.plan.backtest import BacktestError, ErrorBand, error_band, out_of_sample_models
+from orchestrator.plan.backtest.band import ErrorBand, error_band, out_of_sample_models
+from orchestrator.plan.backtest.dataset import BacktestError
 from orchestrator.plan.compare import MEASURED, SIM_ENGINE, compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
 from orchestrator.plan.memory import check_layout_fits, sglang_defaults_text
@@ -103,7 +104,8 @@ def _search_batch(cfg: RunConfig, args: argparse.Namespace, batch: list[tuple[in
 
 
 def _cmd_backtest(markdown: bool) -> int:
-    from orchestrator.plan.backtest import backtest_table, run_backtest, summary
+    from orchestrator.plan.backtest.predict import run_backtest
+    from orchestrator.plan.backtest.report import backtest_table, summary
 
     try:
         rows = run_backtest()

@@ -181,7 +181,7 @@ def _fake_raw(folder: Path) -> None:
 def test_the_recorded_backtest_rows_come_out_ready_for_runs_yaml(tmp_path) -> None:
     import yaml
 
-    from orchestrator.plan.backtest import predict_row
+    from orchestrator.plan.backtest.predict import predict_row
 
     read = _reader()
     _fake_raw(tmp_path)

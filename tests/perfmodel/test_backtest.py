@@ -20,7 +20,8 @@ from orchestrator.observe.report import total_throughputs
 from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.profile import ProfileError, load_profile, shipped_profiles
-from orchestrator.plan.backtest import DATASET, load_dataset, run_backtest
+from orchestrator.plan.backtest.dataset import DATASET, load_dataset
+from orchestrator.plan.backtest.predict import run_backtest
 from orchestrator.plan.deadline import predict_deadline
 from orchestrator.plan.memory import DOES_NOT_FIT, FITS, check_layout_fits
 
@@ -64,7 +65,7 @@ def test_every_row_is_predicted_and_every_row_that_was_in_bound_stays_in_bound(r
 
 
 def test_the_table_and_the_summary_report_misses_and_each_sample_s_mape(rows) -> None:
-    from orchestrator.plan.backtest import backtest_table, mape, summary
+    from orchestrator.plan.backtest.report import backtest_table, mape, summary
 
     listed = list(rows.values())
     text = summary(listed)
@@ -91,7 +92,8 @@ def test_the_table_and_the_summary_report_misses_and_each_sample_s_mape(rows) ->
 
 
 def test_error_band_is_the_out_of_sample_full_run_mape_with_the_points_figure_beside_it(rows) -> None:
-    from orchestrator.plan.backtest import error_band, mape
+    from orchestrator.plan.backtest.band import error_band
+    from orchestrator.plan.backtest.report import mape
 
     band = error_band()
     value, n = mape(list(rows.values()), "out", scope="run")
@@ -110,7 +112,7 @@ def test_error_band_is_the_out_of_sample_full_run_mape_with_the_points_figure_be
 def test_every_throughput_row_is_a_full_run_or_a_calibration_point_by_what_it_is(rows, tmp_path) -> None:
     """A row that names one point (raw_point) of a pdo-calibration-raw/1 file is a point; a batch run (ours or
     published) is a run; a row claiming one without the other is refused."""
-    from orchestrator.plan.backtest import BacktestError
+    from orchestrator.plan.backtest.dataset import BacktestError
 
     data = load_dataset()
     for spec in data["runs"]:
@@ -138,7 +140,8 @@ def test_every_throughput_row_is_a_full_run_or_a_calibration_point_by_what_it_is
 
 
 def test_a_widened_bound_or_a_row_without_its_sample_is_refused(tmp_path) -> None:
-    from orchestrator.plan.backtest import BacktestError, summary
+    from orchestrator.plan.backtest.dataset import BacktestError
+    from orchestrator.plan.backtest.report import summary
 
     data = load_dataset()
     row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-organisers-baseline"))
@@ -161,7 +164,8 @@ def test_a_row_simulates_its_batch_in_the_order_its_client_sent_it(rows) -> None
     """Every row whose batch has more than one request shape states the order its run's client sent it, and the
     back-test sends the batch so (bench's own order_requests): the V2-Lite PD row simulated longest-first, as its
     result.json says its client sent it, differs from the same row in sample order."""
-    from orchestrator.plan.backtest import DATASET, build_batch, predict_row, sent_batch
+    from orchestrator.plan.backtest.dataset import DATASET, build_batch, sent_batch
+    from orchestrator.plan.backtest.predict import predict_row
     from orchestrator.workload.batch import order_lengths
 
     data = load_dataset()
@@ -180,7 +184,8 @@ def test_a_memory_row_that_flips_is_a_regression_unless_recorded_as_a_miss(tmp_p
     """A memory row's bound is its outcome: one recorded as right (expect: in) whose prediction now differs fails
     `plan --backtest`; one recorded as wrong when first predicted (expect: miss, with why) is listed as a reported miss;
     expect: miss without a why, or a memory row without bound_set, is refused."""
-    from orchestrator.plan.backtest import BacktestError, backtest_table, summary
+    from orchestrator.plan.backtest.dataset import BacktestError
+    from orchestrator.plan.backtest.report import backtest_table, summary
 
     data = load_dataset()
     row = dict(next(r for r in data["runs"] if r["id"] == "h200-v2lite-decode-mem085-oom-811"))
@@ -447,7 +452,7 @@ def test_plan_backtest_prints_the_table_through_the_cli(capsys) -> None:
 def test_a_reported_miss_without_what_moved_it_out_is_refused(tmp_path) -> None:
     """expect: miss needs missed_since (the model commit that moved the row out, or first-prediction); a row that is
     not a miss may not carry one; the closed-loop dataset's expect_miss metrics likewise, one missed_since each."""
-    from orchestrator.plan.backtest import BacktestError
+    from orchestrator.plan.backtest.dataset import BacktestError
     from orchestrator.plan.closedloop.backtest import DATASET as CLOSED_LOOP
     from orchestrator.plan.closedloop.backtest import closed_loop_backtest
 
@@ -499,7 +504,7 @@ def test_every_miss_moved_out_by_a_commit_names_a_model_commit_on_main_after_its
     """A row flipped from expect: in to miss names the commit that moved it out (or this-commit, written by that very
     commit: git blame finds it): on this checkout's history, later than the commit its bound was set at, and one that
     changed the model (orchestrator/). One git call per commit."""
-    from orchestrator.plan.backtest import FIRST_PREDICTION, THIS_COMMIT
+    from orchestrator.plan.backtest.rows import FIRST_PREDICTION, THIS_COMMIT
     from orchestrator.plan.closedloop.backtest import DATASET as CLOSED_LOOP
 
     shallow = _git("rev-parse", "--is-shallow-repository")
@@ -528,7 +533,7 @@ def test_every_miss_moved_out_by_a_commit_names_a_model_commit_on_main_after_its
 def test_a_row_marked_miss_that_is_inside_now_is_named_in_the_summary(tmp_path) -> None:
     """A model change can bring a reported miss back inside its bound; the summary names it so the mark gets flipped
     (the bound itself never moves)."""
-    from orchestrator.plan.backtest import summary
+    from orchestrator.plan.backtest.report import summary
 
     data = load_dataset()
     row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-batch-caps-1024"))

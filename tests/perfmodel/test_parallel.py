@@ -13,7 +13,7 @@ from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.parallel import collectives, pipeline
 from orchestrator.perfmodel.server.decode import mla_passes
 from orchestrator.perfmodel.weights import dummy_routing, experts_hit_fraction
-from orchestrator.plan.backtest import run_backtest
+from orchestrator.plan.backtest.predict import run_backtest
 from orchestrator.plan.runs import synthetic_batch
 from orchestrator.plan.search import search_layouts
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.plan import backtest
+from orchestrator.plan.backtest import band as backtest_band
+from orchestrator.plan.backtest.dataset import DATASET
 from orchestrator.plan.backtest_cache import (
     ROOT,
     closed_loop_named_files,
@@ -41,11 +42,13 @@ def test_a_fresh_process_reads_no_file_outside_the_keyed_inputs(tmp_path):
             elif event in ("os.listdir", "os.scandir") and isinstance(args[0], str):
                 listed.add(os.path.realpath(args[0]))
         sys.addaudithook(hook)
-        from orchestrator.plan import backtest, backtest_cache
+        from orchestrator.plan import backtest_cache
+        from orchestrator.plan.backtest import band
+        from orchestrator.plan.backtest.dataset import DATASET
         from orchestrator.plan.closedloop import backtest as closed_loop
-        assert backtest.error_band() is not None and backtest.out_of_sample_models()
+        assert band.error_band() is not None and band.out_of_sample_models()
         assert closed_loop.closed_loop_backtest()
-        dataset, closed = backtest.DATASET.resolve(), closed_loop.DATASET.resolve()
+        dataset, closed = DATASET.resolve(), closed_loop.DATASET.resolve()
         inputs = backtest_cache.input_files(dataset, backtest_cache.named_files(dataset))
         inputs += backtest_cache.input_files(closed, backtest_cache.closed_loop_named_files(closed))
         print(json.dumps({"opened": sorted(opened), "listed": sorted(listed), "inputs": [str(p) for p in inputs]}))
@@ -75,12 +78,12 @@ def test_a_fresh_process_reads_no_file_outside_the_keyed_inputs(tmp_path):
 
 def small_dataset(folder: Path) -> Path:
     """runs.yaml with one out-of-sample full run and one calibration point of the real dataset, its batch file beside."""
-    data = yaml.safe_load(backtest.DATASET.read_text())
+    data = yaml.safe_load(DATASET.read_text())
     rows = [r for r in data["runs"] if r["id"] in (RUN_ROW, POINT_ROW)]
     batches = {r["batch"]: data["batches"][r["batch"]] for r in rows}
     for spec in batches.values():
         if "file" in spec:
-            (folder / spec["file"]).write_bytes((backtest.DATASET.parent / spec["file"]).read_bytes())
+            (folder / spec["file"]).write_bytes((DATASET.parent / spec["file"]).read_bytes())
     path = folder / "runs.yaml"
     path.write_text(yaml.safe_dump({"batches": batches, "runs": rows}))
     return path
@@ -91,12 +94,12 @@ def test_an_entry_is_used_only_under_the_key_it_was_written_with(tmp_path, monke
     monkeypatch.chdir(ROOT)
     dataset = small_dataset(tmp_path)
     predicted = []
-    real_predict_row = backtest.predict_row
-    monkeypatch.setattr(backtest, "predict_row", lambda *a: predicted.append(a[0]["id"]) or real_predict_row(*a))
+    real_predict_row = backtest_band.predict_row
+    monkeypatch.setattr(backtest_band, "predict_row", lambda *a: predicted.append(a[0]["id"]) or real_predict_row(*a))
 
     def band():
-        backtest._error_band_cached.cache_clear()  # the in-process cache; the disk entry is what is under test
-        return backtest.error_band(dataset)
+        backtest_band._error_band_cached.cache_clear()  # the in-process cache; the disk entry is what is under test
+        return backtest_band.error_band(dataset)
 
     first = band()
     assert first is not None and first.rows == 1 and first.points == 1 and len(predicted) == 2
@@ -108,7 +111,7 @@ def test_an_entry_is_used_only_under_the_key_it_was_written_with(tmp_path, monke
     dataset.write_text(yaml.safe_dump(data))
     edited = band()
     assert len(predicted) == 4 and edited != first
-    assert edited == backtest._compute_error_band(str(dataset.resolve()))  # simulates both rows again
+    assert edited == backtest_band._compute_error_band(str(dataset.resolve()))  # simulates both rows again
 
     batch_file = next(p for p in named_files(dataset) if p.parent == tmp_path)
     batch = json.loads(batch_file.read_text())

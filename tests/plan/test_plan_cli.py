@@ -167,7 +167,7 @@ def test_compare_labels_an_earlier_run_of_the_simulated_engine_sim_engine_never_
     assert "measured" not in out.replace("no GPU measured", ""), out
     assert "(sim-engine rows: a bench run on the simulated engine, its wall time: simulated, no GPU measured)" in out
     # the simulated rows are predictions: the back-test's out-of-sample band comes with them (issue 25)
-    from orchestrator.plan.backtest import error_band
+    from orchestrator.plan.backtest.band import error_band
 
     band = error_band()
     assert band is not None and f"\nback-test error band of the simulated throughputs: {band.text()} (`plan --backtest`)\n" in out
@@ -190,7 +190,7 @@ def test_plan_search_top_prints_that_many_ranks_and_says_why_no_pd_layout_is_ran
 def test_plan_search_prints_the_error_band_under_its_ranking_when_the_config_s_own_layout_does_not_fit(capsys) -> None:
     """A user searches because their layout does not fit: the ranked predictions still come with the back-test's
     out-of-sample band (issue 25), printed once, under the ranking (above it when the config's own plan printed it)."""
-    from orchestrator.plan.backtest import error_band
+    from orchestrator.plan.backtest.band import error_band
 
     rc = main(["plan", "--config", DEFAULT, "--set", "model.quantization=fp8", "--synthetic", "--search", "--top", "1",
                "--tune-top", "0", "--show", "1"])
@@ -230,7 +230,7 @@ def test_plan_prints_the_same_error_band_from_any_working_directory(tmp_path) ->
     """The back-test behind the band names its configs' model folders from the repository root, not from where the
     user stands: run from a temporary directory with an empty cache (the band computed there), `plan` prints the
     band's numbers, the R1 batch band on the default and the closed-loop band on the 2026 Qwen3 preset."""
-    from orchestrator.plan.backtest import error_band
+    from orchestrator.plan.backtest.band import error_band
     from orchestrator.plan.closedloop.backtest import closed_loop_band
 
     env = {**os.environ, "PD_ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache")}

@@ -171,7 +171,7 @@ def test_a_decode_pool_that_holds_the_batch_leaves_the_run_alone_and_a_smaller_o
     from pathlib import Path
 
     from orchestrator.config import load_config
-    from orchestrator.plan.backtest import DATASET, build_batch, load_dataset
+    from orchestrator.plan.backtest.dataset import DATASET, build_batch, load_dataset
 
     root = Path(__file__).resolve().parents[2]
     batch = build_batch(load_dataset()["batches"]["v2lite-sharegpt-1000"], DATASET.parent)

@@ -21,7 +21,8 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config import load_config
-from orchestrator.plan.backtest import BacktestError, missed_since
+from orchestrator.plan.backtest.dataset import BacktestError
+from orchestrator.plan.backtest.rows import missed_since
 from orchestrator.plan.backtest_cache import cached, closed_loop_named_files
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
 from orchestrator.plan.closedloop.predict import ClosedLoopPoint, predict_ready

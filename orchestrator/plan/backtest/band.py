@@ -1,0 +1,80 @@
+"""The error band `plan` prints next to each prediction: the out-of-sample full-run throughput error (ErrorBand), and
+the models it was measured on; both cached on disk for the same inputs (plan/backtest_cache.py)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from orchestrator.config import load_config
+from orchestrator.plan.backtest.dataset import DATASET, ROOT, load_dataset
+from orchestrator.plan.backtest.predict import predict_row
+from orchestrator.plan.backtest.rows import throughput_scope
+from orchestrator.plan.backtest_cache import cached
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """The planner's throughput error on the full runs no profile was fitted on: what a `plan` prediction is
+    worth; with the out-of-sample single-server calibration points' error beside it (not part of the band)."""
+
+    mape: float
+    worst: float  # the largest signed error, by size
+    rows: int
+    points_mape: float | None = None
+    points_worst: float | None = None
+    points: int = 0
+
+    def text(self) -> str:
+        text = (f"±{self.mape:.0%} on out-of-sample runs (MAPE of {self.rows} full runs never fitted on; "
+                f"worst {self.worst:+.0%})")
+        if self.points:
+            text += (f"; single-server calibration points: ±{self.points_mape:.0%} over {self.points} "
+                     f"(worst {self.points_worst:+.0%}; the harness client's wall, not a full run)")
+        return text
+
+
+def error_band(path: str | Path = DATASET) -> ErrorBand | None:
+    """The out-of-sample full-run throughput error band (plus the calibration points' figure), from the back-test
+    as the model predicts it now (only the out-of-sample throughput rows are simulated); None when the dataset has
+    no out-of-sample full run. Cached per dataset file in the process, and on disk for the same inputs
+    (backtest_cache.py: the code, profiles, configs and files the rows name), since `plan` prints it every time."""
+    resolved = Path(path).resolve()
+    return _error_band_cached(str(resolved), resolved.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=4)
+def _error_band_cached(path: str, _mtime: int) -> ErrorBand | None:
+    return cached("error-band", Path(path), lambda: _compute_error_band(path),
+                  encode=lambda band: None if band is None else asdict(band),
+                  decode=lambda value: None if value is None else ErrorBand(**value))
+
+
+def _compute_error_band(path: str) -> ErrorBand | None:
+    data = load_dataset(path)
+    base = Path(path).parent
+    rows = [predict_row(row, data["batches"], base) for row in data["runs"]
+            if row.get("sample") == "out" and row.get("kind") == "throughput"]
+    errors = [r.error for r in rows if r.error is not None and r.scope == "run"]
+    points = [r.error for r in rows if r.error is not None and r.scope == "point"]
+    if not errors:
+        return None
+    return ErrorBand(mape=statistics.mean(abs(e) for e in errors), worst=max(errors, key=abs), rows=len(errors),
+                     points_mape=statistics.mean(abs(e) for e in points) if points else None,
+                     points_worst=max(points, key=abs) if points else None, points=len(points))
+
+
+def out_of_sample_models(path: str | Path = DATASET) -> set[str]:
+    """Architecture names the out-of-sample full-run throughput rows were measured on (the band comes from them
+    and says nothing about another model). Cached on disk as `error_band` is."""
+    resolved = Path(path).resolve()
+    return set(cached("out-of-sample-models", resolved, lambda: sorted(_compute_out_of_sample_models(resolved)),
+                      encode=lambda names: names, decode=lambda value: [str(name) for name in value]))
+
+
+def _compute_out_of_sample_models(path: Path) -> set[str]:
+    data = load_dataset(path)
+    return {load_config(ROOT / row["config"], paths_from=ROOT).model.architecture().name for row in data["runs"]
+            if row.get("sample") == "out" and row.get("kind") == "throughput" and throughput_scope(row) == "run"}
