@@ -1,0 +1,123 @@
+#!/bin/bash
+# R1-shaped layer-count probe (issue 25, lease 8): the same graphed decode grid at several layer counts on ONE GPU of
+# one host, so a step's fixed time splits into a per-step and a per-layer part (docs/fidelity.md, "Fixed costs traced":
+# one layer count cannot separate them). Usage: layer_probe.sh [--dry-run] LAYERS [LAYERS ...]   (e.g. 4 6 5 3)
+# Each count is benchmarks/calibration/r1-shaped/config.json (R1's layer, FP8 block, dummy weights) with
+# num_hidden_layers = LAYERS and first_k_dense_replace kept at 3, so every count above 3 adds MoE layers only, as R1's
+# 61 (3 dense + 58 MoE) do; 3 is dense-only. One `calibrate single` server per count, in the order given (the first
+# pays the cold compile; put the count you need most first), each with the 6-layer profiles' flags
+# (--trust-remote-code --triton-attention-split-tile-size 256, SGLang's defaults otherwise) and the plan
+# benchmarks/calibration/plans/lease8-layer-grid.json (decode batch 1..256 at 256-token prompts, context 256 / 2,048 /
+# 8,192 at batch 16, each point 3 times in a row). A count is skipped when less than its plan's min_left_s is left.
+# One device call on GPU 0 (PROBE_GPU) after the sglang site parts (this script stages a carried part with
+# site_lib.sh and exits 0 while the other part is still missing, as qwen3_probe.sh does):
+#   run(kind="nvidia-h100-x1", carry=[".device/site-split/site.tar.xz.part00"], timeout_s=120, command="set -o pipefail;
+#       export PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0; BUDGET=560 bash scripts/device/layer_probe.sh 4 6 5 3 2>&1 | tee $OUT/main-stage.log")
+#   run(carry=[".device/site-split/site.tar.xz.part01"], timeout_s=600, command="set -o pipefail;
+#       export PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0; BUDGET=560 bash scripts/device/layer_probe.sh 4 6 5 3 2>&1 | tee $OUT/main-probe.log")
+# Back in $OUT (at most 8 files): manifest.json, calibration-r1s<L>-lease8.json per count (pdo-calibration-raw/1,
+# copied every 10 s, so a call cut off keeps what was measured), layer-probe.tar.xz (server logs, env.txt), the
+# caller's tee'd log. Then: python -m orchestrator.perfmodel.from_raw <raw> --raw-dir <folder> --out <profile>.
+# `--dry-run` checks the arguments and settings and prints each server's flags and points (no GPU, nothing started).
+set -u
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+DRY=0; LAYERS=()
+die() { echo "layer_probe.sh: $*" >&2; exit 2; }
+for arg in "$@"; do
+  case $arg in
+    --dry-run) DRY=1 ;;
+    -h|--help) usage; exit 0 ;;
+    -*) die "unknown argument '$arg'; use --dry-run, --help or layer counts (e.g. 4 6)" ;;
+    *[!0-9]*|'') die "layer count '$arg': a whole number of layers, e.g. 4" ;;
+    *) LAYERS+=("$arg") ;;
+  esac
+done
+[ ${#LAYERS[@]} -ge 1 ] || die "no layer count given; e.g. layer_probe.sh 4 6 (the first pays the cold compile)"
+# an R1 FP8 MoE layer is ~11.3 GB and a dense one ~0.7 GB: 12 layers (~107 GB) is the most one H200 holds beside its KV
+for n in "${LAYERS[@]}"; do
+  [ "$n" -ge 1 ] && [ "$n" -le 12 ] || die "layer count $n: 1..12 fit one GPU (R1 FP8 MoE layer ~11.3 GB; H100: <= 6)"
+done
+[ "$(printf '%s\n' "${LAYERS[@]}" | sort | uniq -d)" = "" ] || die "layer counts ${LAYERS[*]}: each count once"
+PY=${PYTHON:-python3}
+BUDGET=${BUDGET:-560}; GPU=${PROBE_GPU:-0}; PORT=${PORT:-31000}
+PLAN=${PLAN:-benchmarks/calibration/plans/lease8-layer-grid.json}; BASE=benchmarks/calibration/r1-shaped/config.json
+case $BUDGET in ''|*[!0-9]*) die "BUDGET='$BUDGET': whole seconds, e.g. BUDGET=560 (one device call: <= 600 minus packing)";; esac
+case $GPU in ''|*[!0-9]*) die "PROBE_GPU='$GPU': one GPU index, e.g. PROBE_GPU=0";; esac
+[ "$BUDGET" -ge 240 ] || die "BUDGET=$BUDGET: a cold R1-shaped start alone took 196 s on an H100 (2026-11-24); give >= 240"
+[ -f "$PLAN" ] || die "PLAN=$PLAN: no such plan file"
+PACK_S=15
+OUT=${OUT:-/tmp/layer_probe_out}; W=${WORK_DIR:-/root/layer-probe}
+FLAGS="--flag=--trust-remote-code --flag=--triton-attention-split-tile-size --flag=256"
+
+write_model() {  # $1 = layers, $2 = model dir: the R1-shaped config at that layer count
+  mkdir -p "$2" && $PY - "$BASE" "$1" "$2/config.json" <<'PYEOF'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["num_hidden_layers"] = int(sys.argv[2])
+json.dump(cfg, open(sys.argv[3], "w"), indent=1)
+PYEOF
+}
+write_plan() {  # $1 = cache state label (the first server cold, the rest warm), $2 = plan file
+  $PY - "$PLAN" "$1" "$2" <<'PYEOF'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+for variant in plan:
+    variant["cache_state"] = sys.argv[2]
+json.dump(plan, open(sys.argv[3], "w"))
+PYEOF
+}
+single_args() {  # $1 = layers, $2 = seconds, $3 = work dir
+  echo -m orchestrator.calibrate single --model-path "$3/models/r1s$1" --name "r1s$1-lease8" --out "$3/r1s$1" \
+    --budget-s "$2" --plan-json "$3/plan-r1s$1.json" --port "$PORT" $FLAGS
+}
+if [ $DRY = 1 ]; then
+  D=$(mktemp -d); trap 'rm -rf $D' EXIT; state=cold; rc=0
+  echo "layer_probe.sh dry run: layers ${LAYERS[*]} on GPU $GPU, BUDGET=$BUDGET s, results in \$OUT (work dir $W)"
+  for n in "${LAYERS[@]}"; do
+    write_model $n $D/models/r1s$n && write_plan $state $D/plan-r1s$n.json || rc=1
+    moe=$(( n > 3 ? n - 3 : 0 )); echo "== r1s$n: $n layers ($(( n < 3 ? n : 3 )) dense + $moe MoE), $state caches"
+    $PY $(single_args $n $BUDGET $D) --dry-run || rc=1
+    state=warm
+  done
+  exit $rc
+fi
+
+REPO=$(pwd); START=$(date +%s)
+mkdir -p "$OUT"
+$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|PLAN|PROBE_GPU|PORT)=' | sort | tr '\n' ' ')bash scripts/device/layer_probe.sh $*" >/dev/null \
+  || echo "manifest.json not written" >&2
+el() { echo "[layers t+$(( $(date +%s) - START ))s] $*"; }
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+SITE=${SITE_DIR:-/root/site}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # never NVLink multicast
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SGLANG_HOST_IP=127.0.0.1
+export PYTHONPATH=$SITE:$REPO CUDA_VISIBLE_DEVICES=$GPU PDO_CALIB_ALLOW_CACHE_WIPE=0
+. scripts/device/site_lib.sh
+if [ ! -f $SITE/.installed_site ]; then
+  el "unpack sglang tree"; unpack_site $SITE; rc=$?
+  [ $rc = 3 ] && exit 0   # a part staged; the next call carries the next one
+  [ $rc = 0 ] || { el "no sglang tree in $SITE and none carried (see the header)"; exit 1; }
+fi
+rm -rf $W; mkdir -p $W
+{ date -u; nvidia-smi; nvidia-smi --query-gpu=index,name,memory.total,memory.used,clocks.max.sm --format=csv
+  $PY -c "import torch, sglang; print('torch', torch.__version__, torch.cuda.get_device_name(0)); print('sglang', sglang.__version__)"
+  echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; nproc; free -g; du -sh /root/.triton /root/.cache 2>/dev/null; } > $W/env.txt 2>&1
+el "env: $(grep -m1 -E 'torch ' $W/env.txt)"
+( while sleep 10; do cp $W/r1s*/calibration-*.json $OUT/ 2>/dev/null; done ) & COPIER=$!
+state=cold
+for n in "${LAYERS[@]}"; do
+  secs=$(( $(left) - PACK_S - 10 ))
+  if [ $secs -lt 100 ]; then el "r1s$n skipped: $secs s left (needs 100)"; continue; fi
+  write_model $n $W/models/r1s$n && write_plan $state $W/plan-r1s$n.json || { el "r1s$n: config not written"; continue; }
+  el "r1s$n: $n layers, $state caches, ${secs} s"
+  timeout -s INT -k 20 $((secs + 5)) $PY $(single_args $n $secs $W)
+  el "r1s$n exit $?"
+  for pid in $(pgrep -f "sglang.launch_server .*--port $PORT( |$)"); do   # a server of ours left up by a cut harness
+    el "reap: server $pid still up"; kill -TERM -- -$pid 2>/dev/null; sleep 5; kill -KILL -- -$pid 2>/dev/null
+  done
+  state=warm
+done
+kill $COPIER 2>/dev/null; cp $W/r1s*/calibration-*.json $OUT/ 2>/dev/null
+tar -C $W --exclude='calibration-*.json' -cJf $OUT/layer-probe.tar.xz . && el "packed $(du -h $OUT/layer-probe.tar.xz | cut -f1)"
+ls -la $OUT
+el "done"

@@ -1,0 +1,69 @@
+"""The R1-shaped layer-count probe's device call (issue 25, lease 8) without a GPU: scripts/device/layer_probe.sh's
+argument checks, `--help` and `--dry-run` (the model config it writes per layer count, the flags of the 6-layer
+profiles, the grid), and the plan file it reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts/device/layer_probe.sh"
+PLAN = ROOT / "benchmarks/calibration/plans/lease8-layer-grid.json"
+
+
+def _probe(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "WORK_DIR": str(tmp_path / "work"), **env}
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, env=full)
+
+
+def test_help_quotes_both_run_calls_of_the_lease(tmp_path) -> None:
+    done = _probe(tmp_path, "--help")
+    assert done.returncode == 0
+    assert 'run(kind="nvidia-h100-x1", carry=[".device/site-split/site.tar.xz.part00"]' in done.stdout
+    assert 'run(carry=[".device/site-split/site.tar.xz.part01"], timeout_s=600' in done.stdout
+    assert "BUDGET=560 bash scripts/device/layer_probe.sh 4 6 5 3" in done.stdout
+
+
+def test_dry_run_starts_one_server_per_count_in_order_on_the_six_layer_profiles_flags(tmp_path) -> None:
+    done = _probe(tmp_path, "--dry-run", "4", "6", "3")
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+    heads = [line for line in done.stdout.splitlines() if line.startswith("== ")]
+    assert heads == ["== r1s4: 4 layers (3 dense + 1 MoE), cold caches", "== r1s6: 6 layers (3 dense + 3 MoE), warm caches",
+                     "== r1s3: 3 layers (3 dense + 0 MoE), warm caches"]
+    servers = [line for line in done.stdout.splitlines() if line.startswith("server layers")]
+    assert len(servers) == 3
+    for line in servers:
+        assert "--load-format dummy" in line and "--attention-backend triton" in line
+        assert "--trust-remote-code --triton-attention-split-tile-size 256;" in line
+        assert "decode B [1, 2, 4, 8, 16, 32, 64, 128, 192, 256] C=256" in line and "context B=16 C [256, 2048, 8192]" in line
+
+
+def test_the_plan_keeps_sglangs_defaults_and_measures_graphed_steps_only() -> None:
+    (variant,) = json.loads(PLAN.read_text())
+    assert variant["flags"] == [] and max(variant["decode_batches"]) <= 256  # SGLang's default graphs reach 256
+    assert variant["repeats"] >= 2
+
+
+@pytest.mark.parametrize("args, env, message", [
+    ([], {}, "no layer count given"),
+    (["--nope"], {}, "unknown argument '--nope'"),
+    (["4x"], {}, "layer count '4x': a whole number"),
+    (["0"], {}, "layer count 0: 1..12 fit one GPU"),
+    (["13"], {}, "layer count 13: 1..12 fit one GPU"),
+    (["4", "6", "4"], {}, "each count once"),
+    (["4"], {"BUDGET": "9m"}, "BUDGET='9m': whole seconds"),
+    (["4"], {"BUDGET": "200"}, "BUDGET=200: a cold R1-shaped start"),
+    (["4"], {"PROBE_GPU": "0,1"}, "PROBE_GPU='0,1': one GPU index"),
+    (["4"], {"PLAN": "nope.json"}, "PLAN=nope.json: no such plan file"),
+])
+def test_bad_arguments_are_refused_naming_the_argument(tmp_path, args, env, message) -> None:
+    done = _probe(tmp_path, "--dry-run", *args, **env)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
