@@ -6,7 +6,7 @@ ran, and what it measured against them.
               graphed floor: per step + per layer); and each path's fixed time at the probe's counts and at R1's 61
     sensitivity  the back-test (full runs, points, closed loop) with the split the lease could measure, for several
               per-layer parts (44 us: the roofline's today; 150.6 us: the calibrated path's 6-layer fixed time per layer),
-              each applied as the model will apply the measured one (costmodel.layer_count_split): the calibrated R1 paths
+              each applied as the model will apply the measured one (lookup.layer_count_split): the calibrated R1 paths
               keep their profile's fixed time at 6 layers, the roofline's per-step part is each GPU's R1-shaped profiles'
               fixed time less 6 x the slope, and the cited cross-node TP layer cost is re-derived from its public TPOT
     read RAW.json ...   the fixed time F(L) each raw file's graphed steps leave after their reads (the decode fit that
@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config.model_presets import MODEL_PRESETS  # noqa: E402
-from orchestrator.perfmodel.costmodel import build_cost_model, calibration_for  # noqa: E402
+from orchestrator.perfmodel.calibration_lookup import calibration_for  # noqa: E402
+from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
 from orchestrator.perfmodel.from_raw import profile_from_raw  # noqa: E402
 from orchestrator.perfmodel.gpus import gpu_spec  # noqa: E402
 
@@ -144,15 +145,15 @@ def line(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 def with_split(layer_s: float):
     """Patch the model as a measured per-layer slope `layer_s` would set it (returns an undo function)."""
-    from orchestrator.perfmodel import costmodel, gpus
+    from orchestrator.perfmodel import calibration_lookup as lookup, gpus
     from orchestrator.perfmodel.parallel import collectives
     from orchestrator.perfmodel.profile import shipped_profiles
 
     r1_shape = next(p.model for p in shipped_profiles() if p.model.matches(R1, "fp8"))
-    saved = (costmodel.layer_count_split, dict(gpus.GPU_SPECS), dict(collectives.PUBLISHED))
-    costmodel.layer_count_split = lambda gpu, pool: (layer_s, r1_shape)
+    saved = (lookup.layer_count_split, dict(gpus.GPU_SPECS), dict(collectives.PUBLISHED))
+    lookup.layer_count_split = lambda gpu, pool: (layer_s, r1_shape)
     for name in ("H100-SXM", "H200"):
-        floor = costmodel.graphed_step_floor(name, shipped_profiles())
+        floor = lookup.graphed_step_floor(name, shipped_profiles())
         assert floor is not None
         gpus.GPU_SPECS[name] = replace(gpus.GPU_SPECS[name], step_overhead_s=floor[0], layer_overhead_s=floor[1])
     # the cross-node TP layer cost: the public single-stream TP16 TPOT (23.1 ms) beyond the model's own batch-1 step
@@ -164,7 +165,7 @@ def with_split(layer_s: float):
     collectives.PUBLISHED.update({"H100-SXM": cited, "H200": cited})
 
     def undo() -> None:
-        costmodel.layer_count_split = saved[0]
+        lookup.layer_count_split = saved[0]
         gpus.GPU_SPECS.clear()
         gpus.GPU_SPECS.update(saved[1])
         collectives.PUBLISHED.clear()

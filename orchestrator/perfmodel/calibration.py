@@ -95,6 +95,10 @@ class Calibration:
     # a layer shape no profile measured: the profile (same GPU, same weight format, another shape) whose prefill
     # shares of peak it borrows (calibration_lookup._lend_prefill_shares); None where the shares are the profile's own
     prefill_lender: str | None = None
+    # the per-step part of a graphed decode step's fixed time where a layer-count split applies (calibration_lookup.
+    # layer_count_split): the profile's own fixed time at its layer count less that count x the measured per-layer
+    # part, which decode.layer_s then holds; 0.0: the whole fixed time is per layer (decode.layer_s)
+    decode_step_s: float = 0.0
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""

@@ -24,7 +24,7 @@ from orchestrator.perfmodel.calibration import (
     runtime_overhead_gb,
 )
 from orchestrator.perfmodel.gpus import GB, gpu_spec
-from orchestrator.perfmodel.profile import CalibrationProfile, find_profile, shipped_profiles, shipped_routing_curves
+from orchestrator.perfmodel.profile import CalibrationProfile, ProfileModel, find_profile, shipped_profiles, shipped_routing_curves
 from orchestrator.perfmodel.server.engine_cost_model import EngineCostModel
 from orchestrator.perfmodel.weights import experts_hit_fraction
 
@@ -96,8 +96,9 @@ def find_calibration(
     """The shipped profile's calibration for this GPU and layer shape; else the same shape on another GPU;
     else a profile of another shape on this GPU, whose start-up figures only apply (process start, graph
     capture per size and layer, cold compile per size do not depend on the layer's dimensions)."""
-    pool = profiles if profiles is not None else shipped_profiles()
-    cal = _find_calibration(gpu, arch, quantization, pool, load_format)
+    everything = profiles if profiles is not None else shipped_profiles()
+    pool = [p for p in everything if p.purpose == "calibration"]  # layer-count profiles only split the fixed time
+    cal = _find_calibration(gpu, arch, quantization, pool, load_format, everything)
     if cal is None:
         return cal
     # what the layer shape alone decides: the experts dummy weights route to (any profile of the shape, else a
@@ -117,7 +118,7 @@ def find_calibration(
             cal = replace(cal, efficiency_prefill=other.efficiency_prefill, prefill_points=other.prefill_points,
                           efficiency_attention=other.efficiency_attention, efficiency_absorbed=other.efficiency_absorbed,
                           absorbed_points=other.absorbed_points, prefill_rms_rel=other.prefill_rms_rel)
-    return cal
+    return split_fixed_time(cal, arch, quantization, everything)
 
 
 @lru_cache(maxsize=1)
@@ -127,6 +128,7 @@ def _routing_curves() -> tuple:
 
 def _find_calibration(
     gpu: str, arch: ModelArchitecture, quantization: str, pool: list[CalibrationProfile], load_format: str | None,
+    everything: list[CalibrationProfile],
 ) -> Calibration | None:
     same_gpu = [p for p in pool if p.gpu.name == gpu]
     profile = find_profile(gpu, arch, quantization, pool, load_format)
@@ -150,10 +152,12 @@ def _find_calibration(
     same_dims = next((p for p in sorted(pool, key=lambda p: p.gpu.name != gpu) if p.model.matches(arch, p.model.quantization)), None)
     if same_dims is not None:  # these layer dims measured in another weight format (R1 W4A8): that profile's graphed
         # fixed time per layer, as its own format's calibrated steps charge it at any layer count, and the expert share
-        fixed = calibration_for(same_dims, arch, same_dims.model.quantization).decode
-        return replace(startup, graph_step_s=0.0 if fixed else None, graph_layer_s=fixed.layer_s if fixed else None,
-                       graph_expert_read_share=expert_stream_share(gpu, pool))
-    step_s, layer_s = graphed_step_floor(gpu, pool) or (None, None)
+        fp8 = split_fixed_time(calibration_for(same_dims, arch, same_dims.model.quantization), arch,
+                               same_dims.model.quantization, everything)
+        fixed = fp8.decode
+        return replace(startup, graph_step_s=fp8.decode_step_s if fixed else None,
+                       graph_layer_s=fixed.layer_s if fixed else None, graph_expert_read_share=expert_stream_share(gpu, pool))
+    step_s, layer_s = graphed_step_floor(gpu, everything) or (None, None)
     lent = replace(startup, graph_step_s=step_s, graph_layer_s=layer_s, graph_expert_read_share=expert_stream_share(gpu, pool))
     return _lend_prefill_shares(lent, gpu, quantization, pool)
 
@@ -179,23 +183,66 @@ def _lend_prefill_shares(cal: Calibration, gpu: str, quantization: str, pool: li
                    prefill_lender=lender.name)
 
 
-def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, float] | None:
-    """(per step, per layer) fixed seconds of a CUDA-graphed decode step on `gpu` (gpus.GpuSpec holds them): each profile's
-    decode fit leaves, after its reads at WEIGHT_READ_EFFICIENCY, layers x layer_s of fixed time per step; one slope of
-    (layers, that time) over the GPUs with the same compute peaks, each GPU its own intercept (same die, other HBM and
-    hosts), splits it. Shipped: R1-shaped 6 layers (H100, H200 twice), V2-Lite 27 (H200) -> ~44 us per layer, ~0.64 ms
-    (H100) / ~1.15 ms (H200) per step. Assumed: a GQA layer (FA3, Triton MoE) has as many small kernels as an MLA one."""
-    target = gpu_spec(gpu)
-    points: dict[str, list[tuple[int, float]]] = {}
-    for profile in pool:
-        other = gpu_spec(profile.gpu.name)
-        if (other.bf16_tflops, other.fp8_tflops) != (target.bf16_tflops, target.fp8_tflops):
-            continue
+def _fixed_time_points(profiles: list[CalibrationProfile]) -> list[tuple[CalibrationProfile, int, float]]:
+    """(profile, layers, fixed seconds per graphed decode step) of each profile with a decode fit: what its graphed
+    steps leave after their reads at WEIGHT_READ_EFFICIENCY, layers x layer_s."""
+    out = []
+    for profile in profiles:
         arch = next((a for a in MODEL_PRESETS.values() if profile.model.matches(a, profile.model.quantization)), None)
         decode = calibration_for(profile, arch, profile.model.quantization).decode if arch is not None else None
         if decode is not None:
-            layers = profile.model.num_hidden_layers
-            points.setdefault(profile.gpu.name, []).append((layers, layers * decode.layer_s))
+            out.append((profile, profile.model.num_hidden_layers, profile.model.num_hidden_layers * decode.layer_s))
+    return out
+
+
+def _same_die(gpu: str, pool: list[CalibrationProfile]) -> list[CalibrationProfile]:
+    target = gpu_spec(gpu)
+    return [p for p in pool if (gpu_spec(p.gpu.name).bf16_tflops, gpu_spec(p.gpu.name).fp8_tflops)
+            == (target.bf16_tflops, target.fp8_tflops)]
+
+
+def layer_count_split(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, ProfileModel] | None:
+    """(per-layer fixed seconds of a graphed decode step, the layer shape it was measured on) from the layer-count
+    profiles (purpose "layer-count": one shape's decode grid at several layer counts on one host, scripts/device/
+    layer_probe.sh) of GPUs with `gpu`'s compute peaks: the least-squares slope of each count's fixed time over its
+    layer count, one slope, each GPU and shape its own intercept. Only counts above the shape's dense layers enter (each
+    adds MoE layers, as R1's 61 do over its 3 dense). None where no shape was measured at two such counts."""
+    groups: dict[tuple, list[tuple[int, float]]] = {}
+    shapes: dict[tuple, ProfileModel] = {}
+    counted = [p for p in _same_die(gpu, pool) if p.purpose == "layer-count"
+               and p.model.num_hidden_layers > p.model.first_k_dense_replace]
+    for profile, layers, fixed in _fixed_time_points(counted):
+        key = (profile.gpu.name, profile.model.layer_shape())
+        groups.setdefault(key, []).append((layers, fixed))
+        shapes[key] = profile.model
+    centred = [(x - float(np.mean([a for a, _ in pts])), y - float(np.mean([b for _, b in pts])))
+               for pts in groups.values() for x, y in pts]
+    spread = sum(dx * dx for dx, _ in centred)
+    if spread == 0:
+        return None
+    layer_s = sum(dx * dy for dx, dy in centred) / spread
+    return float(layer_s), next(iter(shapes.values()))
+
+
+def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, float] | None:
+    """(per step, per layer) fixed seconds of a CUDA-graphed decode step on `gpu` (gpus.GpuSpec holds them): each profile's
+    decode fit leaves, after its reads at WEIGHT_READ_EFFICIENCY, layers x layer_s of fixed time per step. Where one layer
+    shape was measured at several layer counts on one host (layer_count_split), its slope is the per-layer part for every
+    GPU with the same compute peaks, and each GPU's own profiles of that shape give its per-step part (mean of fixed
+    time - layers x slope). Else, the older reading: one slope of (layers, fixed time) over the GPUs' calibration profiles
+    of any shape, each GPU its own intercept. Assumed: a GQA layer (FA3, Triton MoE) has as many small kernels as an MLA
+    one."""
+    split = layer_count_split(gpu, pool)
+    if split is not None:
+        layer_s, shape = split
+        own = [(layers, fixed) for _, layers, fixed in _fixed_time_points(
+            [p for p in pool if p.gpu.name == gpu and p.model.layer_shape() == shape.layer_shape()
+             and p.model.num_hidden_layers > p.model.first_k_dense_replace])]
+        if own:
+            return max(0.0, float(np.mean([y - x * layer_s for x, y in own]))), max(0.0, layer_s)
+    points: dict[str, list[tuple[int, float]]] = {}
+    for profile, layers, fixed in _fixed_time_points([p for p in _same_die(gpu, pool) if p.purpose == "calibration"]):
+        points.setdefault(profile.gpu.name, []).append((layers, fixed))
     # one slope, each GPU its own intercept: only a GPU with two layer counts tells the slope anything
     centred = [(x - float(np.mean([a for a, _ in pts])), y - float(np.mean([b for _, b in pts])))
                for pts in points.values() for x, y in pts]
@@ -205,6 +252,20 @@ def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float,
     layer_s = max(0.0, sum(dx * dy for dx, dy in centred) / spread)
     step_s = max(0.0, float(np.mean([y - x * layer_s for x, y in points[gpu]])))
     return step_s, float(layer_s)
+
+
+def split_fixed_time(cal: Calibration, arch: ModelArchitecture, quantization: str,
+                     pool: list[CalibrationProfile]) -> Calibration:
+    """A calibrated decode path whose layer shape was measured at several layer counts (layer_count_split): its
+    profile's fixed time at its own layer count stays, split into a per-step part and the measured per-layer part, so
+    another layer count (R1's 61 from a 6-layer profile) adds or drops the measured per-layer time only. Unchanged
+    where no split of this shape exists, or where the slope exceeds the profile's whole fixed time per layer."""
+    split = layer_count_split(cal.gpu, pool) if cal.decode is not None and cal.shape_matches else None
+    if split is None or cal.decode is None or not split[1].matches(arch, quantization) or split[0] > cal.decode.layer_s:
+        return cal
+    layer_s = max(0.0, split[0])
+    return replace(cal, decode=replace(cal.decode, layer_s=layer_s),
+                   decode_step_s=cal.layers * (cal.decode.layer_s - layer_s))
 
 
 def expert_stream_share(gpu: str, pool: list[CalibrationProfile]) -> float | None:
@@ -219,6 +280,7 @@ def expert_stream_share(gpu: str, pool: list[CalibrationProfile]) -> float | Non
     the same share as H200's HBM3e). Nothing of a Qwen3 run enters it."""
     target = gpu_spec(gpu)
     shares = []
+    pool = [p for p in pool if p.purpose == "calibration"]
     for real in (p for p in pool if p.model.real_like):
         other = gpu_spec(real.gpu.name)
         if (other.bf16_tflops, other.fp8_tflops) != (target.bf16_tflops, target.fp8_tflops):

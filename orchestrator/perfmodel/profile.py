@@ -223,6 +223,10 @@ class CalibrationProfile(_Strict):
 
     schema_version: int = SCHEMA_VERSION
     name: str
+    purpose: Literal["calibration", "layer-count"] = Field(
+        "calibration", description="layer-count: a decode grid of a layer shape at one of several layer counts measured "
+        "on one host, which only splits a graphed step's fixed time into per-step and per-layer parts "
+        "(calibration_lookup.layer_count_split); never a server's calibration (find_profile skips it)")
     created: str = Field(description="UTC date-time of the measurement")
     command: str = Field(description="the command that produced the raw files")
     raw: str = Field(description="benchmarks/results/<date>-calibration-<slug>/ (relative to the repo root)")
@@ -308,7 +312,7 @@ def find_profile(
     SGLang version, then the newest measurement (a fresh calibration run beats one derived from older logs)."""
     candidates = [
         p for p in (profiles if profiles is not None else shipped_profiles())
-        if p.gpu.name == gpu and p.model.matches(arch, quantization)
+        if p.gpu.name == gpu and p.model.matches(arch, quantization) and p.purpose == "calibration"
     ]
     real = load_format != "dummy"
     candidates.sort(

@@ -12,12 +12,8 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.config.model_presets import DEEPSEEK_R1
-from orchestrator.perfmodel.costmodel import (
-    build_cost_model,
-    find_calibration,
-    graphed_step_floor,
-    layer_count_split,
-)
+from orchestrator.perfmodel.calibration_lookup import find_calibration, graphed_step_floor, layer_count_split
+from orchestrator.perfmodel.costmodel import build_cost_model
 from orchestrator.perfmodel.profile import CalibrationProfile, DecodePoint, find_profile, shipped_profiles
 
 BATCHES = (1, 8, 32, 64, 128, 256)
@@ -80,8 +76,8 @@ def test_the_calibrated_path_keeps_its_profiles_fixed_time_and_adds_the_slope_pe
 
 
 def test_the_roofline_floor_takes_the_slope_and_each_gpus_own_per_step_part() -> None:
-    pool = [*shipped_profiles(), counted(4), counted(5), counted(6)]
-    h100 = graphed_step_floor("H100-SXM", pool)
+    pool = [*shipped_profiles(), counted(4), counted(5), counted(6), counted(3, per_layer_s=10 * PER_LAYER_S)]
+    h100 = graphed_step_floor("H100-SXM", pool)  # the dense-only count is in neither the slope nor the per-step part
     assert h100 is not None and h100[1] == pytest.approx(PER_LAYER_S, rel=1e-3)
     # the H100's R1-shaped profiles: the shipped 6-layer one (0.903 ms) and the three synthetic counts (a exactly)
     old = find_calibration("H100-SXM", DEEPSEEK_R1, "fp8", shipped_profiles())
