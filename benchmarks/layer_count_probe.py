@@ -174,14 +174,15 @@ def with_split(layer_s: float):
 
 
 def sensitivity(slopes_us: list[float]) -> None:
-    from orchestrator.plan import backtest
+    from orchestrator.plan.backtest.predict import run_backtest
+    from orchestrator.plan.backtest.report import summary
     from orchestrator.plan.closedloop import backtest as closed
 
     def one(label: str) -> None:
-        rows = backtest.run_backtest()
+        rows = run_backtest()
         checks = closed._compute_backtest(str(closed.DATASET.resolve()))  # not the disk cache: it keys on files only
         print(f"== {label}")
-        for text in backtest.summary(rows).splitlines():
+        for text in summary(rows).splitlines():
             if text.startswith("MAPE"):
                 print("  " + text)
         for r in rows:
