@@ -97,7 +97,7 @@ def _memory(run: dict) -> dict | None:
     }
 
 
-def profile_from_raw(raw: dict, raw_dir: str, command: str, created: str = "") -> CalibrationProfile:
+def profile_from_raw(raw: dict, raw_dir: str, command: str, created: str = "", purpose: str = "calibration") -> CalibrationProfile:
     """One profile from one raw single-server calibration file (validated; bad input -> ValueError)."""
     if raw.get("schema") != "pdo-calibration-raw/1":
         raise ValueError(f"schema={raw.get('schema')!r}: expected 'pdo-calibration-raw/1'")
@@ -113,7 +113,7 @@ def profile_from_raw(raw: dict, raw_dir: str, command: str, created: str = "") -
     profile = {
         "schema_version": 1,
         "name": f"{gpu_key(raw['gpu']['name']).lower()}-{name}-sglang{raw.get('sglang_version') or d.get('version')}",
-        "created": created, "command": command, "raw": raw_dir,
+        "created": created, "command": command, "raw": raw_dir, "purpose": purpose,
         "gpu": {"name": gpu_key(raw["gpu"]["name"]), "device_name": raw["gpu"]["name"],
                 "memory_mib": int(raw["gpu"]["memory_total_mib"]), "count": 1},
         "model": {
@@ -149,9 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="profile JSON to write (orchestrator/perfmodel/profiles/...)")
     ap.add_argument("--command", default="pd-orchestrator calibrate", help="the command that produced the raw files")
     ap.add_argument("--created", default="", help="UTC date-time of the measurement")
+    ap.add_argument("--purpose", default="calibration", choices=["calibration", "layer-count"],
+                    help="layer-count: one of several layer counts of a shape measured on one host, which only splits the "
+                    "fixed time of a graphed step (never a server's calibration)")
     args = ap.parse_args(argv)
     try:
-        profile = profile_from_raw(json.loads(Path(args.raw).read_text()), args.raw_dir, args.command, args.created)
+        profile = profile_from_raw(json.loads(Path(args.raw).read_text()), args.raw_dir, args.command, args.created,
+                                   args.purpose)
     except (OSError, ValueError, KeyError) as exc:
         print(f"from_raw: {args.raw}: {exc}", file=sys.stderr)
         return 2
