@@ -38,11 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.cluster.ports import free_port  # noqa: E402
+from orchestrator.provenance import command_line, write_manifest  # noqa: E402
 from orchestrator.records import BenchRequest, Role, WorkerEndpoint  # noqa: E402
 from orchestrator.router.batch import run_batch  # noqa: E402
-from orchestrator.router.dispatch import DispatchSettings, PDDispatcher  # noqa: E402
-from orchestrator.router.policies import POLICIES  # noqa: E402
-from orchestrator.provenance import command_line, write_manifest  # noqa: E402
+from orchestrator.router.dispatch.dispatcher import PDDispatcher  # noqa: E402
+from orchestrator.router.dispatch.policies import POLICIES  # noqa: E402
+from orchestrator.router.dispatch.settings import DispatchSettings  # noqa: E402
 
 SIM_ARGS = ["--served-model-name", "DeepSeek-R1", "--model-preset", "DeepSeek-R1", "--quantization", "w4a8",
             "--tp-size", "8", "--profile", "H100-SXM", "--kv-transfer", "http", "--startup-s", "0"]

@@ -34,10 +34,11 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.config import RunConfig, load_config
+from orchestrator.provenance import recorded
 from orchestrator.records import BenchRequest
 from orchestrator.router.batch import run_batch
-from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
-from orchestrator.provenance import recorded
+from orchestrator.router.dispatch.dispatcher import PDDispatcher
+from orchestrator.router.dispatch.settings import DispatchSettings
 from orchestrator.stats import percentile
 
 

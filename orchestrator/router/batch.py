@@ -14,9 +14,9 @@ import time
 from typing import AsyncGenerator, AsyncIterator
 
 from orchestrator.records import BenchRequest, RequestResult
-from orchestrator.router.dispatch import PDDispatcher
-from orchestrator.router.failures import DispatchError
-from orchestrator.router.pairs import Progress
+from orchestrator.router.dispatch.dispatcher import PDDispatcher
+from orchestrator.router.dispatch.failures import DispatchError
+from orchestrator.router.dispatch.pairs import Progress
 
 STOP_DRAIN_S = 1.0  # after a stop: how long the answers the engines already sent may take to be read
 

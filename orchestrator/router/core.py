@@ -25,8 +25,9 @@ from orchestrator.api.generate import GenerateBody
 from orchestrator.api.sse import last_json_event
 from orchestrator.config import RunConfig
 from orchestrator.records import WorkerEndpoint
-from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
-from orchestrator.router.failures import DispatchError
+from orchestrator.router.dispatch.dispatcher import PDDispatcher
+from orchestrator.router.dispatch.failures import DispatchError
+from orchestrator.router.dispatch.settings import DispatchSettings
 from orchestrator.router.ingress_metrics import IngressTracker, MetricsSink
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from orchestrator.api.openai import (
 )
 from orchestrator.router import openai
 from orchestrator.router.core import HTTPError, RouterCore
-from orchestrator.router.failures import engine_error_object
+from orchestrator.router.dispatch.failures import engine_error_object
 from orchestrator.router.json_response import FastJSONResponse, error_object
 
 

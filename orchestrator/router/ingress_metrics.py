@@ -12,7 +12,7 @@ import time
 from typing import Any, Protocol
 
 from orchestrator.records import RequestResult
-from orchestrator.router.pairs import Pair, Progress
+from orchestrator.router.dispatch.pairs import Pair, Progress
 
 
 class MetricsSink(Protocol):

@@ -23,7 +23,7 @@ from orchestrator.api.openai import (
 )
 from orchestrator.api.sse import json_events
 from orchestrator.router.core import HTTPError, RouterCore
-from orchestrator.router.failures import engine_error_object
+from orchestrator.router.dispatch.failures import engine_error_object
 from orchestrator.router.json_response import FastJSONResponse, error_object, json_bytes
 
 

@@ -268,7 +268,7 @@ def test_failure_counters_start_at_zero_for_every_reason_the_router_can_give():
     from pathlib import Path
 
     from orchestrator.observe.metrics import KNOWN_FAILURE_REASONS
-    from orchestrator.router import failures
+    from orchestrator.router.dispatch import failures
 
     exporter = start_exporter("127.0.0.1", 0, RouterMetrics(**RUN).registry)
     try:

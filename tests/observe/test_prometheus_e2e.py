@@ -35,7 +35,8 @@ from orchestrator.observe.metrics import BenchMetrics, RouterMetrics, start_expo
 from orchestrator.observe.monitor import MonitorPaths, local_cluster_ray_sd_files, prometheus_down, prometheus_up
 from orchestrator.records import BenchRequest
 from orchestrator.router.batch import run_batch
-from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
+from orchestrator.router.dispatch.dispatcher import PDDispatcher
+from orchestrator.router.dispatch.settings import DispatchSettings
 from tests.support import SimServer, sim_config, start_servers, wait_until
 
 pytestmark = [

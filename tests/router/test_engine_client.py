@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from orchestrator.cluster.ports import free_port
-from orchestrator.router.engine_client import EngineClient, EngineConnectionError
+from orchestrator.router.dispatch.engine_client import EngineClient, EngineConnectionError
 
 
 class CountingServer:

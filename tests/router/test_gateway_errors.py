@@ -120,7 +120,7 @@ def test_a_prompt_over_the_limit_is_context_length_exceeded(pd_workers):
     ("plain text", "plain text", None, None),
 ])
 def test_engine_error_bodies_of_every_shape_become_openais(engine_body, message, param, code):
-    from orchestrator.router.failures import engine_error_object
+    from orchestrator.router.dispatch.failures import engine_error_object
 
     assert engine_error_object(400, engine_body) == {
         "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}

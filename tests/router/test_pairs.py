@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.api.generate import SGLANG_DEFAULT_MAX_NEW_TOKENS
-from orchestrator.router.pairs import request_shape
+from orchestrator.router.dispatch.pairs import request_shape
 
 
 def test_one_prompt_uses_its_max_new_tokens_or_sglangs_default():

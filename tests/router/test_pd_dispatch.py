@@ -17,8 +17,9 @@ from aiohttp import web
 
 from orchestrator.records import BenchRequest, WorkerEndpoint
 from orchestrator.router.batch import run_batch
-from orchestrator.router.dispatch import DispatchSettings, PDDispatcher
-from orchestrator.router.failures import DispatchError
+from orchestrator.router.dispatch.dispatcher import PDDispatcher
+from orchestrator.router.dispatch.failures import DispatchError
+from orchestrator.router.dispatch.settings import DispatchSettings
 
 KV_BOARD: dict[tuple[int, int], asyncio.Event] = {}  # (prefill bootstrap port, room) -> KV "landed"
 

@@ -9,21 +9,9 @@ import time
 import pytest
 
 from orchestrator.records import WorkerEndpoint
-from orchestrator.router.dispatch import PDDispatcher
-from orchestrator.router.pairs import request_shape
-from orchestrator.router.policies import (
-    POLICIES,
-    LeastOutstanding,
-    LeastTokens,
-    NoWorkerError,
-    PowerOfTwo,
-    PrefixAware,
-    RequestShape,
-    RoundRobin,
-    WorkerState,
-    eligible,
-    make_policy,
-)
+from orchestrator.router.dispatch.dispatcher import PDDispatcher
+from orchestrator.router.dispatch.pairs import request_shape
+from orchestrator.router.dispatch.policies import POLICIES, LeastOutstanding, LeastTokens, NoWorkerError, PowerOfTwo, PrefixAware, RequestShape, RoundRobin, WorkerState, eligible, make_policy
 
 
 def worker(name: str, role: str = "decode", outstanding: int = 0, healthy: bool = True,

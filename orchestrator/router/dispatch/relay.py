@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, Protocol
 import aiohttp
 import orjson
 
-from orchestrator.router.failures import LegFailure, error_message, raise_if_aborted
-from orchestrator.router.pairs import fill_from_payload
+from orchestrator.router.dispatch.failures import LegFailure, error_message, raise_if_aborted
+from orchestrator.router.dispatch.pairs import fill_from_payload
 
 if TYPE_CHECKING:
-    from orchestrator.router.pairs import Answer, Pair
-    from orchestrator.router.policies import WorkerState
+    from orchestrator.router.dispatch.pairs import Answer, Pair
+    from orchestrator.router.dispatch.policies import WorkerState
 
 log = logging.getLogger(__name__)
 

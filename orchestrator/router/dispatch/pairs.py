@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.api.generate import SGLANG_DEFAULT_MAX_NEW_TOKENS
-from orchestrator.router.policies import RequestShape, WorkerState
+from orchestrator.router.dispatch.policies import RequestShape, WorkerState
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
+from orchestrator.router.dispatch.policies import NoWorkerError, WorkerState
 from orchestrator.router.json_response import error_object
-from orchestrator.router.policies import NoWorkerError, WorkerState
 
 
 class LegFailure(Exception):
