@@ -8,7 +8,8 @@ the same file at mem 0.80 (lease 4's product row); PD decode = configs/device-h2
 Context per request = 330 prompt tokens + half of the 64 new ones (the rounds' mean), the decode's in-run context
 from `--pd-context` (default 360: ShareGPT's mean prompt 341 + part of its output, as the analysis' model line).
 
-Usage (repo root, no GPU): .venv/bin/python benchmarks/eager_inrun_predict.py [--gpu H100-SXM] [--json FILE]
+Usage (no GPU; the configs and the model folder are read from the repository root, whatever the working
+directory): .venv/bin/python benchmarks/eager_inrun_predict.py [--gpu H100-SXM] [--json FILE]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ MODEL = "models/deepseek-v2-lite"
 
 
 def server_model(config: str, role: Role, sets: list[str], gpu: str):
-    cfg = load_config(config, [f"model.path={MODEL}", f"cluster.gpu={gpu}", *sets])
+    cfg = load_config(ROOT / config, [f"model.path={MODEL}", f"cluster.gpu={gpu}", *sets], paths_from=ROOT)
     return cost_model_for(cfg, role, getattr(cfg.layout, role)[0])
 
 

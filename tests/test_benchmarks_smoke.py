@@ -166,9 +166,12 @@ def test_a_pending_row_is_predicted_as_the_back_test_will_predict_it_once_measur
 
 def test_a_benchmark_reads_the_repositorys_config_and_its_model_folder_from_any_directory(tmp_path, monkeypatch) -> None:
     # configs/device-h200x2-qwen3-serve.yaml names its model by folder (models/qwen3-235b-a22b-fp8-l6), not a preset
-    from benchmarks import qwen3_decode_terms, qwen3_routing_read
+    from benchmarks import eager_inrun_predict, qwen3_decode_terms, qwen3_routing_read
 
     monkeypatch.chdir(tmp_path)
+    # eager_inrun_predict: the V2-Lite configs and models/deepseek-v2-lite, named from the repository root
+    lone = eager_inrun_predict.server_model(eager_inrun_predict.AGG, "aggregated", ["layout.aggregated.0.tp=1"], "H100-SXM")
+    assert lone.tp == 1 and eager_inrun_predict.step_row(lone, 600, 362.0)["step_ms"] > 0
     per_expert, top_k, experts, moe_layers = qwen3_routing_read.expert_bytes_per_layer(
         "configs/device-h200x2-qwen3-serve.yaml", "H200")
     assert (top_k, experts, moe_layers) == (8, 128, 6) and per_expert > 0
