@@ -13,7 +13,7 @@
 #           once, non-streaming: requests finish every step), profiled at its first eager line
 #   pd      the lease-4/5 PD row through the product (decode GPU 1 at 0.65), the decode scheduler profiled the same way
 # A 1 Hz CPU sampler (cpu_sampler.py) runs through agg and pd. Knobs: BUDGET (s, default 575), PROFILE_B_RESERVE_S
-# (s kept from A for B, default 215), BLOB_SHA256 (checked on the assembled pieces), DRY_RUN=1 (print the commands).
+# (s kept from A for B, default 215), PROFILE_B1_BATCHES (B1's rounds, default 300,450,600; empty skips them), BLOB_SHA256 (checked on the assembled pieces), DRY_RUN=1 (print the commands).
 # Returns in $OUT: agg-inrun.tar.xz / pd-inrun.tar.xz (bench run, engine logs, scrapes, pyspy/), lone-tp1.tar.xz
 # (server log, lone.json, lone-prof.json, b5.json, pyspy-b1/, pyspy-b5/), cpu-<phase>.jsonl.xz, host.txt,
 # pyspy-check.txt, manifest.json.
@@ -32,6 +32,9 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   *) GPU_TYPE="" ;;
 esac
 BENCH_SETS="${BENCH_SETS:-}${GPU_TYPE:+ --set cluster.gpu=$GPU_TYPE}"
+# a one-GPU machine (lease 7's second call): each raylet advertises the one GPU, the server gets GPU 0
+[ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" = 1 ] && BENCH_SETS="$BENCH_SETS --set cluster.gpus_per_node=1"
+B1_BATCHES=${PROFILE_B1_BATCHES-300,450,600}   # empty: no B1 rounds (B1p then warms its own bucket up)
 PD_CFG=configs/device-h200x2-local-1p1d.yaml; AGG_CFG=configs/device-h200x2-local-agg-tp2.yaml; ROUTER_GPUS="0 1"
 LOGARGS='[--sampling-backend,pytorch,--log-level,info,--decode-log-interval,"10"]'   # the configs' flags + interval 10
 A_SETS="--set layout.aggregated.0.tp=1 --set layout.aggregated.0.mem_fraction_static=0.65 --set engine.sglang.extra_args=$LOGARGS"
@@ -94,14 +97,14 @@ lone_b() {  # B on a lone aggregated TP 1 server on GPU $1
     --name lone --state-dir $D || { el "lone server did not start"; return 1; }
   if python3 scripts/device/serve_direct.py wait --state-dir $D lone --timeout-s $(( $(left) - 120 )); then
     spid=$(python3 -c "import json; print(json.load(open('$D/lone.json'))['pid'])")
-    el "B1: 300 / 450 / 600 alone"
-    timeout $(( $(left) - 100 )) python3 scripts/device/eager_lone.py --url http://127.0.0.1:30300 --log $D/lone.log \
-      --server-pid $spid --out $D/lone-b1.json --batches 300,450,600 --variants alone 2>&1 | tail -6
+    [ -z "$B1_BATCHES" ] || { el "B1: $B1_BATCHES alone"
+      timeout $(( $(left) - 100 )) python3 scripts/device/eager_lone.py --url http://127.0.0.1:30300 --log $D/lone.log \
+        --server-pid $spid --out $D/lone-b1.json --batches $B1_BATCHES --variants alone 2>&1 | tail -6; }
     el "B1p: one profiled round of 600 x 256 out"
     python3 $WATCH --pyspy $PYSPY --log-glob $D/lone.log --server-pid $spid --out $D/pyspy-b1 --min-running 540 \
       --timeout-s 60 > $D/watch-b1.txt 2>&1 & local w1=$!
     timeout $(( $(left) - 75 )) python3 scripts/device/eager_lone.py --url http://127.0.0.1:30300 --log $D/lone.log \
-      --server-pid $spid --out $D/lone-prof.json --batches 600 --variants alone --new-tokens 256 --no-warmup 2>&1 | tail -3
+      --server-pid $spid --out $D/lone-prof.json --batches 600 --variants alone --new-tokens 256 ${B1_BATCHES:+--no-warmup} 2>&1 | tail -3
     wait $w1; cat $D/watch-b1.txt
     el "B5: the 1000 ShareGPT prompts straight to the server, all at once"
     python3 scripts/device/replay.py dump --config $AGG_CFG $SETS $A_SETS --out $D/batch.json 2>&1 | tail -2

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", type=int, help="where several schedulers run: the one on this GPU index")
     ap.add_argument("--server-pid", type=int, help="prefer a scheduler under this process")
     ap.add_argument("--min-running", type=int, default=300)
-    ap.add_argument("--record-s", type=float, default=10.0)
+    ap.add_argument("--record-s", type=int, default=10, help="whole seconds (py-spy's -d takes an integer)")
     ap.add_argument("--rate", type=int, default=100)
     ap.add_argument("--dumps", type=int, default=3)
     ap.add_argument("--busy-share", type=float, default=0.3, help="dump other processes above this share of a core")

@@ -80,7 +80,7 @@ def test_the_watcher_profiles_the_process_named_as_sglang_s_scheduler(tmp_path) 
     argv = (tmp_path / "argv.txt").read_text().splitlines()
     assert argv[0] == f"dump --native --pid {sched.pid}"
     record = next(a for a in argv if a.startswith("record"))
-    assert "--native --threads --idle -r 100 -f raw -d 1.0" in record and record.endswith(f"--pid {sched.pid}")
+    assert "--native --threads --idle -r 100 -f raw -d 1 -o" in record and record.endswith(f"--pid {sched.pid}")
     assert "run_batch (scheduler.py:3528) 7" in (out / "record.raw").read_text()
     assert (out / "dump-1.txt").exists() and (out / "dump-2.txt").exists() and not (out / "dump-3.txt").exists()
     busy = json.loads((out / "threads-1.json").read_text())["threads"]
@@ -88,7 +88,8 @@ def test_the_watcher_profiles_the_process_named_as_sglang_s_scheduler(tmp_path) 
 
 
 def test_the_watcher_refuses_a_missing_profiler_and_a_zero_record(tmp_path) -> None:
-    for args in (["--pyspy", str(tmp_path / "absent")], ["--pyspy", sys.executable, "--record-s", "0"]):
+    for args in (["--pyspy", str(tmp_path / "absent")], ["--pyspy", sys.executable, "--record-s", "0"],
+                 ["--pyspy", sys.executable, "--record-s", "2.5"]):   # py-spy's -d takes whole seconds only
         with pytest.raises(SystemExit) as err:
             eager_pyspy.main(["--log-glob", "x", "--out", str(tmp_path / "o"), *args])
         assert err.value.code == 2
