@@ -10,6 +10,9 @@ PY=${PYTHON:-python3}
 APT=()
 { command -v prometheus && command -v promtool; } >/dev/null || APT+=(prometheus)
 { command -v slurmctld && command -v slurmd && command -v sbatch; } >/dev/null || APT+=(slurm-wlm)
+# curl and pgrep: the device scripts' engine scraper (scripts/device/scrape_lib.sh, tests/calibrate/test_device_scrape.py)
+command -v curl >/dev/null || APT+=(curl)
+command -v pgrep >/dev/null || APT+=(procps)
 if [ "${#APT[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq >/dev/null

@@ -53,21 +53,16 @@ install_runtime() {  # Ray + data (.device/rt/runtime.tar.xz)
 }
 install_router() { install_chunk .device/rt/router.tar.xz router; }   # sglang-router 0.3.2
 
-. "$(dirname "${BASH_SOURCE[0]}")/scrape_lib.sh"   # scrape_sglang_servers
+. "$(dirname "${BASH_SOURCE[0]}")/scrape_lib.sh"   # scrape_engines: every SGLang server's /metrics and /server_info
 SCRAPER=""
-scrape_engines() {  # every 3 s: /metrics (last one wins) and /server_info of every running SGLang server
-  local dir=$1; mkdir -p $dir
-  while true; do
-    scrape_sglang_servers $dir
-    # engine logs of the local cluster's runs (its temp dir is removed when bench stops the cluster), one folder
-    # per deployment: prepare's and serve's engines have the same file names
-    for f in /tmp/pdo-ray-*/*/session_*/logs/pd-engines/*/*.log; do
-      [ -f "$f" ] || continue; local run; run=$(basename $(dirname $f)); mkdir -p $dir/$run; cp "$f" $dir/$run/
-    done
-    sleep 3
+copy_cluster_engine_logs() {  # $1 = dir: engine logs of the local cluster's runs (its temp dir is removed when bench
+  # stops the cluster), one folder per deployment: prepare's and serve's engines have the same file names
+  local f run
+  for f in /tmp/pdo-ray-*/*/session_*/logs/pd-engines/*/*.log; do
+    [ -f "$f" ] || continue; run=$(basename $(dirname $f)); mkdir -p $1/$run; cp "$f" $1/$run/
   done
 }
-start_scraper() { scrape_engines "$1" & SCRAPER=$!; }
+start_scraper() { scrape_engines "$1" copy_cluster_engine_logs & SCRAPER=$!; }   # every 3 s, until stop_scraper
 stop_scraper() { [ -n "$SCRAPER" ] && kill $SCRAPER 2>/dev/null; SCRAPER=""; }
 
 bench_local() {  # $1 = config, $2 = output dir, then extra --set args: `bench` starting (and stopping) its own local cluster
