@@ -31,7 +31,9 @@ Assumptions and measured terms of the roofline (docs/planning.md):
   rank, so TP does not multiply KV capacity; DP attention does (each rank holds its own requests).
 - MoE: routed experts are sharded over all TP ranks (by EP or by TP, the bytes per GPU are the same).
   A decode step reads only the experts its batch hits: E x (1 - (1 - k/E)^tokens) (uniform routing) with real
-  weights; with dummy weights under R1's router the distinct experts measured on one H200 (weights.dummy_routing).
+  weights; with dummy weights under R1's router the distinct experts measured on one H200 (weights.dummy_routing); a
+  closed loop of identical greedy requests on dummy weights decodes one 2-token cycle in every request, so its decode
+  steps route as at most two tokens (weights.decode_routing_tokens).
 - Pipeline parallel (a group's `pp`) splits layers over stages that pp micro-batches keep busy,
   one activation send per stage boundary (perfmodel/parallel/pipeline.py); collectives are published NCCL
   figures (perfmodel/parallel/collectives.py).
@@ -63,6 +65,7 @@ from orchestrator.perfmodel.calibration_lookup import find_calibration
 from orchestrator.perfmodel.gpus import gpu_spec
 from orchestrator.perfmodel.server.engine_cost_model import EngineCostModel
 from orchestrator.perfmodel.speculative import Speculative, mtp_accept_length
+from orchestrator.perfmodel.weights import decode_routing_tokens
 from orchestrator.records import Role
 
 if TYPE_CHECKING:
@@ -127,6 +130,8 @@ def cost_model_of_spec(cfg: RunConfig, spec: ServerSpec, gpu: str | None = None,
         gpu_memory_gb=cfg.cluster.gpu_memory_gb if gpu == cfg.cluster.gpu else None, calibrated=calibrated, spec=spec,
         efficiency_prefill=cfg.engine.sim.efficiency_prefill, efficiency_decode=cfg.engine.sim.efficiency_decode,
         context_length=cfg.model.context_length,
+        # a closed loop sends one identical request from every client (config/benchmark.py)
+        decode_routing_tokens=decode_routing_tokens(spec.load_format, cfg.benchmark.closed_loop),
     )
 
 

@@ -137,3 +137,22 @@ def dummy_routing(load_format: str | None, topk_method: str) -> bool:
     benchmarks/results/2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe); V2-Lite's greedy softmax router is
     not counted and its profile fits either way (9 % RMS). Both keep uniform routing."""
     return load_format == "dummy" and topk_method == "noaux_tc"
+
+
+# A greedy decode on dummy weights follows a cycle of at most two tokens. SGLang's dummy loader seeds every
+# parameter alike (model_loader/weight_utils.py initialize_dummy_weights: the values "only depend on the parameter's
+# number of elements and its data type"), so an untied lm_head equals embed_tokens and every RMSNorm weight is the
+# same vector w; every layer adds far less than bf16 resolves of the residual, which stays the current token's
+# embedding. The next token is then argmax_v sum_i E[v,i] w_i E[x,i], a symmetric form: along its argmax chain
+# B(x_t+1, x_t) never decreases, so the chain ends in a fixed point or a 2-cycle. The router reads the same normed
+# embedding, so a token's experts follow from the token alone. Requests that end alike (a closed loop of identical
+# requests through one chat template) all decode the same cycle: a decode step of B of them routes like min(B, 2)
+# tokens. Seen in the two-GPU closed-loop runs: every response carried the same 1,600 bytes of content, 8.0 per token
+# (benchmarks/qwen3_closed_loop_terms.py, benchmarks/results/2026-11-27-qwen3-closed-loop-terms/).
+DUMMY_GREEDY_CYCLE_TOKENS = 2
+
+
+def decode_routing_tokens(load_format: str | None, identical_requests: bool) -> int | None:
+    """The most distinct tokens a decode step routes (None: one per request in the batch): a workload of identical
+    greedy requests on dummy weights decodes one cycle of DUMMY_GREEDY_CYCLE_TOKENS tokens in every request."""
+    return DUMMY_GREEDY_CYCLE_TOKENS if load_format == "dummy" and identical_requests else None

@@ -105,5 +105,6 @@ class DecodeTerms(ForwardTerms):
         per_layer = c.layer_s + c.layer_per_req_s * bs / split + ctx_term
         # eager (beyond the graphs): the same GPU work with eager collectives; its CPU launch is _decode_pass_s's
         fixed_step = cal.decode_step_s if stage is None else 0.0  # a PP stage's scheduler step: parallel/pipeline.py
-        step = self.weight_read_s(bs, stage) + self._comm_s(bs, stage, eager=eager, decode=True) + layers * per_layer + fixed_step
+        step = (self.weight_read_s(bs, stage, decode=True) + self._comm_s(bs, stage, eager=eager, decode=True)
+                + layers * per_layer + fixed_step)
         return step * cal.page_factor(self.page_size)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-from orchestrator.plan.simulate import SimRequest, Simulation, SimulationError, layout_servers, shared_gpu_groups
+from orchestrator.plan.simulate import (ForwardObserver, SimRequest, Simulation, SimulationError, layout_servers,
+                                        shared_gpu_groups)
 from orchestrator.stats import percentile
 
 
@@ -120,8 +121,9 @@ class _ClosedLoopSimulation(Simulation):
 
 
 def simulate_closed_loop(cfg: RunConfig, load: ClosedLoopLoad, gpu: str | None = None,
-                         sglang_version: str | None = None) -> ClosedLoopRun:
-    """The measured window of `load` on cfg's layout (GPU `gpu`, else cfg.cluster.gpu), in virtual time."""
+                         sglang_version: str | None = None, observe: ForwardObserver | None = None) -> ClosedLoopRun:
+    """The measured window of `load` on cfg's layout (GPU `gpu`, else cfg.cluster.gpu), in virtual time. `observe`:
+    told of every forward as it starts (simulate.py's ForwardObserver), to read the loop's batches term by term."""
     if load.concurrency < 1 or load.input_tokens < 1 or load.output_tokens < 2:
         raise SimulationError(f"closed loop N={load.concurrency}, ISL {load.input_tokens}, OSL {load.output_tokens}: "
                               "N and ISL must be >= 1 and OSL >= 2")
@@ -130,6 +132,7 @@ def simulate_closed_loop(cfg: RunConfig, load: ClosedLoopLoad, gpu: str | None =
         raise SimulationError(f"benchmark.input_tokens + output_tokens = {load.input_tokens + load.output_tokens} "
                               f"exceeds model.context_length={context}; raise model.context_length or shorten them")
     sim = _ClosedLoopSimulation(cfg, load, gpu or cfg.cluster.gpu, sglang_version)
+    sim.observe = observe
     sim.run([(load.input_tokens, load.output_tokens)] * load.concurrency, load.concurrency)
     end = load.window_s + load.grace_s
     counted, late = [], 0

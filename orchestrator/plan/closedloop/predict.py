@@ -201,6 +201,9 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
         if routing := model.lent_routing_note():
             out[-1] += f"; {routing}"
+        if model.decode_routing_tokens and role != "prefill":
+            out[-1] += (f"; a decode step of this loop's identical greedy requests on dummy weights routes as at most "
+                        f"{model.decode_routing_tokens} tokens (perfmodel/weights.decode_routing_tokens)")
     for names in shared_gpu_groups(cfg):
         out.append(f"{' and '.join(names)} share one GPU (cluster.local.gpu_split: off): their forwards time-slice it, "
                    "each at 1/k of the GPU while k run (perfmodel/scheduling/timeslice.py)")
