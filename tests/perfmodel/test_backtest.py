@@ -533,18 +533,33 @@ def test_every_miss_moved_out_by_a_commit_names_a_model_commit_on_main_after_its
 def test_a_row_marked_miss_that_is_inside_now_is_named_in_the_summary(tmp_path) -> None:
     """A model change can bring a reported miss back inside its bound; the summary names it so the mark gets flipped
     (the bound itself never moves)."""
+    from orchestrator.plan.backtest.dataset import BacktestError
     from orchestrator.plan.backtest.report import summary
 
     data = load_dataset()
     row = dict(next(r for r in data["runs"] if r["id"] == "h100x16-r1-tp16-batch-caps-1024"))
     shutil.copy(DATASET.parent / "sharegpt-full-1000-seed2025-v2lite.json", tmp_path)
     path = tmp_path / "runs.yaml"
-    for expect, named in (("in", False), ("miss", True)):
-        marked = {**row, "expect": expect, **({"missed_since": "7c93962"} if expect == "miss" else {})}
+    why = "inside only by chance: a test's stated reason, one line and long enough"
+    for expect, kept, named in (("in", None, False), ("miss", None, True), ("miss", why, False)):
+        marked = {**row, "expect": expect, **({"missed_since": "7c93962"} if expect == "miss" else {}),
+                  **({"miss": {"why": "a reported miss in a test", "inside_now": kept}} if kept else {})}
         path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [marked]}))
         (result,) = run_backtest(path)
         assert result.within, "the row is inside its bound at this model"
-        assert ("marked expect: miss but inside now: h100x16-r1-tp16-batch-caps-1024" in summary([result])) is named
+        text = summary([result])
+        assert ("marked expect: miss but inside now: h100x16-r1-tp16-batch-caps-1024" in text) is named
+        # a row kept as a miss prints why it stays one
+        assert ("kept expect: miss although inside: h100x16-r1-tp16-batch-caps-1024 (-" in text and why in text) is bool(kept)
+    # the marks are refused on the wrong row or without their why
+    for bad, field in (({**row, "inside_since": "7ed4cfa", "inside_why": why, "expect": "miss", "missed_since": "7c93962"},
+                        "inside_since"),
+                       ({**row, "inside_since": "7ed4cfa"}, "inside_since"),
+                       ({**row, "inside_since": "the hcite change", "inside_why": why}, "inside_since"),
+                       ({**row, "miss": {"inside_now": why}}, "miss.inside_now")):
+        path.write_text(yaml.safe_dump({"batches": data["batches"], "runs": [bad]}))
+        with pytest.raises(BacktestError, match=rf"^row 'h100x16-r1-tp16-batch-caps-1024': {field}"):
+            run_backtest(path)
 
 
 def test_no_row_is_marked_miss_and_inside_without_a_stated_reason(rows) -> None:

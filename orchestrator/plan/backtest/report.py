@@ -72,9 +72,13 @@ def summary(rows: Sequence[BacktestRow]) -> str:
     if reported:
         text += "; reported misses: " + ", ".join(f"{r.id} ({r.error_text()})" for r in reported)
     if regressed:
-        text += "; REGRESSED (inside when first predicted): " + ", ".join(f"{r.id} ({r.error_text()})" for r in regressed)
-    if stale := [r for r in pinned if r.within and r.expect == "miss"]:
-        text += "; marked expect: miss but inside now: " + ", ".join(f"{r.id} ({r.error_text()})" for r in stale)
+        text += "; REGRESSED (inside when first predicted): " + ", ".join(
+            f"{r.id} ({r.error_text()}{f'; inside since {r.inside_since}' if r.inside_since else ''})" for r in regressed)
+    stale = [r for r in pinned if r.within and r.expect == "miss"]
+    if unexplained := [r for r in stale if not r.inside_now]:
+        text += "; marked expect: miss but inside now: " + ", ".join(f"{r.id} ({r.error_text()})" for r in unexplained)
+    if kept := [r for r in stale if r.inside_now]:
+        text += "; kept expect: miss although inside: " + ", ".join(f"{r.id} ({r.error_text()}: {r.inside_now})" for r in kept)
     if missed:
         text += " (docs/fidelity.md says why)"
     return "\n".join([text, _mape_text(rows, "in"), _mape_text(rows, "out"), POINTS_NOTE])

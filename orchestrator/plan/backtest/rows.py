@@ -30,6 +30,8 @@ class BacktestRow:
     bound_set: str = ""  # date + commit the bound was set (before the first prediction)
     missed_since: str = ""  # expect: miss only: the commit that moved it outside its bound, or FIRST_PREDICTION
     scope: str = ""  # throughput rows: run (a batch through the servers) | point (one calibration-harness point)
+    inside_since: str = ""  # expect: in after a reported miss: the model commit that brought it inside its bound
+    inside_now: str = ""  # expect: miss kept although inside its bound now: why (e.g. inside by chance)
 
     @property
     def error(self) -> float | None:
@@ -107,7 +109,22 @@ def honesty_fields(row: dict) -> dict:
             raise BacktestError(f"row {row.get('id')!r}: a memory row with expect: miss needs miss.why (what the "
                                 "model lacks)")
     return dict(sample=sample, expect=expect, bound_set=str(row.get("bound_set", "")),
-                missed_since=missed_since(row.get("id"), row.get("missed_since"), expect == "miss"))
+                missed_since=missed_since(row.get("id"), row.get("missed_since"), expect == "miss"),
+                **_inside_fields(row, expect))
+
+
+def _inside_fields(row: dict, expect: str) -> dict:
+    """A reported miss that came inside its bound: `inside_since` (a commit) + `inside_why` on a row now expect: in,
+    or `miss.inside_now` (why it stays a miss) on one kept expect: miss; refused on the other mark or without the why."""
+    since, why, kept = row.get("inside_since"), str(row.get("inside_why") or ""), (row.get("miss") or {}).get("inside_now")
+    if (since is not None or why) and (expect != "in" or not re.fullmatch(r"[0-9a-f]{7,40}", str(since))
+                                       or len(why) < 40):
+        raise BacktestError(f"row {row.get('id')!r}: inside_since (the commit, 7-40 hex digits) and inside_why (why, one "
+                            f"line) go together on a row marked expect: in; got {since!r} / {why[:40]!r}")
+    if kept is not None and (expect != "miss" or len(str(kept)) < 40):
+        raise BacktestError(f"row {row.get('id')!r}: miss.inside_now says, on a row kept expect: miss, why it stays a "
+                            f"miss although inside its bound (one line)")
+    return dict(inside_since=str(since or ""), inside_now=str(kept or ""))
 
 
 FIRST_PREDICTION = "first-prediction"  # outside its bound since its first prediction: no commit moved it out
