@@ -171,7 +171,7 @@ def planning_memory_cases() -> str:
     """docs/planning.md's known-cases table: the memory check of each case tests/plan/test_plan_memory.py pins
     (verdict, weights, KV range), computed now (a memory check, no simulation: well under a second)."""
     from orchestrator.config import config_from_dict
-    from orchestrator.plan.memory import check_layout_fits
+    from orchestrator.plan.memory.preflight import check_layout_fits
     from tests.plan.test_plan_memory import KNOWN_CASES
 
     lines = ["| case | verdict | weights GB/GPU | KV tokens per server (prefill / decode) |", "|---|---|---|---|"]

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.config import load_config
-from orchestrator.perfmodel.server import forward
 from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.perfmodel.server import forward
 from orchestrator.plan.backtest.dataset import DATASET, load_dataset, sent_batch
 from orchestrator.plan.backtest.predict import predict_row
-from orchestrator.plan.memory import sglang_defaults_text
+from orchestrator.plan.memory.defaults_text import sglang_defaults_text
 from orchestrator.plan.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,12 +18,13 @@ from orchestrator.plan.backtest.band import ErrorBand, error_band, out_of_sample
 from orchestrator.plan.backtest.dataset import BacktestError
 from orchestrator.plan.compare import MEASURED, SIM_ENGINE, compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
-from orchestrator.plan.memory import check_layout_fits, sglang_defaults_text
+from orchestrator.plan.memory.defaults_text import sglang_defaults_text
+from orchestrator.plan.memory.preflight import check_layout_fits
 from orchestrator.plan.proposals import add_search_args, print_search
 from orchestrator.plan.search import PlanError
 from orchestrator.plan.simulate import LABEL, SimulatedRun, SimulationError, batch_shapes
-from orchestrator.stats import percentile
 from orchestrator.rules import verdict_for
+from orchestrator.stats import percentile
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:

@@ -149,7 +149,7 @@ def simulated_rows(config_paths: Sequence[str | Path], node_counts: Sequence[int
                    synthetic: bool = False) -> list[ScalingRow]:
     """Each config at each node count (where its layout scales to it), on the first config's batch."""
     from orchestrator.config import load_config
-    from orchestrator.plan.memory import check_layout_fits
+    from orchestrator.plan.memory.preflight import check_layout_fits
     from orchestrator.plan.simulate import SimulationError, batch_shapes, simulate_run
 
     configs = [(Path(p), load_config(p)) for p in config_paths]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from orchestrator.config import RunConfig
 from orchestrator.plan.deadline import AT_RISK, INVALID, VALID, DeadlineBudget
 from orchestrator.plan.knobs import knob_text
-from orchestrator.plan.memory import MemoryReport
+from orchestrator.plan.memory.report import MemoryReport
 from orchestrator.rules import RulesVerdict
 
 # Fields the search never changes: a rules violation there is the same for every layout, so it is stated once

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.plan.candidate import FIXED_FIELDS, Candidate
 from orchestrator.plan.deadline import INVALID, predict_deadline
-from orchestrator.plan.memory import check_layout_fits
 from orchestrator.plan.explain import why_better
 from orchestrator.plan.knobs import KNOBS, base_knobs, knob_text
+from orchestrator.plan.memory.preflight import check_layout_fits
 from orchestrator.rules import RulesProfile, check_config
 
 # A change of a knob is kept only when it shortens the predicted run by more than this (else the simpler,

@@ -250,7 +250,7 @@ def run_bench(
 ) -> BenchResult:
     """Run the whole benchmark; always returns a result (INVALID with a reason when a phase failed)."""
     from orchestrator.cluster.inventory import check_declared_placement
-    from orchestrator.plan.memory import require_fit
+    from orchestrator.plan.memory.preflight import require_fit
 
     if num_prompts is not None:
         cfg = cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"num_prompts": num_prompts})})
@@ -320,7 +320,7 @@ def run_bench(
             reason = _interrupted(clock, finished, quiet)
             results = list(finished.values())
         except Exception as exc:
-            from orchestrator.plan.memory import LayoutDoesNotFit
+            from orchestrator.plan.memory.report import LayoutDoesNotFit
 
             if stop_reason():  # our handler's exception raised inside Ray's C code comes back mangled
                 reason = _interrupted(clock, finished, quiet)

@@ -123,7 +123,7 @@ class PrepareReport:
 
 def config_checks(cfg: RunConfig) -> list[Check]:
     """Memory fit (what `bench` refuses to launch) and the rules profile, if the config names one."""
-    from orchestrator.plan.memory import check_layout_fits
+    from orchestrator.plan.memory.preflight import check_layout_fits
 
     memory = check_layout_fits(cfg, suggest=False)
     checks = [Check("memory", memory.fits, memory.summary().splitlines()[0].removeprefix("memory: "))]

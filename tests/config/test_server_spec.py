@@ -17,7 +17,7 @@ from orchestrator.config.sglang_versions import PINNED_SGLANG
 from orchestrator.engines.base import WorkerPlacement
 from orchestrator.engines.sglang.launch import SglangBackend
 from orchestrator.engines.sim.settings import add_server_args, settings_from_args
-from orchestrator.plan.memory import sglang_defaults_text
+from orchestrator.plan.memory.defaults_text import sglang_defaults_text
 
 NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True)
 

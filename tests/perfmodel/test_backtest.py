@@ -23,7 +23,8 @@ from orchestrator.perfmodel.profile import ProfileError, load_profile, shipped_p
 from orchestrator.plan.backtest.dataset import DATASET, load_dataset
 from orchestrator.plan.backtest.predict import run_backtest
 from orchestrator.plan.deadline import predict_deadline
-from orchestrator.plan.memory import DOES_NOT_FIT, FITS, check_layout_fits
+from orchestrator.plan.memory.preflight import check_layout_fits
+from orchestrator.plan.memory.report import DOES_NOT_FIT, FITS
 
 ROOT = Path(__file__).resolve().parents[2]
 R1_SHAPED = ROOT / "benchmarks/backtest/configs/h200-r1shaped-6l.yaml"

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import config_from_dict, load_config
-from orchestrator.plan.memory import (
-    DOES_NOT_FIT,
-    FITS,
-    LITTLE_KV,
-    LayoutDoesNotFit,
-    check_layout_fits,
-    require_fit,
-)
+from orchestrator.plan.memory.preflight import check_layout_fits, require_fit
+from orchestrator.plan.memory.report import DOES_NOT_FIT, FITS, LITTLE_KV, LayoutDoesNotFit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,7 +117,7 @@ def test_the_memory_check_reads_the_server_spec_not_the_group() -> None:
     from dataclasses import replace
 
     from orchestrator.config.server_spec import server_spec
-    from orchestrator.plan.memory import group_memory
+    from orchestrator.plan.memory.server_fit import group_memory
 
     cfg = config_from_dict(pd_1p1d("H200", "fp8"))
     group = cfg.layout.decode[0]
@@ -322,7 +316,7 @@ def test_a_decode_server_capped_at_256_running_holds_graph_buffers_for_256_not_t
     default reserves for), but captures no graph above the scheduler's request pool (get_batch_sizes_to_capture clamps
     to req_to_token_pool.size = the running limit): the graph buffers the decode holds after start are 256's."""
     from orchestrator.perfmodel.costmodel import cost_model_for
-    from orchestrator.plan.memory import sglang_defaults_text
+    from orchestrator.plan.memory.defaults_text import sglang_defaults_text
 
     def decode(**group) -> tuple:
         data = pd_1p1d("H100-SXM", "w4a8")

@@ -12,7 +12,8 @@ from orchestrator.config import load_config
 from orchestrator.config.model_presets import DEEPSEEK_R1, ModelArchitecture
 from orchestrator.engines.base import WorkerPlacement
 from orchestrator.engines.sglang.launch import SglangBackend
-from orchestrator.plan.memory import FITS, LITTLE_KV, check_layout_fits
+from orchestrator.plan.memory.preflight import check_layout_fits
+from orchestrator.plan.memory.report import FITS, LITTLE_KV
 
 ROOT = Path(__file__).resolve().parents[2]
 AGG = "configs/h200-r1-agg-tp8.yaml"
