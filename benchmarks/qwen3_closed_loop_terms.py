@@ -19,6 +19,10 @@ server's `Decode batch` lines (one per 40 decode steps, whole-second stamps). Pe
 Modelled: the planner's closed-loop point at that N, with decode routing per request (as before
 weights.decode_routing_tokens) and with the decode batch routing as at most two tokens (now): its time-average decode
 batch, its step at the measured batch, its ITL / TTFT p50 and output tok/s.
+The organisers' reference run at N = 32 (real weights, full size), from SGLang lines of their published logs copied by
+hand (benchmarks/results/2026-11-27-organisers-n32-waves/): the decode server's running batch over time (waves or a
+steady batch?), the prefill's full-chunk input throughput and its idle gaps, beside the planner's loop on
+configs/qwen3-pd-2026.yaml at N = 32 (its send groups, its prefill of one prompt).
 Checked on CPU: the dummy loader's argument (weights.py, DUMMY_GREEDY_CYCLE_TOKENS) on a small random stream: every
 greedy chain of a symmetric argmax form ends in a cycle of at most two tokens.
 """
@@ -187,6 +191,35 @@ def greedy_cycles(rows: int = 4096, width: int = 512, starts: int = 200, seed: i
     return ended, starts
 
 
+ORGANISERS = "2026-11-27-organisers-n32-waves/organisers-n32-log-lines.json"
+
+
+def organisers_waves() -> None:
+    """The organisers' N = 32 lines against the planner's loop at that N (see the module docstring)."""
+    raw = json.loads((RESULTS / ORGANISERS).read_text())
+    running = [r for _, r, _, _ in raw["decode_lines"]]
+    seconds = [datetime.fromisoformat("2026-10-09 " + t + "+00:00").timestamp() for t, *_ in raw["decode_lines"]]
+    rises = [i for i in range(1, len(running)) if running[i] >= 16 > running[i - 1]]  # the batch fills up again
+    full = [thr for _, _, tokens, _, _, thr in raw["prefill_lines"] if tokens == 8192 and thr < 60000]
+    stamps = [datetime.fromisoformat("2026-10-09 " + t + "+00:00").timestamp() for t, *_ in raw["prefill_lines"]]
+    gaps = [b - a for a, b in zip(stamps, stamps[1:]) if b - a >= 2]
+    print(f"\nThe organisers' N = 32 (published lines, {ORGANISERS}):")
+    print(f"  decode-0 #running-req over {seconds[-1] - seconds[0]:.0f} s: {min(running)}..{max(running)}, reaching >= 16 at "
+          f"{', '.join(raw['decode_lines'][i][0] for i in rises)} (every "
+          f"{statistics.fmean(seconds[b] - seconds[a] for a, b in zip(rises, rises[1:])):.1f} s; between them it drains "
+          f"to {min(running)}-8 while the next wave's KV is in transfer): waves")
+    print(f"  prefill-0: full 8,192-token chunks at {statistics.median(full):,.0f} tok/s input (a 4,000-token prompt "
+          f"{4000 / statistics.median(full) * 1e3:.0f} ms); idle gaps of {', '.join(f'{g:.0f}' for g in gaps)} s between bursts")
+    cfg = load_config(ROOT / "configs/qwen3-pd-2026.yaml", paths_from=ROOT)
+    _, _, group = next(g for g in cfg.layout.groups() if g[0] == "prefill")
+    prefill_ms = cost_model_for(cfg, "prefill", group).prefill_time_s([4000]) * 1e3
+    run = simulate_closed_loop(cfg, ClosedLoopLoad.of(cfg, 32))
+    groups = [len(w) for w in run.waves()]
+    print(f"  the planner at N = 32: a 4,000-token prefill {prefill_ms:.0f} ms; its clients' send groups "
+          f"{groups[:12]} ... (the first wave dissolves: {statistics.fmean(groups[5:]):.1f} per send after the fifth); "
+          f"TTFT p50 {run.ttft_ms()['p50']:.0f} ms (measured 1,071)")
+
+
 def main() -> int:
     print("Measured windows (AIPerf records + decode log) beside the lone grid and the planner; ms unless named\n")
     header = (f"{'run':<27}{'N':>3} {'reqs':>5} {'in sys':>6} {'batch':>6} {'logged':>6} {'step':>6} {'ITL p50':>7} "
@@ -231,6 +264,7 @@ def main() -> int:
               f"{before['itl_p50']:>7.2f}->{after['itl_p50']:.2f} / {t['itl_p50']:.2f}{'':>7}"
               f"{before['ttft_p50']:>7.0f}->{after['ttft_p50']:.0f} / {t['ttft_p50']:.0f}{'':>9}"
               f"{before['output_tok_s']:>7,.0f}->{after['output_tok_s']:,.0f} / {t['output_tok_s']:,.0f}")
+    organisers_waves()
     ended, starts = greedy_cycles()
     print(f"\nThe dummy loader's argument on CPU (4,096 x 512 random stream, lm_head = embedding, norm = the stream's head): "
           f"{ended} of {starts} greedy chains end in a cycle of at most 2 tokens within 8 steps")
