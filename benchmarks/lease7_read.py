@@ -12,9 +12,10 @@ benchmarks/results/2026-11-27-lease7-predicted/ (H100-SXM):
 - the 1 Hz CPU sampler: the scheduler main thread's share of a core inside and outside the py-spy windows.
 Then each pre-registered test, and (not pre-registered) every unperturbed clean eager line's step over the model's
 step at its batch: the slow (> x1.4) and fast lines per variant. --points writes call4's B1 rounds as a
-`pdo-calibration-raw/1` file for the back-test's point rows; --json writes everything printed.
+`pdo-calibration-raw/1` file for the back-test's point rows; --result-a call 4's A summary for its row; --json
+writes everything printed.
 
-Usage: .venv/bin/python benchmarks/lease7_read.py [--points OUT.json] [--json OUT.json]
+Usage: .venv/bin/python benchmarks/lease7_read.py [--points OUT.json] [--result-a OUT.json] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", help="write call 4's B1 rounds as a pdo-calibration-raw/1 file here")
     ap.add_argument("--json", help="write the whole read here")
+    ap.add_argument("--result-a", help="write call 4's A summary (its result.json's, as the back-test reads a row) here")
     args = ap.parse_args(argv)
     calls = {c: read_call(c) for c in CALLS}
     for c, r in calls.items():
@@ -229,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
                        "client": {k: r["client"][k] for k in ("n", "ok", "wall_s", "input_tokens", "completion_tokens")}}
                       for r in b1]}]}
         Path(args.points).write_text(json.dumps(points, indent=1) + "\n")
+    if args.result_a:
+        a = calls["call4"]["result_A"]
+        Path(args.result_a).write_text(json.dumps({
+            "source": f"{CALLS['call4']}/agg-inrun.tar.xz: runs/*/result.json summary (bench's own result)",
+            "duration_s": a["duration_s"], "successful_requests": a["successful_requests"],
+            "total_tok_s": a["total_throughput"]}, indent=1) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"calls": calls, "tests": rows}, indent=1) + "\n")
     return 0
