@@ -1,7 +1,7 @@
 """NIXL in one place: the loader, the one endpoint (agent + registered memory, WRITE, notifications), and the
 preflight's KV-page endpoint built on it.
 
-sim prefill --WRITE--> sim decode  (engines/sim/kv_prefill.py, kv_decode.py): one host buffer each, asyncio
+sim prefill --WRITE--> sim decode  (engines/sim/kv/prefill.py, kv/decode.py): one host buffer each, asyncio
 preflight prefill --WRITE--> decode (transfer/preflight.py): MLA-shaped pages in GPU or host memory, own process
 """
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.engines.sim.faults import FaultInjector, RequestFate, crash, parse_fault_spec
-from orchestrator.engines.sim.kv_decode import KvReceiver
-from orchestrator.engines.sim.kv_prefill import KvAux, PrefillKvServer
-from orchestrator.engines.sim.kv_transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
+from orchestrator.engines.sim.kv.decode import KvReceiver
+from orchestrator.engines.sim.kv.prefill import KvAux, PrefillKvServer
+from orchestrator.engines.sim.kv.transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
 from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetrics
 from orchestrator.engines.sim.requests import BadRequest, IncrementalText, Item, TextCodec
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits

@@ -1,7 +1,7 @@
 """Simulated SGLang engine server: one process is one worker speaking SGLang 0.5.17's HTTP API.
 
 argv -> SimSettings (a ServerSpec parsed from SGLang's flags + sim-only knobs) -> SimEngine (scheduler + metrics + faults + PD transfer) -> aiohttp app on --port
-        (+ on a prefill: the bootstrap app on --disaggregation-bootstrap-port, see kv_transfer.py)
+        (+ on a prefill: the bootstrap app on --disaggregation-bootstrap-port, see kv/transfer.py)
 
 Every answer is labelled simulated (`meta_info.simulated`, `/server_info.simulated`, `sglang:simulated`).
 Run one by hand: `pd-orchestrator sim-server --mode prefill --port 30000` or `python -m orchestrator.engines.sim.server`.
@@ -27,7 +27,7 @@ from orchestrator.api.generate import BadRequest, SamplingParams, parse_generate
 from orchestrator.engines.allow_list import start_site
 from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine
 from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, hang_forever, parse_fault_spec
-from orchestrator.engines.sim.kv_transfer import MIB
+from orchestrator.engines.sim.kv.transfer import MIB
 from orchestrator.engines.sim.metrics import CONTENT_TYPE
 from orchestrator.engines.sim.openai.routes import SimOpenAiApi
 from orchestrator.engines.sim.requests import Item, normalise

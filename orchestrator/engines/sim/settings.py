@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.config.model_presets import MODEL_PRESETS, ModelArchitecture
 from orchestrator.config.server_spec import MODE_OF_ROLE, PdTimeouts, ServerSpec, add_spec_args, spec_from_args
-from orchestrator.engines.sim.kv_transfer import MIB
+from orchestrator.engines.sim.kv.transfer import MIB
 from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.records import Role

@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from orchestrator.engines.sim.kv_transfer import (
+from orchestrator.engines.sim.kv.transfer import (
     MIB,
     KvTransferError,
     PayloadCheck,

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from orchestrator.engines.base import PdTimeouts
-from orchestrator.engines.sim.kv_decode import KvReceiver, ReceivePool
-from orchestrator.engines.sim.kv_transfer import (
+from orchestrator.engines.sim.kv.decode import KvReceiver, ReceivePool
+from orchestrator.engines.sim.kv.transfer import (
     PATTERN_TWICE,
     PATTERN_BYTES,
     KvTransferError,

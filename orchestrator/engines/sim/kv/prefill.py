@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from orchestrator.engines.sim.kv_transfer import PATTERN_TWICE, PATTERN_BYTES, KvTransferError, expected_kv_bytes
+from orchestrator.engines.sim.kv.transfer import PATTERN_TWICE, PATTERN_BYTES, KvTransferError, expected_kv_bytes
 from orchestrator.transfer.nixl import NixlEndpoint
 
 

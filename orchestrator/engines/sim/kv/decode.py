@@ -12,8 +12,8 @@ import aiohttp
 import numpy as np
 
 from orchestrator.engines.base import PdTimeouts
-from orchestrator.engines.sim.kv_prefill import KvAux
-from orchestrator.engines.sim.kv_transfer import PATTERN_BYTES, VERIFY_MODES, KvTransferError, PayloadCheck, log
+from orchestrator.engines.sim.kv.prefill import KvAux
+from orchestrator.engines.sim.kv.transfer import PATTERN_BYTES, VERIFY_MODES, KvTransferError, PayloadCheck, log
 from orchestrator.transfer.nixl import POLL_MAX_S, POLL_MIN_S, NixlEndpoint
 
 
