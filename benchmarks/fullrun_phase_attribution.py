@@ -93,6 +93,7 @@ class Run:
     logs: dict[str, str] = field(default_factory=dict)  # server -> its log text (measured runs whose archive kept it)
     t0: float = 0.0  # the first send (epoch s), to put log stamps on the same clock
     eager_forward_s: float = 0.0  # model only: the seconds of its decode forwards that run eager
+    first_prefill_end_s: float = 0.0  # model only: when its first prefill forward ends
 
 
 def segments(run: Run):
@@ -161,8 +162,8 @@ def read_measured(row: dict, source: str) -> Run:
         logs = {}
         for name in names:   # this run's scrape folder where there is one, else the only logs kept
             base = name.rsplit("/", 1)[-1]
-            if re.fullmatch(rf"{mode}-\d+-0\.log", base) and (run_id in name or not any(run_id in n for n in names
-                                                                                        if n.endswith(".log"))):
+            if re.fullmatch(rf"({mode}|prefill)-\d+-0\.log", base) and (run_id in name or not any(
+                    run_id in n for n in names if n.endswith(".log"))):
                 logs[base.split("-")[0] + "-" + base.split("-")[1]] = text(name)
     ok = [r for r in result["results"] if r["status"] == "ok"]
     t0 = min(r["sent_at"] for r in ok)
@@ -188,6 +189,7 @@ def model_run(row: dict, batches: dict) -> Run:
     model = server_model(row)
     seen: dict[int, tuple[object, str]] = {}
     eager = [0.0]
+    prefill_end: list[float] = []
 
     def observe(now, server, forward, schedule) -> None:
         seqs = [s for s, _ in forward.prefill] if forward.kind == "prefill" else forward.running
@@ -196,13 +198,16 @@ def model_run(row: dict, batches: dict) -> Run:
                 seen.setdefault(id(seq.owner), (seq.owner, server))
         if forward.kind == "decode" and model.decode_runs_eager(len(forward.running)):
             eager[0] += forward.duration_s
+        if forward.kind == "prefill" and not prefill_end:
+            prefill_end.append(now + forward.duration_s)
 
     run = simulate_run(cfg, sent_batch(row, batches, DATASET.parent), max_concurrency=None,
                        sglang_version=row.get("sglang_version"), observe=observe)
     reqs = [Req(server, owner.first_token_s, owner.finish_s) for owner, server in seen.values()]  # type: ignore[attr-defined]
     first_tokens = [t for t, e in zip(run.ttft_s, run.e2e_s) if e == t]   # answered at their first token, no forward
     reqs += [Req(None, t, t) for t in first_tokens[: run.num_requests - len(reqs)]]
-    return Run(run.duration_s, reqs, max(model.graph_batch_sizes(), default=0), eager_forward_s=eager[0])
+    return Run(run.duration_s, reqs, max(model.graph_batch_sizes(), default=0), eager_forward_s=eager[0],
+               first_prefill_end_s=prefill_end[0])
 
 
 def step_check(run: Run, model) -> dict[str, dict]:
@@ -210,6 +215,8 @@ def step_check(run: Run, model) -> dict[str, dict]:
     and model seconds at the log's batches and KV."""
     out: dict[str, dict] = {}
     for server, text in run.logs.items():
+        if server.startswith("prefill"):
+            continue
         interval = int(m.group(1)) if (m := _INTERVAL.search(text)) else 40
         lines = [{**r, "t": _utc(r["t"]) - run.t0} for r in decode_lines(text) if r["ranks"] in ("", "TP0")]
         lines = [r for r in lines if -1 <= r["t"] <= run.wall_s + 1]
@@ -285,6 +292,12 @@ def report(row: dict, batches: dict, tail_below: int) -> dict | None:
                       f"{k['model_s']:6.1f} s ({k['model_s'] / k['measured_s'] - 1:+.0%}; {k['model_s'] - k['measured_s']:+.1f} s)")
     if not checks:
         print("   no server log in the archive: no step check")
+    else:
+        firsts = [_utc(x["t"]) - measured.t0 for name, text in measured.logs.items() if name.startswith(("prefill", "agg"))
+                  for x in prefill_lines(text) if x["new_tokens"] > 1 and _utc(x["t"]) - measured.t0 >= -1]
+        print(f"   start: the first prompt's `Prefill batch` line at {min(firsts):.0f} s (1 s stamps; it is logged as the "
+              f"batch starts), the first token at {ph_m['start']:.1f} s; model: first prefill forward ends at "
+              f"{predicted.first_prefill_end_s:.2f} s, first token at {ph_p['start']:.2f} s")
     return {"id": row["id"], "sample": row.get("sample"), "err": err, "diff": diff, "phases_m": ph_m,
             "phases_p": ph_p, "logs": bool(checks), "eager_excess": excess["eager"], "graphed_excess": excess["graphed"],
             "eager_any": bool(span_c), "err_eager_as_logged": tokens / (predicted.wall_s - excess["eager"])
