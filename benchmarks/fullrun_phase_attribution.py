@@ -162,7 +162,8 @@ def read_measured(row: dict, source: str) -> Run:
         logs = {}
         for name in names:   # this run's scrape folder where there is one, else the only logs kept
             base = name.rsplit("/", 1)[-1]
-            if re.fullmatch(rf"({mode}|prefill)-\d+-0\.log", base) and (run_id in name or not any(
+            roles = "decode|prefill" if mode == "decode" else mode
+            if re.fullmatch(rf"({roles})-\d+-0\.log", base) and (run_id in name or not any(
                     run_id in n for n in names if n.endswith(".log"))):
                 logs[base.split("-")[0] + "-" + base.split("-")[1]] = text(name)
     ok = [r for r in result["results"] if r["status"] == "ok"]
@@ -293,11 +294,16 @@ def report(row: dict, batches: dict, tail_below: int) -> dict | None:
     if not checks:
         print("   no server log in the archive: no step check")
     else:
-        firsts = [_utc(x["t"]) - measured.t0 for name, text in measured.logs.items() if name.startswith(("prefill", "agg"))
-                  for x in prefill_lines(text) if x["new_tokens"] > 1 and _utc(x["t"]) - measured.t0 >= -1]
-        print(f"   start: the first prompt's `Prefill batch` line at {min(firsts):.0f} s (1 s stamps; it is logged as the "
-              f"batch starts), the first token at {ph_m['start']:.1f} s; model: first prefill forward ends at "
-              f"{predicted.first_prefill_end_s:.2f} s, first token at {ph_p['start']:.2f} s")
+        # the run's first forward fills a whole chunk (every prompt is queued at once); bench's warm-up batch just
+        # before the first send does not, and 1 s stamps cannot tell the two apart by time alone
+        lines = [(_utc(x["t"]) - measured.t0, x["new_tokens"]) for name, text in measured.logs.items()
+                 if name.startswith(("prefill", "aggregated")) for x in prefill_lines(text)]
+        lines = [(t, n) for t, n in lines if -1 <= t <= measured.wall_s]
+        chunk = max(n for _, n in lines)
+        print(f"   start: the run's first full-chunk ({chunk:,} tokens) `Prefill batch` line at "
+              f"{min(t for t, n in lines if n == chunk):.1f} s (1 s stamps; logged as the batch starts), the first token "
+              f"at {ph_m['start']:.1f} s; model: first prefill forward ends at {predicted.first_prefill_end_s:.2f} s, "
+              f"first token at {ph_p['start']:.2f} s")
     return {"id": row["id"], "sample": row.get("sample"), "err": err, "diff": diff, "phases_m": ph_m,
             "phases_p": ph_p, "logs": bool(checks), "eager_excess": excess["eager"], "graphed_excess": excess["graphed"],
             "eager_any": bool(span_c), "err_eager_as_logged": tokens / (predicted.wall_s - excess["eager"])
