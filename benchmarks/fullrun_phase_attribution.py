@@ -37,6 +37,7 @@ import json
 import re
 import sys
 import tarfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,10 +185,32 @@ def model_graph_max(row: dict) -> int:
     return max(server_model(row).graph_batch_sizes(), default=0)
 
 
-def model_run(row: dict, batches: dict) -> Run:
-    """The planner's run of the row as the back-test predicts it (predict_row's simulate_run call)."""
+@contextmanager
+def eager_steps_scaled(model, factor: float):
+    """A what-if, for this read only: every eager decode step of the model's class `factor` times as long while inside
+    (restored on exit; nothing is saved). Used to re-run a row with its own logged eager step, schedule included."""
+    cls = type(model)
+    original = cls.decode_step_s
+
+    def scaled(self, batch_size: int, context_tokens: int) -> float:
+        step = original(self, batch_size, context_tokens)
+        return step * factor if self.decode_runs_eager(batch_size) else step
+
+    cls.decode_step_s = scaled
+    try:
+        yield
+    finally:
+        cls.decode_step_s = original
+
+
+def model_run(row: dict, batches: dict, eager_factor: float = 1.0) -> Run:
+    """The planner's run of the row as the back-test predicts it (predict_row's simulate_run call); with
+    `eager_factor` != 1, the what-if of eager_steps_scaled."""
     cfg = load_config(ROOT / row["config"], list(row.get("set", [])), paths_from=ROOT)
     model = server_model(row)
+    if eager_factor != 1.0:
+        with eager_steps_scaled(model, eager_factor):
+            return model_run(row, batches)
     seen: dict[int, tuple[object, str]] = {}
     eager = [0.0]
     prefill_end: list[float] = []
@@ -275,6 +298,7 @@ def report(row: dict, batches: dict, tail_below: int) -> dict | None:
           f"{ph_p['admit/eag'] + ph_p['eager']:.1f} s)")
     checks = step_check(measured, server_model(row))
     excess = {"eager": 0.0, "graphed": 0.0}
+    eager_logged = [0.0, 0.0]   # clean eager intervals over every server: log s, model s
     for server, c in checks.items():
         span = c["eager_span"]
         print(f"   log {server}: every {c['interval']} steps, peak running {c['peak_running']}, eager lines "
@@ -288,6 +312,9 @@ def report(row: dict, batches: dict, tail_below: int) -> dict | None:
             if kind in c:
                 k = c[kind]
                 excess[kind] += k["model_s"] - k["measured_s"]
+                if kind == "eager":
+                    eager_logged[0] += k["measured_s"]
+                    eager_logged[1] += k["model_s"]
                 print(f"      {kind:7s} clean intervals {k['n']:3d} (running {min(k['running']):.0f}-"
                       f"{max(k['running']):.0f}): log {k['measured_s']:6.1f} s, model at the log's batches "
                       f"{k['model_s']:6.1f} s ({k['model_s'] / k['measured_s'] - 1:+.0%}; {k['model_s'] - k['measured_s']:+.1f} s)")
@@ -304,10 +331,22 @@ def report(row: dict, batches: dict, tail_below: int) -> dict | None:
               f"{min(t for t, n in lines if n == chunk):.1f} s (1 s stamps; logged as the batch starts), the first token "
               f"at {ph_m['start']:.1f} s; model: first prefill forward ends at {predicted.first_prefill_end_s:.2f} s, "
               f"first token at {ph_p['start']:.2f} s")
+    factor = eager_logged[0] / eager_logged[1] if eager_logged[1] else None
+    err_rerun = None
+    if factor is not None:
+        rerun = model_run(row, batches, factor)
+        err_rerun = tokens / rerun.wall_s / row["measured"]["total_tok_s"] - 1
+        ph_r = phase_seconds(rerun, tail_below)
+        left = rerun.wall_s - measured.wall_s
+        print(f"   what-if: the planner re-run with every eager step x{factor:.2f} (this row's log / model over its clean "
+              f"eager intervals): {rerun.wall_s:.1f} s, {err_rerun:+.1%} (eager phases admit/eag + eager "
+              f"{ph_r['admit/eag'] + ph_r['eager']:.1f} s, measured {ph_m['admit/eag'] + ph_m['eager']:.1f} s); left "
+              f"{left:+.1f} s, of it start {ph_r['start'] - ph_m['start']:+.1f} s, graphed + tail "
+              f"{ph_r['graphed'] + ph_r['tail'] - ph_m['graphed'] - ph_m['tail']:+.1f} s")
     return {"id": row["id"], "sample": row.get("sample"), "err": err, "diff": diff, "phases_m": ph_m,
             "phases_p": ph_p, "logs": bool(checks), "eager_excess": excess["eager"], "graphed_excess": excess["graphed"],
             "eager_any": bool(span_c), "err_eager_as_logged": tokens / (predicted.wall_s - excess["eager"])
-            / row["measured"]["total_tok_s"] - 1}
+            / row["measured"]["total_tok_s"] - 1, "eager_factor": factor, "err_rerun": err_rerun}
 
 
 def summary(rows: list[dict]) -> None:
@@ -315,12 +354,14 @@ def summary(rows: list[dict]) -> None:
           "the log's own batches (model - log s over clean intervals, its share of the error) and the row's error were "
           "the model's eager steps the log's there (first order: the schedule is not re-run)")
     print(f"   {'row':46s} {'err':>6s} {'diff s':>6s}  " + " ".join(f"{p:>9s}" for p in PHASES)
-          + "   eager-step s  graphed-step s  err, eager as logged")
+          + "   eager-step s  graphed-step s  err, eager as logged  re-run with eager x (row's own)")
     for r in rows:
         shares = " ".join(f"{100 * (r['phases_p'][p] - r['phases_m'][p]) / r['diff']:+8.0f}%" for p in PHASES)
         steps = (f"{r['eager_excess']:+5.1f} ({100 * r['eager_excess'] / r['diff']:+4.0f}%)  "
                  f"{r['graphed_excess']:+5.1f} ({100 * r['graphed_excess'] / r['diff']:+4.0f}%)  "
                  f"{100 * r['err_eager_as_logged']:+6.1f}%") if r["logs"] else "  (no server log)"
+        if r["err_rerun"] is not None:
+            steps += f"               x{r['eager_factor']:.2f}: {100 * r['err_rerun']:+5.1f}%"
         print(f"   {r['id']:46s} {100 * r['err']:+5.1f}% {r['diff']:+6.1f}  {shares}   {steps}")
 
 

@@ -38,3 +38,15 @@ def test_a_lease_row_splits_into_phases_that_add_up_to_its_measured_and_its_back
     checks = attribution.step_check(measured, attribution.server_model(row))["decode-0"]
     assert abs(checks["client_minus_log"][0]) <= 5 and checks["eager_lines"] > 0
     assert checks["eager"]["n"] > 0 and checks["graphed"]["n"] > 10
+
+
+def test_the_eager_what_if_scales_only_eager_steps_and_restores_the_model():
+    data = load_dataset()
+    row = next(r for r in data["runs"] if r["id"] == "h100x2-v2lite-pd-product-mem065-lease4")
+    model = attribution.server_model(row)
+    graphed, eager = model.decode_step_s(200, 200 * 360), model.decode_step_s(600, 600 * 360)
+    assert not model.decode_runs_eager(200) and model.decode_runs_eager(600)
+    with attribution.eager_steps_scaled(model, 1.5):
+        assert model.decode_step_s(200, 200 * 360) == graphed
+        assert model.decode_step_s(600, 600 * 360) == pytest.approx(1.5 * eager)
+    assert model.decode_step_s(600, 600 * 360) == eager   # restored: the back-test's own model again
