@@ -24,6 +24,11 @@ Then, where the archive keeps the servers' logs, the step check at the log's own
 apart, against the model's decode_step_s at that batch and KV: the seconds the model's step misses there. Checks on
 the proxy: the log's eager lines against the client-side eager stretch, the model's eager forwards against its own.
 
+What-if (rows with clean eager intervals): the planner re-run with every eager decode step multiplied by the row's own
+log / model ratio over those intervals (eager_steps_scaled, restored on exit), schedule and admission included: how far
+the right in-run eager step alone would carry the row, and what is left (start, graphed + tail). The ratio is the row's
+own, so this is a diagnosis of where the error lies, never a prediction or a term to ship.
+
 Nothing is fitted and no row, bound or term changes: this reads committed raw files and the shipped planner.
 """
 
