@@ -12,10 +12,11 @@ benchmarks/results/2026-11-27-lease7-predicted/ (H100-SXM):
 - the 1 Hz CPU sampler: the scheduler main thread's share of a core inside and outside the py-spy windows.
 Then each pre-registered test, and (not pre-registered) every unperturbed clean eager line's step over the model's
 step at its batch: the slow (> x1.4) and fast lines per variant. --points writes call4's B1 rounds as a
-`pdo-calibration-raw/1` file for the back-test's point rows; --result-a call 4's A summary for its row; --json
+`pdo-calibration-raw/1` file for the back-test's point rows; --pyspy-dir pyspy_summary.py's summaries of call 8's
+records (main thread); --result-a call 4's A summary for its row; --json
 writes everything printed.
 
-Usage: .venv/bin/python benchmarks/lease7_read.py [--points OUT.json] [--result-a OUT.json] [--json OUT.json]
+Usage: .venv/bin/python benchmarks/lease7_read.py [--points OUT.json] [--pyspy-dir DIR] [--result-a OUT.json] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -172,6 +173,20 @@ def read_call(call: str) -> dict:
     return out
 
 
+def write_main_thread_profiles(out: Path) -> None:
+    """Call 8's records cut to the scheduler main thread (the other threads are idle Python threads sampled with
+    --idle), each summarised by benchmarks/pyspy_summary.py as the router profiles of 2026-11-24 were. The raw
+    stacks stay in the call's tarballs (2.6-2.8 MB each here: the tree travels to every device call)."""
+    from benchmarks.pyspy_summary import summarise
+
+    d = LEASE / CALLS["call8"]
+    agg, lone = Tar(d / "agg-inrun.tar.xz"), Tar(d / "lone-tp1.tar.xz")
+    for variant, tar, sub in (("a", agg, "pyspy"), ("b1p", lone, "pyspy-b1"), ("b5", lone, "pyspy-b5")):
+        meta, raw = json.loads(tar.text(f"{sub}/meta.json$") or "{}"), tar.text(f"{sub}/record\\.raw$") or ""
+        main = [line for line in raw.splitlines() if line.startswith(f"thread ({meta.get('scheduler_pid')})")]
+        (out / f"pyspy-{variant}-main.summary.txt").write_text(summarise(main))
+
+
 def tests(c4: dict, c8: dict) -> list[tuple[str, str, str]]:
     s = c4["summaries"]
     r_a, r_b5 = s["A"].get("R"), s["B5"].get("R")
@@ -203,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", help="write call 4's B1 rounds as a pdo-calibration-raw/1 file here")
     ap.add_argument("--json", help="write the whole read here")
+    ap.add_argument("--pyspy-dir", help="write benchmarks/pyspy_summary.py's summary of call 8's three records (the "
+                    "scheduler main thread's stacks) as pyspy-<variant>-main.summary.txt")
     ap.add_argument("--result-a", help="write call 4's A summary (its result.json's, as the back-test reads a row) here")
     args = ap.parse_args(argv)
     calls = {c: read_call(c) for c in CALLS}
@@ -231,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                        "client": {k: r["client"][k] for k in ("n", "ok", "wall_s", "input_tokens", "completion_tokens")}}
                       for r in b1]}]}
         Path(args.points).write_text(json.dumps(points, indent=1) + "\n")
+    if args.pyspy_dir:
+        write_main_thread_profiles(Path(args.pyspy_dir))
     if args.result_a:
         a = calls["call4"]["result_A"]
         Path(args.result_a).write_text(json.dumps({
