@@ -1,7 +1,9 @@
 """Where each measured full run's wall goes, phase by phase, beside the planner's own run of it (issue 25, hattr).
 
     .venv/bin/python benchmarks/fullrun_phase_attribution.py [ROW_ID ...] [--tail-below 32]
-    (default: every measured full-run row of benchmarks/backtest/runs.yaml)
+        [--rows-from PENDING.yaml --archive ROW_ID=ARCHIVE.tar.xz]
+    (default: every measured full-run row of benchmarks/backtest/runs.yaml; a row added later is read from the one
+    archive beside its evidence that holds a result.json of its mode)
 
 One phase split, applied alike to both sides, from per-request times: the run's `result.json` (each request's send,
 first token and answer, the client's clock) and the planner's trace of the same run (`simulate_run` exactly as
@@ -45,6 +47,8 @@ import tarfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -100,6 +104,8 @@ class Run:
     t0: float = 0.0  # the first send (epoch s), to put log stamps on the same clock
     eager_forward_s: float = 0.0  # model only: the seconds of its decode forwards that run eager
     first_prefill_end_s: float = 0.0  # model only: when its first prefill forward ends
+    tokens: int = 0  # measured only: prompt + output tokens (result.json's summary)
+    total_tok_s: float = 0.0  # measured only: result.json's summary
 
 
 def segments(run: Run):
@@ -176,7 +182,28 @@ def read_measured(row: dict, source: str) -> Run:
     t0 = min(r["sent_at"] for r in ok)
     reqs = [Req(r["decode_worker"].split("/")[0], r["sent_at"] - t0 + r["ttft_s"], r["done_at"] - t0) for r in ok]
     graph_max = max((int(m.group(1)) for t in logs.values() if (m := _GRAPH_MAX.search(t))), default=0)
-    return Run(result["duration_s"], reqs, graph_max or model_graph_max(row), logs, t0)
+    summary = result["summary"]
+    return Run(result["duration_s"], reqs, graph_max or model_graph_max(row), logs, t0,
+               tokens=summary["total_input_tokens"] + summary["total_output_tokens"],
+               total_tok_s=summary["total_throughput"])
+
+
+def source_of(row: dict) -> str | None:
+    """The row's archive: SOURCES', else the one archive beside its evidence holding a result.json of the row's mode
+    (a row added after this script, e.g. a lease's); "" when none is found."""
+    if row["id"] in SOURCES:
+        return SOURCES[row["id"]]
+    evidence = str(row.get("evidence", "")).split()
+    if not evidence:
+        return ""
+    mode_agg = "agg" in row["config"]
+    found = []
+    for archive in sorted((ROOT / evidence[0]).parent.glob("*.tar.xz")):
+        with tarfile.open(archive) as tar:
+            runs = [n.split("/")[-2] for n in tar.getnames() if n.endswith("/result.json") and "/runs/" in n]
+        if any(("-agg" in r) == mode_agg for r in runs):
+            found.append(str(archive.relative_to(ROOT)))
+    return found[0] if len(found) == 1 else ""
 
 
 def server_model(row: dict):
@@ -275,18 +302,25 @@ def step_check(run: Run, model) -> dict[str, dict]:
     return out
 
 
-def report(row: dict, batches: dict, tail_below: int) -> dict | None:
-    source = SOURCES.get(row["id"], "")
-    tokens = row["measured"]["input_tokens"] + row["measured"]["output_tokens"]
+def report(row: dict, batches: dict, tail_below: int, source: str | None) -> dict | None:
+    """One row's tables (module docstring); `source` its archive (source_of). A row without `measured` (a lease's
+    pending row, --rows-from) takes its figures from the archive's result.json."""
+    measured = read_measured(row, source) if source else None
+    if "measured" in row:
+        tokens, tok_s = row["measured"]["input_tokens"] + row["measured"]["output_tokens"], row["measured"]["total_tok_s"]
+    elif measured is not None:
+        tokens, tok_s = measured.tokens, measured.total_tok_s
+    else:
+        raise SystemExit(f"{row['id']}: no measured figures and no archive (--archive {row['id']}=PATH)")
     predicted = model_run(row, batches)
-    err = tokens / predicted.wall_s / row["measured"]["total_tok_s"] - 1   # the back-test's error
-    print(f"\n== {row['id']} (sample {row.get('sample')}; measured {row['measured']['total_tok_s']:,.0f} total tok/s, "
+    err = tokens / predicted.wall_s / tok_s - 1   # the back-test's error
+    print(f"\n== {row['id']} (sample {row.get('sample')}; measured {tok_s:,.0f} total tok/s, "
           f"model {tokens / predicted.wall_s:,.0f}, {err:+.1%})")
-    if not source:
-        print(f"   not split: {'no archive named for this row' if source == '' else 'only a summary was kept'} "
-              f"({row['evidence']}); model run {predicted.wall_s:.1f} s vs {row['measured']['duration_s']:.1f} s")
+    if measured is None:
+        print(f"   not split: {'no archive found for this row' if source == '' else 'only a summary was kept'} "
+              f"({row.get('evidence')}); model run {predicted.wall_s:.1f} s vs {row['measured']['duration_s']:.1f} s")
         return None
-    measured = read_measured(row, source)
+    assert source is not None   # measured was read from it
     ph_m, ph_p = phase_seconds(measured, tail_below), phase_seconds(predicted, tail_below)
     diff = predicted.wall_s - measured.wall_s
     print(f"   G = {measured.graph_max} (log) / {predicted.graph_max} (model); tail below {tail_below} running; "
@@ -340,7 +374,7 @@ def report(row: dict, batches: dict, tail_below: int) -> dict | None:
     err_rerun = None
     if factor is not None:
         rerun = model_run(row, batches, factor)
-        err_rerun = tokens / rerun.wall_s / row["measured"]["total_tok_s"] - 1
+        err_rerun = tokens / rerun.wall_s / tok_s - 1
         ph_r = phase_seconds(rerun, tail_below)
         left = rerun.wall_s - measured.wall_s
         print(f"   what-if: the planner re-run with every eager step x{factor:.2f} (this row's log / model over its clean "
@@ -351,7 +385,7 @@ def report(row: dict, batches: dict, tail_below: int) -> dict | None:
     return {"id": row["id"], "sample": row.get("sample"), "err": err, "diff": diff, "phases_m": ph_m,
             "phases_p": ph_p, "logs": bool(checks), "eager_excess": excess["eager"], "graphed_excess": excess["graphed"],
             "eager_any": bool(span_c), "err_eager_as_logged": tokens / (predicted.wall_s - excess["eager"])
-            / row["measured"]["total_tok_s"] - 1, "eager_factor": factor, "err_rerun": err_rerun}
+            / tok_s - 1, "eager_factor": factor, "err_rerun": err_rerun}
 
 
 def summary(rows: list[dict]) -> None:
@@ -379,15 +413,28 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rows", nargs="*", help="back-test row ids (default: every measured full-run row)")
     p.add_argument("--tail-below", type=int, default=32, help="running requests under which the run is in its tail")
+    p.add_argument("--rows-from", metavar="YAML", help="also rows of this file (runs.yaml's form under `rows:`, e.g. a "
+                   "lease's pending-rows.yaml), read only where named on the command line; give each its --archive")
+    p.add_argument("--archive", action="append", default=[], metavar="ID=PATH",
+                   help="a row's archive (repo-relative .tar.xz holding its runs/*/result.json), instead of SOURCES'")
     a = p.parse_args(argv)
+    if any("=" not in x for x in a.archive):
+        p.error("--archive takes ROW_ID=PATH")
+    archives = dict(x.split("=", 1) for x in a.archive)
     data = load_dataset(DATASET)
     rows = measured_full_runs(data)
+    if a.rows_from:
+        known = {r["id"] for r in rows}
+        rows += [r for r in yaml.safe_load((ROOT / a.rows_from).read_text())["rows"]
+                 if r["id"] in a.rows and r["id"] not in known]
     if a.rows:
         unknown = sorted(set(a.rows) - {r["id"] for r in rows})
         if unknown:
-            p.error(f"not a measured full-run row of {DATASET.relative_to(ROOT)}: {', '.join(unknown)}")
+            p.error(f"not a measured full-run row of {DATASET.relative_to(ROOT)}"
+                    f"{' or ' + a.rows_from if a.rows_from else ''}: {', '.join(unknown)}")
         rows = [r for r in rows if r["id"] in a.rows]
-    done = [x for r in rows if (x := report(r, data["batches"], a.tail_below)) is not None]
+    done = [x for r in rows if (x := report(r, data["batches"], a.tail_below,
+                                            archives.get(r["id"]) or source_of(r))) is not None]
     summary(done)
     return 0
 

@@ -50,3 +50,12 @@ def test_the_eager_what_if_scales_only_eager_steps_and_restores_the_model():
         assert model.decode_step_s(200, 200 * 360) == graphed
         assert model.decode_step_s(600, 600 * 360) == pytest.approx(1.5 * eager)
     assert model.decode_step_s(600, 600 * 360) == eager   # restored: the back-test's own model again
+
+
+def test_a_row_added_later_is_read_from_the_one_archive_beside_its_evidence():
+    # a lease's row appended to runs.yaml after this script: no SOURCES entry, its evidence names the call's folder
+    row = next(r for r in load_dataset()["runs"] if r["id"] == "h100x2-v2lite-pd-product-mem065-lease3")
+    assert attribution.source_of({**row, "id": "a-later-row"}) == attribution.SOURCES[row["id"]]
+    # the aggregated run's archive beside a PD row's evidence is not taken for it
+    agg = next(r for r in load_dataset()["runs"] if r["id"] == "h100x2-v2lite-agg-tp2-mem080-product-lease3")
+    assert attribution.source_of({**agg, "id": "a-later-row", "config": row["config"]}) == ""
