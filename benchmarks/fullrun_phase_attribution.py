@@ -82,6 +82,7 @@ SOURCES: dict[str, str | None] = {
     "h100x2-v2lite-pd-product-mem055-lease4": R + "2026-11-26-two-gpu-lease4-h100x2/call5-pd-ab/pd-mem055.tar.xz",
     "h100x2-v2lite-pd-product-mem065-lease4": R + "2026-11-26-two-gpu-lease4-h100x2/call5-pd-ab/pd-mem065.tar.xz",
     "h200x2-v2lite-pd-product-mem065-inrun-lease5": R + "2026-11-26-two-gpu-lease5-h200x2/call3-eager-ab/pd-inrun.tar.xz",
+    "h100x2-v2lite-agg-tp1-product-mem065-inrun-lease7": R + "2026-11-27-lease7-h100/call4-agg-h100x2/agg-inrun.tar.xz",
 }
 PHASES = ("start", "admit", "admit/eag", "eager", "graphed", "tail", "end")
 _INTERVAL = re.compile(r"decode_log_interval=(\d+)")
