@@ -27,6 +27,12 @@ Read, not fitted; nothing here changes the model. Four parts:
       took on one busy H100 over cuda_ipc (10-17 ms for ~33,000 descriptors: 2026-11-24-kv-transfer-h100-s5, the
       only committed figure; InfiniBand's is not measured). Round robin pairs prefill i with decode i, so b alone
       uses two of the four lines; a + b uses all four, as the organisers' stack did.
+6. Where a wave is lost and regained, stage by stage, in the three one-H100 runs with our NIXL patch (the per-request
+   wall times qwen3_ttft_breakdown.py reads: send, prefill scheduled, forward done, KV enqueued after the hold, the
+   transfer worker's pop, NIXL done, the decode seeing it, first token, end): per stage, its events of the measured
+   window (5 s trimmed at each edge) counted per 0.5 s, and the coefficient of variation of those counts (about 0
+   when they are paced, higher in waves). Beside them the planner's own run of that config and N, its stages read through a wrapper that records
+   when each request's KV is sent (it calls the planner's own send_kv unchanged).
 """
 
 from __future__ import annotations
@@ -270,6 +276,106 @@ def what_ifs() -> None:
             row(f"a + b, seed 0, {cost * 1e6:.2f} us/descriptor", [point(n) for n in ORGANISERS_MEASURED])
 
 
+ONE_H100 = RESULTS / "2026-11-26-qwen3-serve-one-h100"
+ONE_H100_RUNS = [("call 9", "serve-call9.tar.xz"), ("call 15", "serve-call15.tar.xz"), ("sglang-router", "router-call10.tar.xz")]
+ONE_H100_CONFIG, ONE_H100_GPU = "configs/device-h100x1-qwen3-serve.yaml", "H100-SXM"
+BIN_S = 0.5  # a tenth of the organisers' ~5.7 s wave period; several of our runs' decodes (~2.4-4.5 s)
+
+
+def bin_terms(times: list[float]) -> str:
+    """CV of the events' counts per BIN_S bin over their span: ~0 paced, higher when they come in waves."""
+    if len(times) < 2:
+        return f"{'-':<18}"
+    bins = [0] * (int((times[-1] - times[0]) / BIN_S) + 1)
+    for t in times:
+        bins[int((t - times[0]) / BIN_S)] += 1
+    return f"{statistics.pstdev(bins) / statistics.fmean(bins):<18.2f}"
+
+
+def measured_stages(archive: Path, n: int) -> dict[str, list[float]]:
+    from benchmarks import qwen3_ttft_breakdown as ttft
+
+    files = ttft.members(archive)
+    ready, first, last, seen = ttft.timeline(ttft.one(files, r"prefill[^/]*\.log$"), ttft.one(files, r"decode[^/]*\.log$"))
+    window = [r for r in ttft.records(files, n) if r["metadata"]["benchmark_phase"] == "profiling"
+              and "time_to_first_token" in r["metrics"]]
+    sent = [r["metadata"]["request_start_ns"] / 1e9 for r in window]
+    t0, t1 = min(sent) + 5, max(r["metadata"]["request_end_ns"] / 1e9 for r in window) - 5
+    rooms = [room for room, t in seen.items() if t0 <= t <= t1]
+    batches: dict[float, list[str]] = {}
+    for room, done in ready.items():
+        if room in first:
+            batches.setdefault(done, []).append(room)
+    forwards = sorted((min(first[r][0] for r in batch), done) for done, batch in batches.items())
+    stages = {"send": sent,
+              "prefill scheduled": [first[x][0] for x in rooms if x in first],
+              "forward done": [ready[x] for x in rooms if x in ready],
+              "KV enqueued": [last[x][0] for x in rooms if x in last],
+              "worker pop": [last[x][1] for x in rooms if x in last],
+              "KV landed": [seen[x] for x in rooms],
+              "first token": [s + r["metrics"]["time_to_first_token"]["value"] / 1e3 for s, r in zip(sent, window)],
+              "end": [r["metadata"]["request_end_ns"] / 1e9 for r in window]}
+    out = {k: sorted(t for t in v if t0 <= t <= t1) for k, v in stages.items()}
+    inside = [x for x in rooms if x in last]
+    out["_worker"] = [statistics.median(last[x][1] - last[x][0] for x in inside),
+                      statistics.median(last[x][2] - last[x][1] for x in inside)]
+    busy = merged_spans([(a, b) for a, b in forwards if t0 <= a <= t1])
+    out["_busy"] = [sum(b - a for a, b in busy) / (t1 - t0),
+                    statistics.fmean(any(a <= t <= b for a, b in busy) for t in out["worker pop"])]
+    return out
+
+
+def merged_spans(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def planner_stages(n: int) -> dict[str, list[float]]:
+    cfg = load_config(ROOT / ONE_H100_CONFIG, paths_from=ROOT)
+    started: list[float] = []
+    computed: list[float] = []
+    sends: list[float] = []
+    send_kv = Simulation.send_kv
+
+    def observe(now, _server, forward, _schedule):
+        if forward.kind == "prefill":
+            started.extend(now for seq, _ in forward.prefill if seq.prefilled == 0)
+            computed.extend(now + forward.duration_s for seq, take in forward.prefill if seq.prefilled + take >= seq.fill)
+
+    def recording_send_kv(self: Simulation, prefill, req) -> None:
+        sends.append(self.now)
+        send_kv(self, prefill, req)
+
+    with mock.patch.object(Simulation, "send_kv", recording_send_kv):
+        run = simulate_closed_loop(cfg, ClosedLoopLoad.of(cfg, n), gpu=ONE_H100_GPU, observe=observe)
+    t0, t1 = 5.0, run.duration_s - 5
+    stages = {"send": [r.sent_s for r in run.requests], "prefill scheduled": started, "forward done": computed,
+              "KV enqueued": sends, "first token": [r.first_token_s for r in run.requests],
+              "end": [r.end_s for r in run.requests]}
+    return {k: sorted(t for t in v if t0 <= t <= t1) for k, v in stages.items()}
+
+
+def pipeline_stages() -> None:
+    print(f"\n6. Stage by stage on one shared H100 ({ONE_H100.relative_to(ROOT)}): CV of each stage's events per "
+          f"{BIN_S:g} s over the window (~0: paced; higher: in waves)")
+    for n in (4, 16):
+        columns = [(label, measured_stages(ONE_H100 / rel, n)) for label, rel in ONE_H100_RUNS]
+        columns.append(("planner", planner_stages(n)))
+        print(f"  N = {n:<3}{'':<16}" + "".join(f"{label:<18}" for label, _ in columns))
+        for stage in [k for k in columns[0][1] if not k.startswith("_")]:
+            print(f"    {stage:<18}    " + "".join(bin_terms(stages[stage]) if stage in stages else f"{'(not traced)':<18}"
+                                                for _, stages in columns))
+        for label, stages in columns[:-1]:
+            (queue, nixl), (busy, pops) = stages["_worker"], stages["_busy"]
+            print(f"    {label}: the transfer worker's queue p50 {queue * 1e3:.0f} ms, NIXL p50 {nixl * 1e3:.0f} ms; the prefill "
+                  f"computes {busy:.0%} of the window, {pops:.0%} of the worker's pops fall inside a forward")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiperf-site", type=Path, default=None,
@@ -286,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     measured_runs()
     planner_given_waves(organisers())
     what_ifs()
+    pipeline_stages()
     return 0
 
 

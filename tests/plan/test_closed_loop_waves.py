@@ -31,3 +31,13 @@ def test_a_synchronised_wave_of_equal_requests_waits_well_beyond_one_prefill():
 def test_the_send_groups_split_at_five_milliseconds():
     assert waves.send_groups([0.0, 0.001, 0.004, 0.5, 0.503, 2.0]) == [3, 2, 1]
     assert waves.send_groups([]) == []
+
+
+def test_on_one_h100_the_transfer_workers_queue_regains_the_wave_the_prefill_smoothed():
+    """call 9 at N = 16 (our NIXL patch's per-request times): prefill smooths the sends, the worker's pop bunches them."""
+    stages = waves.measured_stages(waves.ONE_H100 / "serve-call9.tar.xz", 16)
+    cv = {stage: float(waves.bin_terms(stages[stage])) for stage in ("send", "prefill scheduled", "KV enqueued", "worker pop")}
+    assert cv["prefill scheduled"] < cv["send"] - 0.1
+    assert cv["worker pop"] > cv["KV enqueued"] + 0.1
+    queue_s, nixl_s = stages["_worker"]
+    assert queue_s > 5 * nixl_s  # a queue many transfers long, not the transfers' own time
