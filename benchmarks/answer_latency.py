@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.config.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE  # noqa: E402
 from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model  # noqa: E402
 from orchestrator.perfmodel.gpus import gpu_spec  # noqa: E402
-from orchestrator.perfmodel.scheduling.admission import server_limits  # noqa: E402
+from orchestrator.perfmodel.scheduling.limits import server_limits  # noqa: E402
 from orchestrator.perfmodel.scheduling.steps import burst_prefill  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

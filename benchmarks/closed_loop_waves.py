@@ -53,7 +53,7 @@ from benchmarks.qwen3_closed_loop_terms import RUNS, read_archive  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop  # noqa: E402
-from orchestrator.perfmodel.scheduling.admission import Seq  # noqa: E402
+from orchestrator.perfmodel.scheduling.limits import Seq  # noqa: E402
 from orchestrator.plan.simulate import Simulation, simulate_run  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model  # noqa: E402
-from orchestrator.perfmodel.scheduling.admission import server_limits  # noqa: E402
+from orchestrator.perfmodel.scheduling.limits import server_limits  # noqa: E402
 from orchestrator.perfmodel.scheduling.steps import burst_prefill  # noqa: E402
 from orchestrator.plan.backtest.dataset import DATASET, load_dataset  # noqa: E402
 from orchestrator.plan.backtest.predict import predict_row  # noqa: E402

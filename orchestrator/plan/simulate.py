@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.config import RunConfig
-from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits, server_limits
+from orchestrator.perfmodel.scheduling.admission import BatchSchedule
+from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits, server_limits
 from orchestrator.perfmodel.scheduling.request_bounds import never_runs
 from orchestrator.perfmodel.scheduling.steps import Forward, Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.admission import BatchSchedule
+from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits
 
 
 def decode_server(kv: int, max_running: int = 64) -> BatchSchedule:

@@ -13,7 +13,7 @@ from orchestrator.config.model_presets import DEEPSEEK_R1, MODEL_PRESETS
 from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.costmodel import build_cost_model
 from orchestrator.perfmodel.gpus import gpu_spec
-from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits
 from orchestrator.perfmodel.scheduling.steps import StepScheduler
 
 ROOT = Path(__file__).resolve().parents[2]

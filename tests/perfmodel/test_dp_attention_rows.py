@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.dp_attention_rows import RAW, log_lines, main, point_prefills
 from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
-from orchestrator.perfmodel.scheduling.admission import server_limits
+from orchestrator.perfmodel.scheduling.limits import server_limits
 from orchestrator.perfmodel.scheduling.steps import burst_prefill
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -169,7 +169,8 @@ def test_mla_latent_reads_follow_the_kernels_head_tiles() -> None:
 
 
 def test_dp_attention_ranks_chunk_their_own_prompts_and_a_forward_lasts_its_busiest_rank() -> None:
-    from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits
+    from orchestrator.perfmodel.scheduling.admission import BatchSchedule
+    from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits
 
     # SGLang divides --chunked-prefill-size by the DP size: each rank chunks its own prompt at its share, two at once
     batch = BatchSchedule(ServerLimits("aggregated", 1_000_000, 64, 8192, prefill_ranks=2))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits
 from orchestrator.perfmodel.scheduling.steps import StepScheduler
 
 

@@ -108,7 +108,7 @@ class _FlatCost:
     ("aggregated", (995, 1), "SGLang aborts prompts of 994 tokens or more", (993, 1)),
 ])
 def test_a_request_that_would_wait_forever_at_kv_capacity_is_refused_with_the_reason(role, refused, why, runs) -> None:
-    from orchestrator.perfmodel.scheduling.admission import ServerLimits
+    from orchestrator.perfmodel.scheduling.limits import ServerLimits
     from orchestrator.plan.simulate import one_server_trace
 
     limits = ServerLimits(role, kv_capacity_tokens=1000, max_running=8, chunked_prefill_tokens=512)

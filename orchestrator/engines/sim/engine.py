@@ -22,7 +22,7 @@ from orchestrator.engines.sim.requests import BadRequest, IncrementalText, Item,
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits
 from orchestrator.engines.sim.sim_request import SimRequest
 from orchestrator.engines.sim.settings import SimSettings, architecture_of, cost_model_of
-from orchestrator.perfmodel.scheduling.admission import server_limits
+from orchestrator.perfmodel.scheduling.limits import server_limits
 
 log = logging.getLogger("orchestrator.engines.sim.server")
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 from orchestrator.engines.prefix_blocks import PrefixBlocks
 from orchestrator.engines.sim.sim_request import SimRequest, corrupt_token, output_token
-from orchestrator.perfmodel.scheduling.admission import Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits
 from orchestrator.perfmodel.scheduling.request_bounds import max_new_tokens_allowed, never_preallocated
 from orchestrator.perfmodel.scheduling.steps import Step, StepCostModel, StepScheduler
 from orchestrator.records import Role

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from orchestrator.perfmodel.scheduling.admission import Seq
+from orchestrator.perfmodel.scheduling.limits import Seq
 
 _MASK64 = (1 << 64) - 1
 

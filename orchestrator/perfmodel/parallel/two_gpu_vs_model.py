@@ -19,7 +19,7 @@ from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model
 from orchestrator.perfmodel.from_raw import gpu_key
 from orchestrator.perfmodel.gpus import gpu_spec
 from orchestrator.perfmodel.parallel import collectives
-from orchestrator.perfmodel.scheduling.admission import server_limits
+from orchestrator.perfmodel.scheduling.limits import server_limits
 from orchestrator.perfmodel.scheduling.steps import burst_prefill
 
 # the cost-model fields of each server layout calibrate/twogpu.py runs (its LAYOUTS: the same names)

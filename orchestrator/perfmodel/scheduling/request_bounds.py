@@ -2,12 +2,12 @@
 whether, alone on the server, it would ever run to its end (the planner refuses, naming the request, what would
 otherwise wait forever; the simulated engine cuts max_new_tokens as SGLang does).
 
-ServerLimits (admission.py) + (prompt_len, max_new_tokens) -> max_prompt_tokens / max_new_tokens_allowed / never_runs
+ServerLimits (limits.py) + (prompt_len, max_new_tokens) -> max_prompt_tokens / max_new_tokens_allowed / never_runs
 """
 
 from __future__ import annotations
 
-from orchestrator.perfmodel.scheduling.admission import ServerLimits
+from orchestrator.perfmodel.scheduling.limits import ServerLimits
 
 
 def max_new_tokens_allowed(limits: ServerLimits, prompt_len: int) -> int:

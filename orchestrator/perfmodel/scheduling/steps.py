@@ -44,7 +44,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from orchestrator.perfmodel.scheduling.admission import BatchSchedule, Seq, ServerLimits
+from orchestrator.perfmodel.scheduling.admission import BatchSchedule
+from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits
 
 
 class StepCostModel(Protocol):
