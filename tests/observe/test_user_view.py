@@ -255,7 +255,7 @@ def test_a_ray_jobs_runtime_env_values_never_reach_the_result():
 
 
 def test_a_ray_jobs_relative_result_dir_lands_in_the_result_root(monkeypatch, tmp_path):
-    from orchestrator.run.bench import result_root
+    from orchestrator.run.bench_record import result_root
 
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
     monkeypatch.setenv("PD_ORCHESTRATOR_RESULT_ROOT", str(tmp_path))
