@@ -47,8 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import load_config  # noqa: E402
-from orchestrator.perfmodel import costmodel  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
+from orchestrator.plan.closedloop import client  # noqa: E402
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop  # noqa: E402
 from orchestrator.router.json_response import json_bytes  # noqa: E402
 
@@ -146,8 +146,10 @@ def lone_step_ms(gpu_kind: str, batch: float) -> float:
 
 def planner(config: str, gpu: str, n: int, measured_batch: float, per_request_routing: bool) -> dict:
     """The planner's point at N (the config's window), its time-average decode batch, and its step at the measured
-    batch; `per_request_routing`: each request of a decode batch routes its own token (the model before)."""
-    patch = mock.patch.object(costmodel, "decode_routing_tokens", lambda *_: None) if per_request_routing else None
+    batch; `per_request_routing`: each request of a decode batch routes its own token (the model before: no request
+    of the loop names the greedy chain it shares)."""
+    chain = None if per_request_routing else client.CHAT_TURN_CHAIN
+    patch = mock.patch.object(client, "CHAT_TURN_CHAIN", None) if per_request_routing else None
     if patch is not None:
         patch.start()
     try:
@@ -164,7 +166,8 @@ def planner(config: str, gpu: str, n: int, measured_batch: float, per_request_ro
         _, _, group = next(g for g in cfg.layout.groups() if g[0] == "decode")
         model = cost_model_for(cfg, "decode", group)
         lo = int(measured_batch)
-        steps = [model.decode_step_s(b, b * (ISL_CONTEXT + OSL // 2)) * 1e3 for b in (lo, lo + 1)]
+        steps = [model.decode_step_s(b, b * (ISL_CONTEXT + OSL // 2), None if chain is None else [chain] * b) * 1e3
+                 for b in (lo, lo + 1)]
         step = steps[0] + (measured_batch - lo) * (steps[1] - steps[0])
         return {"batch": busy["req_s"] / busy["s"], "step_at_measured_ms": step, "itl_p50": run.itl_ms()["p50"],
                 "ttft_p50": run.ttft_ms()["p50"], "output_tok_s": run.output_tok_s}

@@ -31,9 +31,10 @@ Assumptions and measured terms of the roofline (docs/planning.md):
   rank, so TP does not multiply KV capacity; DP attention does (each rank holds its own requests).
 - MoE: routed experts are sharded over all TP ranks (by EP or by TP, the bytes per GPU are the same).
   A decode step reads only the experts its batch hits: E x (1 - (1 - k/E)^tokens) (uniform routing) with real
-  weights; with dummy weights under R1's router the distinct experts measured on one H200 (weights.dummy_routing); a
-  closed loop of identical greedy requests on dummy weights decodes one 2-token cycle in every request, so its decode
-  steps route as at most two tokens (weights.decode_routing_tokens).
+  weights; with dummy weights under R1's router the distinct experts measured on one H200 (weights.dummy_routing);
+  on dummy weights the greedy requests whose prompts end in the same token (a closed loop's chat requests) decode one
+  2-token cycle, so a decode step routes at most two tokens per such chain (weights.decode_routing_tokens: the step
+  loop passes each request's chain, perfmodel/scheduling/steps.py).
 - Pipeline parallel (a group's `pp`) splits layers over stages that pp micro-batches keep busy,
   one activation send per stage boundary (perfmodel/parallel/pipeline.py); collectives are published NCCL
   figures (perfmodel/parallel/collectives.py).
@@ -65,7 +66,6 @@ from orchestrator.perfmodel.calibration_lookup import find_calibration
 from orchestrator.perfmodel.gpus import gpu_spec
 from orchestrator.perfmodel.server.engine_cost_model import EngineCostModel
 from orchestrator.perfmodel.speculative import Speculative, mtp_accept_length
-from orchestrator.perfmodel.weights import decode_routing_tokens
 from orchestrator.records import Role
 
 if TYPE_CHECKING:
@@ -130,8 +130,6 @@ def cost_model_of_spec(cfg: RunConfig, spec: ServerSpec, gpu: str | None = None,
         gpu_memory_gb=cfg.cluster.gpu_memory_gb if gpu == cfg.cluster.gpu else None, calibrated=calibrated, spec=spec,
         efficiency_prefill=cfg.engine.sim.efficiency_prefill, efficiency_decode=cfg.engine.sim.efficiency_decode,
         context_length=cfg.model.context_length,
-        # a closed loop sends one identical request from every client (config/benchmark.py)
-        decode_routing_tokens=decode_routing_tokens(spec.load_format, cfg.benchmark.closed_loop),
     )
 
 

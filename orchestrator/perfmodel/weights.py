@@ -7,7 +7,8 @@ weight format, bytes per parameter class -> checkpoint bytes; expert-hit fractio
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.config.model_presets import ModelArchitecture
@@ -145,14 +146,30 @@ def dummy_routing(load_format: str | None, topk_method: str) -> bool:
 # same vector w; every layer adds far less than bf16 resolves of the residual, which stays the current token's
 # embedding. The next token is then argmax_v sum_i E[v,i] w_i E[x,i], a symmetric form: along its argmax chain
 # B(x_t+1, x_t) never decreases, so the chain ends in a fixed point or a 2-cycle. The router reads the same normed
-# embedding, so a token's experts follow from the token alone. Requests that end alike (a closed loop of identical
-# requests through one chat template) all decode the same cycle: a decode step of B of them routes like min(B, 2)
-# tokens. Seen in the two-GPU closed-loop runs: every response carried the same 1,600 bytes of content, 8.0 per token
+# embedding, so a token's experts follow from the token alone. Requests whose prompts end in the same token (a closed
+# loop's chat requests all end with the template's open assistant turn, whatever their text) decode the same chain:
+# a decode step of B of them routes like min(B, 2) tokens. Seen in the two-GPU closed-loop runs: ~2,000 different
+# AIPerf prompts, every response the same 1,600 bytes of content, 8.0 per token
 # (benchmarks/qwen3_closed_loop_terms.py, benchmarks/results/2026-11-27-qwen3-closed-loop-terms/).
 DUMMY_GREEDY_CYCLE_TOKENS = 2
 
 
-def decode_routing_tokens(load_format: str | None, identical_requests: bool) -> int | None:
-    """The most distinct tokens a decode step routes (None: one per request in the batch): a workload of identical
-    greedy requests on dummy weights decodes one cycle of DUMMY_GREEDY_CYCLE_TOKENS tokens in every request."""
-    return DUMMY_GREEDY_CYCLE_TOKENS if load_format == "dummy" and identical_requests else None
+def decode_routing_tokens(load_format: str | None, greedy_chains: Sequence[Hashable | None],
+                          tokens_per_request: int = 1) -> int | None:
+    """The most distinct tokens a decode forward routes, given each request's greedy chain (the token its greedy
+    decode starts from: the simulated engine keys a request by its prompt's last token id, the planner's closed loop
+    all of its requests by the one chat turn; None: a chain of its own) and the tokens it decodes per request
+    (speculative verify: the draft tokens). None with real weights: every token its own.
+
+    On dummy weights the requests of one chain decode one cycle of at most DUMMY_GREEDY_CYCLE_TOKENS tokens, so a
+    forward routes that many per chain (fewer where a chain holds fewer tokens), and every token of a request of its
+    own."""
+    if load_format != "dummy":
+        return None
+    one = set(greedy_chains)
+    if len(one) == 1 and None not in one:  # a single chain (a closed loop's step): the planner's hot path
+        return min(len(greedy_chains) * tokens_per_request, DUMMY_GREEDY_CYCLE_TOKENS)
+    chains = Counter(greedy_chains)
+    alone = chains.pop(None, 0)
+    return (alone * tokens_per_request
+            + sum(min(n * tokens_per_request, DUMMY_GREEDY_CYCLE_TOKENS) for n in chains.values()))

@@ -151,6 +151,9 @@ class Simulation:
         self.answer_s = answer_s if answer_s is not None else max((m.gpu.answer_latency_s for m in models), default=0.0)
         self.arriving: dict[float, list[SimRequest]] = {}  # arrival time -> requests sent answer_s before it
         self.observe: ForwardObserver | None = None  # told of every forward as it starts (a term-by-term reader)
+        # the token every request's greedy decode starts from where the workload fixes one (a closed loop's chat
+        # turn: plan/closedloop/client.py); None: each request its own, as a ShareGPT batch's prompts are taken
+        self.greedy_chain: str | None = None
 
     def at(self, time_s: float, action, *args) -> None:
         heapq.heappush(self.events, (time_s, next(self.seq), action, args))
@@ -200,7 +203,7 @@ class Simulation:
         """`req` reaches the router now: round robin onto servers, queued in their step loops."""
         req.arrival_s = self.now
         i = next(self.rr)
-        req.seq = Seq(req.prompt_len, req.output_len, owner=req)
+        req.seq = Seq(req.prompt_len, req.output_len, owner=req, greedy_chain=self.greedy_chain)
         if self.aggregated:
             server = self.aggregated[i % len(self.aggregated)]
             self.check_fits(server, req.output_len, req)

@@ -1,22 +1,24 @@
 """A closed loop of identical greedy requests on dummy weights: what its decode steps read, and what its ITL is.
 
-The promise (perfmodel/weights.decode_routing_tokens): every client of a closed loop sends the same request, so on
-dummy weights every request decodes the same 2-token greedy cycle, and a decode step of B of them routes like
-min(B, 2) tokens, not B. Real weights, a prompt batch and every prefill forward keep one routing token per token.
-And the ITL a closed-loop point reports is the decode step at the batch that loop runs, nothing else.
+The promise (perfmodel/weights.decode_routing_tokens): on dummy weights requests whose prompts end in the same token
+decode the same greedy cycle of at most 2 tokens, and every request of a closed loop is one chat turn through one
+template, so a decode step of B of them routes like min(B, 2) tokens, not B. Real weights, a ShareGPT batch (each
+prompt its own chain in the planner) and every prefill forward keep one routing token per token. And the ITL a
+closed-loop point reports is the decode step at the batch that loop runs, nothing else.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from orchestrator.config import load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
+from orchestrator.perfmodel.weights import decode_routing_tokens
+from orchestrator.plan.closedloop.client import CHAT_TURN_CHAIN, ClosedLoopLoad, simulate_closed_loop
+from orchestrator.plan.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO_GPU = ROOT / "configs" / "device-h200x2-qwen3-serve.yaml"  # closed loop, dummy weights, a GPU per server
@@ -29,29 +31,46 @@ def _decode_model(path: Path, overrides: list[str] | None = None):
     return cost_model_for(cfg, "decode", group)
 
 
-def test_a_decode_step_of_identical_dummy_requests_reads_the_experts_of_two_tokens():
+def test_the_rule_counts_two_tokens_per_greedy_chain_and_one_per_request_of_its_own():
+    assert [decode_routing_tokens("dummy", ["turn"] * b) for b in (1, 2, 4, 64)] == [1, 2, 2, 2]
+    assert decode_routing_tokens("dummy", ["a", "a", "a", "b", None, None]) == 2 + 1 + 2
+    assert decode_routing_tokens("dummy", ["a", "b", None], tokens_per_request=3) == 2 + 2 + 3  # speculative verify
+    assert decode_routing_tokens(None, ["turn"] * 64) is None  # real weights: every token its own
+
+
+def test_a_decode_step_of_one_chain_on_dummy_weights_reads_the_experts_of_two_tokens():
     model = _decode_model(TWO_GPU)
-    uniform = replace(model, decode_routing_tokens=None)  # one routing token per request
-    assert model.decode_routing_tokens == 2
-    routed = [model._weight_bytes_read(b, decode=True)[1] for b in (1, 2, 4, 16, 64)]
+    routed = [model._weight_bytes_read(b, routing_tokens=decode_routing_tokens(model.load_format, ["turn"] * b))[1]
+              for b in (1, 2, 4, 16, 64)]
     assert routed[0] < routed[1] == routed[2] == routed[3] == routed[4]
-    assert routed[1] == uniform._weight_bytes_read(2, decode=True)[1]
+    assert routed[1] == model._weight_bytes_read(2)[1]
     ctx = 4100
     for b in (4, 16, 64):  # fewer experts read, a shorter step; the same step where the batch holds <= 2 tokens
-        assert model.decode_step_s(b, b * ctx) < uniform.decode_step_s(b, b * ctx)
-    assert model.decode_step_s(2, 2 * ctx) == uniform.decode_step_s(2, 2 * ctx)
-    # a prefill forward routes every prompt token on its own
-    assert model.prefill_time_s([4000, 4000]) == uniform.prefill_time_s([4000, 4000])
+        assert model.decode_step_s(b, b * ctx, ["turn"] * b) < model.decode_step_s(b, b * ctx)
+        assert model.decode_step_s(b, b * ctx, list(range(b))) == model.decode_step_s(b, b * ctx)  # distinct chains
+    assert model.decode_step_s(2, 2 * ctx, ["turn"] * 2) == model.decode_step_s(2, 2 * ctx)
 
 
-@pytest.mark.parametrize("path,overrides", [
-    (TWO_GPU, ["engine.sglang.load_format=null"]),  # real weights: each token its own experts
-    (BATCH_DUMMY, []),  # a prompt batch: different prompts, different greedy cycles
-])
-def test_real_weights_and_prompt_batches_keep_one_routing_token_per_request(path, overrides):
-    model = _decode_model(path, overrides)
-    assert model.decode_routing_tokens is None
-    assert model._weight_bytes_read(16, decode=True)[1] > model._weight_bytes_read(2, decode=True)[1]
+def test_real_weights_keep_one_routing_token_per_request():
+    model = _decode_model(TWO_GPU, ["engine.sglang.load_format=null"])
+    assert model.decode_step_s(16, 16 * 4100, ["turn"] * 16) == model.decode_step_s(16, 16 * 4100)
+    assert model._weight_bytes_read(16)[1] > model._weight_bytes_read(2)[1]
+
+
+def test_a_sharegpt_batch_on_dummy_weights_names_no_chain_and_keeps_its_steps():
+    cfg = load_config(BATCH_DUMMY, ["benchmark.num_prompts=24"], paths_from=ROOT)
+    model = _decode_model(BATCH_DUMMY, ["benchmark.num_prompts=24"])
+    decode_steps: list = []
+
+    def observe(now, server, forward, schedule):
+        if server.startswith("decode") and forward.kind == "decode":
+            decode_steps.append((forward, schedule.running_context))
+
+    simulate_run(cfg, [(300 + 40 * i, 30) for i in range(24)], observe=observe)
+    assert decode_steps and max(len(f.running) for f, _ in decode_steps) > 2
+    for forward, contexts in decode_steps:
+        assert all(seq.greedy_chain is None for seq in forward.running)
+        assert forward.duration_s == model.decode_step_s(len(forward.running), contexts)
 
 
 def test_closed_loop_itl_is_the_decode_step_at_the_batch_the_loop_runs():
@@ -65,8 +84,10 @@ def test_closed_loop_itl_is_the_decode_step_at_the_batch_the_loop_runs():
 
     run = simulate_closed_loop(cfg, ClosedLoopLoad(4, 4000, 200, 3.0, 2.0), observe=observe)
     assert len(run.requests) >= 8
-    for _, forward, contexts in decode_steps:  # each step: the model's step at the batch and contexts it ran
-        assert forward.duration_s == pytest.approx(model.decode_step_s(len(forward.running), contexts), rel=1e-9)
+    for _, forward, contexts in decode_steps:  # each step: the model's step at the batch, contexts and chain it ran
+        assert {seq.greedy_chain for seq in forward.running} == {CHAT_TURN_CHAIN}
+        assert forward.duration_s == pytest.approx(
+            model.decode_step_s(len(forward.running), contexts, [CHAT_TURN_CHAIN] * len(forward.running)), rel=1e-9)
     for timing in run.requests:  # its ITL: the mean of the decode steps it was in, one per output token after the first
         steps = [f.duration_s for start, f, _ in decode_steps
                  if timing.first_token_s - 1e-12 <= start < timing.end_s - 1e-12

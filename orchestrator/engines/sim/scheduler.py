@@ -170,7 +170,7 @@ class Scheduler:
             return
         if req.seq is None:
             self._clamp(req)
-            req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
+            req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req, greedy_chain=req.greedy_chain)
             self._live.add(req)
             if self.limits.role == "decode":
                 req.first_token = output_token(req.seed, 0, self.vocab_size)
@@ -186,7 +186,7 @@ class Scheduler:
         if self._refused_after_failure(req) or self._refused_by_the_pool(req):
             return
         self._clamp(req)
-        req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req)
+        req.seq = Seq(req.prompt_len, req.max_new_tokens, owner=req, greedy_chain=req.greedy_chain)
         self._live.add(req)
         self.steps.enqueue_prealloc(req.seq)
         self._wake.set()

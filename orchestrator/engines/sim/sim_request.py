@@ -63,6 +63,13 @@ class SimRequest:
         return len(self.input_ids)
 
     @property
+    def greedy_chain(self) -> int | None:
+        """The token its greedy decode starts from, its prompt's last: on dummy weights the requests whose prompts end
+        alike decode alike, and a decode step routes their tokens as one 2-token cycle (the cost model's rule,
+        perfmodel/weights.decode_routing_tokens; docs/simulator.md)."""
+        return self.input_ids[-1] if self.input_ids else None
+
+    @property
     def finished(self) -> bool:
         return self.finish_reason is not None
 

@@ -7,6 +7,7 @@ New-token ratio and clipping as SGLang 0.5.17 has them: managers/schedule_policy
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,7 @@ class Seq:
     seq_id: int = 0
     first_token_forward: int | None = None  # the server's forward count when its first token was out
     done_forward: int | None = None  # ... when it ended
+    greedy_chain: Hashable | None = None  # the token its greedy decode starts from (None: its own): steps.py
 
     def __post_init__(self) -> None:
         self.fill = self.fill or self.prompt_len

@@ -18,7 +18,9 @@ each drive one per server and keep only their clock, tokens and transport. What 
 - Otherwise (not a PD prefill): retract if the next decode step needs more KV than is free, then one decode
   step of the running batch.
 Admission, KV and retraction are admission.py's BatchSchedule; step times are the cost model's
-(prefill_time_s of the chunk's new and cached tokens, decode_step_s of the batch and its context).
+(prefill_time_s of the chunk's new and cached tokens, decode_step_s of the batch, its context and, where its requests
+name them, their greedy chains: on dummy weights requests whose prompts end in the same token decode alike and route
+as at most two tokens, perfmodel/weights.decode_routing_tokens).
 
 A prefill launched kernel by kernel (no prefill CUDA graph: every MLA model on SGLang 0.5.17) cannot end before the
 scheduler's thread has launched its last kernel (the cost model's prefill_launch_s). SGLang's overlap loop launches a
@@ -40,7 +42,7 @@ the second rank's starts, so a lockstep forward holds one rank's continuation be
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -55,9 +57,11 @@ class StepCostModel(Protocol):
         self, new_tokens: Sequence[int], cached_tokens: Sequence[int] | None = None, chunk_follows: bool = False,
     ) -> float: ...
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float: ...
+    def decode_step_s(self, batch_size: int, context_tokens: int,
+                      greedy_chains: Sequence[Hashable | None] | None = None) -> float: ...
 
     # optional (a stand-in without it launches nothing): prefill_launch_s(requests) -> float
+    # decode_step_s gets `greedy_chains` (each running request's Seq.greedy_chain) only once a request carries one
 
 
 @dataclass
@@ -93,6 +97,7 @@ class StepScheduler:
         self.overlap_launch = overlap_launch
         self._idle = True  # the last turn ran nothing: the next forward's launch has nothing to hide behind
         self._kv_local: set[Seq] = set()
+        self._chained = False  # some request names its greedy chain: decode steps pass the batch's chains
 
     @property
     def limits(self) -> ServerLimits:
@@ -104,10 +109,12 @@ class StepScheduler:
     # ----- requests ----------------------------------------------------------------------------------
     def submit(self, seq: Seq) -> None:
         """A request to prefill (aggregated, PD prefill) or, on a PD decode, one whose KV has landed."""
+        self._chained |= seq.greedy_chain is not None
         self.batch.submit(seq)
 
     def enqueue_prealloc(self, seq: Seq, kv_local: bool = False) -> None:
         """PD decode: a new request waits for its KV pre-allocation; `kv_local`: no transfer will bring it."""
+        self._chained |= seq.greedy_chain is not None
         self.batch.enqueue_prealloc(seq)
         if kv_local:
             self._kv_local.add(seq)
@@ -145,7 +152,11 @@ class StepScheduler:
             step.retracted = batch.before_decode()
             if batch.running:
                 running = batch.running_seqs()
-                seconds = self.cost.decode_step_s(len(running), batch.running_context)
+                if self._chained:  # on dummy weights a chain's requests route alike (weights.decode_routing_tokens)
+                    seconds = self.cost.decode_step_s(len(running), batch.running_context,
+                                                      greedy_chains=[seq.greedy_chain for seq in running])
+                else:
+                    seconds = self.cost.decode_step_s(len(running), batch.running_context)
                 step.forward = Forward("decode", seconds, running=running)
         self._idle = step.forward is None
         return step

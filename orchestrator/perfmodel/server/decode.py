@@ -4,10 +4,12 @@ else the roofline forward; micro-batches over pipeline stages, speculative decod
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 
 from orchestrator.perfmodel.gpus import gpu_spec
 from orchestrator.perfmodel.parallel import pipeline
 from orchestrator.perfmodel.server.forward import ForwardTerms
+from orchestrator.perfmodel.weights import decode_routing_tokens
 
 # Query heads one pass of the MLA decode kernel covers while reading a request's latent once: SGLang's triton
 # grouped decode kernel tiles 16 heads (BLOCK_H = 16, sglang 0.5.17 kernels/ops/attention/decode_attention.py);
@@ -23,8 +25,11 @@ def mla_passes(heads_per_gpu: float, backend: str | None) -> int:
 class DecodeTerms(ForwardTerms):
     """Seconds of one decode step."""
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
-        """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch).
+    def decode_step_s(self, batch_size: int, context_tokens: int,
+                      greedy_chains: Sequence[Hashable | None] | None = None) -> float:
+        """One decode step for `batch_size` requests whose contexts total `context_tokens` (summed over the batch);
+        `greedy_chains`: each request's greedy chain, on dummy weights one chain's requests route as at most two tokens
+        (weights.decode_routing_tokens; None: one routing token per request).
 
         A batch above the largest captured CUDA graph runs eagerly: launch-bound (eager_launch_s). With
         speculative decoding a real step is num_steps draft forwards of the MTP layer plus one verify forward
@@ -35,9 +40,9 @@ class DecodeTerms(ForwardTerms):
         eager = self.decode_runs_eager(batch_size)
         spec = self.speculative
         if spec is None:
-            return self._decode_forward_s(batch_size, context_tokens, eager, 1)
-        verify = self._decode_forward_s(batch_size, context_tokens, eager, spec.num_draft_tokens)
-        one_token = self._decode_forward_s(batch_size, context_tokens, eager, 1)
+            return self._decode_forward_s(batch_size, context_tokens, eager, 1, greedy_chains)
+        verify = self._decode_forward_s(batch_size, context_tokens, eager, spec.num_draft_tokens, greedy_chains)
+        one_token = self._decode_forward_s(batch_size, context_tokens, eager, 1, greedy_chains)
         draft = (one_token - self.gpu.step_overhead_s) / self.arch.num_hidden_layers
         return (verify + spec.num_steps * draft) / spec.accept_length
 
@@ -46,26 +51,31 @@ class DecodeTerms(ForwardTerms):
         """Tokens one decode step emits per request (speculative decoding: the mean accept length)."""
         return 1.0 if self.speculative is None else self.speculative.accept_length
 
-    def _decode_forward_s(self, batch_size: int, context_tokens: int, eager: bool, tokens_per_request: int) -> float:
+    def _decode_forward_s(self, batch_size: int, context_tokens: int, eager: bool, tokens_per_request: int,
+                          greedy_chains: Sequence[Hashable | None] | None = None) -> float:
         """One forward over `tokens_per_request` new tokens of each of `batch_size` requests (1: plain decode)."""
+        routing_tokens = (None if greedy_chains is None
+                          else decode_routing_tokens(self.load_format, greedy_chains, tokens_per_request))
         share = self.replicas
         bs = math.ceil(batch_size * tokens_per_request / share)
         ctx = context_tokens / share
         if self.pp > 1:  # micro-batches: each holds 1/pp of the requests; each stage runs its own layers over it
             requests = math.ceil(batch_size / share)
             micro = pipeline.micro_batches(requests, self.pp)
-            stages = [self._decode_pass_s(-(-bs // micro), ctx / micro, eager, tokens_per_request, k) for k in range(self.pp)]
+            stages = [self._decode_pass_s(-(-bs // micro), ctx / micro, eager, tokens_per_request, k, routing_tokens)
+                      for k in range(self.pp)]
             per_scheduler = math.ceil(requests / micro / self.attn_dp)  # each DP-attention rank schedules its own
             return pipeline.decode_round_s(stages, micro, per_scheduler)
-        return self._decode_pass_s(bs, ctx, eager, tokens_per_request)
+        return self._decode_pass_s(bs, ctx, eager, tokens_per_request, routing_tokens=routing_tokens)
 
-    def _decode_pass_s(self, bs: int, ctx: float, eager: bool, tokens_per_request: int, stage: int | None = None) -> float:
+    def _decode_pass_s(self, bs: int, ctx: float, eager: bool, tokens_per_request: int, stage: int | None = None,
+                       routing_tokens: int | None = None) -> float:
         """One decode forward of `bs` tokens over `ctx` context tokens on one model copy (`stage`: one pipeline stage's
         own layers, without the scheduler's step)."""
         cal = self.calibration
         requests = math.ceil(bs / tokens_per_request / self.attn_dp)  # one scheduler's (an attention-DP rank's)
         if cal is not None and cal.decode is not None and self._per_gpu_terms:
-            gpu_s = self._calibrated_decode_s(bs, ctx, eager, stage)
+            gpu_s = self._calibrated_decode_s(bs, ctx, eager, stage, routing_tokens)
             # the page-size ratio was measured on whole steps (graphed and eager alike): it scales both
             launch_s = self.eager_launch_s(requests, stage) * cal.page_factor(self.page_size)
             return max(gpu_s, launch_s) if eager else gpu_s
@@ -77,12 +87,13 @@ class DecodeTerms(ForwardTerms):
             ctx_flops = 2 * arch.num_attention_heads * (arch.qk_head_dim + arch.value_head_dim)
         step = self._forward_s(tokens=bs, attention_flops=ctx_flops * arch.num_hidden_layers * ctx * tokens_per_request,
                                kv_read_tokens=ctx, lm_head_tokens=bs, stage=stage, graphed_floor=not self._tp_spans_nodes,
-                               eager=eager, decode=True)
+                               eager=eager, decode=True, routing_tokens=routing_tokens)
         if not self._lent_floor:  # the lent floor's path puts the backend on the attention kernel (_forward_s)
             step /= self.attention_speed
         return max(step, self.eager_launch_s(requests, stage)) if eager else step
 
-    def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool, stage: int | None = None) -> float:
+    def _calibrated_decode_s(self, bs: int, ctx: float, eager: bool, stage: int | None = None,
+                             routing_tokens: int | None = None) -> float:
         """Measured per-layer terms (profile GPU, one GPU's share) + weight reads and collectives (physics), over every
         layer or one pipeline `stage`'s (its weights; the per-layer terms, the profile's mean, for dense and MoE alike).
 
@@ -105,6 +116,6 @@ class DecodeTerms(ForwardTerms):
         per_layer = c.layer_s + c.layer_per_req_s * bs / split + ctx_term
         # eager (beyond the graphs): the same GPU work with eager collectives; its CPU launch is _decode_pass_s's
         fixed_step = cal.decode_step_s if stage is None else 0.0  # a PP stage's scheduler step: parallel/pipeline.py
-        step = (self.weight_read_s(bs, stage, decode=True) + self._comm_s(bs, stage, eager=eager, decode=True)
+        step = (self.weight_read_s(bs, stage, routing_tokens) + self._comm_s(bs, stage, eager=eager, decode=True)
                 + layers * per_layer + fixed_step)
         return step * cal.page_factor(self.page_size)

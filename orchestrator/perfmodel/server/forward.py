@@ -44,10 +44,12 @@ class ForwardTerms(MemoryTerms):
         graphed_floor: bool = False,
         eager: bool = False,
         decode: bool = False,
+        routing_tokens: int | None = None,
     ) -> float:
         """One forward of `tokens` tokens on one model copy: roofline + collectives + the GPU's measured fixed costs
         (gpus.GpuSpec), reads at efficiency_decode, routed experts at their kernel's share. `stage`: one pipeline stage's
         own layers (stage_layers: their weights and KV, the last's lm_head, a send onward; no scheduler step).
+        `routing_tokens`: the most distinct tokens its MoE layers route (None: every token its own).
         `graphed_floor`: a graphed decode step of a shape no profile measured: its lent floor, the backend on the KV read."""
         if tokens <= 0:
             return 0.0
@@ -60,7 +62,7 @@ class ForwardTerms(MemoryTerms):
         compute_s = flops / (self.tp * self._peak_flops() * self.efficiency_prefill)
 
         kv_bytes, hbm = kv_read_tokens * self.kv_bytes_per_gpu_token() / self.attn_dp * share, self.gpu.hbm_tb_s * 1e12
-        weights, routed = self._weight_bytes_read(tokens, stage, decode)
+        weights, routed = self._weight_bytes_read(tokens, stage, routing_tokens)
         routed_share = self.gpu.routed_read_share or self.efficiency_decode
         memory_s = (weights - routed + kv_bytes) / (hbm * self.efficiency_decode) + routed / (hbm * routed_share)
         step_s, layer_s = self.gpu.step_overhead_s, self.gpu.layer_overhead_s
@@ -81,12 +83,13 @@ class ForwardTerms(MemoryTerms):
         cal = self.calibration
         return cal is not None and None not in (cal.graph_step_s, cal.graph_layer_s) and not self._tp_spans_nodes
 
-    def _weight_bytes_read(self, tokens: int, stage: int | None = None, decode: bool = False) -> tuple[float, float]:
+    def _weight_bytes_read(self, tokens: int, stage: int | None = None,
+                           routing_tokens: int | None = None) -> tuple[float, float]:
         """Weight bytes one forward of `tokens` tokens reads on one GPU (`stage`: one pipeline stage's layers, the
         lm_head on the last; None: every layer), and the routed experts' part of them (the experts its tokens hit;
-        a `decode` step's tokens route as at most decode_routing_tokens distinct ones where that is set)."""
+        they route as at most `routing_tokens` distinct ones where that is given: weights.decode_routing_tokens)."""
         w = self.stage_weight_breakdown(stage)
-        routing = min(tokens, self.decode_routing_tokens) if decode and self.decode_routing_tokens else tokens
+        routing = tokens if routing_tokens is None else min(tokens, routing_tokens)
         routed = w["routed_experts"] * self._experts_hit_fraction(routing)
         lm_head = self.params.lm_head * self.format.embedding_bytes / self.tp * self.stage_holds_lm_head(stage)
         return w["attention"] + w["dense_mlp_shared"] + routed + lm_head, routed
@@ -108,9 +111,10 @@ class ForwardTerms(MemoryTerms):
         CALIBRATED_ACROSS_NODES)? server/decode.py's calibrated step reads it too."""
         return CALIBRATED_ACROSS_NODES or not self._tp_spans_nodes
 
-    def weight_read_s(self, tokens: int, stage: int | None = None, decode: bool = False) -> float:
+    def weight_read_s(self, tokens: int, stage: int | None = None, routing_tokens: int | None = None) -> float:
         """Weight/expert read time of one forward (of one pipeline stage's layers) at WEIGHT_READ_EFFICIENCY of HBM."""
-        return self._weight_bytes_read(tokens, stage, decode)[0] / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY)
+        return (self._weight_bytes_read(tokens, stage, routing_tokens)[0]
+                / (self.gpu.hbm_tb_s * 1e12 * WEIGHT_READ_EFFICIENCY))
 
     def _comm_s(self, tokens: int, stage: int | None = None, eager: bool = False, decode: bool = False) -> float:
         """TP all-reduces (two per layer) and PP stage sends of one forward of `tokens` tokens (`stage`: one stage's

@@ -45,7 +45,6 @@ class ServerShape:
     max_total_tokens: int | None = None  # --max-total-tokens: cap of each scheduler's KV pool
     speculative: Speculative | None = None  # MTP: R1's draft layer (memory, KV, draft + verify steps)
     load_format: str | None = None  # dummy: every token routes to the same experts (weights.experts_hit_fraction)
-    decode_routing_tokens: int | None = None  # the most distinct tokens a decode step routes (weights.decode_routing_tokens)
     calibration: Calibration | None = None  # from a shipped profile of this GPU and layer shape
     format: WeightFormat = field(init=False, repr=False)
     params: ParamCounts = field(init=False, repr=False)

@@ -24,6 +24,8 @@ from orchestrator.plan.simulate import (ForwardObserver, SimRequest, Simulation,
                                         shared_gpu_groups)
 from orchestrator.stats import percentile
 
+CHAT_TURN_CHAIN = "chat template: open assistant turn"  # the greedy chain every closed-loop request starts from
+
 
 @dataclass(frozen=True)
 class ClosedLoopLoad:
@@ -110,6 +112,9 @@ class _ClosedLoopSimulation(Simulation):
     def __init__(self, cfg: RunConfig, load: ClosedLoopLoad, gpu: str, sglang_version: str | None):
         super().__init__(*layout_servers(cfg, gpu, sglang_version), shared_gpu_groups(cfg))
         self.load = load
+        # every request is one chat turn through one template: whatever its text, its prompt ends with the template's
+        # open assistant turn, the token its greedy decode starts from (perfmodel/weights.decode_routing_tokens)
+        self.greedy_chain = CHAT_TURN_CHAIN
 
     def finish(self, req: SimRequest) -> None:
         super().finish(req)

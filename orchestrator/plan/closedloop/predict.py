@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from orchestrator.config import RunConfig
 from orchestrator.config.benchmark import SloConfig
 from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.perfmodel.weights import DUMMY_GREEDY_CYCLE_TOKENS
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, ClosedLoopRun, simulate_closed_loop
 from orchestrator.plan.deadline import PLACEMENT_S, cluster_start_s, engine_start_s
 from orchestrator.plan.runs import LABEL
@@ -201,9 +202,9 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
         if routing := model.lent_routing_note():
             out[-1] += f"; {routing}"
-        if model.decode_routing_tokens and role != "prefill":
+        if cfg.benchmark.closed_loop and model.load_format == "dummy" and role != "prefill":  # the loop's one chain
             out[-1] += (f"; a decode step of this loop's identical greedy requests on dummy weights routes as at most "
-                        f"{model.decode_routing_tokens} tokens (perfmodel/weights.decode_routing_tokens)")
+                        f"{DUMMY_GREEDY_CYCLE_TOKENS} tokens (perfmodel/weights.decode_routing_tokens)")
     for names in shared_gpu_groups(cfg):
         out.append(f"{' and '.join(names)} share one GPU (cluster.local.gpu_split: off): their forwards time-slice it, "
                    "each at 1/k of the GPU while k run (perfmodel/scheduling/timeslice.py)")

@@ -22,7 +22,7 @@ class OneSecondForwards:
     def prefill_time_s(self, new_tokens, cached_tokens=None, chunk_follows=False) -> float:
         return 1.0
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+    def decode_step_s(self, batch_size: int, context_tokens: int, greedy_chains=None) -> float:
         return 1.0
 
 

@@ -34,7 +34,7 @@ class FixedSteps:
     def prefill_time_s(self, new_tokens, cached_tokens=None, chunk_follows=False) -> float:
         return self._step()
 
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+    def decode_step_s(self, batch_size: int, context_tokens: int, greedy_chains=None) -> float:
         return self._step()
 
 
