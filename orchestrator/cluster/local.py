@@ -135,7 +135,7 @@ class LocalCluster:
         self.env = dict(env or {})  # more environment for every raylet (e.g. RAY_AUTH_TOKEN)
 
     # Where each raylet runs. Here: this machine, cluster.local.bind_host. NamespaceCluster
-    # (cluster/netns.py) runs each one on its own network-namespace host instead.
+    # (cluster/netns/ray_cluster.py) runs each one on its own network-namespace host instead.
     def node_host(self, role: str) -> str:
         """The node IP of the raylet of `role` (what it binds and advertises)."""
         return self.cluster.local.bind_host

@@ -17,7 +17,7 @@ import httpx
 from orchestrator.cluster.listening import ListeningSocket
 from orchestrator.cluster.ports import free_port, port_free
 from orchestrator.config import RunConfig, dump_config
-from orchestrator.cluster.netns import NetnsLab
+from orchestrator.cluster.netns.lab import NetnsLab
 from tests.support import sim_config, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

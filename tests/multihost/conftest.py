@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cluster.netns import NamespaceCluster, NetnsLab, cleanup_leftovers, unavailable_reason
+from orchestrator.cluster.netns.lab import NetnsLab, unavailable_reason
+from orchestrator.cluster.netns.leftovers import cleanup_leftovers
+from orchestrator.cluster.netns.ray_cluster import NamespaceCluster
 from tests.multihost.lab import HostCluster
 from tests.support import sim_config
 

@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass
 
 from orchestrator.cluster.local import LocalClusterState
-from orchestrator.cluster.netns import NamespaceCluster, NetnsLab
+from orchestrator.cluster.netns.lab import NetnsLab
+from orchestrator.cluster.netns.ray_cluster import NamespaceCluster
 
 
 @dataclass

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cluster.netns import NETNS_DIR, NetnsLab, cleanup_leftovers
+from orchestrator.cluster.netns.lab import NETNS_DIR, NetnsLab
+from orchestrator.cluster.netns.leftovers import cleanup_leftovers
 from orchestrator.config import dump_config
 from tests.support import sim_config, wait_until
 

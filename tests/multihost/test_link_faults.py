@@ -154,7 +154,7 @@ def decode_host_up(hosts: HostCluster) -> HostCluster:
 
 def decode_node_back(hosts: HostCluster) -> None:
     """Make sure node-b runs a live decode raylet again (a fault may have killed it or got it declared dead)."""
-    from orchestrator.cluster.netns import alive_node_count
+    from orchestrator.cluster.netns.ray_cluster import alive_node_count
 
     def alive() -> int:
         return hosts.lab.call("client", alive_node_count, hosts.state.dashboard_url, hosts.token)
@@ -265,7 +265,7 @@ def test_head_raylet_killed_mid_run(decode_host_up: HostCluster, tmp_path) -> No
     import os
     import signal
 
-    from orchestrator.cluster.netns import alive_node_count
+    from orchestrator.cluster.netns.ray_cluster import alive_node_count
 
     hosts = decode_host_up
     b_ip = hosts.lab.hosts["node-b"].ip

@@ -7,7 +7,7 @@
                                    client (eth0 198.18.0.3)
 
 Every namespace of one lab is named `pdo-<tag>-<role>` (tag: 6 random hex digits), so parallel runs never
-collide and `cleanup_leftovers()` finds what a killed run left. The addresses exist only inside the
+collide and `leftovers.cleanup_leftovers()` finds what a killed run left. The addresses exist only inside the
 lab's namespaces; no namespace has a route out. "The link" of a host is its switch port: `link_down`
 pulls the cable (the host keeps its address, packets are lost until `link_up`), `shape` puts a `tbf`
 rate limit on both directions (this kernel has no netem/fq). Processes are started with
@@ -17,7 +17,6 @@ then deletes the namespaces, which deletes their veths and the bridge with them.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import ctypes
 import os
@@ -25,18 +24,11 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
-
-from orchestrator.cluster.batch import alive_nodes
-from orchestrator.cluster.local import NODE_START_TIMEOUT_S, LocalCluster
-from orchestrator.cluster.ports import free_port
-from orchestrator.config import ClusterConfig
-from orchestrator.process import pid_alive, reap
 
 PREFIX = "pdo-"
 NETNS_DIR = Path("/run/netns")
@@ -51,7 +43,7 @@ class NetnsError(RuntimeError):
     """An `ip`/`tc` command failed; the message has the command and its stderr."""
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def run_ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
     if check and done.returncode != 0:
         raise NetnsError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
@@ -67,10 +59,10 @@ def unavailable_reason() -> str | None:
     if shutil.which("tc") is None:
         return "the `tc` command (iproute2) is not installed; apt-get install iproute2"
     probe = f"{PREFIX}probe-{os.getpid()}"
-    made = _ip("netns", "add", probe, check=False)
+    made = run_ip("netns", "add", probe, check=False)
     if made.returncode != 0:
         return f"cannot create a network namespace: {made.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
+    run_ip("netns", "del", probe, check=False)
     return None
 
 
@@ -87,11 +79,11 @@ class Host:
 
 def netns_pids(netns: str) -> list[int]:
     """Every process whose network namespace is `netns` (`ip netns pids`)."""
-    done = _ip("netns", "pids", netns, check=False)
+    done = run_ip("netns", "pids", netns, check=False)
     return [int(p) for p in done.stdout.split() if p.isdigit()]
 
 
-def _kill_all(netns: str, grace_s: float) -> list[int]:
+def kill_all(netns: str, grace_s: float) -> list[int]:
     """SIGTERM every process in `netns`, SIGKILL what is left after `grace_s`; returns the PIDs seen."""
     seen: set[int] = set()
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
@@ -136,12 +128,12 @@ def _in_netns(netns: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     return out.get("value")
 
 
-_LIVE: dict[str, "NetnsLab"] = {}
+LIVE_LABS: dict[str, "NetnsLab"] = {}
 
 
 @atexit.register
 def _destroy_live_labs() -> None:
-    for lab in list(_LIVE.values()):
+    for lab in list(LIVE_LABS.values()):
         lab.destroy()
 
 
@@ -162,27 +154,27 @@ class NetnsLab:
     def create(self) -> "NetnsLab":
         OWNER_DIR.mkdir(parents=True, exist_ok=True)
         (OWNER_DIR / self.tag).write_text(str(os.getpid()))
-        _LIVE[self.tag] = self
+        LIVE_LABS[self.tag] = self
         try:
             self._add_netns(self.switch)
-            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-            _ip("-n", self.switch, "link", "set", "dev", "br0", "up")
+            run_ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+            run_ip("-n", self.switch, "link", "set", "dev", "br0", "up")
             for host in self.hosts.values():
                 self._add_netns(host.netns)
-                _ip("link", "add", host.iface, "netns", host.netns, "type", "veth",
+                run_ip("link", "add", host.iface, "netns", host.netns, "type", "veth",
                     "peer", "name", host.switch_port, "netns", self.switch)
-                _ip("-n", self.switch, "link", "set", "dev", host.switch_port, "master", "br0")
-                _ip("-n", self.switch, "link", "set", "dev", host.switch_port, "up")
-                _ip("-n", host.netns, "addr", "add", f"{host.ip}/24", "dev", host.iface)
-                _ip("-n", host.netns, "link", "set", "dev", host.iface, "up")
-                _ip("-n", host.netns, "link", "set", "dev", "lo", "up")
+                run_ip("-n", self.switch, "link", "set", "dev", host.switch_port, "master", "br0")
+                run_ip("-n", self.switch, "link", "set", "dev", host.switch_port, "up")
+                run_ip("-n", host.netns, "addr", "add", f"{host.ip}/24", "dev", host.iface)
+                run_ip("-n", host.netns, "link", "set", "dev", host.iface, "up")
+                run_ip("-n", host.netns, "link", "set", "dev", "lo", "up")
         except BaseException:
             self.destroy()
             raise
         return self
 
     def _add_netns(self, name: str) -> None:
-        _ip("netns", "add", name)
+        run_ip("netns", "add", name)
         self.created.append(name)
 
     def destroy(self, grace_s: float = 5.0) -> dict[str, list[int]]:
@@ -190,15 +182,15 @@ class NetnsLab:
         killed: dict[str, list[int]] = {}
         for name in reversed(self.created):
             if (NETNS_DIR / name).exists():
-                killed[name] = _kill_all(name, grace_s)
-                _ip("netns", "del", name, check=False)
+                killed[name] = kill_all(name, grace_s)
+                run_ip("netns", "del", name, check=False)
         for proc in self.started:
             if proc.poll() is None:  # `ip netns exec` itself is in the root namespace only for an instant
                 proc.kill()
             proc.wait()
         self.created.clear()
         self.started.clear()
-        _LIVE.pop(self.tag, None)
+        LIVE_LABS.pop(self.tag, None)
         (OWNER_DIR / self.tag).unlink(missing_ok=True)
         return killed
 
@@ -242,15 +234,15 @@ class NetnsLab:
 
     def kill(self, role: str, grace_s: float = 5.0) -> list[int]:
         """Stop every process on host `role` (the namespace itself stays)."""
-        return _kill_all(self.hosts[role].netns, grace_s)
+        return kill_all(self.hosts[role].netns, grace_s)
 
     # ---- the link -----------------------------------------------------------------------------------
     def link_down(self, role: str) -> None:
         """Pull host `role`'s cable: its switch port goes down, the host keeps its address."""
-        _ip("-n", self.switch, "link", "set", "dev", self.hosts[role].switch_port, "down")
+        run_ip("-n", self.switch, "link", "set", "dev", self.hosts[role].switch_port, "down")
 
     def link_up(self, role: str) -> None:
-        _ip("-n", self.switch, "link", "set", "dev", self.hosts[role].switch_port, "up")
+        run_ip("-n", self.switch, "link", "set", "dev", self.hosts[role].switch_port, "up")
 
     def shape(self, role: str, rate_mbit: float) -> None:
         """Limit host `role`'s link to `rate_mbit` Mbit/s each way (tbf on both ends of its veth)."""
@@ -290,113 +282,3 @@ def _parse_rate_mbit(text: str) -> float:
         if low.endswith(unit):
             return float(low[: -len(unit)]) * scale
     raise ValueError(f"unknown tc rate {text!r}")
-
-
-# ---- a Ray cluster across the lab's hosts -----------------------------------------------------------
-
-
-class NamespaceCluster(LocalCluster):
-    """The local 2-node cluster with each raylet on its own lab host, started with that host's address.
-
-    Head (role prefill) on node-a, second raylet (role decode) on node-b: LocalCluster's own start-up,
-    with each raylet's command prefixed by `ip netns exec <host>`, its node IP the host's address, and
-    ports picked inside that host. Readiness is asked from the client host (the only way in).
-    """
-
-    def __init__(self, cluster: ClusterConfig, lab: NetnsLab, state_path: Path, env: dict[str, str] | None = None,
-                 hosts: dict[str, str] | None = None, probe_from: str = "client"):
-        super().__init__(cluster, state_path, env=env)
-        self.lab = lab
-        self.role_hosts = hosts or {cluster.roles.prefill: "node-a", cluster.roles.decode: "node-b"}
-        self.probe_from = probe_from
-        self.restarts = 0
-
-    def node_host(self, role: str) -> str:
-        return self.lab.hosts[self.role_hosts[role]].ip
-
-    def launch_prefix(self, role: str) -> list[str]:
-        return self.lab.prefix(self.role_hosts[role])
-
-    def pick_port(self, role: str) -> int:
-        return self.lab.call(self.role_hosts[role], free_port, self.node_host(role))
-
-    def _alive_node_count(self) -> int:
-        assert self.state is not None
-        return self.lab.call(self.probe_from, alive_node_count, self.state.dashboard_url, self.env.get("RAY_AUTH_TOKEN"))
-
-    def start_node(self, role: str) -> None:
-        """(Re)start the raylet of `role` on its host (after a fault killed it) and wait until it is alive."""
-        assert self.state is not None
-        for node in [n for n in self.state.nodes if n.role == role]:  # the dead raylet is no longer ours to wait on
-            reap(node.pid)
-            if not pid_alive(node.pid):
-                self.state.nodes.remove(node)
-        alive = self._alive_node_count()
-        args = [] if role == self.cluster.roles.prefill else [f"--address={self.state.gcs_address}"]
-        self.restarts += 1  # a fresh temp dir: never a dead raylet's session (short: Ray's socket paths must fit)
-        temp_dir = Path(self.state.root_dir) / f"{role}-r{self.restarts}"
-        self._start_with_retries(role, args, temp_dir, alive + 1, NODE_START_TIMEOUT_S)
-
-
-def alive_node_count(dashboard_url: str, token: str | None = None, timeout_s: float = 10.0) -> int:
-    """ALIVE nodes per the dashboard's state API (with the Ray token as a Bearer header); 0 if no answer."""
-    return len(alive_nodes(dashboard_url, token, timeout_s))
-
-
-# ---- leftovers of killed runs ----------------------------------------------------------------------
-
-
-def _owner_alive(tag: str) -> bool:
-    if tag in _LIVE:
-        return True
-    try:
-        pid = int((OWNER_DIR / tag).read_text())
-    except (OSError, ValueError):
-        return False
-    return pid != os.getpid() and Path(f"/proc/{pid}").exists()
-
-
-def lab_namespaces() -> dict[str, list[str]]:
-    """Every `pdo-<tag>-*` namespace on this machine, by tag."""
-    by_tag: dict[str, list[str]] = {}
-    done = _ip("netns", "list", check=False)
-    for line in done.stdout.splitlines():
-        name = line.split()[0] if line.strip() else ""
-        parts = name.split("-")
-        if name.startswith(PREFIX) and len(parts) >= 3 and parts[1] != "probe":
-            by_tag.setdefault(parts[1], []).append(name)
-    return by_tag
-
-
-def cleanup_leftovers() -> list[str]:
-    """Delete namespaces of labs whose owner process is gone (and kill what still runs in them)."""
-    removed = []
-    for tag, names in lab_namespaces().items():
-        if _owner_alive(tag):
-            continue
-        for name in names:
-            _kill_all(name, grace_s=2.0)
-            _ip("netns", "del", name, check=False)
-            removed.append(name)
-        (OWNER_DIR / tag).unlink(missing_ok=True)
-    return removed
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.netns", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="namespaces of labs on this machine and whether their owner still runs")
-    sub.add_parser("cleanup", help="delete namespaces (and kill processes) of labs whose owner is gone")
-    args = parser.parse_args(argv)
-    if args.cmd == "list":
-        for tag, names in sorted(lab_namespaces().items()):
-            state = "owner running" if _owner_alive(tag) else "LEFTOVER"
-            print(f"{tag}: {state}: {' '.join(sorted(names))}")
-        return 0
-    removed = cleanup_leftovers()
-    print(f"removed {len(removed)} leftover namespaces" + (f": {' '.join(removed)}" if removed else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
