@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.calibrate.logparse import timestamped
+
 _CHUNK = re.compile(r"PDO_NIXL room=(\d+) chunk=(\d+) last=(\d) slots=(\d+) item_bytes=\d+ descs=(\d+) "
                     r"bytes=(\d+) mode=(\w+) post_ms=([\d.]+) wait_ms=([\d.]+) queue=(-?\d+) depth=(-?\d+) "
                     r"shard=(\w+) t_enq=([\d.]+) t_pop=([\d.]+) t_done=([\d.]+)")
@@ -133,6 +135,21 @@ _ITER = re.compile(r"PDO_ITER sched_ms=(-?[\d.]+) run_ms=(-?[\d.]+) gap_ms=(-?[\
                    r"poll_ms=(-?[\d.]+) tail_ms=(-?[\d.]+) running_done_at_top=(-?\d+) wait_ms=(-?[\d.]+) "
                    r"polls=(\d+) inflight=(\d+)")
 ITER_PARTS = ("sched_ms", "run_ms", "gap_ms", "result_ms", "poll_ms", "tail_ms", "wait_ms")
+
+
+def iteration_lines(text: str) -> list[dict]:
+    """Every `PDO_ITER` line in log order: its parts (ITER_PARTS, ms), `inflight`, and the line's stamp (`t`, epoch
+    s at the log's 1 s resolution, read as logparse reads stamps). A line describes the last iteration that ran a
+    batch, logged at the top of the next one."""
+    out = []
+    for ts, msg in timestamped(text):
+        if m := _ITER.search(msg):
+            g = m.groups()
+            row: dict = {"t": ts, "inflight": int(g[9])}
+            row.update({name: float(g[i]) for i, name in enumerate(ITER_PARTS[:6])})
+            row["wait_ms"] = float(g[7])
+            out.append(row)
+    return out
 
 
 def iterations(text: str) -> dict:

@@ -53,6 +53,7 @@ _DECODE = re.compile(
 # a PD decode server's queues on the same line (disaggregation/decode.py): pre-allocation, transfer, retracted
 _DECODE_PD = re.compile(r"#prealloc-req: (\d+), #transfer-req: (\d+), #retracted-req: (\d+)")
 _QUEUE = re.compile(r"#queue-req: (\d+)")
+_BOOTSTRAP = re.compile(r"#bootstrap-req: (\d+)")  # a PD prefill's requests still waiting for their decode's bootstrap
 _INPUT_RATE = re.compile(r"input throughput \(token/s\): ([\d.]+)")
 _PREFILL = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
 
@@ -161,13 +162,18 @@ def decode_lines(text: str) -> list[dict]:
 
 def prefill_lines(text: str) -> list[dict]:
     """Every `Prefill batch` line: new requests, new and cached tokens, and where the line has it SGLang's input
-    throughput (`input_tok_s`: the batch's new tokens over the time since the previous prefill line)."""
+    throughput (`input_tok_s`: the batch's new tokens over the time since the previous prefill line), its waiting
+    queue (`queue`) and, on a PD prefill, its bootstrap queue (`bootstrap`)."""
     rows = []
     for ts, msg in timestamped(text):
         if m := _PREFILL.search(msg):
             row = {"t": ts, "new_seq": int(m.group(1)), "new_tokens": int(m.group(2)), "cached_tokens": int(m.group(3))}
             if rate := _INPUT_RATE.search(msg):
                 row["input_tok_s"] = float(rate.group(1))
+            if q := _QUEUE.search(msg):
+                row["queue"] = int(q.group(1))
+            if b := _BOOTSTRAP.search(msg):
+                row["bootstrap"] = int(b.group(1))
             rows.append(row)
     return rows
 

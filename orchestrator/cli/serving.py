@@ -52,7 +52,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except SweepError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    from orchestrator.workload.dataset import DatasetError
+    from orchestrator.workload.sharegpt_file import DatasetError
 
     out_dir = Path(args.out or Path(cfg.benchmark.result_dir) / f"sweep-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
@@ -159,7 +159,7 @@ def _cmd_mlperf(args: argparse.Namespace) -> int:
     if not args.config and not args.url:
         print("mlperf: give --config (bring up its deployment) or --url (an already running router)", file=sys.stderr)
         return 2
-    from orchestrator.workload.dataset import DatasetError
+    from orchestrator.workload.sharegpt_file import DatasetError
 
     cfg = optional_config_from_args(args)
     try:

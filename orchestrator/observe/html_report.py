@@ -6,7 +6,7 @@ result.json (written by the bench driver) is read leniently; what this module us
   phases: [{"name", "start_s", "end_s"}] seconds since the job started (BenchMetrics.timeline_dicts())
   started_at: wall clock of the job start (default: first sent_at minus the run phase's start)
   deadline_s, run_id, layout, simulated, time_scale: optional, top level or under "metadata"
-  (run.bench.BenchResult.to_dict() is read as it is: "results", "phases", "metadata")
+  (run.bench_record.BenchResult.to_dict() is read as it is: "results", "phases", "metadata")
 Plots: throughput over time per phase, TTFT / e2e distributions, per-worker load, phase timeline vs deadline.
 
 Usage: pd-orchestrator report runs/<id>/result.json [--out DIR]

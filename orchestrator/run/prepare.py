@@ -146,7 +146,7 @@ def batch_fingerprint(lengths: list[tuple[int, int]]) -> str:
 def prepare_this_node(cfg: RunConfig) -> tuple[list[Check], str | None]:
     """Tokenizer, dataset and the run's batches in place on the node this runs on; SGLang's prerequisites."""
     from orchestrator.workload.batch import sample_batch, warmup_batch
-    from orchestrator.workload.dataset import dataset_file
+    from orchestrator.workload.sharegpt_file import dataset_file
     from orchestrator.workload.tokenizer import load_tokenizer
 
     checks: list[Check] = []

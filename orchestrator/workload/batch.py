@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from orchestrator.config import RunConfig
 from orchestrator.records import BenchRequest
-from orchestrator.workload.dataset import SampledPrompt, sample_sharegpt
+from orchestrator.workload.dataset import sample_sharegpt
+from orchestrator.workload.sampled_batch import SampledPrompt
 
 
 def sample_prompts(cfg: RunConfig, num_prompts: int) -> list[SampledPrompt]:

@@ -8,18 +8,15 @@ import random
 import numpy as np
 
 from orchestrator.records import BenchRequest
-from orchestrator.workload.dataset import (
-    DatasetError,
+from orchestrator.workload.sampled_batch import (
     SampledBatch,
     SampledPrompt,
-    ShareGPTData,
     batch_cache_key,
     check_argument,
-    dataset_file,
-    load_sharegpt,
     read_cached_batch,
     write_cached_batch,
 )
+from orchestrator.workload.sharegpt_file import DatasetError, ShareGPTData, dataset_file, load_sharegpt
 from orchestrator.workload.tokenizer import FaithfulTokenizer
 
 

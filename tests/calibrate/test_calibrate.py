@@ -72,6 +72,22 @@ def test_a_pd_decode_servers_queues_and_a_prefill_lines_rate_are_read_where_the_
     assert "prealloc" not in second and second["queue"] == 0 and second["ranks"] == "TP0" and not second["cuda_graph"]
     (row,) = logparse.prefill_lines(prefill)
     assert (row["new_seq"], row["new_tokens"], row["input_tok_s"]) == (3, 8192, 22162.14)
+    assert (row["queue"], row["bootstrap"]) == (947, 0)
+    (agg_prefill,) = logparse.prefill_lines(prefill.replace("#bootstrap-req: 0, ", ""))
+    assert "bootstrap" not in agg_prefill and agg_prefill["queue"] == 947
+
+
+def test_each_pdo_iter_line_is_read_with_its_stamp_in_log_order():
+    # lease 3's prefill: the run's first batch (a cold full chunk) and the next
+    text = ("[2026-11-26 16:01:40] PDO_ITER sched_ms=2.59 run_ms=1996.48 gap_ms=-1.00 result_ms=-1.00 poll_ms=0.22 "
+            "tail_ms=0.00 running_done_at_top=-1 wait_ms=0.00 polls=0 inflight=0\n"
+            "[2026-11-26 16:01:40] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 1\n"
+            "[2026-11-26 16:01:41] PDO_ITER sched_ms=93.93 run_ms=332.19 gap_ms=0.06 result_ms=3.14 poll_ms=0.00 "
+            "tail_ms=0.00 running_done_at_top=0 wait_ms=0.00 polls=0 inflight=2\n")
+    first, second = kvtimeline.iteration_lines(text)
+    assert (first["run_ms"], first["sched_ms"], first["inflight"]) == (1996.48, 2.59, 0)
+    assert (second["run_ms"], second["result_ms"], second["inflight"]) == (332.19, 3.14, 2)
+    assert second["t"] - first["t"] == 1.0
 
 
 def _anchored_source() -> str:

@@ -254,7 +254,7 @@ def test_a_profile_file_by_path_checks_a_config(tmp_path):
 
 def test_bench_metadata_and_report_state_the_verdict_with_each_violation():
     from orchestrator.observe.report import rules_lines
-    from orchestrator.run.bench import run_metadata
+    from orchestrator.run.bench_record import run_metadata
 
     default = load_config(ROOT / "configs/default.yaml", [f"benchmark.dataset_path={FULL_DATASET}"])
     meta = run_metadata(default, "run-1", [], [])

@@ -143,15 +143,15 @@ def test_live_view_final_frame_shows_the_runs_averages_not_zero():
 
 
 def test_sharegpt_notice_prints_once_per_file_per_process(tmp_path, caplog):
-    from orchestrator.workload.dataset import load_sharegpt
+    from orchestrator.workload.sharegpt_file import load_sharegpt
 
     good = {"conversations": [{"value": "hello there"}, {"value": "general kenobi"}]}
     path = tmp_path / "ShareGPT.json"
     path.write_text(f"[{json.dumps(good)}, {json.dumps(good)}, {json.dumps(good)[:20]}")  # cut: a warning
-    caplog.set_level(logging.INFO, logger="orchestrator.workload.dataset")
+    caplog.set_level(logging.INFO, logger="orchestrator.workload.sharegpt_file")
     load_sharegpt(path)
     load_sharegpt(path)  # the warm-up batch reads it again
-    notices = [r for r in caplog.records if r.name == "orchestrator.workload.dataset" and "ShareGPT" in r.getMessage()]
+    notices = [r for r in caplog.records if r.name == "orchestrator.workload.sharegpt_file" and "ShareGPT" in r.getMessage()]
     assert len(notices) == 1 and notices[0].levelno == logging.WARNING
 
 
@@ -255,7 +255,7 @@ def test_a_ray_jobs_runtime_env_values_never_reach_the_result():
 
 
 def test_a_ray_jobs_relative_result_dir_lands_in_the_result_root(monkeypatch, tmp_path):
-    from orchestrator.run.bench import result_root
+    from orchestrator.run.bench_record import result_root
 
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
     monkeypatch.setenv("PD_ORCHESTRATOR_RESULT_ROOT", str(tmp_path))

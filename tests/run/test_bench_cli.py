@@ -83,7 +83,7 @@ def test_a_valid_run_prints_its_block_result_and_report_and_exits_zero(monkeypat
     from orchestrator.cli import main
     from orchestrator.observe.report import PhaseTime, RunVerdict, ThroughputSummary
     from orchestrator.records import RequestResult
-    from orchestrator.run.bench import BenchResult
+    from orchestrator.run.bench_record import BenchResult
 
     records = [RequestResult(index=i, status="ok", prompt_len=10, output_len=4, completion_tokens=4, ttft_s=0.1,
                              e2e_s=0.5, sent_at=0.0, done_at=0.5) for i in range(2)]

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from orchestrator.records import BenchRequest
-from orchestrator.workload.dataset import DatasetError, load_sharegpt, sample_sharegpt, sample_sharegpt_batch
+from orchestrator.workload.dataset import sample_sharegpt, sample_sharegpt_batch
 from orchestrator.workload.random_prompts import sample_random_requests
+from orchestrator.workload.sharegpt_file import DatasetError, load_sharegpt
 from orchestrator.workload.tokenizer import load_tokenizer
 from tests.support import log_case
 
@@ -64,10 +65,10 @@ def sglang_sample_sharegpt(tokenizer, pairs, num_requests, seed, context_len=Non
 
 
 def test_packaged_file_is_salvaged_with_one_warning(caplog, monkeypatch):
-    import orchestrator.workload.dataset as dataset
+    import orchestrator.workload.sharegpt_file as sharegpt_file
 
-    monkeypatch.setattr(dataset, "_REPORTED", set())  # the notice is once per process: forget earlier tests' reads
-    caplog.set_level(logging.INFO, logger="orchestrator.workload.dataset")
+    monkeypatch.setattr(sharegpt_file, "_REPORTED", set())  # the notice is once per process: forget earlier tests' reads
+    caplog.set_level(logging.INFO, logger="orchestrator.workload.sharegpt_file")
     data = load_sharegpt()
     assert data.stats.items_read == 17_671  # complete conversations before the cut
     assert data.stats.truncated and "premature EOF" in data.stats.parse_error
@@ -170,7 +171,7 @@ def test_cache_key_follows_the_options_and_a_damaged_entry_is_rebuilt(r1, tmp_pa
     assert len(entries) == 3
     for entry in entries:
         entry.write_text("{ damaged")
-    caplog.set_level(logging.WARNING, logger="orchestrator.workload.dataset")
+    caplog.set_level(logging.WARNING, logger="orchestrator.workload.sampled_batch")
     assert sample_sharegpt(r1, 10, 1, dataset_path=path) == base
     assert any("unreadable cached batch" in r.getMessage() for r in caplog.records)
     # Editing the dataset changes its identity, so the old batch is not reused.
@@ -286,7 +287,7 @@ def test_bad_dataset_files_get_clear_errors_or_counted_skips(tmp_path, caplog, n
     path = tmp_path / "ShareGPT.json"
     if content is not None:
         _write(path, content)
-    caplog.set_level(logging.INFO, logger="orchestrator.workload.dataset")
+    caplog.set_level(logging.INFO, logger="orchestrator.workload.sharegpt_file")
     if expected[0] == "error":
         with pytest.raises(DatasetError) as err:
             load_sharegpt(path)
@@ -298,7 +299,7 @@ def test_bad_dataset_files_get_clear_errors_or_counted_skips(tmp_path, caplog, n
     data = load_sharegpt(path)
     assert (data.stats.conversations, data.stats.skipped, data.stats.truncated) == (kept, skipped, truncated)
     assert len(data.pairs) == kept and all(isinstance(p, str) and isinstance(c, str) for p, c in data.pairs)
-    records = [r for r in caplog.records if r.name == "orchestrator.workload.dataset"]
+    records = [r for r in caplog.records if r.name == "orchestrator.workload.sharegpt_file"]
     assert len(records) == 1  # one summary per load, never one line per item
     unusual = set(skipped) - {"under_2_turns", "no_conversations"}
     assert records[0].levelno == (logging.WARNING if truncated or unusual else logging.INFO)

@@ -1,0 +1,43 @@
+"""benchmarks/run_start_timeline.py: the first seconds of a measured run, read from its committed server logs."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import run_start_timeline as timeline
+from orchestrator.plan.backtest.dataset import load_dataset
+
+
+def test_prefill_lines_are_placed_from_their_gaps_inside_their_one_second_stamps():
+    # true times 100.30, 100.90 (8192 tokens in 0.60 s) and 101.15 (4096 in 0.25 s); the stamps only say 100, 100, 101
+    lines = [{"t": 100.0, "new_tokens": 8192, "input_tok_s": 1.0},
+             {"t": 100.0, "new_tokens": 8192, "input_tok_s": 8192 / 0.60},
+             {"t": 101.0, "new_tokens": 4096, "input_tok_s": 4096 / 0.25}]
+    times, window = timeline.chain_times(lines)
+    # the chain fits the stamps only for a first line in [100.15, 100.40]: the last line caps it from below, the second from above
+    assert times[1] - times[0] == pytest.approx(0.60) and times[2] - times[1] == pytest.approx(0.25)
+    assert 100.15 <= times[0] <= 100.40 and window == pytest.approx(0.25)
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict:
+    data = load_dataset()
+    return {r["id"]: r for r in data["runs"]}
+
+
+def test_a_cold_pd_prefill_spends_seconds_in_the_runs_first_full_chunk_and_a_warm_one_does_not(rows):
+    cold = timeline.report(rows["h100x2-v2lite-pd-product-mem065-lease3"], {}, with_model=False)
+    warm = timeline.report(rows["h100x2-v2lite-pd-product-mem055-lease4"], {}, with_model=False)
+    assert cold is not None and warm is not None
+    assert "prefill-0/0 cold" in cold["caches"] and "prefill-0/0 warm" in warm["caches"]
+    for run in (cold, warm):
+        # the first request reached the prefill's scheduler and its forward was enqueued within 0.4 s of the first send
+        assert 0 < run["pdo"]["first_msg"][0] < 0.4
+        assert run["servers"][0]["chunk"] == 8192 and run["servers"][0]["aligned_before"] == []
+    assert cold["pdo"]["run_ms"][0] > 1500 and warm["pdo"]["run_ms"][0] < 300
+    assert cold["first_token_s"] - warm["first_token_s"] > 1.2
+
+
+def test_without_our_router_a_lone_server_sees_the_burst_within_half_a_second():
+    seen = timeline.direct_burst(timeline.ROOT / next(iter(timeline.DIRECT.values())))
+    assert max(n for t, n in seen if t <= 0.6) >= 950
