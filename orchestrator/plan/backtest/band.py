@@ -14,6 +14,15 @@ from orchestrator.plan.backtest.predict import predict_row
 from orchestrator.plan.backtest.rows import throughput_scope
 from orchestrator.plan.backtest_cache import cached
 
+# The band's two classes, by a property known before launch: the share of its decode steps the planner's own run of a
+# prediction runs eager (a decoding server running more requests than its largest CUDA graph). Fixed a priori
+# (2026-11-27, before any row's class was computed): more than 1 % of the decode steps. Why: the error the classes
+# separate is the eager step's machine mode (docs/fidelity.md, hattr's phase attribution and hgpu7's bimodal step: an
+# eager step runs x1.0-2.0 the model's), which acts on every eager step in proportion to the time spent there; eager
+# steps are the run's largest batches, so even 1 % of the steps at x2.0 moves a run by a few percent, while a few
+# steps at a peak just above the graph (under 1 %) are a blip, not a stretch. Never tuned to the rows' errors.
+EAGER_STRETCH_SHARE = 0.01
+
 
 @dataclass(frozen=True)
 class ErrorBand:
