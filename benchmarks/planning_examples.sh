@@ -26,3 +26,4 @@ run h200-w4a8-search plan --config configs/h200-1p1d-tp8.yaml --set model.quanti
 run compare-presets compare --configs configs/h100-1p1d-tp8.yaml configs/h100-agg-tp16.yaml configs/h100-2p1d-tp4.yaml configs/h200-1p1d-tp8.yaml configs/h200-agg-tp16.yaml configs/h200-agg-2xtp8.yaml configs/h200-1p1d-tp4-tp8.yaml configs/h200-2p1d-tp4.yaml
 run h200-2p1d-tp4-fp8 plan --config configs/h200-2p1d-tp4.yaml --set model.quantization=fp8
 run h200-real-weights-cold plan --config configs/h200-1p1d-tp8.yaml --set engine.sglang.load_format=null --disk-gb-s 2 --jit-cold
+run v2lite-agg-tp2-eager plan --config configs/device-h200x2-local-agg-tp2.yaml --synthetic --set benchmark.dataset_path=null

@@ -196,7 +196,8 @@ def planning_example(name: str) -> str:
 
 
 # the examples cheap enough to recompute in CI (seconds in-process); the four searches take minutes of CPU there
-PLANNING_RECHECKED = ("fp8-h100-1p1d", "h200-2p1d-tp4-fp8", "h200-real-weights-cold", "compare-presets")
+PLANNING_RECHECKED = ("fp8-h100-1p1d", "h200-2p1d-tp4-fp8", "h200-real-weights-cold", "compare-presets",
+                      "v2lite-agg-tp2-eager")
 
 
 def planning_drift(names: tuple[str, ...] = PLANNING_RECHECKED) -> dict[str, tuple[str, str]]:
@@ -222,7 +223,7 @@ def planning_body(text: str) -> list[str]:
 PLANNING_REGIONS = {
     f"planning-{name}": name
     for name in ("fp8-h100-1p1d", "default-search", "h100-fp8-agg-search", "h200-fp8-search", "h200-w4a8-search",
-                 "compare-presets", "h200-real-weights-cold")
+                 "compare-presets", "h200-real-weights-cold", "v2lite-agg-tp2-eager")
 }
 
 

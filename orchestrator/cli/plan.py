@@ -14,10 +14,11 @@ from orchestrator.cluster.inventory import ClusterError, check_declared_placemen
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.gpus import GPU_SPECS
-from orchestrator.plan.backtest.band import ErrorBand, error_band, out_of_sample_models
+from orchestrator.plan.backtest.band import EAGER, ErrorBand, eager_class, error_band, out_of_sample_models
 from orchestrator.plan.backtest.dataset import BacktestError
 from orchestrator.plan.compare import MEASURED, SIM_ENGINE, compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
+from orchestrator.plan.eager_stretch import eager_stretches
 from orchestrator.plan.memory.defaults_text import sglang_defaults_text
 from orchestrator.plan.memory.preflight import check_layout_fits
 from orchestrator.plan.proposals import add_search_args, print_search
@@ -176,15 +177,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print()
             ok = budget.verdict != INVALID
             band = _error_band(cfg)
-            print(f"back-test error band of this throughput: {band.text() if band else _no_band(cfg)} "
-                  "(`plan --backtest`)\n")
+            share = budget.run.eager_share
+            print(f"back-test error band of this throughput: {band.text(share) if band else _no_band(cfg)} "
+                  "(`plan --backtest`)")
+            if eager_class(share) == EAGER:
+                for stretch in eager_stretches(cfg, budget.run, batch, gpu):
+                    print(f"  {stretch.line()}")
+            print()
             band_printed = True
             _print_earlier_run(cfg, budget.run, band)
         if args.search:
             batch = _search_batch(cfg, args, batch)
             ok = print_search(cfg, batch, gpu, rules=args.rules, top=args.top or 3, write_dir=args.write_dir,
                               tune_top=args.tune_top, show=show, disk_gb_s=args.disk_gb_s,
-                              jit_cached=not args.jit_cold)
+                              jit_cached=not args.jit_cold, band=_error_band(cfg))
             if not band_printed:  # the config's own layout did not fit: the ranking still gets its band (issue 25)
                 band = _error_band(cfg)
                 print(f"back-test error band of the ranked throughputs: {band.text() if band else _no_band(cfg)} "
@@ -330,8 +336,9 @@ def _print_earlier_run(cfg: RunConfig, predicted: SimulatedRun, band: ErrorBand 
         f"predicted {predicted.output_throughput:,.0f} out tok/s, run {predicted.duration_s:.1f} s, TTFT p50 "
         f"{predicted.ttft_p(50):.2f} s (throughput error {error:+.0%})"
     )
-    if band is not None and abs(error) > band.mape:
-        print(f"  disagreement: output tok/s {error:+.0%}, outside the back-test's ±{band.mape:.0%} band")
+    if band is not None and abs(error) > band.class_mape(predicted.eager_share):
+        print(f"  disagreement: output tok/s {error:+.0%}, outside the back-test's "
+              f"±{band.class_mape(predicted.eager_share):.0%} band (this prediction's class)")
     ttft_error = predicted.ttft_p(50) / run_ttft - 1 if run_ttft > 0 else math.nan
     if abs(ttft_error) > TTFT_DISAGREES:
         print(f"  disagreement: TTFT p50 predicted {predicted.ttft_p(50):.2f} s vs {run_ttft:.2f} s in that run "

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config import RunConfig, config_from_dict
+from orchestrator.plan.backtest.band import EAGER_STRETCH_SHARE, ErrorBand, eager_class
 from orchestrator.plan.deadline import INVALID
 from orchestrator.plan.candidate import Candidate
 from orchestrator.plan.search import SearchResult, search
@@ -21,11 +22,20 @@ from orchestrator.plan.simulate import LABEL
 
 
 
-def ranking_table(candidates: Sequence[Candidate], gpu: str, limit: int | None = None) -> str:
-    """One row per candidate: layout + knobs, memory, simulated throughput, times, deadline, why it beats the next."""
+def _band_cell(band: ErrorBand | None, eager_share: float) -> str:
+    """The back-test band of a prediction's class (eager decode stretch or not), e.g. '±25% eager'."""
+    name = eager_class(eager_share)
+    of_class = band.of_class(name) if band else None
+    return f"±{of_class.mape:.0%} {name}" if of_class else f"- {name}"
+
+
+def ranking_table(candidates: Sequence[Candidate], gpu: str, limit: int | None = None,
+                  band: ErrorBand | None = None) -> str:
+    """One row per candidate: layout + knobs, memory, simulated throughput, times, deadline, the back-test band of
+    its class (eager decode stretch or not), why it beats the next."""
     rows = [
         f"{'#':>3} {'layout + knobs':<58} {'memory':<20} {'out tok/s':>9} {'run s':>6} {'TTFT p50 s':>10} "
-        f"{'start s':>7} {'total s':>7}  deadline  ({LABEL}, {gpu})"
+        f"{'start s':>7} {'total s':>7}  {'deadline':<8}  {'band':<12}  ({LABEL}, {gpu})"
     ]
     shown = list(candidates)[:limit] if limit else list(candidates)
     for rank, c in enumerate(shown, 1):
@@ -37,7 +47,8 @@ def ranking_table(candidates: Sequence[Candidate], gpu: str, limit: int | None =
         run = c.budget.run
         rows.append(
             f"{rank:>3} {name:<58} {c.memory.verdict:<20} {run.output_throughput:>9,.0f} {run.duration_s:>6.1f} "
-            f"{run.ttft_p(50):>10.2f} {c.budget.startup_s:>7.1f} {c.budget.total_s:>7.1f}  {c.budget.verdict}"
+            f"{run.ttft_p(50):>10.2f} {c.budget.startup_s:>7.1f} {c.budget.total_s:>7.1f}  {c.budget.verdict:<8}  "
+            f"{_band_cell(band, run.eager_share)}"
         )
         if c.equivalents:
             rows.append(f"{'':>4}same prediction with: {', '.join(c.equivalents[:4])}"
@@ -125,8 +136,10 @@ def add_search_args(parser) -> None:
 def print_search(
     cfg: RunConfig, batch: Sequence[tuple[int, int]], gpu: str, *, rules: str | None = None, top: int = 3,
     write_dir: str | None = None, tune_top: int = 4, show: int = 25, disk_gb_s: float = 2.0, jit_cached: bool = True,
+    band: ErrorBand | None = None,
 ) -> bool:
-    """Run the search and print it as `plan --search` does; True when some layout fits inside the deadline."""
+    """Run the search and print it as `plan --search` does (each row with `band`'s figure for its class); True when
+    some layout fits inside the deadline."""
     import time
 
     from orchestrator.rules import load_profile, profile_name
@@ -147,7 +160,10 @@ def print_search(
         print(f"  rules {found.rules} sets {note}")
     for v in found.standing:
         print(f"  rules {found.rules}: every layout still needs (the search cannot change it): {v.line()}")
-    print(ranking_table(found.ranked, gpu, limit=show or None))
+    print(ranking_table(found.ranked, gpu, limit=show or None, band=band))
+    if band is not None:
+        print(f"(band: the back-test's out-of-sample error of each row's class: eager = its prediction runs more than "
+              f"{EAGER_STRETCH_SHARE:.0%} of its decode steps past its largest CUDA graph; graphed = not)")
     missing = missing_mode_note(cfg, found)
     if missing:
         print(missing)

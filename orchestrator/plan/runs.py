@@ -4,12 +4,28 @@ compare and the back-test): SimulatedRun, SimulationError, synthetic_batch, batc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig
 from orchestrator.stats import percentile
 
 LABEL = "simulated"
+
+
+@dataclass(frozen=True)
+class DecodeSteps:
+    """One decoding server's decode steps in a simulated run: how many, how many ran eager (a batch past its largest
+    CUDA graph, the cost model's decode_runs_eager), and its largest running batch."""
+
+    server: str  # role-index-replica, as layout.<role>.<index>
+    steps: int
+    eager: int
+    peak_running: int
+
+    @property
+    def group(self) -> tuple[str, int]:
+        role, index, _ = self.server.rsplit("-", 2)
+        return role, int(index)
 
 
 @dataclass
@@ -27,6 +43,13 @@ class SimulatedRun:
     completed: int
     label: str = LABEL
     retracted: int = 0  # SGLang retractions (aggregated servers whose KV pool ran out mid-decode)
+    decode_steps: list[DecodeSteps] = field(default_factory=list)  # per decoding server
+
+    @property
+    def eager_share(self) -> float:
+        """The share of all decode steps that ran eager (0 without decode steps)."""
+        steps = sum(d.steps for d in self.decode_steps)
+        return sum(d.eager for d in self.decode_steps) / steps if steps else 0.0
 
     @property
     def output_throughput(self) -> float:

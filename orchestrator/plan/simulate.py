@@ -44,7 +44,7 @@ from orchestrator.perfmodel.scheduling.request_bounds import never_runs
 from orchestrator.perfmodel.scheduling.steps import Forward, Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
-from orchestrator.plan.runs import LABEL, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
+from orchestrator.plan.runs import LABEL, DecodeSteps, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
 from orchestrator.records import Role
 
 __all__ = [  # the results and batch helpers live in plan/runs.py; importers may keep using this module
@@ -87,6 +87,9 @@ class SimServer:
     held: list[SimRequest] | None = None  # PD prefill: KV computed, waiting for the running forward to end
     gpu: TimeSlicedGpu | None = None  # the GPU it time-slices with other servers, if it shares one
     step_in_flight: Step | None = None  # on a shared GPU: the forward whose end the GPU re-times
+    decode_steps: int = 0  # decode forwards started, and those past the largest CUDA graph (eager)
+    eager_steps: int = 0
+    peak_running: int = 0
 
     @property
     def capacity_tokens(self) -> int:
@@ -269,6 +272,11 @@ class Simulation:
         assert step.forward is not None
         if self.observe is not None:
             self.observe(self.now, server.name, step.forward, server.steps.batch)
+        if step.forward.kind == "decode" and server.model is not None:
+            running = len(step.forward.running)
+            server.decode_steps += 1
+            server.eager_steps += server.model.decode_runs_eager(running)
+            server.peak_running = max(server.peak_running, running)
         if server.gpu is None:
             self.at(self.now + step.forward.duration_s, self.forward_done, server, step)
             return
@@ -402,4 +410,6 @@ def simulate_run(
         e2e_s=e2e_s,
         completed=len(e2e_s),
         retracted=sum(server.steps.batch.retracted for server in sim.aggregated + sim.decode),
+        decode_steps=[DecodeSteps(s.name, s.decode_steps, s.eager_steps, s.peak_running)
+                      for s in sim.aggregated + sim.decode],
     )

@@ -52,7 +52,7 @@ def predict_row(row: dict, batches: dict, base: Path) -> BacktestRow:
         note = "" if batch_total == total else f" (batch {batch_total:,} tokens vs run {total:,}: per-token rate)"
         return BacktestRow(
             **common, measured=float(measured["total_tok_s"]), predicted=run.total_throughput, unit="total tok/s",
-            detail=f"run {run.duration_s:.1f} s vs {measured['duration_s']:.1f} s{note}",
+            detail=f"run {run.duration_s:.1f} s vs {measured['duration_s']:.1f} s{note}", eager_share=run.eager_share,
         )
     if kind == "startup":
         warm = row["caches"] == "warm"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from orchestrator.plan.backtest.band import CLASS_TEXT, EAGER_STRETCH_SHARE, class_bands, eager_class
 from orchestrator.plan.backtest.rows import BacktestRow
 from orchestrator.tables import table
 
@@ -31,8 +32,15 @@ def backtest_table(rows: Sequence[BacktestRow], markdown: bool = False) -> str:
         if r.within is False and r.expect == "miss":
             ok = "MISS (reported)"
         lines.append([r.id, r.sample, r.scope or r.kind, r.source, _fmt(r.measured, r.unit), _fmt(r.predicted, r.unit), r.error_text(),
-                      bound, r.bound_set.split(" (")[0], ok, r.detail])
+                      bound, r.bound_set.split(" (")[0], ok, r.detail + _eager_text(r)])
     return table(head, lines, markdown)
+
+
+def _eager_text(r: BacktestRow) -> str:
+    """A full run's band class, from its own prediction (what `plan` would have said before launch)."""
+    if r.scope != "run" or r.eager_share is None:
+        return ""
+    return f"; predicted eager {r.eager_share:.0%} of decode steps ({eager_class(r.eager_share)})"
 
 
 SAMPLE_NAMES = {"in": "in-sample (a shipped profile was fitted on the run)", "out": "out-of-sample (never fitted on)"}
@@ -54,11 +62,20 @@ def _mape_text(rows: Sequence[BacktestRow], sample: str) -> str:
                                ("startup", None, "start-up"), ("ratio", None, "ratios")):
         value, n = mape(rows, sample, kind, scope)
         if n:
-            parts.append(f"{label} {value:.1%} over {n} row{'s' if n > 1 else ''}")
+            parts.append(f"{label} {value:.1%} over {n} row{'s' if n > 1 else ''}"
+                         + (_classes_text(rows, sample) if scope == "run" else ""))
     knobs = [r for r in rows if r.sample == sample and r.kind in ("direction", "memory")]
     if knobs:
         parts.append(f"directions/outcomes {sum(1 for r in knobs if r.within)} of {len(knobs)} right")
     return f"MAPE {SAMPLE_NAMES[sample]}: " + ("; ".join(parts) if parts else "no rows")
+
+
+def _classes_text(rows: Sequence[BacktestRow], sample: str) -> str:
+    """The full runs' MAPE per eager class (band.py), each row classed by its own prediction's eager share."""
+    runs = [r for r in rows if r.sample == sample and r.kind == "throughput" and r.scope == "run"
+            and r.error is not None]
+    bands = class_bands([(r.error, r.eager_share or 0.0) for r in runs if r.error is not None])
+    return " (" + "; ".join(f"{CLASS_TEXT[b.name]} {b.mape:.1%} over {b.rows}" for b in bands) + ")" if bands else ""
 
 
 def summary(rows: Sequence[BacktestRow]) -> str:
@@ -81,9 +98,11 @@ def summary(rows: Sequence[BacktestRow]) -> str:
         text += "; kept expect: miss although inside: " + ", ".join(f"{r.id} ({r.error_text()}: {r.inside_now})" for r in kept)
     if missed:
         text += " (docs/fidelity.md says why)"
-    return "\n".join([text, _mape_text(rows, "in"), _mape_text(rows, "out"), POINTS_NOTE])
+    return "\n".join([text, _mape_text(rows, "in"), _mape_text(rows, "out"), CLASSES_NOTE, POINTS_NOTE])
 
 
+CLASSES_NOTE = (f"(eager decode stretches: the row's own prediction runs more than {EAGER_STRETCH_SHARE:.0%} of its "
+                "decode steps past its largest CUDA graph, a class known before launch; docs/planning.md)")
 POINTS_NOTE = ("(full runs: a batch through the servers, what `plan` predicts; calibration points: one lone server's "
                "decode/context/prefill point, tokens over the harness client's wall, which includes stalls the planner "
                "does not claim to predict, e.g. likely first-use kernel compilation in eager mode)")

@@ -32,6 +32,7 @@ class BacktestRow:
     scope: str = ""  # throughput rows: run (a batch through the servers) | point (one calibration-harness point)
     inside_since: str = ""  # expect: in after a reported miss: the model commit that brought it inside its bound
     inside_now: str = ""  # expect: miss kept although inside its bound now: why (e.g. inside by chance)
+    eager_share: float | None = None  # throughput rows: the share of decode steps the prediction itself runs eager
 
     @property
     def error(self) -> float | None:
