@@ -216,9 +216,12 @@ class TransferConfig(Strict):
 
 
 class RouterConfig(Strict):
-    policy: Literal["round_robin", "least_outstanding", "least_tokens", "power_of_two", "prefix_aware"] = Field(
+    policy: Literal["round_robin", "least_outstanding", "least_tokens", "power_of_two", "prefix_aware", "random"] = Field(
         "prefix_aware", description="Pairing policy (docs/router.md): how the router picks the prefill and "
-        "the decode of each request; prefix_aware measured best (docs/performance.md, Pairing policies).")
+        "the decode of each request; prefix_aware measured best (docs/performance.md, Pairing policies); random = "
+        "sglang-router's PD pairing as the organisers' 2026 deployment ran it.")
+    seed: int = Field(0, description="Seed of the policies that draw (random, power_of_two; one stream per role), "
+                      "in the router and in the planner's simulated router, so a run or a plan can be repeated.")
     host: str = Field("127.0.0.1", description="HTTP ingress bind address (loopback by default). The router runs on "
                       "the node with this address; for a wildcard or loopback address, on the driver's node.")
     port: int = Field(8000, ge=1, le=65535)

@@ -1,6 +1,6 @@
 """Virtual-time discrete-event simulation of a whole benchmark run on one layout, timed by the cost model.
 
-batch [(prompt_len, output_len)] -> router (round robin) -> PD: prefill servers (chunked prefill)
+batch [(prompt_len, output_len)] -> router (router.policy: Pairing) -> PD: prefill servers (chunked prefill)
   -> KV transfer (serialised per decode link) -> decode servers (continuous batching, KV capacity)
   | aggregated: servers that run either a prefill chunk or a decode step, prefill first (SGLang's default)
 -> SimulatedRun (duration, throughput, TTFT / e2e per request). No wall clock is involved: 1000 prompts
@@ -12,7 +12,7 @@ server is one perfmodel/scheduling StepScheduler, the step loop the simulated en
 each forward (prefill chunk or decode step), its cost-model time, admission, KV and retraction, and a PD
 decode's pre-allocation of a request's prompt KV (with SGLang's 512-token headroom per active request)
 before its prefill may start, once per turn of its loop as SGLang's DecodePreallocQueue does. This module
-adds only the clock: virtual event times, the router's round robin, KV transfers serialised per decode
+adds only the clock: virtual event times, the router's pairing, KV transfers serialised per decode
 link. TTFT is when the first token is available to the client (PD: KV landed on decode and the request
 joined its running batch; aggregated: end of its last prefill chunk).
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -125,13 +126,39 @@ def layout_servers(cfg: RunConfig, gpu: str | None, sglang_version: str | None =
     return [], [], _servers(cfg, "aggregated", gpu, sglang_version)
 
 
+class Pairing:
+    """Which server of each role the router gives a request, as `router.policy` says. `random` draws each role apart,
+    uniformly, from the stream the router's policy of that role draws from (seed "{router.seed}/{role}",
+    router/dispatch/policies.py role_seed); every other policy is priced as round robin, one turn shared by both
+    roles (request i -> prefill i mod P, decode i mod D): on the contest's distinct prompts and even load the
+    load-aware policies spread requests about as evenly, but their pairs are not modelled."""
+
+    def __init__(self, policy: str = "round_robin", seed: int = 0):
+        self.policy = policy
+        self._turns = itertools.count()
+        self._draws = {role: random.Random(f"{seed}/{role}") for role in ("prefill", "decode", "aggregated")}
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> "Pairing":
+        return cls(cfg.router.policy, cfg.router.seed)
+
+    def next_turn(self) -> int:
+        return next(self._turns)
+
+    def pick(self, role: str, servers: list["SimServer"], turn: int) -> "SimServer":
+        if self.policy == "random":
+            return servers[self._draws[role].randrange(len(servers))]
+        return servers[turn % len(servers)]
+
+
 class Simulation:
     """The event loop: a heap of (time, seq, action) and the servers the actions touch."""
 
     def __init__(self, prefill: list[SimServer], decode: list[SimServer], aggregated: list[SimServer],
-                 shared_gpus: Sequence[Sequence[str]] = (), answer_s: float | None = None):
+                 shared_gpus: Sequence[Sequence[str]] = (), answer_s: float | None = None,
+                 pairing: Pairing | None = None):
         """`answer_s`: each request's answer latency (None: the servers' GPUs' answer_latency_s; a one-server
-        trace passes 0: it times the step loop alone)."""
+        trace passes 0: it times the step loop alone). `pairing`: the router's (None: round robin)."""
         by_name = {s.name: s for s in prefill + decode + aggregated}
         for names in shared_gpus:  # servers that time-slice one GPU (shared_gpu_groups)
             gpu = TimeSlicedGpu(",".join(names))
@@ -147,7 +174,7 @@ class Simulation:
         self.pending: deque[SimRequest] = deque()
         self.in_flight = 0
         self.max_concurrency: int | None = None
-        self.rr = itertools.count()
+        self.pairing = pairing or Pairing()
         self.arrivals: list[SimServer] | None = None  # servers to start once submit_ready has queued everything
         self.bootstrapped: list[SimRequest] = []  # PD: KV pre-allocated this instant; their prefills take them next
         models = [s.model for s in prefill + decode + aggregated if s.model is not None]
@@ -203,20 +230,20 @@ class Simulation:
 
     # ---- router and servers ----------------------------------------------------------------------
     def arrive(self, req: SimRequest) -> None:
-        """`req` reaches the router now: round robin onto servers, queued in their step loops."""
+        """`req` reaches the router now: paired onto servers (self.pairing), queued in their step loops."""
         req.arrival_s = self.now
-        i = next(self.rr)
+        turn = self.pairing.next_turn()
         req.seq = Seq(req.prompt_len, req.output_len, owner=req, greedy_chain=self.greedy_chain)
         if self.aggregated:
-            server = self.aggregated[i % len(self.aggregated)]
+            server = self.pairing.pick("aggregated", self.aggregated, turn)
             self.check_fits(server, req.output_len, req)
             server.steps.submit(req.seq)
             self.kick(server)
             return
-        req.decode = self.decode[i % len(self.decode)]
+        req.decode = self.pairing.pick("decode", self.decode, turn)
         self.check_fits(req.decode, req.output_len, req)
         if self.prefill:  # else a decode-only trace (one_server_trace): the KV is there once allocated
-            req.prefill = self.prefill[i % len(self.prefill)]
+            req.prefill = self.pairing.pick("prefill", self.prefill, turn)
             self.check_fits(req.prefill, 1, req)
             req.prefill_seq = Seq(req.prompt_len, 1, owner=req)  # the prefill samples the first token only
         # SGLang: the prefill waits for the decode's KV, pre-allocated at the decode's next turn
@@ -391,7 +418,7 @@ def simulate_run(
     gpu = gpu or cfg.cluster.gpu
     if isinstance(max_concurrency, str):  # "auto"
         max_concurrency = client_concurrency(cfg, gpu, sglang_version)
-    sim = Simulation(*layout_servers(cfg, gpu, sglang_version), shared_gpu_groups(cfg))
+    sim = Simulation(*layout_servers(cfg, gpu, sglang_version), shared_gpu_groups(cfg), pairing=Pairing.of(cfg))
     sim.observe = observe
     duration = sim.run(batch, max_concurrency)
     e2e_s = [end - r.sent_s for r in sim.requests if (end := r.finish_s) is not None]

@@ -77,7 +77,7 @@ MALFORMED = [
     ({"transfer": {"backend": "mooncake"}}, "transfer.backend"),
     ({"transfer": {"bootstrap_port": 70000}}, "transfer.bootstrap_port"),
     ({"transfer": {"ucx": {"ib_gpu_direct_rdma": "maybe"}}}, "transfer.ucx.ib_gpu_direct_rdma"),
-    ({"router": {"policy": "random"}}, "router.policy"),
+    ({"router": {"policy": "cache_aware"}}, "router.policy"),
     ({"router": {"port": "eighty"}}, "router.port"),
     ({"metrics": {"exporter_port": -1}}, "metrics.exporter_port"),
 ]

@@ -82,3 +82,39 @@ def test_a_request_longer_than_the_context_is_refused_in_one_line():
     cfg = load_config(QWEN, ["model.context_length=4096"])
     with pytest.raises(SimulationError, match="exceeds model.context_length=4096; raise model.context_length"):
         simulate_closed_loop(cfg, ClosedLoopLoad.of(cfg, 8))
+
+
+def _decode_batches(overrides: list[str], n: int = 16) -> dict[str, int]:
+    """The largest batch each decode server ran in a 10 s window of N clients."""
+    largest: dict[str, int] = {}
+
+    def observe(_t, server, forward, _schedule) -> None:
+        if forward.kind == "decode":
+            largest[server] = max(largest.get(server, 0), len(forward.running))
+
+    simulate_closed_loop(load_config(QWEN, overrides), ClosedLoopLoad(n, 4000, 200, 10.0, 30.0), observe=observe)
+    return largest
+
+
+def test_random_pairing_lets_one_decode_run_more_than_its_half_of_the_clients():
+    # round robin's shared turn gives each of the two decodes exactly half of N; sglang-router's random pairs (the
+    # organisers' deployment) draw the decode apart, so one decode at times runs more than half (docs/router.md)
+    assert set(_decode_batches([]).values()) == {8}
+    assert max(_decode_batches(["router.policy=random"]).values()) > 8
+
+
+def test_random_pairing_repeats_under_its_seed_and_draws_the_routers_streams():
+    from orchestrator.plan.simulate import Pairing
+    from orchestrator.records import WorkerEndpoint
+    from orchestrator.router.dispatch.policies import WorkerState, make_policy
+
+    same = [_waves(["router.policy=random", f"router.seed={seed}"], 16).ttft_ms() for seed in (5, 5, 6)]
+    assert same[0] == same[1] and same[0] != same[2]
+    # the planner's router draws what `serve`'s router draws under the same seed, role by role
+    for role in ("prefill", "decode"):
+        planner = Pairing("random", seed=5)
+        router = make_policy("random", role, seed=5)
+        workers = [WorkerState(WorkerEndpoint(role=role, name=f"{role}-{i}", url=f"http://127.0.0.1:1/{i}"))
+                   for i in range(3)]
+        assert [planner.pick(role, workers, turn).name for turn in range(40)] == \
+            [router.pick(workers).name for _ in range(40)]

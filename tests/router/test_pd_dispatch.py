@@ -203,6 +203,28 @@ async def test_least_outstanding_spreads_load_over_both_pairs(servers):
     assert {dd for _, dd in used} == {"decode-0/0", "decode-0/1"}
 
 
+async def test_random_draws_each_leg_apart_and_its_seed_repeats_the_pairs(servers):
+    """`random` (sglang-router's PD pairing, the organisers' deployment): the decode is drawn apart from the prefill,
+    so all four pairs of 2 x 2 serve (round robin's per-role turns give two), the requests reach the servers drawn,
+    and router.seed repeats a run's pairs while another seed changes them."""
+    async def pairs(seed: int) -> list[tuple[str, str]]:
+        for s in servers.values():
+            s.bodies.clear()
+        results = await collect(await make_dispatcher(servers, policy="random", seed=seed), bench(40), max_in_flight=1)
+        assert all(r.status == "ok" for r in results), [r.error for r in results]
+        drawn = [(r.prefill_worker, r.decode_worker) for r in sorted(results, key=lambda r: r.index)]
+        for name, server in servers.items():  # where the HTTP went is what was drawn
+            assert len(server.bodies) == sum(name in pair for pair in drawn)
+        return drawn
+
+    first = await pairs(7)
+    assert len(set(first)) == 4
+    assert await pairs(7) == first
+    assert await pairs(8) != first
+    round_robin = await collect(await make_dispatcher(servers, policy="round_robin"), bench(40), max_in_flight=1)
+    assert len({(r.prefill_worker, r.decode_worker) for r in round_robin}) == 2
+
+
 async def test_failed_prefill_aborts_its_decode_leg_and_the_request_is_retried_on_another_pair(servers):
     servers["prefill-0/0"].fail_status = 500
     d = await make_dispatcher(servers, ["prefill-0/0", "prefill-0/1", "decode-0/0"], policy="round_robin")

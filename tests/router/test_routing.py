@@ -75,8 +75,8 @@ def test_no_healthy_worker_names_the_role_and_count():
 
 
 def test_unknown_policy_names_the_field_and_choices():
-    with pytest.raises(ValueError, match=r"router.policy='random' is unknown; allowed: \['least_outstanding'"):
-        make_policy("random")
+    with pytest.raises(ValueError, match=r"router.policy='cache_aware' is unknown; allowed: \['least_outstanding'"):
+        make_policy("cache_aware")
     assert isinstance(make_policy("round_robin"), RoundRobin)
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-from orchestrator.plan.simulate import (ForwardObserver, SimRequest, Simulation, SimulationError, layout_servers,
-                                        shared_gpu_groups)
+from orchestrator.plan.simulate import (ForwardObserver, Pairing, SimRequest, Simulation, SimulationError,
+                                        layout_servers, shared_gpu_groups)
 from orchestrator.stats import percentile
 
 CHAT_TURN_CHAIN = "chat template: open assistant turn"  # the greedy chain every closed-loop request starts from
@@ -110,7 +110,7 @@ class _ClosedLoopSimulation(Simulation):
     while the window is open."""
 
     def __init__(self, cfg: RunConfig, load: ClosedLoopLoad, gpu: str, sglang_version: str | None):
-        super().__init__(*layout_servers(cfg, gpu, sglang_version), shared_gpu_groups(cfg))
+        super().__init__(*layout_servers(cfg, gpu, sglang_version), shared_gpu_groups(cfg), pairing=Pairing.of(cfg))
         self.load = load
         # every request is one chat turn through one template: whatever its text, its prompt ends with the template's
         # open assistant turn, the token its greedy decode starts from (perfmodel/weights.decode_routing_tokens)

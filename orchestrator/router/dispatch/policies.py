@@ -11,6 +11,11 @@ pairing policy, one choice per role (`POLICIES`):
 | least_tokens | fewest prompt tokens in flight | fewest tokens in flight (prompt + max_new_tokens: the KV it will hold) |
 | power_of_two | the less loaded (tokens) of two at random | the same |
 | prefix_aware | fewest tokens in flight + prompt tokens not cached there (prefix seen recently) | fewest tokens in flight |
+| random | uniformly at random | uniformly at random, drawn apart from the prefill's |
+
+`random` is what the organisers' 2026 deployment ran: sglang-router 0.3.2's default `cache_aware` in PD mode finds no
+tree for the model and picks a uniformly random prefill and, apart, a random decode (docs/router.md). Its draws here
+are seeded (`router.seed`, one stream per role) so a run can be repeated; power_of_two takes the same seed.
 """
 
 from __future__ import annotations
@@ -101,7 +106,7 @@ class LeastTokens:
 class PowerOfTwo:
     """Samples two workers at random and takes the one with fewer tokens in flight (no global scan)."""
 
-    def __init__(self, seed: int | None = None) -> None:
+    def __init__(self, seed: int | str | None = None) -> None:
         self._rng = random.Random(seed)
 
     def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
@@ -152,6 +157,18 @@ class PrefixAware:
         return request.prompt_tokens
 
 
+class UniformRandom:
+    """Takes a worker uniformly at random, blind to load: sglang-router's PD pairing when it has no cache tree."""
+
+    def __init__(self, seed: int | str | None = None) -> None:
+        self._rng = random.Random(seed)
+
+    def pick(self, candidates: list[WorkerState], request: RequestShape | None = None) -> WorkerState:
+        return candidates[self._rng.randrange(len(candidates))]
+
+
+SEEDED = (PowerOfTwo, UniformRandom)  # policies that draw: each role gets its own stream of the run's seed
+
 # name -> (prefill policy, decode policy); an aggregated worker uses the prefill one (it caches prefixes)
 POLICIES: dict[str, tuple[Callable[[], RoutingPolicy], Callable[[], RoutingPolicy]]] = {
     "round_robin": (RoundRobin, RoundRobin),
@@ -159,16 +176,24 @@ POLICIES: dict[str, tuple[Callable[[], RoutingPolicy], Callable[[], RoutingPolic
     "least_tokens": (LeastTokens, LeastTokens),
     "power_of_two": (PowerOfTwo, PowerOfTwo),
     "prefix_aware": (PrefixAware, LeastTokens),
+    "random": (UniformRandom, UniformRandom),
 }
 
 
-def make_policy(name: str, role: str = "decode") -> RoutingPolicy:
-    """A fresh policy instance for one role (each keeps its own rotation or cache state)."""
+def role_seed(seed: int | None, role: str) -> str | None:
+    """The stream a drawing policy of `role` uses: the prefill's and the decode's draws are independent, and the
+    planner's simulated router (plan/simulate.py) draws from the same streams."""
+    return None if seed is None else f"{seed}/{role}"
+
+
+def make_policy(name: str, role: str = "decode", seed: int | None = None) -> RoutingPolicy:
+    """A fresh policy instance for one role (each keeps its own rotation, cache state or random stream)."""
     try:
         prefill, decode = POLICIES[name]
     except KeyError:
         raise ValueError(f"router.policy={name!r} is unknown; allowed: {sorted(POLICIES)}") from None
-    return decode() if role == "decode" else prefill()
+    factory = decode if role == "decode" else prefill
+    return factory(role_seed(seed, role)) if factory in SEEDED else factory()
 
 
 def eligible(workers: list[WorkerState], role: str, now: float | None = None) -> list[WorkerState]:

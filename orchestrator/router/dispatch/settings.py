@@ -14,6 +14,7 @@ class DispatchSettings:
     """Knobs of the dispatcher; `from_router_config` maps the run config's `router` section."""
 
     policy: str = "prefix_aware"
+    seed: int | None = None  # of the drawing policies (random, power_of_two); None = unseeded
     request_timeout_s: float | None = None  # per leg; None = time left before the deadline
     max_attempts: int = 2
     suspect_s: float = 10.0  # how long a failed worker is avoided
@@ -27,5 +28,5 @@ class DispatchSettings:
     @classmethod
     def from_router_config(cls, router: Any) -> "DispatchSettings":
         return cls(
-            policy=router.policy, request_timeout_s=router.request_timeout_s, max_attempts=router.max_attempts
+            policy=router.policy, seed=router.seed, request_timeout_s=router.request_timeout_s, max_attempts=router.max_attempts
         )

@@ -49,7 +49,7 @@ class WorkerPool:
 
     def _policy(self, role: str) -> RoutingPolicy:
         if role not in self._policies:
-            self._policies[role] = make_policy(self.settings.policy, role)
+            self._policies[role] = make_policy(self.settings.policy, role, self.settings.seed)
         return self._policies[role]
 
     def pick_pair(self, request: RequestShape | None = None) -> Pair:
