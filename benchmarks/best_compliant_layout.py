@@ -5,7 +5,8 @@ batch of the published 2x8 H100 runs (benchmarks/backtest/runs.yaml r1-sharegpt-
 the packaged ShareGPT copy cannot resample it) sent in the config's benchmark.ordering as `bench` sends it
 (longest-first by default; the first layout also in sample order, as bench_offline_throughput sends it) -> the top
 layouts' total tok/s next to the published 10,848 (TP16 with batch caps, SGLang 0.4.10, real weights) and the
-out-of-sample error band of the back-test.
+out-of-sample error band of the back-test: each row's range is its class's (eager decode stretch or not, from its own
+prediction's eager share; plan/backtest/band.py), the whole set's figure above.
 
     .venv/bin/python benchmarks/best_compliant_layout.py [--top 8]
 """
@@ -16,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from orchestrator.config import load_config
-from orchestrator.plan.backtest.band import error_band
+from orchestrator.plan.backtest.band import eager_class, error_band
 from orchestrator.plan.backtest.dataset import DATASET, build_batch, load_dataset
 from orchestrator.plan.simulate import simulate_run
 from orchestrator.plan.search import search
@@ -43,13 +44,20 @@ def main() -> None:
           f"{sum(i for i, _ in batch):,} in + {sum(o for _, o in batch):,} out (the published runs' totals), sent "
           f"{cfg.benchmark.ordering} (the config's benchmark.ordering, as bench sends it)")
     print(f"error band: {band.text() if band else 'none'}")
-    print(f"{'#':>2} {'layout + knobs':58} {'total tok/s':>11} {'band':>17} {'vs 10,848':>9} {'run s':>6} {'total s':>7}  deadline")
+    if band:
+        print("  by the prediction's class (each row's range uses its own): "
+              + "; ".join(f"{c.name} {c.text()}" for c in band.classes))
+    print(f"{'#':>2} {'layout + knobs':58} {'total tok/s':>11} {'band (class)':>17} {'vs 10,848':>9} {'run s':>6} "
+          f"{'total s':>7}  deadline  eager steps")
     shown = 0
     for c in found.proposals:
         total = tokens / c.run_s
-        lo, hi = (total / (1 + band.mape), total / (1 - band.mape)) if band else (total, total)
+        share = c.simulated.run.eager_share
+        mape = band.class_mape(share) if band else 0.0
+        lo, hi = total / (1 + mape), total / (1 - mape)
         print(f"{shown + 1:>2} {c.name[:58]:58} {total:>11,.0f} {lo:>8,.0f}-{hi:<8,.0f} {total / PUBLISHED_BEST:>8.2f}x "
-              f"{c.run_s:>6.1f} {c.total_s:>7.0f}  {c.simulated.verdict}")
+              f"{c.run_s:>6.1f} {c.total_s:>7.0f}  {c.simulated.verdict:<8}  {share:.0%} ({eager_class(share)}, "
+              f"±{mape:.0%})")
         if shown == 0 and cfg.benchmark.ordering != "arrival":
             arrival = simulate_run(c.config, sampled).duration_s
             print(f"{'':>2} {'  the same, sent in sample order (bench_offline_throughput)':58} {tokens / arrival:>11,.0f}"
