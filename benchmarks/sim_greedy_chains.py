@@ -98,7 +98,8 @@ async def simulated_itl(cfg: RunConfig, requests: list[SimRequest]) -> tuple[flo
     steps = cfg.benchmark.output_tokens - 1
     if any(len(r.output_ids) != steps + 1 for r in requests) or scheduler.decode_steps != steps:
         raise RuntimeError(f"expected {steps} decode steps in lockstep, ran {scheduler.decode_steps}")
-    wall = statistics.median((r.finished_at - r.first_token_at) / steps for r in requests if r.first_token_at)
+    wall = statistics.median((r.finished_at - r.first_token_at) / steps for r in requests
+                             if r.finished_at is not None and r.first_token_at is not None)
     return scheduler.modelled_busy_s / scale / steps, wall / scale
 
 
