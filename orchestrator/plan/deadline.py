@@ -20,6 +20,7 @@ from orchestrator.phases import BEFORE_PLACEMENT
 from orchestrator.phases import Phase
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulate import LABEL, SimulatedRun, simulate_run
+from orchestrator.workload.batch import full_chunk_prompt_len
 
 VALID = "VALID"
 AT_RISK = "at-risk"
@@ -131,6 +132,8 @@ def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tupl
     n = min(warmup.num_prompts, len(batch))
     by_size = sorted(batch, key=lambda shape: (shape[0] + shape[1], shape))
     picked = [by_size[(2 * i + 1) * len(by_size) // (2 * n)] for i in range(n)]
+    long_prompt = full_chunk_prompt_len(cfg)   # bench's one full-chunk warm-up prompt (warmup_batch)
+    picked += [(long_prompt, warmup.max_output_len)] if long_prompt and picked else []
     return [(p, min(o, cap) if cap else o) for p, o in picked]
 
 

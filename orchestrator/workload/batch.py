@@ -73,7 +73,31 @@ def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:
 
         reqs = [p.to_request() for p in sample_sharegpt(tokenizer, n, cfg.benchmark.seed + 1,
                                                        cfg.benchmark.dataset_path, cfg.benchmark.context_len)]
+        # the run's own first prefill forward, which the 16 short prompts never make: see full_chunk_prompt_len
+        ids = [t for r in reqs for t in r.input_ids]
+        length = full_chunk_prompt_len(cfg)
+        if ids and length:
+            reqs.append(BenchRequest(index=0, input_ids=(ids * (length // len(ids) + 1))[:length],
+                                     output_len=cfg.benchmark.warmup.max_output_len))
     for i, r in enumerate(reqs):
         r.index = batch_size + i
         r.output_len = min(r.output_len, cfg.benchmark.warmup.max_output_len)
     return reqs
+
+
+FULL_CHUNK_SPARE_TOKENS = 64  # the first forward stays a whole chunk even when the prompt's head hits the prefix cache
+
+
+def full_chunk_prompt_len(cfg: RunConfig) -> int:
+    """Length of the dataset warm-up's one long prompt: its first forward is a full chunk of the largest
+    --chunked-prefill-size among the prefilling servers, the forward every batch run starts with (all prompts
+    queued at once). Why: SGLang's Triton kernels compile a separate variant for a token count divisible by 16;
+    ShareGPT warm-up batches (2,566-4,811 tokens) never made one, so on cold compile caches the run's first
+    8,192-token chunk compiled for 2.0-2.7 s inside the measured run (benchmarks/results/2026-11-27-run-start-
+    timeline). Capped below the model's context; 0 when chunking is off."""
+    from orchestrator.perfmodel.costmodel import cost_model_for
+
+    chunk = max((cost_model_for(cfg, role, group).chunked_prefill_tokens or 0
+                 for role, _, group in cfg.layout.groups() if role in ("prefill", "aggregated")), default=0)
+    context = cfg.model.context_length or cfg.model.architecture().max_position_embeddings
+    return max(0, min(chunk + FULL_CHUNK_SPARE_TOKENS, context - cfg.benchmark.warmup.max_output_len - 1)) if chunk > 0 else 0

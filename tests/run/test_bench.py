@@ -81,10 +81,26 @@ def test_dataset_warmup_is_batch_shaped_but_short_and_never_collides_with_the_ba
                                      "benchmark.warmup": {"policy": "dataset", "num_prompts": 8, "max_output_len": 12}})
     warm = warmup_batch(cfg, batch_size=64)
     measured = sample_sharegpt(load_tokenizer(cfg.model.path), 64, cfg.benchmark.seed, cfg.benchmark.dataset_path)
-    assert [r.index for r in warm] == list(range(64, 72))
+    assert [r.index for r in warm] == list(range(64, 73))
     assert all(1 <= r.output_len <= 12 for r in warm)
-    assert max(r.prompt_len for r in warm) > 12, "warm-up prompts should be ShareGPT-sized, not toy prompts"
+    assert max(r.prompt_len for r in warm[:8]) > 12, "warm-up prompts should be ShareGPT-sized, not toy prompts"
     assert not {tuple(r.input_ids) for r in warm} & {tuple(p.to_request().input_ids) for p in measured}
+
+
+def test_the_dataset_warmup_runs_the_runs_first_forward_a_full_chunk(make_sim_config):
+    # every batch run starts with a full chunk (all prompts queued at once); a warm-up without one leaves that
+    # forward's kernels to compile inside the measured run on cold caches (2.0-2.7 s in three PD runs)
+    from orchestrator.perfmodel.costmodel import cost_model_for
+
+    cfg = make_sim_config(overrides={"benchmark.num_prompts": 64, "benchmark.warmup": {"policy": "dataset",
+                                                                                         "num_prompts": 8}})
+    chunk = max(cost_model_for(cfg, role, group).chunked_prefill_tokens
+                for role, _, group in cfg.layout.groups() if role in ("prefill", "aggregated"))
+    context = cfg.model.context_length or cfg.model.architecture().max_position_embeddings
+    warm = warmup_batch(cfg, batch_size=64)
+    assert sum(r.prompt_len for r in warm[:8]) < chunk, "the short prompts alone never fill a chunk"
+    assert warm[-1].prompt_len >= min(chunk + 1, context - 16 - 1)
+    assert warm[-1].prompt_len < context and warm[-1].output_len <= 16
 
 
 def test_interleave_ordering_keeps_every_request_once():
