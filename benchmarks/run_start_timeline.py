@@ -48,9 +48,9 @@ _CACHES = re.compile(r"engine start, compile caches: (.*)")
 ALIGN = 16
 
 
-def archive_texts(source: str) -> tuple[str, list[float]]:
-    """bench.txt's compile-cache line and the sends (epoch s) of the run's result.json (the run read_measured picks:
-    the one result.json under the archive prefix of the row's mode; its sends are what matters here)."""
+def archive_texts(source: str, aggregated: bool) -> tuple[str, list[float]]:
+    """bench.txt's compile-cache line and the sends (epoch s) of the run's result.json: the one of the row's mode
+    under the archive prefix, as read_measured picks it."""
     archive, prefix = _archive(source)
     with tarfile.open(archive) as tar:
         names = [n for n in tar.getnames() if n.startswith(prefix)]
@@ -62,10 +62,9 @@ def archive_texts(source: str) -> tuple[str, list[float]]:
 
         benches = [n for n in names if n.endswith("bench.txt")]
         caches = next((m.group(1) for n in benches if (m := _CACHES.search(text(n)))), "not printed")
-        results = [n for n in names if n.endswith("/result.json")]
-        sends = {tuple(sorted(r["sent_at"] for r in json.loads(text(n))["results"] if r["status"] == "ok"))
-                 for n in results}
-    return caches, min(sends, key=len) if len(sends) > 1 else next(iter(sends))
+        result = next(n for n in names if n.endswith("/result.json") and aggregated == ("-agg" in n.split("/")[-2]))
+        sends = sorted(r["sent_at"] for r in json.loads(text(result))["results"] if r["status"] == "ok")
+    return caches, sends
 
 
 def chain_times(lines: list[dict]) -> tuple[list[float], float]:
@@ -84,11 +83,11 @@ def chain_times(lines: list[dict]) -> tuple[list[float], float]:
 def server_start(name: str, text: str, t0: float, wall_s: float) -> dict:
     """One prefill / aggregated server's forwards before the run and the run's first lines (module docstring)."""
     lines = prefill_lines(text)
-    window = [i for i, x in enumerate(lines) if t0 - 1 <= _utc(x["t"]) <= t0 + wall_s]
-    chunk = max((lines[i]["new_tokens"] for i in window), default=0)
+    in_run = [i for i, x in enumerate(lines) if t0 - 1 <= _utc(x["t"]) <= t0 + wall_s]
+    chunk = max((lines[i]["new_tokens"] for i in in_run), default=0)
     # the run's first batch is a full chunk (every prompt is queued at once); what came before it, warm-up included,
     # ran before the run (1 s stamps cannot split the warm-up's last lines from the run's first by time)
-    first = next((i for i in window if lines[i]["new_tokens"] == chunk), len(lines))
+    first = next((i for i in in_run if lines[i]["new_tokens"] == chunk), len(lines))
     before = [x["new_tokens"] for x in lines[:first]]
     out: dict = {"server": name, "before": before, "chunk": chunk,
                  "aligned_before": sorted({n for n in before if n > 1 and n % ALIGN == 0})}
@@ -161,7 +160,7 @@ def report(row: dict, batches: dict, with_model: bool) -> dict | None:
     run = read_measured(row, source)
     if not run.logs:
         return None
-    caches, sends = archive_texts(source)
+    caches, sends = archive_texts(source, "agg" in row["config"])
     firsts = sorted(r.first_s for r in run.reqs)
     burst = sum(1 for t in firsts if t <= firsts[0] + 0.05)
     print(f"\n== {row['id']}\n   caches at engine start: {caches}")
