@@ -14,7 +14,9 @@ from orchestrator.cluster.inventory import ClusterError, check_declared_placemen
 from orchestrator.config import RunConfig, load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.gpus import GPU_SPECS
-from orchestrator.plan.backtest.band import EAGER, ErrorBand, eager_class, error_band, out_of_sample_models
+from orchestrator.plan.backtest.band import (
+    EAGER, ErrorBand, eager_class, error_band, out_of_sample_models, rows_text,
+)
 from orchestrator.plan.backtest.dataset import BacktestError
 from orchestrator.plan.compare import MEASURED, SIM_ENGINE, compare, compare_table, find_real_run
 from orchestrator.plan.deadline import INVALID, predict_deadline
@@ -370,7 +372,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     )
     band = _error_band(first)
     if band is not None and any(row.source == LABEL for row in rows):
-        print(f"back-test error band of the {LABEL} throughputs: {band.text()} (`plan --backtest`)")
+        shares = {row.name: row.eager_share for row in rows if row.source == LABEL and row.eager_share is not None}
+        print(f"back-test error band of the {LABEL} throughputs, by each row's class: {rows_text(band, shares)} "
+              "(`plan --backtest`)")
     sources = {row.source for row in rows}
     if SIM_ENGINE in sources:
         print(f"({SIM_ENGINE} rows: a bench run on the simulated engine, its wall time: simulated, no GPU measured)")

@@ -46,6 +46,7 @@ class CompareRow:
     verdict: str = "-"
     ratio: float = math.nan
     error: float | None = None  # measured vs this config's simulated throughput, relative
+    eager_share: float | None = None  # simulated rows: the share of decode steps the prediction runs eager (its band class)
     note: str = ""
 
 
@@ -126,6 +127,7 @@ def simulated_row(
         return row
     run = budget.run
     row.output_throughput = run.output_throughput
+    row.eager_share = run.eager_share
     row.duration_s = run.duration_s
     row.ttft_p50_s, row.ttft_p99_s = run.ttft_p(50), run.ttft_p(99)
     row.e2e_p50_s, row.e2e_p99_s = run.e2e_p(50), run.e2e_p(99)

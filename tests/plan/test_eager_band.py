@@ -88,3 +88,41 @@ def test_search_rows_show_their_class_band(share):
     name = eager_class(share)
     assert _band_cell(band, share) == f"±{band.of_class(name).mape:.0%} {name}"
     assert _band_cell(None, share) == f"- {name}"
+
+
+def test_compare_names_each_simulated_row_under_its_class_band(capsys):
+    band = error_band()
+    assert band is not None
+    graphs = str(ROOT / "configs/device-h200x2-local-agg-tp2.yaml")
+    assert main(["compare", "--synthetic", "--configs", graphs, graphs, "--set", "benchmark.dataset_path=null",
+                 "--set", "benchmark.num_prompts=1000"]) == 0
+    out = capsys.readouterr().out
+    eager = band.of_class(EAGER)
+    assert eager is not None
+    line = next(line for line in out.splitlines() if line.startswith("back-test error band of the simulated"))
+    assert f"{eager.text()}: device-h200x2-local-agg-tp2" in line and f"; all: {band.text()}" in line
+
+
+def test_the_run_s_eager_count_is_the_one_an_observer_of_its_forwards_counts():
+    """SimulatedRun.decode_steps against an independent count through simulate_run's observe hook (the reader hattr's
+    phase attribution uses): every decode forward, eager where the server's cost model says its batch is past the
+    graphs."""
+    from orchestrator.config import load_config
+    from orchestrator.perfmodel.costmodel import cost_model_for
+    from orchestrator.plan.runs import synthetic_batch
+    from orchestrator.plan.simulate import simulate_run
+
+    cfg = load_config(AGG_TP2, ["benchmark.dataset_path=null"])
+    model = cost_model_for(cfg, "aggregated", cfg.layout.groups()[0][2])
+    seen = {"steps": 0, "eager": 0, "peak": 0}
+
+    def observe(now, server, forward, schedule) -> None:
+        if forward.kind == "decode":
+            seen["steps"] += 1
+            seen["eager"] += model.decode_runs_eager(len(forward.running))
+            seen["peak"] = max(seen["peak"], len(forward.running))
+
+    run = simulate_run(cfg, synthetic_batch(1000, 2025), max_concurrency=None, observe=observe)
+    [steps] = run.decode_steps
+    assert (steps.steps, steps.eager, steps.peak_running) == (seen["steps"], seen["eager"], seen["peak"])
+    assert 0 < steps.eager < steps.steps and run.eager_share == steps.eager / steps.steps

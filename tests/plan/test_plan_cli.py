@@ -170,7 +170,8 @@ def test_compare_labels_an_earlier_run_of_the_simulated_engine_sim_engine_never_
     from orchestrator.plan.backtest.band import error_band
 
     band = error_band()
-    assert band is not None and f"\nback-test error band of the simulated throughputs: {band.text()} (`plan --backtest`)\n" in out
+    assert band is not None and "\nback-test error band of the simulated throughputs, by each row's class: " in out
+    assert f"; all: {band.text()} (`plan --backtest`)\n" in out
 
 
 def test_plan_search_top_prints_that_many_ranks_and_says_why_no_pd_layout_is_ranked(capsys) -> None:

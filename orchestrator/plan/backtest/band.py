@@ -88,6 +88,19 @@ class ErrorBand:
         return text
 
 
+def rows_text(band: ErrorBand, shares: dict[str, float]) -> str:
+    """The band of several predictions at once (`compare`): each class's figure with the rows in it, then the whole
+    set's and the points' (band.text())."""
+    parts = []
+    for name in (EAGER, GRAPHED):
+        names = [row for row, share in shares.items() if eager_class(share) == name]
+        if names:
+            of_class = band.of_class(name)
+            head = of_class.text() if of_class else f"no out-of-sample run {CLASS_TEXT[name]} yet"
+            parts.append(f"{head}: {', '.join(names)}")
+    return "; ".join(parts) + ("; all: " if parts else "") + band.text()
+
+
 def class_bands(rows: list[tuple[float, float]]) -> tuple[ClassBand, ...]:
     """(error, eager share of the row's prediction) per out-of-sample full run -> the band of each class it has."""
     out = []
