@@ -73,8 +73,9 @@ def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:
 
         reqs = [p.to_request() for p in sample_sharegpt(tokenizer, n, cfg.benchmark.seed + 1,
                                                        cfg.benchmark.dataset_path, cfg.benchmark.context_len)]
-        # the run's own first prefill forward, which the 16 short prompts never make: see full_chunk_prompt_len
-        ids = [t for r in reqs for t in r.input_ids]
+        # the run's own first prefill forward, which the 16 short prompts never make: see full_chunk_prompt_len;
+        # reversed, so its head is no warm-up prompt's head (a prefix-cache hit would shrink that first forward)
+        ids = [t for r in reqs for t in r.input_ids][::-1]
         length = full_chunk_prompt_len(cfg)
         if ids and length:
             reqs.append(BenchRequest(index=0, input_ids=(ids * (length // len(ids) + 1))[:length],

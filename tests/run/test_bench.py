@@ -101,6 +101,8 @@ def test_the_dataset_warmup_runs_the_runs_first_forward_a_full_chunk(make_sim_co
     assert sum(r.prompt_len for r in warm[:8]) < chunk, "the short prompts alone never fill a chunk"
     assert warm[-1].prompt_len >= min(chunk + 1, context - 16 - 1)
     assert warm[-1].prompt_len < context and warm[-1].output_len <= 16
+    # its head is no other warm-up prompt's: a prefix-cache hit would cut its first forward below a chunk
+    assert all(warm[-1].input_ids[:8] != r.input_ids[:8] for r in warm[:-1])
 
 
 def test_interleave_ordering_keeps_every_request_once():
