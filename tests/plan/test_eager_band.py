@@ -126,3 +126,17 @@ def test_the_run_s_eager_count_is_the_one_an_observer_of_its_forwards_counts():
     [steps] = run.decode_steps
     assert (steps.steps, steps.eager, steps.peak_running) == (seen["steps"], seen["eager"], seen["peak"])
     assert 0 < steps.eager < steps.steps and run.eager_share == steps.eager / steps.steps
+
+
+def test_a_graphs_fix_the_memory_check_refuses_is_not_printed(capsys):
+    """TP16 over 2x8 H100 with its static pool at 0.94: graphs to the batch's peak leave no headroom for a prefill
+    chunk, so the line offers only the running cap; the graphs flag, given by hand, is refused by the same check."""
+    tp16 = str(ROOT / "configs/h100-agg-tp16.yaml")
+    args = ["plan", "--config", tp16, *SYNTHETIC, "--set", "benchmark.num_prompts=1000",
+            "--set", "layout.aggregated.0.mem_fraction_static=0.94"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    stretch = next(line for line in out.splitlines() if "eager decode stretch:" in line)
+    assert "cuda_graph_max_bs=" not in stretch and "--set layout.aggregated.0.max_running_requests=512" in stretch
+    assert main([*args, "--set", "layout.aggregated.0.cuda_graph_max_bs=1000"]) == 1
+    assert "\nmemory: does-not-fit" in capsys.readouterr().out
