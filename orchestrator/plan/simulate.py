@@ -32,123 +32,28 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import random
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.config import RunConfig
 from orchestrator.perfmodel.scheduling.admission import BatchSchedule
-from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits, server_limits
+from orchestrator.perfmodel.scheduling.limits import Seq, ServerLimits
 from orchestrator.perfmodel.scheduling.request_bounds import never_runs
 from orchestrator.perfmodel.scheduling.steps import Forward, Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
-from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
+from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.runs import LABEL, DecodeSteps, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
-from orchestrator.records import Role
+from orchestrator.plan.simulated_servers import Pairing, SimRequest, SimServer, layout_servers
 
 __all__ = [  # the results and batch helpers live in plan/runs.py; importers may keep using this module
     "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "batch_shapes",
-    "simulate_run", "synthetic_batch", "shared_gpu_groups", "Simulation", "SimRequest", "SimServer", "layout_servers",
+    "simulate_run", "synthetic_batch", "shared_gpu_groups", "Simulation",
 ]
 
 
 ForwardObserver = Callable[[float, str, Forward, BatchSchedule], None]
 """(virtual start time s, server name, the forward, that server's BatchSchedule as the forward starts)"""
-
-
-@dataclass
-class SimRequest:
-    index: int
-    prompt_len: int
-    output_len: int
-    arrival_s: float = 0.0  # reached the router (sent_s + the answer latency)
-    sent_s: float = 0.0  # the client sent it
-    first_token_s: float | None = None
-    finish_s: float | None = None
-    prefill: SimServer | None = None  # PD: the pair the router chose
-    decode: SimServer | None = None
-    seq: Seq | None = None  # on the server that decodes it (aggregated, or PD decode)
-    prefill_seq: Seq | None = None  # PD: on the prefill server
-
-
-@dataclass(eq=False)
-class SimServer:
-    """One engine server: the shared step loop (perfmodel/scheduling) on the virtual clock."""
-
-    name: str
-    role: Role
-    node: str  # role label of its node; 'all' when it spans nodes
-    model: EngineCostModel | None  # its transfers' cost; None in a one-server trace (no transfers)
-    steps: StepScheduler
-    busy: bool = False  # a forward is running
-    link_free_s: float = 0.0  # the decode server's receive link (KV transfers queue on it)
-    overlap: bool = False  # PD prefill in SGLang's overlap loop: a batch's KV is sent after the next forward
-    held: list[SimRequest] | None = None  # PD prefill: KV computed, waiting for the running forward to end
-    gpu: TimeSlicedGpu | None = None  # the GPU it time-slices with other servers, if it shares one
-    step_in_flight: Step | None = None  # on a shared GPU: the forward whose end the GPU re-times
-    decode_steps: int = 0  # decode forwards started, and those past the largest CUDA graph (eager)
-    eager_steps: int = 0
-    peak_running: int = 0
-
-    @property
-    def capacity_tokens(self) -> int:
-        return self.steps.limits.kv_capacity_tokens
-
-
-def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | None) -> list[SimServer]:
-    out = []
-    for _, index, group in [g for g in cfg.layout.groups() if g[0] == role]:
-        model = cost_model_for(cfg, role, group, gpu=gpu, sglang_version=sglang_version)
-        # servers on the same role label share a node unless they span nodes (KV moves over NVLink there)
-        node = cfg.node_role(role, group) if cfg.cluster.num_nodes > 1 and group.nnodes == 1 else "all"
-        capacity = model.kv_capacity_tokens()
-        if capacity <= 0:
-            raise SimulationError(
-                f"{role}-{index}-0: the weights leave no KV cache on {model.gpu.name}; "
-                f"run `pd-orchestrator plan` for layouts that fit"
-            )
-        flags = [*cfg.engine.sglang.extra_args, *group.extra_args]
-        overlap_loop = "--disable-overlap-schedule" not in flags and model.pp == 1  # PP's loop never overlaps
-        overlap = role == "prefill" and overlap_loop and cfg.engine.kind == "sglang"
-        for replica in range(group.count):
-            steps = StepScheduler(server_limits(model), model, overlap_launch=overlap_loop)
-            out.append(SimServer(f"{role}-{index}-{replica}", role, node, model, steps, overlap=overlap))
-    return out
-
-
-def layout_servers(cfg: RunConfig, gpu: str | None, sglang_version: str | None = None
-                   ) -> tuple[list[SimServer], list[SimServer], list[SimServer]]:
-    """cfg's servers as Simulation takes them: (prefill, decode, aggregated), by the layout's mode."""
-    if cfg.layout.mode == "pd":
-        return _servers(cfg, "prefill", gpu, sglang_version), _servers(cfg, "decode", gpu, sglang_version), []
-    return [], [], _servers(cfg, "aggregated", gpu, sglang_version)
-
-
-class Pairing:
-    """Which server of each role the router gives a request, as `router.policy` says. `random` draws each role apart,
-    uniformly, from the stream the router's policy of that role draws from (seed "{router.seed}/{role}",
-    router/dispatch/policies.py role_seed); every other policy is priced as round robin, one turn shared by both
-    roles (request i -> prefill i mod P, decode i mod D): on the contest's distinct prompts and even load the
-    load-aware policies spread requests about as evenly, but their pairs are not modelled."""
-
-    def __init__(self, policy: str = "round_robin", seed: int = 0):
-        self.policy = policy
-        self._turns = itertools.count()
-        self._draws = {role: random.Random(f"{seed}/{role}") for role in ("prefill", "decode", "aggregated")}
-
-    @classmethod
-    def of(cls, cfg: RunConfig) -> "Pairing":
-        return cls(cfg.router.policy, cfg.router.seed)
-
-    def next_turn(self) -> int:
-        return next(self._turns)
-
-    def pick(self, role: str, servers: list["SimServer"], turn: int) -> "SimServer":
-        if self.policy == "random":
-            return servers[self._draws[role].randrange(len(servers))]
-        return servers[turn % len(servers)]
 
 
 class Simulation:

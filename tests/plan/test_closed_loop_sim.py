@@ -104,7 +104,7 @@ def test_random_pairing_lets_one_decode_run_more_than_its_half_of_the_clients():
 
 
 def test_random_pairing_repeats_under_its_seed_and_draws_the_routers_streams():
-    from orchestrator.plan.simulate import Pairing
+    from orchestrator.plan.simulated_servers import Pairing
     from orchestrator.records import WorkerEndpoint
     from orchestrator.router.dispatch.policies import WorkerState, make_policy
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-from orchestrator.plan.simulate import (ForwardObserver, Pairing, SimRequest, Simulation, SimulationError,
-                                        layout_servers, shared_gpu_groups)
+from orchestrator.plan.simulate import ForwardObserver, Simulation, SimulationError, shared_gpu_groups
+from orchestrator.plan.simulated_servers import Pairing, SimRequest, layout_servers
 from orchestrator.stats import percentile
 
 CHAT_TURN_CHAIN = "chat template: open assistant turn"  # the greedy chain every closed-loop request starts from
