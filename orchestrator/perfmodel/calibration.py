@@ -99,6 +99,10 @@ class Calibration:
     # layer_count_split): the profile's own fixed time at its layer count less that count x the measured per-layer
     # part, which decode.layer_s then holds; 0.0: the whole fixed time is per layer (decode.layer_s)
     decode_step_s: float = 0.0
+    # a layer shape measured at several layer counts (calibration_lookup.shape_step_floor): its own graphed floor, per
+    # step and per layer, for its roofline forwards (a TP group across nodes, prefill); None: the GPU's (gpus.GpuSpec)
+    floor_step_s: float | None = None
+    floor_layer_s: float | None = None
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""

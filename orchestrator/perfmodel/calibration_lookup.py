@@ -118,6 +118,9 @@ def find_calibration(
             cal = replace(cal, efficiency_prefill=other.efficiency_prefill, prefill_points=other.prefill_points,
                           efficiency_attention=other.efficiency_attention, efficiency_absorbed=other.efficiency_absorbed,
                           absorbed_points=other.absorbed_points, prefill_rms_rel=other.prefill_rms_rel)
+    floor = shape_step_floor(gpu, everything, arch, quantization)
+    if floor is not None:  # this layer shape's own measured floor for its roofline forwards
+        cal = replace(cal, floor_step_s=floor[0], floor_layer_s=floor[1])
     return split_fixed_time(cal, arch, quantization, everything)
 
 
@@ -155,9 +158,11 @@ def _find_calibration(
         fp8 = split_fixed_time(calibration_for(same_dims, arch, same_dims.model.quantization), arch,
                                same_dims.model.quantization, everything)
         fixed = fp8.decode
+        floor = shape_step_floor(gpu, everything, arch, same_dims.model.quantization) or (None, None)
         return replace(startup, graph_step_s=fp8.decode_step_s if fixed else None,
-                       graph_layer_s=fixed.layer_s if fixed else None, graph_expert_read_share=expert_stream_share(gpu, pool))
-    step_s, layer_s = graphed_step_floor(gpu, everything) or (None, None)
+                       graph_layer_s=fixed.layer_s if fixed else None, graph_expert_read_share=expert_stream_share(gpu, pool),
+                       floor_step_s=floor[0], floor_layer_s=floor[1])
+    step_s, layer_s = graphed_step_floor(gpu, pool) or (None, None)
     lent = replace(startup, graph_step_s=step_s, graph_layer_s=layer_s, graph_expert_read_share=expert_stream_share(gpu, pool))
     return _lend_prefill_shares(lent, gpu, quantization, pool)
 
@@ -225,21 +230,13 @@ def layer_count_split(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, 
 
 
 def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, float] | None:
-    """(per step, per layer) fixed seconds of a CUDA-graphed decode step on `gpu` (gpus.GpuSpec holds them): each profile's
-    decode fit leaves, after its reads at WEIGHT_READ_EFFICIENCY, layers x layer_s of fixed time per step. Where one layer
-    shape was measured at several layer counts on one host (layer_count_split), its slope is the per-layer part for every
-    GPU with the same compute peaks, and each GPU's own profiles of that shape give its per-step part (mean of fixed
-    time - layers x slope). Else, the older reading: one slope of (layers, fixed time) over the GPUs' calibration profiles
-    of any shape, each GPU its own intercept. Assumed: a GQA layer (FA3, Triton MoE) has as many small kernels as an MLA
-    one."""
-    split = layer_count_split(gpu, pool)
-    if split is not None:
-        layer_s, shape = split
-        own = [(layers, fixed) for _, layers, fixed in _fixed_time_points(
-            [p for p in pool if p.gpu.name == gpu and p.model.layer_shape() == shape.layer_shape()
-             and p.model.num_hidden_layers > p.model.first_k_dense_replace])]
-        if own:
-            return max(0.0, float(np.mean([y - x * layer_s for x, y in own]))), max(0.0, layer_s)
+    """(per step, per layer) fixed seconds of a CUDA-graphed decode step on `gpu` for a layer shape measured at one layer
+    count only (gpus.GpuSpec holds them): each calibration profile's decode fit leaves, after its reads at
+    WEIGHT_READ_EFFICIENCY, layers x layer_s of fixed time per step; one slope of (layers, that time) over the GPUs with
+    the same compute peaks, each GPU its own intercept (same die, other HBM and hosts), splits it. Shipped: R1-shaped 6
+    layers (H100, H200 twice), V2-Lite 27 (H200) -> ~44 us per layer, ~0.64 ms (H100) / ~1.15 ms (H200) per step: a
+    slope across two layer shapes. Assumed: a GQA layer (FA3, Triton MoE) has as many small kernels as an MLA one. A
+    shape measured at several layer counts on one host has its own floor (shape_step_floor: R1-shaped, lease 8)."""
     points: dict[str, list[tuple[int, float]]] = {}
     for profile, layers, fixed in _fixed_time_points([p for p in _same_die(gpu, pool) if p.purpose == "calibration"]):
         points.setdefault(profile.gpu.name, []).append((layers, fixed))
@@ -252,6 +249,25 @@ def graphed_step_floor(gpu: str, pool: list[CalibrationProfile]) -> tuple[float,
     layer_s = max(0.0, sum(dx * dy for dx, dy in centred) / spread)
     step_s = max(0.0, float(np.mean([y - x * layer_s for x, y in points[gpu]])))
     return step_s, float(layer_s)
+
+
+def shape_step_floor(gpu: str, pool: list[CalibrationProfile], arch: ModelArchitecture,
+                     quantization: str) -> tuple[float, float] | None:
+    """(per step, per layer) fixed seconds of a graphed decode step on `gpu` for a layer shape measured at several layer
+    counts on one host (layer_count_split: R1-shaped 4, 5, 6 layers on one H100, lease 8): per layer the measured slope
+    (every GPU with the same compute peaks), per step the mean of fixed time - layers x slope over this GPU's profiles of
+    the shape with MoE layers. It prices the roofline forwards of that shape (a TP group across nodes, every prefill
+    forward) in place of the GPU's cross-shape floor (graphed_step_floor); None where the shape has no such split."""
+    split = layer_count_split(gpu, pool)
+    if split is None or not split[1].matches(arch, quantization):
+        return None
+    layer_s, shape = split
+    own = [(layers, fixed) for _, layers, fixed in _fixed_time_points(
+        [p for p in pool if p.gpu.name == gpu and p.model.layer_shape() == shape.layer_shape()
+         and p.model.num_hidden_layers > p.model.first_k_dense_replace])]
+    if not own:
+        return None
+    return max(0.0, float(np.mean([y - x * layer_s for x, y in own]))), max(0.0, layer_s)
 
 
 def split_fixed_time(cal: Calibration, arch: ModelArchitecture, quantization: str,

@@ -79,7 +79,8 @@ GPU_SPECS: dict[str, GpuSpec] = {
         nvlink_gb_s=450, ib_gb_s=50,
         # graphed decode floor (calibration_lookup.graphed_step_floor): 0.639 ms per step (the R1-shaped H100 profile,
         # benchmarks/results/2026-11-24-calibration-h100-r1shaped/) + 44.0 us per layer (slope over R1-shaped 6 layers
-        # and V2-Lite 27 layers on H200: 2026-11-26-dummy-routing-h200/, device-h200x2-2026-11-21/)
+        # and V2-Lite 27 layers on H200: 2026-11-26-dummy-routing-h200/, device-h200x2-2026-11-21/); the R1-shaped layer
+        # has its own, measured at 4, 5, 6 layers (calibration_lookup.shape_step_floor, lease 8)
         step_overhead_s=0.639e-3, layer_overhead_s=44.0e-6, routed_read_share=0.884,
         # "Load weight begin. avail mem=78.48-78.50 GB" (GiB) in every lone-GPU H100 log of benchmarks/results (2026-11-24
         # calibration-h100-*, 2026-11-26 context-graph-padding-h100, sglang-one-h100): 80 - 78.49; the driver reports 81,559 MiB

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.config.schema import SimEngineConfig
-from orchestrator.perfmodel.calibration_lookup import expert_stream_share, graphed_step_floor
+from orchestrator.perfmodel.calibration_lookup import expert_stream_share, graphed_step_floor, shape_step_floor
 from orchestrator.perfmodel.costmodel import build_cost_model
 from orchestrator.perfmodel.gpus import GPU_SPECS
 from orchestrator.perfmodel.parallel import collectives
@@ -50,15 +50,18 @@ def test_reads_default_to_the_rate_the_floor_was_split_against():
 
 def test_a_cross_node_step_is_reads_collectives_and_the_measured_floor():
     """A TP16 step across two nodes (no calibrated per-GPU terms there): non-expert and KV reads at the split rate,
-    the routed experts at their kernel's share, the all-reduces with the cited cross-node layer cost, and the H100's
-    measured floor for 61 layers."""
+    the routed experts at their kernel's share, the all-reduces with the cited cross-node layer cost, and the R1-shaped
+    layer's measured floor on H100 for 61 layers."""
     m = build_cost_model(MODEL_PRESETS["DeepSeek-R1"], "H100-SXM", "fp8", calibrated=True, tp=16, nnodes=2)
     assert m._tp_spans_nodes
     bs, ctx = 64, 64 * 800
     hbm = m.gpu.hbm_tb_s * 1e12
     weights, routed = m._weight_bytes_read(bs)
     reads = (weights - routed + ctx * m.kv_bytes_per_gpu_token()) / (hbm * WEIGHT_READ_EFFICIENCY) + routed / (hbm * GPU_SPECS["H100-SXM"].routed_read_share)
-    floor = GPU_SPECS["H100-SXM"].step_overhead_s + 61 * GPU_SPECS["H100-SXM"].layer_overhead_s
+    # the R1-shaped layer's own floor (measured at 4, 5, 6 layers, lease 8), not the GPU's cross-shape one
+    own = shape_step_floor("H100-SXM", shipped_profiles(), MODEL_PRESETS["DeepSeek-R1"], "fp8")
+    assert own is not None and own != (GPU_SPECS["H100-SXM"].step_overhead_s, GPU_SPECS["H100-SXM"].layer_overhead_s)
+    floor = own[0] + 61 * own[1]
     comm = 122 * collectives.allreduce_s(bs * 7168 * 2, 16, 2, collectives.HOPPER) + 61 * collectives.HOPPER.inter_tp_layer_s
     expected = (reads + comm + floor) / m.attention_speed
     assert m.decode_step_s(bs, ctx) == pytest.approx(expected, rel=1e-6)

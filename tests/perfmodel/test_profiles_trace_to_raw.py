@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "orchestrator/perfmodel/profiles"
 PROBE = ROOT / "benchmarks/results/2026-11-26-dummy-routing-h200"
 H100_RUN = ROOT / "benchmarks/results/2026-11-24-calibration-h100-r1shaped"
+LEASE8 = ROOT / "benchmarks/results/2026-11-27-lease8-r1-layers-h100"
 
 # profile -> (raw file, its run whose server log timed the prefill forwards, that log: a file or (tarball, member))
 SHIPPED = {
@@ -28,6 +29,9 @@ SHIPPED = {
     "h200-r1-shaped-6l-fp8-random-gates-sglang0.5.17.json": (PROBE / "call1/calibration-random-graphs.json", None, None),
     "h100-r1-shaped-6l-fp8-sglang0.5.17.json": (
         H100_RUN / "calibration-r1s6.json", "cold-default", (H100_RUN / "logs-r1.tar.xz", "r1/server-r1s6-cold-default.log")),
+    # lease 8's layer-count profiles (purpose layer-count: they split the fixed time, calibrate no server)
+    **{f"h100-r1-shaped-{n}l-fp8-sglang0.5.17-lease8.json": (LEASE8 / f"calibration-r1s{n}-lease8.json", None, None)
+       for n in (4, 5, 6)},
 }
 
 

@@ -39,6 +39,9 @@ DEFAULT_STARTS = {
     ("2026-11-24-calibration-h100-r1shaped/logs-r1-defaults-oom.tar.xz", "r1/server-r1s6-warm-default.log"): (0.835, 0.816),
     ("2026-11-24-calibration-h100-v2lite/logs-v2lite.tar.xz", "v2lite/server-v2lite-cold-default.log"): (0.835, 0.816),
     ("2026-11-24-calibration-h100-v2lite/logs-v2lite.tar.xz", "v2lite/server-v2lite-warm-default.log"): (0.835, 0.816),
+    # lease 8's layer counts (R1-shaped 3-6 layers on one H100; their records beside the archives)
+    **{(f"2026-11-27-lease8-r1-layers-h100/{call}/layer-probe.tar.xz", f"./r1s{n}/server-r1s{n}-lease8-layers.log"):
+       (0.835, 0.816) for call, counts in (("call2", (4, 6)), ("call3", (5, 3))) for n in counts},
 }
 
 
@@ -82,6 +85,15 @@ def _calibration_launches() -> dict[tuple[str, str], tuple[dict, list[str]]]:
                 log = f"{name.rsplit('/', 1)[0]}/server-{record['name']}-{run['variant']}.log"
                 if log in members:
                     launches[(archive, log)] = (record, [*record.get("common_flags", []), *run.get("flags", [])])
+        # an archive of server logs alone (scripts/device/layer_probe.sh): its records lie beside it, in its results folder
+        if not any(re.search(r"/calibration-[^/]*\.json$", name) for name in members):
+            folder = (RESULTS / archive).parent
+            for path in sorted({*folder.glob("calibration-*.json"), *folder.parent.glob("calibration-*.json")}):
+                record = json.loads(path.read_text())
+                for run in record.get("runs", []) if record.get("schema") == "pdo-calibration-raw/1" else []:
+                    log = next((m for m in members if m.endswith(f"/server-{record['name']}-{run['variant']}.log")), None)
+                    if log is not None:
+                        launches[(archive, log)] = (record, [*record.get("common_flags", []), *run.get("flags", [])])
     return launches
 
 

@@ -82,10 +82,11 @@ HOPPER = LinkFigures(
     # nccl-tests figures: not measured here. From one cited public figure, never a back-test row: DeepSeek-R1-0528 on
     # 16 H100 over InfiniBand with SGLang, concurrency 1, ISL / OSL 128: TPOT 23.1 ms (tenstorrent/tt-inference-server
     # issue 356, 2025-07-09; 23.1-24.0 ms at ISL 128-8,192; the SGLang version and flags are not in the excerpt: TP 16
-    # over 2 nodes assumed). The model's step there without it is 9.9 ms (H100 floor 3.3 ms, reads 0.9 ms, 122
-    # all-reduces 5.7 ms), so (23.1 - 9.9) ms / 61 layers = 216 us; tests/perfmodel/test_fixed_costs_trace.py re-derives it. Taken for
+    # over 2 nodes assumed). The model's step there without it is 15.3 ms (H100 floor 8.7 ms at 61 layers since the
+    # lease-8 layer-count split, reads 0.9 ms, 122 all-reduces 5.7 ms), so (23.1 - 15.3) ms / 61 layers = 128 us (216 us
+    # before the split, on a 3.3 ms floor); tests/perfmodel/test_fixed_costs_trace.py re-derives it. Taken for
     # H200 nodes too (the same NICs), for every forward of such a group (prefill too) and for every batch size.
-    inter_tp_layer_s=0.216e-3,
+    inter_tp_layer_s=0.1284e-3,
 )
 PUBLISHED = {"H100-SXM": HOPPER, "H200": HOPPER}
 

@@ -66,6 +66,9 @@ class ForwardTerms(MemoryTerms):
         routed_share = self.gpu.routed_read_share or self.efficiency_decode
         memory_s = (weights - routed + kv_bytes) / (hbm * self.efficiency_decode) + routed / (hbm * routed_share)
         step_s, layer_s = self.gpu.step_overhead_s, self.gpu.layer_overhead_s
+        own = self.calibration  # a shape measured at several layer counts: its own floor (calibration_lookup.shape_step_floor)
+        if own is not None and own.floor_step_s is not None and own.floor_layer_s is not None:
+            step_s, layer_s = own.floor_step_s, own.floor_layer_s
         # a lent floor: experts at their kernel's measured share; the backend (relative to the floor's) on the attention
         # kernel alone (the KV read); the rest at the rate the floor was measured against
         cal = self.calibration if graphed_floor and self._lent_floor else None
