@@ -20,10 +20,11 @@ Assumptions and measured terms of the roofline (docs/planning.md):
   of HBM (server/forward.WEIGHT_READ_EFFICIENCY, the rate the fixed costs were split against), routed experts at the
   fused-MoE kernel's measured 88 % (gpus.GpuSpec.routed_read_share, expert_stream_share).
 - Fixed cost per forward, measured: the GPU's CUDA-graphed decode floor, 0.64 ms (H100) / 1.15 ms (H200) per step +
-  44 us per layer, split from the shipped one-GPU profiles at two layer counts (graphed_step_floor; held by
+  44 us per layer, split from the shipped one-GPU profiles at two layer counts (graphed_step_floor; the R1-shaped
+  layer its own, 0.18 / 0.57 ms + 139.5 us per layer, from 4-6 layers on one H100: shape_step_floor; held by
   tests/perfmodel/test_fixed_costs_trace.py). It prices every roofline forward (a TP group across nodes, a shape or
   format no profile measured, every prefill forward) and is subtracted from each calibration prefill forward before
-  its share of peak is fitted (_prefill_fit); a TP layer across nodes adds 216 us (cited: parallel/collectives.py).
+  its share of peak is fitted (_prefill_fit); a TP layer across nodes adds 128 us (cited: parallel/collectives.py).
 - Tensor parallel: two all-reduces per layer (after attention and after the MLP/MoE), bf16 activations, at
   the published NCCL figures inside a node or across two (perfmodel/parallel/collectives.py, each cited there;
   a forward outside a CUDA graph pays the eager floor measured on two H200s).
