@@ -2,6 +2,9 @@
 
     .venv/bin/python benchmarks/run_start_timeline.py [ROW_ID ...] [--no-model]
     (default: every measured full-run row of benchmarks/backtest/runs.yaml whose archive kept the servers' logs)
+    .venv/bin/python benchmarks/run_start_timeline.py --archive RUN.tar.xz --config NAME
+    (one PD / aggregated run's archive that is no back-test row, e.g. lease 9's; no model; also lists the prefill's
+    iterations that took >= 1 s in run_batch before the run: the warm-up's compiles)
 
 Per row, on the client's clock (0 = the first send), from the committed archive fullrun_phase_attribution.py reads:
   client      the sends' spread (result.json's sent_at) and the first token (the first-sent, longest prompt's)
@@ -121,10 +124,16 @@ def pdo_start(prefill: str, decode: str, t0: float) -> dict | None:
     if not iters:
         return None
     room = [c for c in chunks if c["room"] == first["room"]]
+    slow_before = []   # the warm-up's (and the engine's own warm-up's) slow forwards: compiles before the run
+    for part in re.split(r"(?=\[[^\]]*\] PDO_ITER )", prefill[:at])[1:]:
+        it = kvtimeline.iteration_lines(part)
+        tok = re.search(r"Prefill batch, #new-seq: \d+, #new-token: (\d+)", part)
+        if it and it[0]["run_ms"] >= 1000:
+            slow_before.append((it[0]["run_ms"], int(tok.group(1)) if tok else 0))
     seen = kvtimeline.events(decode, "decode_seen")
     return {"first_msg": (first["t_enq"] - t0, first["chunk"], first["slots"]),
             "run_ms": [x["run_ms"] for x in iters[:3]], "sched_ms": [x["sched_ms"] for x in iters[:3]],
-            "room_chunks": [(c["chunk"], c["slots"], c["t_enq"] - t0, c["last"]) for c in room],
+            "slow_before": slow_before, "room_chunks": [(c["chunk"], c["slots"], c["t_enq"] - t0, c["last"]) for c in room],
             "room_seen": seen[first["room"]] - t0 if first["room"] in seen else None,
             "decode_first_seen": min((t for t in seen.values() if t >= t0), default=t0 - 1) - t0}
 
@@ -153,8 +162,8 @@ def direct_burst(archive: Path) -> list[tuple[float, int]]:
     return out
 
 
-def report(row: dict, batches: dict, with_model: bool) -> dict | None:
-    source = source_of(row)
+def report(row: dict, batches: dict, with_model: bool, source: str | None = None) -> dict | None:
+    source = source or source_of(row)
     if not source:
         return None
     run = read_measured(row, source)
@@ -192,6 +201,10 @@ def report(row: dict, batches: dict, with_model: bool) -> dict | None:
     prefill = run.logs.get("prefill-0")
     if prefill is not None:
         pdo = pdo_start(prefill, run.logs.get("decode-0", ""), run.t0)
+    if pdo and pdo["slow_before"]:
+        print("   PDO: iterations before the run with run_batch >= 1 s (log order, ms; each followed by the Prefill "
+              "line's new tokens where one follows before the next PDO_ITER): "
+              + ", ".join(f"{ms:.0f}" + (f" ({n:,} tok)" if n else "") for ms, n in pdo["slow_before"]))
     if pdo:
         t, chunk, slots = pdo["first_msg"]
         print(f"   PDO: first KV message of the run at {t:+.3f} s (chunk {chunk}, {slots} slot(s): the early send of "
@@ -234,7 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rows", nargs="*", help="back-test row ids (default: every measured full-run row with logs)")
     p.add_argument("--no-model", action="store_true", help="skip the planner's run of each row")
+    p.add_argument("--archive", help="one run's archive (path from the repository root) instead of the rows")
+    p.add_argument("--config", default="device-h100x1-1p1d", help="with --archive: the run's config name (its mode)")
     a = p.parse_args(argv)
+    if a.archive:
+        if not (ROOT / a.archive).is_file():
+            p.error(f"--archive {a.archive}: no such file under {ROOT}")
+        row = {"id": Path(a.archive).name, "config": a.config}
+        done = [x for x in [report(row, {}, False, a.archive)] if x is not None]
+        summary(done)
+        return 0 if done else 1
     data = load_dataset(DATASET)
     rows = measured_full_runs(data)
     if a.rows:
