@@ -41,3 +41,14 @@ def test_a_cold_pd_prefill_spends_seconds_in_the_runs_first_full_chunk_and_a_war
 def test_without_our_router_a_lone_server_sees_the_burst_within_half_a_second():
     seen = timeline.direct_burst(timeline.ROOT / next(iter(timeline.DIRECT.values())))
     assert max(n for t, n in seen if t <= 0.6) >= 950
+
+
+def test_lease_9s_cold_run_with_the_full_chunk_warm_up_has_its_compile_before_the_run(capsys):
+    """The GPU check of warmup_batch's full-chunk prompt (benchmarks/results/2026-11-27-warmup-fix-h100): on a fresh
+    machine the run's first forward launches without a compile, and the seconds moved into the warm-up."""
+    archive = "benchmarks/results/2026-11-27-warmup-fix-h100/pd-warmupfix.tar.xz"
+    out = timeline.report({"id": "lease9", "config": "device-h100x1-1p1d"}, {}, False, archive)
+    assert out is not None and out["pdo"] is not None
+    assert out["pdo"]["run_ms"][0] <= 300
+    assert max(ms for ms, _ in out["pdo"]["slow_before"] if ms < 60_000) >= 1000
+    assert timeline.main(["--archive", archive]) == 0 and "iterations before the run" in capsys.readouterr().out
