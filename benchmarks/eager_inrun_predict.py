@@ -46,6 +46,17 @@ def step_row(model, batch: int, ctx_per_request: float) -> dict:
             "bound": "launch" if launch >= graphed_like else "gpu"}
 
 
+def server_rows(model, batches: list[int], ctx_per_request: float, title: str) -> dict:
+    """The model's step at each batch, printed as a table under `title`; the JSON form of one server."""
+    rows = [step_row(model, b, ctx_per_request) for b in batches]
+    print(f"== {title}, context {ctx_per_request:.0f} tokens per request")
+    print("  batch  eager  step ms  (CPU launch ms, GPU work ms, bound)")
+    for r in rows:
+        print(f"  {r['batch']:5d}  {'yes' if r['eager'] else 'no':>5}  {r['step_ms']:7.2f}  "
+              f"({r['cpu_launch_ms']:.2f}, {r['gpu_work_ms']:.2f}, {r['bound']})")
+    return {"context_per_request": ctx_per_request, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", default="H100-SXM")
@@ -64,13 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = {}
     for name, (model, batches, ctx) in servers.items():
-        rows = [step_row(model, b, ctx) for b in batches]
-        out[name] = {"context_per_request": ctx, "rows": rows}
-        print(f"== {name} on {args.gpu}, context {ctx:.0f} tokens per request")
-        print("  batch  eager  step ms  (CPU launch ms, GPU work ms, bound)")
-        for r in rows:
-            print(f"  {r['batch']:5d}  {'yes' if r['eager'] else 'no':>5}  {r['step_ms']:7.2f}  "
-                  f"({r['cpu_launch_ms']:.2f}, {r['gpu_work_ms']:.2f}, {r['bound']})")
+        out[name] = server_rows(model, batches, ctx, f"{name} on {args.gpu}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0

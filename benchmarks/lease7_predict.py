@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.eager_inrun_predict import AGG, PD, server_model, step_row  # noqa: E402
+from benchmarks.eager_inrun_predict import AGG, PD, server_model, server_rows  # noqa: E402
 from orchestrator.records import Role  # noqa: E402
 
 GPUS = ("H100-SXM", "H200")
@@ -43,13 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for gpu in GPUS:
         for name, (config, role, sets, batches, ctx) in SERVERS.items():
             model = server_model(config, role, sets, gpu)
-            rows = [step_row(model, b, ctx) for b in batches]
-            out.setdefault(gpu, {})[name] = {"context_per_request": ctx, "rows": rows}
-            print(f"== {name} on {gpu}, context {ctx:.0f} tokens per request")
-            print("  batch  eager  step ms  (CPU launch ms, GPU work ms, bound)")
-            for r in rows:
-                print(f"  {r['batch']:5d}  {'yes' if r['eager'] else 'no':>5}  {r['step_ms']:7.2f}  "
-                      f"({r['cpu_launch_ms']:.2f}, {r['gpu_work_ms']:.2f}, {r['bound']})")
+            out.setdefault(gpu, {})[name] = server_rows(model, batches, ctx, f"{name} on {gpu}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
