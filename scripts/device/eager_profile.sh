@@ -50,24 +50,12 @@ if [ -n "${DRY_RUN:-}" ]; then   # the commands this call would run, nothing sta
   echo "pd:     bench_local $PD_CFG \$P/pd-inrun $PD_SETS + $WATCH --log-glob '$ENGINE_LOGS' --gpu 1 --min-running 300"
   exit 0
 fi
-assemble() {  # the carried pieces -> site archive, runtime + wheels in .device/rt, py-spy in /root/pyspy
-  local x=$STAGE7/x
-  if [ ! -f $x/.done ]; then
-    mkdir -p $STAGE7
-    for f in .device/lease7/blob.part*; do [ -f "$f" ] && cp "$f" $STAGE7/; done
-    rm -rf $x; mkdir -p $x
-    if [ -n "${BLOB_SHA256:-}" ]; then
-      local got; got=$(cat $(ls $STAGE7/blob.part* | sort) | sha256sum | cut -d' ' -f1)
-      [ "$got" = "$BLOB_SHA256" ] || { echo "pieces: sha256 $got, expected $BLOB_SHA256 (a piece missing?)"; ls -l $STAGE7; exit 1; }
-    fi
-    cat $(ls $STAGE7/blob.part* | sort) | tar -C $x -x || { echo "pieces do not make the archive"; exit 1; }
-    touch $x/.done
-  fi
-  mkdir -p .device/rt/whl && cp $x/runtime.tar.xz .device/rt/ && cp $x/httptools-*.whl .device/rt/whl/
-  export SITE_ARCHIVE=$x/site.tar.xz
-  rm -rf /root/pyspy; python3 -m zipfile -e $x/py_spy-*.whl /root/pyspy; PYSPY=$(ls /root/pyspy/py_spy-*.data/scripts/py-spy)
+assemble() {  # the carried pieces (pieces_lib.sh), then py-spy in /root/pyspy
+  assemble_pieces
+  rm -rf /root/pyspy; python3 -m zipfile -e $PIECES_DIR/py_spy-*.whl /root/pyspy; PYSPY=$(ls /root/pyspy/py_spy-*.data/scripts/py-spy)
   chmod +x $PYSPY
 }
+. scripts/device/pieces_lib.sh  # assemble_pieces
 . scripts/device/bench_lib.sh   # set-up, installs, scraper, bench_local (shared with bench_two_gpu.sh)
 write_manifest "$@"
 assemble

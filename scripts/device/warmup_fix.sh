@@ -21,25 +21,10 @@ if [ -n "${DRY_RUN:-}" ]; then
   exit 0
 fi
 export BENCH_ARGS=${BENCH_ARGS:---force}
-assemble() {  # the carried pieces -> site archive, runtime + httptools wheel in .device/rt (as eager_profile.sh)
-  local x=$STAGE7/x
-  if [ ! -f $x/.done ]; then
-    mkdir -p $STAGE7
-    for f in .device/lease7/blob.part*; do [ -f "$f" ] && cp "$f" $STAGE7/; done
-    rm -rf $x; mkdir -p $x
-    if [ -n "${BLOB_SHA256:-}" ]; then
-      local got; got=$(cat $(ls $STAGE7/blob.part* | sort) | sha256sum | cut -d' ' -f1)
-      [ "$got" = "$BLOB_SHA256" ] || { echo "pieces: sha256 $got, expected $BLOB_SHA256 (a piece missing?)"; ls -l $STAGE7; exit 1; }
-    fi
-    cat $(ls $STAGE7/blob.part* | sort) | tar -C $x -x || { echo "pieces do not make the archive"; exit 1; }
-    touch $x/.done
-  fi
-  mkdir -p .device/rt/whl && cp $x/runtime.tar.xz .device/rt/ && cp $x/httptools-*.whl .device/rt/whl/
-  export SITE_ARCHIVE=$x/site.tar.xz
-}
+. scripts/device/pieces_lib.sh  # assemble_pieces
 . scripts/device/bench_lib.sh   # set-up, installs, scraper, bench_local
 write_manifest "$@"
-assemble
+assemble_pieces
 install_runtime
 { date -u; nproc; nvidia-smi -L; free -g; uname -a; } > $OUT/host.txt 2>&1
 bench_local $PD_CFG $P/pd-warmupfix
