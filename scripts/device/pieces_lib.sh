@@ -1,11 +1,12 @@
-# Sourced, never run: lease 7's carried pieces (.device/lease7/blob.part*, staged to $STAGE7 by `eager_profile.sh
-# stage`, one piece per call) -> the site archive (SITE_ARCHIVE) and the runtime + httptools wheel in .device/rt, for
-# bench_lib.sh. Shared by eager_profile.sh and warmup_fix.sh. BLOB_SHA256, when set, is checked on the pieces.
+# Sourced, never run: carried pieces ($PIECES_GLOB, default lease 7's .device/lease7/blob.part*, staged to $STAGE7 by
+# `eager_profile.sh stage` / `eager_modes.sh stage`, one piece per call) -> the site archive (SITE_ARCHIVE) and the
+# runtime + httptools wheel in .device/rt, for bench_lib.sh. Shared by eager_profile.sh, warmup_fix.sh and
+# eager_modes.sh. BLOB_SHA256, when set, is checked on the pieces.
 assemble_pieces() {  # sets PIECES_DIR (the unpacked archive)
   local x=$STAGE7/x
   if [ ! -f $x/.done ]; then
     mkdir -p $STAGE7
-    for f in .device/lease7/blob.part*; do [ -f "$f" ] && cp "$f" $STAGE7/; done
+    for f in ${PIECES_GLOB:-.device/lease7/blob.part*}; do [ -f "$f" ] && cp "$f" $STAGE7/; done
     rm -rf $x; mkdir -p $x
     if [ -n "${BLOB_SHA256:-}" ]; then
       local got; got=$(cat $(ls $STAGE7/blob.part* | sort) | sha256sum | cut -d' ' -f1)

@@ -4,7 +4,8 @@ Used on the GPU machine for the comparisons our Ray path does not run itself: (b
 of the PD pair, and the greedy PD-vs-aggregated output check. The batch is exactly `bench`'s (same
 sampler, tokenizer, seed), sent as input_ids with bench_serving's sampling params (greedy, ignore_eos).
   dump    --config C --out batch.json [--set K=V ...]     sample once, here or there
-  run     --batch batch.json --url URL --out r.json [--concurrency N] [--limit K] [--max-new-tokens T]
+  run     --batch batch.json --url URL --out r.json [--concurrency N] [--limit K] [--max-new-tokens T] [--stream]
+          (--stream: `stream: true`, each record also holds its send and first-chunk times from the run's start)
   compare a.json b.json                                   greedy output ids equal, prompt by prompt
 """
 
@@ -45,7 +46,27 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _one(client, url: str, row: dict, max_new: int | None, sem: asyncio.Semaphore) -> dict:
+async def _one_stream(client, url: str, body: dict, t_run: float) -> dict:
+    """A streaming /generate read to its end: send and first-chunk times from the run's start, the last chunk's
+    output ids and meta_info."""
+    t0 = time.perf_counter()
+    first, last = None, {}
+    async with client.stream("POST", url + "/generate", json={**body, "stream": True}) as r:
+        if r.status_code != 200:
+            return {"ok": False, "error": f"HTTP {r.status_code}", "e2e_s": time.perf_counter() - t0}
+        async for line in r.aiter_lines():
+            if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                continue
+            first = first if first is not None else time.perf_counter() - t_run
+            last = json.loads(line[5:])
+    meta = last.get("meta_info", {})
+    return {"ok": True, "e2e_s": time.perf_counter() - t0, "sent_s": t0 - t_run, "first_s": first,
+            "prompt_tokens": meta.get("prompt_tokens"), "completion_tokens": meta.get("completion_tokens"),
+            "output_ids": last.get("output_ids")}
+
+
+async def _one(client, url: str, row: dict, max_new: int | None, sem: asyncio.Semaphore,
+               t_run: float | None = None) -> dict:
     body = {
         "input_ids": row["input_ids"],
         "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new or row["output_len"],
@@ -54,6 +75,12 @@ async def _one(client, url: str, row: dict, max_new: int | None, sem: asyncio.Se
     }
     async with sem:
         t0 = time.perf_counter()
+        if t_run is not None:
+            try:
+                return {"index": row["index"], **await _one_stream(client, url, body, t_run)}
+            except Exception as exc:  # every prompt ends with a record, failures included
+                return {"index": row["index"], "ok": False, "error": f"{type(exc).__name__}: {exc}",
+                        "e2e_s": time.perf_counter() - t0}
         try:
             r = await client.post(url + "/generate", json=body)
             dt = time.perf_counter() - t0
@@ -78,8 +105,10 @@ async def _run(args: argparse.Namespace) -> dict:
     sem = asyncio.Semaphore(conc)
     limits = httpx.Limits(max_connections=conc + 8, max_keepalive_connections=conc + 8)
     async with httpx.AsyncClient(timeout=args.timeout_s, limits=limits) as client:
+        t_epoch = time.time()
         t0 = time.perf_counter()
-        results = await asyncio.gather(*[_one(client, args.url, r, args.max_new_tokens, sem) for r in rows])
+        results = await asyncio.gather(*[_one(client, args.url, r, args.max_new_tokens, sem,
+                                              t0 if args.stream else None) for r in rows])
         wall = time.perf_counter() - t0
     ok = [r for r in results if r["ok"]]
     ok_idx = {r["index"] for r in ok}
@@ -95,6 +124,12 @@ async def _run(args: argparse.Namespace) -> dict:
         "p50_e2e_s": lat[len(lat) // 2] if lat else None, "p99_e2e_s": lat[int(len(lat) * 0.99) - 1] if lat else None,
         "first_errors": [r["error"] for r in results if not r["ok"]][:5],
     }
+    if args.stream:
+        firsts = sorted(r["first_s"] for r in ok if r.get("first_s") is not None)
+        sends = sorted(r["sent_s"] for r in ok)
+        summary.update({"stream": True, "start_epoch_s": t_epoch,
+                        "last_sent_s": sends[-1] if sends else None,
+                        "first_token_s": firsts[:1] + [firsts[len(firsts) // 2], firsts[-1]] if firsts else None})
     return {"summary": summary, "results": results}
 
 
@@ -140,6 +175,7 @@ def main(argv: list[str]) -> int:
     r.add_argument("--max-new-tokens", type=int, default=None, help="fixed greedy length instead of the batch's")
     r.add_argument("--timeout-s", type=float, default=600)
     r.add_argument("--warmup", action="store_true", help="send the batch's warm-up prompts (as bench does first)")
+    r.add_argument("--stream", action="store_true", help="stream each answer; record send and first-chunk times")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare")
     c.add_argument("a")

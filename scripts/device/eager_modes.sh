@@ -1,0 +1,108 @@
+#!/bin/bash
+# Issue 25, lease 10 (hgpu10; pre-registered in benchmarks/results/2026-11-27-lease10-predicted/): the mechanism of the
+# bimodal eager decode step (lease 7: a fast mode x1.0-1.2 the model, a slow mode x1.6-2.0 lasting seconds, on lone
+# servers too), and the opening burst straight to the server, streamed. No py-spy (it perturbs the step x4-10).
+# Phases:
+#   stage   copy the carried piece(s) $PIECES_GLOB (default .device/lease10/blob.part*) to $STAGE7 (one per call:
+#           the sglang tree, the runtime and httptools' wheel do not fit one call beside the tree)
+#   lone    assemble the pieces (BLOB_SHA256), install, the step probe (step_probe_patch.py) into the sglang tree;
+#           beside it for the whole call: nvidia-smi clocks / power / temperature / throttle reasons every 100 ms,
+#           a fixed-work vCPU probe at 10 Hz on the last CPU (vcpu_probe.py), the 1 Hz CPU sampler; one lone
+#           aggregated TP 1 V2-Lite server on GPU 0 (lease 7's flags: mem 0.65, graphs to 256,
+#           --decode-log-interval 10) with PDO_STEP_PROBE (one JSON line per scheduler step); then rounds of one
+#           batch of 600 uniform 330-token prompts (eager_lone.py, greedy, ignore_eos), ROUNDS in order:
+#             base    as started
+#             pin     the scheduler's main thread pinned to PIN_CPU (taskset -p: that thread only)
+#             unpin   its affinity back to every CPU
+#             freeze  SGLang's own POST /freeze_gc (gc.freeze() in the scheduler, tokenizer and detokenizer), unpinned
+#           then, with BURST=1, the run's 1000 ShareGPT prompts streamed straight to the server (replay.py --stream,
+#           all at once) with `nstat` listen overflows / drops before and after
+# Knobs: BUDGET (s, default 570), ROUNDS (default base,pin,unpin,freeze), NEW_TOKENS (per round, default 600),
+# FIRST_NEW_TOKENS (the first round's, default 1024), PIN_CPU (default 2), PROBE_CPU (default: the last CPU), BURST
+# (default 1), BURST_RESERVE_S (s the rounds leave for the burst, default 110), BLOB_SHA256, DRY_RUN=1.
+# Returns in $OUT: lone10.tar.xz (server log, steps.jsonl, gpu.csv, vcpu.jsonl, rounds' JSON, burst JSON, nstat,
+# pinning), cpu-lone.jsonl.xz, host.txt, manifest.json.
+set -u
+PHASE=${1:?usage: eager_modes.sh stage|lone}
+case $PHASE in stage|lone) ;; *) echo "eager_modes.sh: unknown phase '$PHASE' (stage|lone)" >&2; exit 2 ;; esac
+export STAGE7=${STAGE7:-/root/stage10} PIECES_GLOB=${PIECES_GLOB:-.device/lease10/blob.part*}
+if [ $PHASE = stage ]; then
+  mkdir -p $STAGE7; n=0
+  for f in $PIECES_GLOB; do [ -f "$f" ] && cp "$f" $STAGE7/ && n=$((n + 1)); done
+  echo "staged $n piece(s); $STAGE7 holds: $(ls $STAGE7 | tr '\n' ' ')"; [ $n -gt 0 ] || exit 1; exit 0
+fi
+ROUNDS=${ROUNDS:-base,pin,unpin,freeze}; NEW_TOKENS=${NEW_TOKENS:-600}; FIRST_NEW_TOKENS=${FIRST_NEW_TOKENS:-1024}
+PIN_CPU=${PIN_CPU:-2}; BURST=${BURST:-1}; BURST_RESERVE_S=${BURST_RESERVE_S:-110}
+for r in ${ROUNDS//,/ }; do case $r in base|pin|unpin|freeze) ;; *)
+  echo "eager_modes.sh: ROUNDS: unknown round '$r' (base, pin, unpin, freeze)" >&2; exit 2 ;; esac; done
+AGG_CFG=configs/device-h200x2-local-agg-tp2.yaml
+LOGARGS='[--sampling-backend,pytorch,--log-level,info,--decode-log-interval,"10"]'   # lease 7's A/B flags
+A_SETS="--set layout.aggregated.0.tp=1 --set layout.aggregated.0.mem_fraction_static=0.65 --set engine.sglang.extra_args=$LOGARGS"
+if [ -n "${DRY_RUN:-}" ]; then
+  echo "lone:   serve_direct.py start --config $AGG_CFG $A_SETS --role aggregated --gpu 0 --port 30300 (PDO_STEP_PROBE)"
+  echo "rounds: $ROUNDS: eager_lone.py --batches 600 --variants alone --new-tokens $FIRST_NEW_TOKENS, then $NEW_TOKENS; pin -> CPU $PIN_CPU"
+  [ "$BURST" = 1 ] && echo "burst:  replay.py run --stream --concurrency 1000 (nstat TcpExtListenOverflows TcpExtListenDrops)"
+  exit 0
+fi
+. scripts/device/pieces_lib.sh  # assemble_pieces
+. scripts/device/bench_lib.sh   # set-up, installs, el/left/pack
+write_manifest "$@"
+assemble_pieces
+install_runtime
+python3 scripts/device/step_probe_patch.py $SITE || { el "step probe patch failed"; exit 1; }
+NCPU=$(nproc); PROBE_CPU=${PROBE_CPU:-$((NCPU - 1))}
+{ date -u; nproc; lscpu; echo "== numactl -H"; numactl -H 2>&1; echo "== SMT siblings";
+  grep . /sys/devices/system/cpu/cpu*/topology/thread_siblings_list; nvidia-smi -L; nvidia-smi topo -m;
+  nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE; free -g; uname -a; cat /proc/cmdline; } > $OUT/host.txt 2>&1
+D=$P/lone10; rm -rf $D; mkdir -p $D
+BG=""
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active,utilization.gpu,pstate \
+  --format=csv -lms 100 > $D/gpu.csv 2>&1 & BG="$BG $!"
+python3 scripts/device/vcpu_probe.py --cpu $PROBE_CPU --out $D/vcpu.jsonl & BG="$BG $!"
+python3 scripts/device/cpu_sampler.py --out $D/cpu.jsonl & BG="$BG $!"
+export PDO_STEP_PROBE=$D/steps.jsonl
+el "lone server on GPU 0 (step probe -> $PDO_STEP_PROBE)"
+python3 scripts/device/serve_direct.py start --config $AGG_CFG $SETS $A_SETS --role aggregated --gpu 0 --port 30300 \
+  --name lone --state-dir $D || { el "lone server did not start"; }
+note() { echo "{\"t\": $(date +%s.%N), \"event\": \"$1\"}" >> $D/events.jsonl; el "$1"; }
+if python3 scripts/device/serve_direct.py wait --state-dir $D lone --timeout-s $(( $(left) - 150 )); then
+  spid=$(python3 -c "import json; print(json.load(open('$D/lone.json'))['pid'])")
+  sched=$(python3 -c "
+import sys; sys.path.insert(0, 'scripts/device')
+from eager_lone import scheduler_pid; print(scheduler_pid($spid)[0])")
+  note "server ready; scheduler pid $sched (its main thread's tid), affinity $(taskset -p -c $sched 2>&1 | sed 's/.*: //')"
+  k=0; warm=""
+  for r in ${ROUNDS//,/ }; do
+    new=$NEW_TOKENS; [ $k = 0 ] && new=$FIRST_NEW_TOKENS
+    need=$(( new / 10 + 30 + (BURST == 1 ? BURST_RESERVE_S : 0) ))   # a slow-mode round: ~110 ms a step
+    [ $(left) -gt $need ] || { note "round $k $r skipped: $(left) s left, needs $need"; k=$((k + 1)); continue; }
+    case $r in
+      pin)    note "pin: $(taskset -p -c $PIN_CPU $sched 2>&1 | tail -1)" ;;
+      unpin)  note "unpin: $(taskset -p -c 0-$((NCPU - 1)) $sched 2>&1 | tail -1)" ;;
+      freeze) note "unpin: $(taskset -p -c 0-$((NCPU - 1)) $sched 2>&1 | tail -1)"
+              note "POST /freeze_gc: HTTP $(curl -s -o /dev/null -w '%{http_code}' -m 10 -X POST http://127.0.0.1:30300/freeze_gc)" ;;
+    esac
+    note "round $k $r begins: 600 x $new out"
+    timeout $(( $(left) - 20 )) python3 scripts/device/eager_lone.py --url http://127.0.0.1:30300 --log $D/lone.log \
+      --server-pid $spid --out $D/round$k-$r.json --batches 600 --variants alone --new-tokens $new $warm \
+      --round-timeout-s $(( $(left) - 25 )) 2>&1 | tail -3
+    note "round $k $r ends (exit ${PIPESTATUS[0]})"
+    warm=--no-warmup; k=$((k + 1))
+  done
+  if [ "$BURST" = 1 ] && [ $(left) -gt 60 ]; then
+    python3 scripts/device/replay.py dump --config $AGG_CFG $SETS $A_SETS --out $D/batch.json 2>&1 | tail -1
+    { nstat -az TcpExtListenOverflows TcpExtListenDrops; cat /proc/net/netstat; } > $D/nstat-before.txt 2>&1
+    note "burst: 1000 ShareGPT prompts streamed straight to the server, all at once"
+    timeout $(( $(left) - 15 )) python3 scripts/device/replay.py run --batch $D/batch.json --url http://127.0.0.1:30300 \
+      --concurrency 1000 --stream --out $D/burst.json 2>&1 | tail -4
+    note "burst ends (exit ${PIPESTATUS[0]})"
+    { nstat -az TcpExtListenOverflows TcpExtListenDrops; cat /proc/net/netstat; } > $D/nstat-after.txt 2>&1
+  fi
+  curl -s -m 5 http://127.0.0.1:30300/metrics -o $D/lone.prom
+  curl -s -m 5 http://127.0.0.1:30300/server_info -o $D/lone.server_info.json
+else el "lone server not ready: $(tail -5 $D/lone.log)"; fi
+python3 scripts/device/serve_direct.py stop --state-dir $D lone
+for b in $BG; do kill -TERM $b 2>/dev/null; done; wait $BG 2>/dev/null
+xz -T2 -c $D/cpu.jsonl > $OUT/cpu-lone.jsonl.xz && rm -f $D/cpu.jsonl
+pack lone10
+el "done"
