@@ -36,6 +36,10 @@ PIN_CPU=${PIN_CPU:-2}; BURST=${BURST:-1}; BURST_RESERVE_S=${BURST_RESERVE_S:-110
 for r in ${ROUNDS//,/ }; do case $r in base|pin|unpin|freeze) ;; *)
   echo "eager_modes.sh: ROUNDS: unknown round '$r' (base, pin, unpin, freeze)" >&2; exit 2 ;; esac; done
 AGG_CFG=configs/device-h200x2-local-agg-tp2.yaml
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in   # as eager_profile.sh
+  *H200*) GPU_TYPE=H200 ;; *H100*) GPU_TYPE=H100-SXM ;; *) GPU_TYPE="" ;;
+esac
+BENCH_SETS="${BENCH_SETS:-}${GPU_TYPE:+ --set cluster.gpu=$GPU_TYPE} --set cluster.gpus_per_node=1"
 LOGARGS='[--sampling-backend,pytorch,--log-level,info,--decode-log-interval,"10"]'   # lease 7's A/B flags
 A_SETS="--set layout.aggregated.0.tp=1 --set layout.aggregated.0.mem_fraction_static=0.65 --set engine.sglang.extra_args=$LOGARGS"
 if [ -n "${DRY_RUN:-}" ]; then

@@ -62,6 +62,7 @@ class _PdoStepProbe:
         self.anchor = None
         self.since_anchor = 0
         self.prev = None
+        self.flushed = time.monotonic()
 
     def on_gc(self, phase, info):
         if phase == "start":
@@ -101,6 +102,9 @@ class _PdoStepProbe:
             rec["g0"] = round((g_start - c_start) * 1e3, 3)
             rec["g1"] = round((g_end - c_end) * 1e3, 3)
             self.out.write(_pdo_json.dumps(rec) + "\\n")
+        if time.monotonic() - self.flushed > 1.0:   # a server stopped by a signal keeps all but its last second
+            self.out.flush()
+            self.flushed = time.monotonic()
 
     def begin(self, scheduler, batch):
         self.flush_done()
