@@ -19,7 +19,7 @@ from pathlib import Path
 from orchestrator.config import load_config
 from orchestrator.plan.backtest.band import eager_class, error_band
 from orchestrator.plan.backtest.dataset import DATASET, build_batch, load_dataset
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 from orchestrator.plan.search import search
 from orchestrator.rules import load_profile
 from orchestrator.workload.batch import order_lengths

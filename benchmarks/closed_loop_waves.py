@@ -54,7 +54,7 @@ from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop  # noqa: E402
 from orchestrator.perfmodel.scheduling.limits import Seq  # noqa: E402
-from orchestrator.plan.simulate import Simulation, simulate_run  # noqa: E402
+from orchestrator.plan.simulation.simulate import Simulation, simulate_run  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 ORGANISERS = RESULTS / "2026-11-27-organisers-n32-waves" / "organisers-n32-log-lines.json"

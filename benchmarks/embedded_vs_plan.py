@@ -75,7 +75,7 @@ def plan_prediction(config: str, overrides: list[str]) -> dict:
     """What `plan` prints for the run phase, computed by the same functions on the same batch."""
     from orchestrator.config import load_config
     from orchestrator.plan.deadline import predict_deadline
-    from orchestrator.plan.simulate import batch_shapes
+    from orchestrator.plan.simulation.simulate import batch_shapes
 
     from orchestrator.stats import percentile
     from orchestrator.run.bench import max_in_flight

@@ -59,7 +59,7 @@ from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.backtest.dataset import DATASET, load_dataset, sent_batch  # noqa: E402
 from orchestrator.plan.backtest.rows import throughput_scope  # noqa: E402
-from orchestrator.plan.simulate import simulate_run  # noqa: E402
+from orchestrator.plan.simulation.simulate import simulate_run  # noqa: E402
 
 R = "benchmarks/results/"
 # row -> the archive holding its run (result.json, and the servers' logs where kept); ARCHIVE:PREFIX picks one run's

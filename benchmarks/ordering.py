@@ -4,7 +4,7 @@
         [--orderings arrival,longest-first,interleave] [--limits auto,kv/2,kv,2kv,all] [--timeline]
 
 batch (1000 ShareGPT prompts, seed 2025, as `bench` samples it) -> bench's own `order_requests` ->
-plan/simulate.py's whole-run simulation with the client keeping `limit` requests in flight -> table.
+plan/simulation/simulate.py's whole-run simulation with the client keeping `limit` requests in flight -> table.
 In-flight limits are derived from decode KV capacity: `kv` = how many requests of the batch's mean
 (prompt + output) fit in the decode servers' KV at once; `kv/4`, `kv/2`, `2kv` bracket it; `auto` is bench's default
 (every decode server's max running requests); `all` sends the whole batch at t=0.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import RunConfig, load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
-from orchestrator.plan.simulate import batch_shapes, client_concurrency, simulate_run  # noqa: E402
+from orchestrator.plan.simulation.simulate import batch_shapes, client_concurrency, simulate_run  # noqa: E402
 from orchestrator.stats import percentile  # noqa: E402
 from orchestrator.workload.batch import order_lengths  # noqa: E402
 from orchestrator.provenance import recorded  # noqa: E402
@@ -83,7 +83,7 @@ def main() -> int:
     args = parser.parse_args()
     with recorded(args.out):
         print(f"Ordering and admission, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, virtual-time simulation "
-              f"(orchestrator/plan/simulate.py; {platform.machine()}, {os.cpu_count()} cores; numbers are simulated).\n")
+              f"(orchestrator/plan/simulation/simulate.py; {platform.machine()}, {os.cpu_count()} cores; numbers are simulated).\n")
         print("| config | GPU | batch | decode KV tokens | limit | in flight | ordering | duration s | output tok/s "
               "| TTFT p50 s | TTFT p99 s | vs arrival/auto |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -47,7 +47,7 @@ from orchestrator.calibrate.logparse import decode_lines, prefill_lines, startup
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.backtest.dataset import DATASET, build_batch, load_dataset, sent_batch  # noqa: E402
-from orchestrator.plan.simulate import simulate_run  # noqa: E402
+from orchestrator.plan.simulation.simulate import simulate_run  # noqa: E402
 from orchestrator.workload.batch import order_lengths  # noqa: E402
 
 ROWS = ("h200x2-v2lite-pd-product-warm", "h200x2-v2lite-pd-product-mem080", "h100x2-v2lite-pd-product-mem065-lease3",

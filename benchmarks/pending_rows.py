@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.plan.backtest.dataset import DATASET, BacktestError, load_dataset, sent_batch  # noqa: E402
-from orchestrator.plan.simulate import simulate_run  # noqa: E402
+from orchestrator.plan.simulation.simulate import simulate_run  # noqa: E402
 
 
 def predict(pending: dict) -> dict:

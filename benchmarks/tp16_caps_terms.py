@@ -22,7 +22,7 @@ from orchestrator.config import load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.parallel import collectives
 from orchestrator.plan.backtest.dataset import DATASET, load_dataset, sent_batch
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ("h100x16-r1-tp16-sglang-defaults", "h100x16-r1-tp16-batch-caps-1024", "h100x16-r1-tp16-caps-mem080",

@@ -17,7 +17,7 @@ from orchestrator.perfmodel.server import forward
 from orchestrator.plan.backtest.dataset import DATASET, load_dataset, sent_batch
 from orchestrator.plan.backtest.predict import predict_row
 from orchestrator.plan.memory.defaults_text import sglang_defaults_text
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

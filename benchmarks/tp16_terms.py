@@ -13,7 +13,7 @@ from pathlib import Path
 from orchestrator.config import load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.backtest.dataset import DATASET, build_batch, load_dataset
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,7 @@ def phase(result: dict, name: str) -> float:
 def modelled_warmup(config: str, overrides: list[str], policy: str) -> tuple[int, int, int, float]:
     """The warm-up batch bench would send, timed by the virtual-time simulation: (n, prompt tok, output tok, s)."""
     from orchestrator.config import load_config
-    from orchestrator.plan.simulate import simulate_run
+    from orchestrator.plan.simulation.simulate import simulate_run
     from orchestrator.workload.batch import warmup_batch
 
     cfg = load_config(ROOT / config, [*overrides, f"benchmark.warmup.policy={policy}"], paths_from=ROOT)  # as bench reads it

@@ -14,7 +14,7 @@ import pytest
 from benchmarks import kv_transfer, ordering, pyspy_summary
 from orchestrator.config import load_config
 from orchestrator.plan.memory.preflight import check_layout_fits
-from orchestrator.plan.simulate import synthetic_batch
+from orchestrator.plan.simulation.simulate import synthetic_batch
 from orchestrator.workload.batch import order_lengths
 from tests.support import HAVE_NIXL
 

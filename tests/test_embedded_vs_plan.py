@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchmarks import embedded_vs_plan
 from orchestrator.config import load_config
 from orchestrator.plan.deadline import predict_deadline
-from orchestrator.plan.simulate import batch_shapes
+from orchestrator.plan.simulation.simulate import batch_shapes
 
 
 def test_plan_prediction_is_plans_run_phase_on_plans_batch():

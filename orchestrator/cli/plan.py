@@ -25,7 +25,7 @@ from orchestrator.plan.memory.defaults_text import sglang_defaults_text
 from orchestrator.plan.memory.preflight import check_layout_fits
 from orchestrator.plan.proposals import add_search_args, print_search
 from orchestrator.plan.search import PlanError
-from orchestrator.plan.simulate import LABEL, SimulatedRun, SimulationError, batch_shapes
+from orchestrator.plan.simulation.simulate import LABEL, SimulatedRun, SimulationError, batch_shapes
 from orchestrator.rules import verdict_for
 from orchestrator.stats import percentile
 

@@ -3,7 +3,7 @@
 measured rows: every VALID real-engine bench result.json under the given folders (also inside *.tar.xz
     archives there), one row per run id, labelled with where it came from
 simulated rows: each config's layout and the same layout scaled to other node counts, timed by the cost
-    model (plan.simulate) on the config's ShareGPT batch, labelled "simulated"
+    model (plan.simulation.simulate) on the config's ShareGPT batch, labelled "simulated"
 -> one table (text, markdown, JSON) + scaling.png: total tok/s against GPUs, measured filled, simulated hollow
 
 Usage: pd-orchestrator scaling [--results DIR ...] [--configs A.yaml ...] [--nodes 1 2 4] [--out DIR]
@@ -150,7 +150,7 @@ def simulated_rows(config_paths: Sequence[str | Path], node_counts: Sequence[int
     """Each config at each node count (where its layout scales to it), on the first config's batch."""
     from orchestrator.config import load_config
     from orchestrator.plan.memory.preflight import check_layout_fits
-    from orchestrator.plan.simulate import SimulationError, batch_shapes, simulate_run
+    from orchestrator.plan.simulation.simulate import SimulationError, batch_shapes, simulate_run
 
     configs = [(Path(p), load_config(p)) for p in config_paths]
     if not configs:

@@ -19,7 +19,7 @@ from typing import Callable
 from orchestrator.config import RunConfig
 from orchestrator.plan.deadline import predict_deadline
 from orchestrator.plan.memory.preflight import check_layout_fits
-from orchestrator.plan.simulate import LABEL, SimulationError
+from orchestrator.plan.simulation.simulate import LABEL, SimulationError
 from orchestrator.stats import percentile
 
 MEASURED = "measured"  # a bench run on SGLang: GPUs measured

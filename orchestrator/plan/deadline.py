@@ -19,7 +19,7 @@ from orchestrator.config import RunConfig
 from orchestrator.phases import BEFORE_PLACEMENT
 from orchestrator.phases import Phase
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.simulate import LABEL, SimulatedRun, simulate_run
+from orchestrator.plan.simulation.simulate import LABEL, SimulatedRun, simulate_run
 from orchestrator.workload.batch import full_chunk_prompt_len
 
 VALID = "VALID"

@@ -3,7 +3,7 @@ past its largest CUDA graph, the share of its decode steps the planner's own run
 prediction's error, and the real flag that removes the stretch where the memory check says it fits, with the
 throughput the planner predicts with it.
 
-SimulatedRun.decode_steps (plan/simulate.py: per server, decode steps and those past the graphs) + the group's cost
+SimulatedRun.decode_steps (plan/simulation/simulate.py: per server, decode steps and those past the graphs) + the group's cost
 model -> EagerStretch per group -> its line; the fixes are config edits (`--set layout.<role>.<i>.cuda_graph_max_bs=N`,
 `...max_running_requests=N`; both at once is the search's batch_caps knob) judged by check_layout_fits, which prices
 the graphs' reserve and the eager step's activations.
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.memory.preflight import check_layout_fits
-from orchestrator.plan.runs import SimulatedRun
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.runs import SimulatedRun
+from orchestrator.plan.simulation.simulate import simulate_run
 
 FIDELITY_SECTION = 'docs/fidelity.md, "The in-run eager step profiled"'
 

@@ -18,7 +18,7 @@ from orchestrator.plan.backtest.band import EAGER_STRETCH_SHARE, ErrorBand, eage
 from orchestrator.plan.deadline import INVALID
 from orchestrator.plan.candidate import Candidate
 from orchestrator.plan.search import SearchResult, search
-from orchestrator.plan.simulate import LABEL
+from orchestrator.plan.simulation.simulate import LABEL
 
 
 

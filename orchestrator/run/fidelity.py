@@ -1,6 +1,6 @@
 """A simulated run against its model: did this host keep the simulated engine on the cost model's time?
 
-bench (simulated engine) -> the cost model's run of the exact batch (plan.simulate: same prompts, order and
+bench (simulated engine) -> the cost model's run of the exact batch (plan.simulation.simulate: same prompts, order and
 admission limit) -> after the measured run: SimFidelity(modelled vs measured run, each engine's pacing)
 -> result.json "simulation", one line after SGLang's block.
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from orchestrator.config import RunConfig
-from orchestrator.plan.simulate import SimulatedRun, simulate_run
+from orchestrator.plan.simulation.simulate import SimulatedRun, simulate_run
 
 TOLERANCE = 0.05  # |measured / modelled - 1| within which the measured run reports the model's throughput
 

@@ -10,7 +10,7 @@ import yaml
 from orchestrator.config import ConfigError, config_from_dict, load_config
 from orchestrator.engines.base import WorkerPlacement
 from orchestrator.engines.sglang.launch import build_argv
-from orchestrator.plan.simulate import simulate_run, synthetic_batch
+from orchestrator.plan.simulation.simulate import simulate_run, synthetic_batch
 from orchestrator.perfmodel.costmodel import cost_model_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from orchestrator.perfmodel.parallel import collectives, pipeline
 from orchestrator.perfmodel.server.decode import mla_passes
 from orchestrator.perfmodel.weights import dummy_routing, experts_hit_fraction
 from orchestrator.plan.backtest.predict import run_backtest
-from orchestrator.plan.runs import synthetic_batch
+from orchestrator.plan.simulation.runs import synthetic_batch
 from orchestrator.plan.search import search_layouts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from orchestrator.config import load_config
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.weights import decode_routing_tokens
 from orchestrator.plan.closedloop.client import CHAT_TURN_CHAIN, ClosedLoopLoad, simulate_closed_loop
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO_GPU = ROOT / "configs" / "device-h200x2-qwen3-serve.yaml"  # closed loop, dummy weights, a GPU per server

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
-from orchestrator.plan.simulate import SimulationError
+from orchestrator.plan.simulation.simulate import SimulationError
 
 QWEN = Path(__file__).resolve().parents[2] / "configs" / "qwen3-pd-2026.yaml"
 ONE_AGGREGATED_TP4 = ["layout.mode=aggregated", "layout.prefill=[]", "layout.decode=[]",
@@ -104,7 +104,7 @@ def test_random_pairing_lets_one_decode_run_more_than_its_half_of_the_clients():
 
 
 def test_random_pairing_repeats_under_its_seed_and_draws_the_routers_streams():
-    from orchestrator.plan.simulated_servers import Pairing
+    from orchestrator.plan.simulation.servers import Pairing
     from orchestrator.records import WorkerEndpoint
     from orchestrator.router.dispatch.policies import WorkerState, make_policy
 

@@ -7,7 +7,7 @@ import statistics
 
 from benchmarks import closed_loop_waves as waves
 from orchestrator.config import load_config
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 
 
 def test_the_organisers_prefill_ran_its_clients_in_bursts_of_a_wave(capsys):

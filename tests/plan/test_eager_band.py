@@ -109,8 +109,8 @@ def test_the_run_s_eager_count_is_the_one_an_observer_of_its_forwards_counts():
     graphs."""
     from orchestrator.config import load_config
     from orchestrator.perfmodel.costmodel import cost_model_for
-    from orchestrator.plan.runs import synthetic_batch
-    from orchestrator.plan.simulate import simulate_run
+    from orchestrator.plan.simulation.runs import synthetic_batch
+    from orchestrator.plan.simulation.simulate import simulate_run
 
     cfg = load_config(AGG_TP2, ["benchmark.dataset_path=null"])
     model = cost_model_for(cfg, "aggregated", cfg.layout.groups()[0][2])

@@ -13,7 +13,7 @@ from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.profile import shipped_profiles
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 
 ONE_GPU = "configs/device-h100x1-qwen3-serve.yaml"  # prefill + decode on one H100 (gpu_split: off)
 TWO_GPUS = "configs/device-h200x2-qwen3-serve.yaml"  # a GPU per role

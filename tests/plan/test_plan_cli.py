@@ -94,7 +94,7 @@ def test_plan_simulates_the_batch_in_the_order_bench_sends_it(capsys) -> None:
     order_requests): longest-first holds the short prompts' first tokens behind the long ones, so on the default
     1P1D layout its TTFT p50 is far later than arrival's (the long prompts' prefill goes first), and its run is shorter
     (the longest requests start decoding first); the order is printed with the batch."""
-    from orchestrator.plan.simulate import batch_shapes
+    from orchestrator.plan.simulation.simulate import batch_shapes
     from orchestrator.workload.batch import sample_batch
 
     cfg = load_config(DEFAULT, ["benchmark.num_prompts=200"])

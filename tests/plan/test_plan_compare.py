@@ -16,7 +16,7 @@ from orchestrator.plan.compare import (
     find_real_run,
     measured_from_records,
 )
-from orchestrator.plan.simulate import simulate_run, synthetic_batch
+from orchestrator.plan.simulation.simulate import simulate_run, synthetic_batch
 from orchestrator.records import RequestResult
 from orchestrator.run.bench import run_bench
 

@@ -20,7 +20,7 @@ from orchestrator.plan.deadline import (
     predict_deadline,
     projected_finish_s,
 )
-from orchestrator.plan.simulate import simulate_run, synthetic_batch
+from orchestrator.plan.simulation.simulate import simulate_run, synthetic_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = synthetic_batch(200, seed=11)

@@ -10,7 +10,7 @@ from orchestrator.config import config_from_dict, load_config
 from orchestrator.plan.deadline import INVALID
 from orchestrator.plan.proposals import write_top_configs
 from orchestrator.plan.search import FIXED_FIELDS, KNOBS, PlanError, enumerate_layouts, search
-from orchestrator.plan.simulate import simulate_run, synthetic_batch
+from orchestrator.plan.simulation.simulate import simulate_run, synthetic_batch
 from orchestrator.rules import check_config, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.simulate import (
+from orchestrator.plan.simulation.simulate import (
     SimulationError,
     simulate_run,
     synthetic_batch,
@@ -109,7 +109,7 @@ class _FlatCost:
 ])
 def test_a_request_that_would_wait_forever_at_kv_capacity_is_refused_with_the_reason(role, refused, why, runs) -> None:
     from orchestrator.perfmodel.scheduling.limits import ServerLimits
-    from orchestrator.plan.simulate import one_server_trace
+    from orchestrator.plan.simulation.simulate import one_server_trace
 
     limits = ServerLimits(role, kv_capacity_tokens=1000, max_running=8, chunked_prefill_tokens=512)
     with pytest.raises(SimulationError, match=f"request 0 .*cannot run on {role}-0-0: .*{why}"):

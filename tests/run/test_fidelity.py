@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 from orchestrator.run.bench import max_in_flight, run_bench
 from orchestrator.run.fidelity import SimFidelity, fidelity, modelled_run
 from orchestrator.workload.batch import sample_batch

@@ -6,7 +6,7 @@ seconds, admission, KV, retraction, PD decode pre-allocation) -> sleep it x time
 
 Which forward runs next (prefill first, no mixed chunks; a PD decode pre-allocates and admits landed KV
 once per turn, as SGLang's DecodePreallocQueue does) is perfmodel/scheduling/steps.py's StepScheduler, the
-same object the planner's simulation (plan/simulate.py) drives on its virtual clock, so the two cannot
+same object the planner's simulation (plan/simulation/simulate.py) drives on its virtual clock, so the two cannot
 drift. What is the engine's own lives here: one asyncio task that paces each forward on the model's
 timeline, the tokens, the prefix cache, stop tokens and aborts. Callers wait on `SimRequest.updated` and
 read `output_ids` / `finish_reason`.

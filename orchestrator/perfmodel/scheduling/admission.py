@@ -4,7 +4,7 @@ queue -> [PD decode: pre-allocation] -> admission (chunked prefill budget, KV te
   -> decode steps (one KV slot per request per step; retraction when the pool runs out) -> finished
 
 `BatchSchedule` is the one model of these decisions; steps.py's StepScheduler drives it one forward at a
-time for both the planner's virtual-time simulation (plan/simulate.py) and the simulated engine
+time for both the planner's virtual-time simulation (plan/simulation/simulate.py) and the simulated engine
 (engines/sim/scheduler.py), which add only their clock, so the two cannot drift. Read from SGLang 0.5.17:
 
 - Aggregated (managers/schedule_policy.py PrefillAdder, scheduler_components/new_token_ratio_tracker.py):

@@ -5,7 +5,7 @@ caller's clock: schedule() -> Step (PD decode hand-offs, then the next forward a
 
 `StepScheduler` is the one copy of "which forward runs next", as vLLM's scheduler interface splits it
 (schedule() returns what the next forward runs, update_from_output() applies what it produced). The
-planner's virtual-time simulation (plan/simulate.py) and the simulated engine (engines/sim/scheduler.py)
+planner's virtual-time simulation (plan/simulation/simulate.py) and the simulated engine (engines/sim/scheduler.py)
 each drive one per server and keep only their clock, tokens and transport. What one turn does, as SGLang
 0.5.17's event loop (managers/scheduler.py, disaggregation/decode.py) does it:
 

@@ -63,7 +63,7 @@ class TimeSlicedGpu:
 
 
 def shared_gpu_groups(cfg: RunConfig) -> list[list[str]]:
-    """Server names (role-group-replica, as plan/simulate.py names them) on each GPU that several share. On a local
+    """Server names (role-group-replica, as plan/simulation/simulate.py names them) on each GPU that several share. On a local
     cluster with gpu_split: off every raylet sees the machine's GPUs and Ray numbers each raylet's from 0, so the k-th
     GPU the servers of one local node take is the k-th of the other node's too (a PD pair on one GPU); servers whose
     GPUs overlap share one time-sliced unit."""

@@ -14,7 +14,7 @@ from orchestrator.perfmodel.server.activations import ACTIVATION_HEADROOM
 from orchestrator.plan.backtest.dataset import DATASET, ROOT, BacktestError, load_dataset, sent_batch
 from orchestrator.plan.backtest.rows import BacktestRow, honesty_fields, throughput_scope
 from orchestrator.plan.deadline import engine_start_s
-from orchestrator.plan.simulate import simulate_run
+from orchestrator.plan.simulation.simulate import simulate_run
 
 
 def _config(row: dict) -> RunConfig:

@@ -1,6 +1,6 @@
 """The closed-loop client of the planner's simulation: N clients, each resending one identical request as its last ends.
 
-ClosedLoopLoad (ISL, OSL, N, window, grace) -> plan/simulate.py's servers and step loop, with this client on the
+ClosedLoopLoad (ISL, OSL, N, window, grace) -> plan/simulation/simulate.py's servers and step loop, with this client on the
 arrival side -> ClosedLoopRun: per request its send time, TTFT and ITL, scored as AIPerf scores them.
 
 The client is the whole difference from `simulate_run`: there a fixed batch drains through a concurrency cap;
@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-from orchestrator.plan.simulate import ForwardObserver, Simulation, SimulationError, shared_gpu_groups
-from orchestrator.plan.simulated_servers import Pairing, SimRequest, layout_servers
+from orchestrator.plan.simulation.simulate import ForwardObserver, Simulation, SimulationError, shared_gpu_groups
+from orchestrator.plan.simulation.servers import Pairing, SimRequest, layout_servers
 from orchestrator.stats import percentile
 
 CHAT_TURN_CHAIN = "chat template: open assistant turn"  # the greedy chain every closed-loop request starts from

@@ -18,8 +18,8 @@ from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.weights import DUMMY_GREEDY_CYCLE_TOKENS
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, ClosedLoopRun, simulate_closed_loop
 from orchestrator.plan.deadline import PLACEMENT_S, cluster_start_s, engine_start_s
-from orchestrator.plan.runs import LABEL
-from orchestrator.plan.simulate import shared_gpu_groups, simulate_run
+from orchestrator.plan.simulation.runs import LABEL
+from orchestrator.plan.simulation.simulate import shared_gpu_groups, simulate_run
 
 PASS, FAIL = "PASS", "FAIL"
 
@@ -215,7 +215,7 @@ def compare_closed_loop(configs: Sequence[tuple[str, RunConfig]], concurrencies:
                         ) -> list[tuple[str, ClosedLoopPrediction | str]]:
     """A/B under one SLA: every config predicted with the first config's workload (ISL/OSL, N list, window, grace,
     slo), so PD and aggregated layouts meet the same closed loop; a config that cannot run it gets its reason."""
-    from orchestrator.plan.simulate import SimulationError
+    from orchestrator.plan.simulation.simulate import SimulationError
 
     workload = configs[0][1].benchmark
     out: list[tuple[str, ClosedLoopPrediction | str]] = []

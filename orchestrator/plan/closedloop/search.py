@@ -24,7 +24,7 @@ from orchestrator.config import RunConfig, config_from_dict
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
 from orchestrator.plan.closedloop.predict import ClosedLoopPoint, best_point
 from orchestrator.plan.memory.preflight import check_layout_fits
-from orchestrator.plan.runs import LABEL
+from orchestrator.plan.simulation.runs import LABEL
 from orchestrator.plan.search import PlanError, rules_settings
 from orchestrator.rules import RulesProfile, check_config, load_profile
 

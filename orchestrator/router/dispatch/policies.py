@@ -182,7 +182,7 @@ POLICIES: dict[str, tuple[Callable[[], RoutingPolicy], Callable[[], RoutingPolic
 
 def role_seed(seed: int | None, role: str) -> str | None:
     """The stream a drawing policy of `role` uses: the prefill's and the decode's draws are independent, and the
-    planner's simulated router (plan/simulate.py) draws from the same streams."""
+    planner's simulated router (plan/simulation/simulate.py) draws from the same streams."""
     return None if seed is None else f"{seed}/{role}"
 
 

@@ -13,7 +13,7 @@ import random
 
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits
 from orchestrator.engines.sim.sim_request import SimRequest
-from orchestrator.plan.simulate import one_server_trace
+from orchestrator.plan.simulation.simulate import one_server_trace
 
 
 class OneSecondForwards:

@@ -1,4 +1,4 @@
-"""What a simulated run returns and the batches it runs on (used by plan/simulate.py, deadline, search,
+"""What a simulated run returns and the batches it runs on (used by simulate.py, deadline, search,
 compare and the back-test): SimulatedRun, SimulationError, synthetic_batch, batch_shapes."""
 
 from __future__ import annotations

@@ -43,10 +43,10 @@ from orchestrator.perfmodel.scheduling.request_bounds import never_runs
 from orchestrator.perfmodel.scheduling.steps import Forward, Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.plan.runs import LABEL, DecodeSteps, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
-from orchestrator.plan.simulated_servers import Pairing, SimRequest, SimServer, layout_servers
+from orchestrator.plan.simulation.runs import LABEL, DecodeSteps, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
+from orchestrator.plan.simulation.servers import Pairing, SimRequest, SimServer, layout_servers
 
-__all__ = [  # the results and batch helpers live in plan/runs.py; importers may keep using this module
+__all__ = [  # the results and batch helpers live in runs.py; importers may keep using this module
     "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "batch_shapes",
     "simulate_run", "synthetic_batch", "shared_gpu_groups", "Simulation",
 ]

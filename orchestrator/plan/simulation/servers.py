@@ -3,7 +3,7 @@
 cfg.layout -> layout_servers -> (prefill, decode, aggregated) SimServers: each one perfmodel/scheduling StepScheduler
 with its cost model, node, KV receive link, PD prefill overlap, GPU time-slicing state and decode-step counts.
 Pairing picks each request's servers as `router.policy` does; SimRequest is one request's path and times through
-them (sent, arrival at the router, first token, end; its pair and its Seqs). plan/simulate.py's Simulation drives them.
+them (sent, arrival at the router, first token, end; its pair and its Seqs). simulate.py's Simulation drives them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.perfmodel.scheduling.limits import Seq, server_limits
 from orchestrator.perfmodel.scheduling.steps import Step, StepScheduler
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu
-from orchestrator.plan.runs import SimulationError
+from orchestrator.plan.simulation.runs import SimulationError
 from orchestrator.records import Role
 
 
