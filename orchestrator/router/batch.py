@@ -112,9 +112,22 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
                 ready.append(result)  # not ready.append(await ...): that would append to the list of before the await
             wake.set()
 
-    lanes = [asyncio.ensure_future(lane()) for _ in range(min(max_in_flight, len(requests)))]
-    for t in lanes:
-        t.add_done_callback(lambda _t: wake.set())
+    lanes: list[asyncio.Task] = []
+
+    async def open_lanes() -> None:
+        # One lane per loop iteration: started together, every lane's first step (pairing, body, a new connection)
+        # would run in one iteration before any request's bytes or any engine's answer is handled, so the engines
+        # got a 1000-request batch in a step once the last connection was open (docs/router.md "The opening burst").
+        for _ in range(min(max_in_flight, len(requests))):
+            if stopped():
+                return
+            t = asyncio.ensure_future(lane())
+            t.add_done_callback(lambda _t: wake.set())
+            lanes.append(t)
+            await asyncio.sleep(0)
+
+    opener = asyncio.ensure_future(open_lanes())
+    opener.add_done_callback(lambda _t: wake.set())
     stop_watch = asyncio.ensure_future(stop.wait()) if stop is not None else None
     if stop_watch is not None:
         stop_watch.add_done_callback(lambda _t: wake.set())
@@ -133,7 +146,8 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
                             await wake.wait()
                     wake.clear()
             if not ready:
-                broken = [e for t in lanes if t.done() and not t.cancelled() and (e := t.exception()) is not None]
+                broken = [e for t in [opener, *lanes] if t.done() and not t.cancelled()
+                          and (e := t.exception()) is not None]
                 if broken:  # run_one never raises: a bug, not a request's failure
                     raise broken[0]
                 continue
@@ -146,7 +160,7 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
                 if progress.attempt is not None:
                     dispatcher.abort_in_background(progress.attempt[1].decode, progress.attempt[0])
             drain_until = time.monotonic() + stop_drain_s
-            while not all(t.done() for t in lanes) and (wait_s := drain_until - time.monotonic()) > 0:
+            while not all(t.done() for t in [opener, *lanes]) and (wait_s := drain_until - time.monotonic()) > 0:
                 if ready:
                     chunk, ready = ready, []
                     yield chunk
@@ -158,11 +172,12 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
                 chunk, ready = ready, []
                 yield chunk
     finally:
+        opener.cancel()  # first: no lane starts while the others are cancelled
         for t in lanes:  # the consumer (or `stop`) ended the batch early: cancelling aborts their legs
             t.cancel()
         if stop_watch is not None:
             stop_watch.cancel()
-        await asyncio.gather(*lanes, return_exceptions=True)
+        await asyncio.gather(opener, *lanes, return_exceptions=True)
         if dispatcher.metrics is not None:
             for _ in waiting:
                 dispatcher.metrics.state_change("queued", None)

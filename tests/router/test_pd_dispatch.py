@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Callable
 
 import pytest
 from aiohttp import web
@@ -40,6 +41,7 @@ class PDServer:
         self.finished = 0  # decode: requests generated to their end (the engine's own tally)
         self.in_flight = 0
         self.max_in_flight = 0
+        self.on_request: Callable[[], None] | None = None  # called as each /generate body is read
         self._abort_events: dict[str, asyncio.Event] = {}
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -80,6 +82,8 @@ class PDServer:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.bodies.append(body)
+        if self.on_request is not None:
+            self.on_request()
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -467,3 +471,28 @@ async def test_a_stopped_batch_keeps_every_request_the_engine_finished_before_it
     assert len(got) == decode.finished < 20, f"kept {len(got)}, the decode finished {decode.finished}"
     unread = [b["rid"] for b in decode.bodies if b["rid"] in decode.aborted]
     assert unread, "the stop did not abort on the engine first"
+
+
+async def test_a_batch_reaches_its_engine_while_the_rest_of_it_is_still_being_started(servers):
+    """The batch opens one request per event-loop turn: the engine reads the first request while others still wait
+    to be started, not the whole batch in a step once every request's connection is open (docs/router.md, "The
+    opening of a batch"). Started all at once, every request left the queue before the engine read any."""
+    from orchestrator.observe.metrics import RouterMetrics
+    from orchestrator.router.batch import run_batch_chunks
+
+    metrics = RouterMetrics("burst", "1p1d")
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"])
+    d.metrics = metrics
+    queued = {"run_id": "burst", "layout": "1p1d", "state": "queued"}
+    queued_at_arrival: list[float] = []
+    servers["prefill-0/0"].on_request = lambda: queued_at_arrival.append(
+        metrics.registry.get_sample_value("pdorch_requests_in_flight", queued))
+    got = []
+    try:
+        async for chunk in run_batch_chunks(d, bench(64), 64):
+            got.extend(chunk)
+    finally:
+        await d.close()
+    assert len(got) == 64 and all(r.status == "ok" for r in got)
+    assert queued_at_arrival[0] > 0, "every request was started before the engine read the first one"
+    assert queued_at_arrival[-1] == 0
