@@ -172,8 +172,9 @@ def run_one(tree: Path, mode: str, n: int, step_s: float, label: str) -> list[di
         run_targets([RunTarget(target=build_app(cfg, "router-burst"), name=ROUTER_APP, route_prefix=None)], 300)
         registry = get_registry()
         for role, url in urls.items():
-            ray.get(registry.register.remote(WorkerEndpoint(role=role, name=f"{role}/0", url=url,
-                                                            bootstrap_port=1 if role == "prefill" else None)))
+            endpoint = WorkerEndpoint(role=role, name=f"{role}/0", url=url,  # type: ignore[arg-type]  # a Role
+                                      bootstrap_port=1 if role == "prefill" else None)
+            ray.get(registry.register.remote(endpoint))
         router = serve.get_app_handle(ROUTER_APP)
         expected = {role: 1 for role in urls}
         router.wait_ready.remote(expected, 60).result(timeout_s=90)
@@ -196,9 +197,9 @@ def run_one(tree: Path, mode: str, n: int, step_s: float, label: str) -> list[di
         failed = [r for r in results if r.status != "ok"]
         if failed:
             raise SystemExit(f"{len(failed)} requests failed through the router, first: {failed[0].error}")
-        t0 = min(r.sent_at for r in results)
-        first = {r.index: r.sent_at + r.ttft_s for r in results}
-        done = {r.index: r.done_at for r in results}
+        t0 = min(r.sent_at or 0.0 for r in results)
+        first = {r.index: (r.sent_at or 0.0) + (r.ttft_s or 0.0) for r in results}
+        done = {r.index: r.done_at or 0.0 for r in results}
         product = _summary(label, t0, _stamps(engine), first, done)
         product["call_to_first_send_s"] = t0 - called
         if mode == "pd":

@@ -31,12 +31,12 @@ class _Conn(asyncio.Protocol):
     def __init__(self, engine: "_Engine", stamps: _Stamps):
         self.engine, self.stamps = engine, stamps
         self.parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set by connection_made, first
         self.body: list[bytes] = []
         self.url = b""
 
-    def connection_made(self, transport):
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # create_server's: a stream transport
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -54,7 +54,8 @@ class _Conn(asyncio.Protocol):
         arrived = time.time()
         body, self.body = b"".join(self.body), []
         if self.url == b"/generate":
-            asyncio.ensure_future(self.generate(orjson.loads(body), arrived))
+            self.engine.tasks.add(task := asyncio.ensure_future(self.generate(orjson.loads(body), arrived)))
+            task.add_done_callback(self.engine.tasks.discard)
         elif self.url == b"/stamps":
             rows, self.stamps.rows = self.stamps.rows, []
             self._send_whole(orjson.dumps(rows))
@@ -97,7 +98,7 @@ class _Run:
     def __init__(self, conn: "_Conn", body: dict, ids: list, n_out: int, row: list):
         self.conn, self.body, self.ids, self.n_out, self.row = conn, body, ids, max(1, n_out), row
         self.n = 1  # the prefill's token, sent on arrival
-        self.done: asyncio.Future | None = None
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
 
     def event(self, last: bool) -> dict:
         reason = {"type": "length", "length": self.n_out} if last else None
@@ -114,9 +115,9 @@ class _Engine:
         self.prefill_only = prefill_only  # a PD prefill: its answer ends with the first token
         self.running: list[_Run] = []
         self.ticker: asyncio.Task | None = None
+        self.tasks: set[asyncio.Task] = set()  # requests being answered (held: the loop keeps weak references)
 
     async def finish(self, run: _Run) -> None:
-        run.done = asyncio.get_running_loop().create_future()
         self.running.append(run)
         if self.ticker is None or self.ticker.done():
             self.ticker = asyncio.ensure_future(self._tick())
