@@ -18,9 +18,12 @@
 # Back in $OUT (at most 8 files): manifest.json, calibration-r1s<L>-lease8.json per count (pdo-calibration-raw/1,
 # copied every 10 s, so a call cut off keeps what was measured), layer-probe.tar.xz (server logs, env.txt), the
 # caller's tee'd log. Then: python -m orchestrator.perfmodel.from_raw <raw> --raw-dir <folder> --out <profile>.
+# SHAPE=qwen3 (lease 11): the same per count with models/qwen3-235b-a22b-fp8-l6/config.json (Qwen3-235B-A22B's layer,
+# every layer MoE), servers q3l<L>-lease11, the plan benchmarks/calibration/plans/lease11-qwen3-layer-grid.json (its own
+# flags: the lone Qwen3 grid's), counts 1..20 (a Qwen3 FP8 layer is ~2.5 GB); read by benchmarks/qwen3_layer_count.py.
 # `--dry-run` checks the arguments and settings and prints each server's flags and points (no GPU, nothing started).
 set -u
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
 DRY=0; LAYERS=()
 die() { echo "layer_probe.sh: $*" >&2; exit 2; }
 for arg in "$@"; do
@@ -33,21 +36,33 @@ for arg in "$@"; do
   esac
 done
 [ ${#LAYERS[@]} -ge 1 ] || die "no layer count given; e.g. layer_probe.sh 4 6 (the first pays the cold compile)"
+SHAPE=${SHAPE:-r1}
+case $SHAPE in
+  r1) BASE=benchmarks/calibration/r1-shaped/config.json; TAG=r1s; SUFFIX=lease8; DENSE=3; MAXL=12
+      DEFAULT_PLAN=benchmarks/calibration/plans/lease8-layer-grid.json; MIN_BUDGET=240
+      COLD="R1-shaped start alone took 196 s (2026-11-24)"
+      FLAGS="--flag=--trust-remote-code --flag=--triton-attention-split-tile-size --flag=256"
+      LIMIT="1..12 fit one GPU (R1 FP8 MoE layer ~11.3 GB; H100: <= 6)" ;;
+  qwen3) BASE=models/qwen3-235b-a22b-fp8-l6/config.json; TAG=q3l; SUFFIX=lease11; DENSE=0; MAXL=20
+      DEFAULT_PLAN=benchmarks/calibration/plans/lease11-qwen3-layer-grid.json; MIN_BUDGET=150; FLAGS=""
+      COLD="Qwen3-shaped start with graphs took 65 s (lease 3)"
+      LIMIT="1..20 fit one H100 (Qwen3 FP8 layer ~2.5 GB)" ;;
+  *) die "SHAPE='$SHAPE': r1 (lease 8's R1-shaped layer) or qwen3 (Qwen3-235B-A22B's layer)" ;;
+esac
 # an R1 FP8 MoE layer is ~11.3 GB and a dense one ~0.7 GB: 12 layers (~107 GB) is the most one H200 holds beside its KV
 for n in "${LAYERS[@]}"; do
-  [ "$n" -ge 1 ] && [ "$n" -le 12 ] || die "layer count $n: 1..12 fit one GPU (R1 FP8 MoE layer ~11.3 GB; H100: <= 6)"
+  [ "$n" -ge 1 ] && [ "$n" -le $MAXL ] || die "layer count $n: $LIMIT"
 done
 [ "$(printf '%s\n' "${LAYERS[@]}" | sort | uniq -d)" = "" ] || die "layer counts ${LAYERS[*]}: each count once"
 PY=${PYTHON:-python3}
 BUDGET=${BUDGET:-560}; GPU=${PROBE_GPU:-0}; PORT=${PORT:-31000}
-PLAN=${PLAN:-benchmarks/calibration/plans/lease8-layer-grid.json}; BASE=benchmarks/calibration/r1-shaped/config.json
+PLAN=${PLAN:-$DEFAULT_PLAN}
 case $BUDGET in ''|*[!0-9]*) die "BUDGET='$BUDGET': whole seconds, e.g. BUDGET=560 (one device call: <= 600 minus packing)";; esac
 case $GPU in ''|*[!0-9]*) die "PROBE_GPU='$GPU': one GPU index, e.g. PROBE_GPU=0";; esac
-[ "$BUDGET" -ge 240 ] || die "BUDGET=$BUDGET: a cold R1-shaped start alone took 196 s on an H100 (2026-11-24); give >= 240"
+[ "$BUDGET" -ge $MIN_BUDGET ] || die "BUDGET=$BUDGET: a cold $COLD on an H100; give >= $MIN_BUDGET"
 [ -f "$PLAN" ] || die "PLAN=$PLAN: no such plan file"
 PACK_S=15
 OUT=${OUT:-/tmp/layer_probe_out}; W=${WORK_DIR:-/root/layer-probe}
-FLAGS="--flag=--trust-remote-code --flag=--triton-attention-split-tile-size --flag=256"
 
 write_model() {  # $1 = layers, $2 = model dir: the R1-shaped config at that layer count
   mkdir -p "$2" && $PY - "$BASE" "$1" "$2/config.json" <<'PYEOF'
@@ -67,15 +82,15 @@ json.dump(plan, open(sys.argv[3], "w"))
 PYEOF
 }
 single_args() {  # $1 = layers, $2 = seconds, $3 = work dir
-  echo -m orchestrator.calibrate single --model-path "$3/models/r1s$1" --name "r1s$1-lease8" --out "$3/r1s$1" \
-    --budget-s "$2" --plan-json "$3/plan-r1s$1.json" --port "$PORT" $FLAGS
+  echo -m orchestrator.calibrate single --model-path "$3/models/$TAG$1" --name "$TAG$1-$SUFFIX" --out "$3/$TAG$1" \
+    --budget-s "$2" --plan-json "$3/plan-$TAG$1.json" --port "$PORT" $FLAGS
 }
 if [ $DRY = 1 ]; then
   D=$(mktemp -d); trap 'rm -rf $D' EXIT; state=cold; rc=0
   echo "layer_probe.sh dry run: layers ${LAYERS[*]} on GPU $GPU, BUDGET=$BUDGET s, results in \$OUT (work dir $W)"
   for n in "${LAYERS[@]}"; do
-    write_model $n $D/models/r1s$n && write_plan $state $D/plan-r1s$n.json || rc=1
-    moe=$(( n > 3 ? n - 3 : 0 )); echo "== r1s$n: $n layers ($(( n < 3 ? n : 3 )) dense + $moe MoE), $state caches"
+    write_model $n $D/models/$TAG$n && write_plan $state $D/plan-$TAG$n.json || rc=1
+    moe=$(( n > DENSE ? n - DENSE : 0 )); echo "== $TAG$n: $n layers ($(( n < DENSE ? n : DENSE )) dense + $moe MoE), $state caches"
     $PY $(single_args $n $BUDGET $D) --dry-run || rc=1
     state=warm
   done
@@ -84,7 +99,7 @@ fi
 
 REPO=$(pwd); START=$(date +%s)
 mkdir -p "$OUT"
-$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|PLAN|PROBE_GPU|PORT)=' | sort | tr '\n' ' ')bash scripts/device/layer_probe.sh $*" >/dev/null \
+$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|PLAN|PROBE_GPU|PORT|SHAPE)=' | sort | tr '\n' ' ')bash scripts/device/layer_probe.sh $*" >/dev/null \
   || echo "manifest.json not written" >&2
 el() { echo "[layers t+$(( $(date +%s) - START ))s] $*"; }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
@@ -103,21 +118,21 @@ rm -rf $W; mkdir -p $W
   $PY -c "import torch, sglang; print('torch', torch.__version__, torch.cuda.get_device_name(0)); print('sglang', sglang.__version__)"
   echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; nproc; free -g; du -sh /root/.triton /root/.cache 2>/dev/null; } > $W/env.txt 2>&1
 el "env: $(grep -m1 -E 'torch ' $W/env.txt)"
-( while sleep 10; do cp $W/r1s*/calibration-*.json $OUT/ 2>/dev/null; done ) & COPIER=$!
+( while sleep 10; do cp $W/$TAG*/calibration-*.json $OUT/ 2>/dev/null; done ) & COPIER=$!
 state=cold
 for n in "${LAYERS[@]}"; do
   secs=$(( $(left) - PACK_S - 10 ))
-  if [ $secs -lt 100 ]; then el "r1s$n skipped: $secs s left (needs 100)"; continue; fi
-  write_model $n $W/models/r1s$n && write_plan $state $W/plan-r1s$n.json || { el "r1s$n: config not written"; continue; }
-  el "r1s$n: $n layers, $state caches, ${secs} s"
+  if [ $secs -lt 100 ]; then el "$TAG$n skipped: $secs s left (needs 100)"; continue; fi
+  write_model $n $W/models/$TAG$n && write_plan $state $W/plan-$TAG$n.json || { el "$TAG$n: config not written"; continue; }
+  el "$TAG$n: $n layers, $state caches, ${secs} s"
   timeout -s INT -k 20 $((secs + 5)) $PY $(single_args $n $secs $W)
-  el "r1s$n exit $?"
+  el "$TAG$n exit $?"
   for pid in $(pgrep -f "sglang.launch_server .*--port $PORT( |$)"); do   # a server of ours left up by a cut harness
     el "reap: server $pid still up"; kill -TERM -- -$pid 2>/dev/null; sleep 5; kill -KILL -- -$pid 2>/dev/null
   done
   state=warm
 done
-kill $COPIER 2>/dev/null; cp $W/r1s*/calibration-*.json $OUT/ 2>/dev/null
+kill $COPIER 2>/dev/null; cp $W/$TAG*/calibration-*.json $OUT/ 2>/dev/null
 tar -C $W --exclude='calibration-*.json' -cJf $OUT/layer-probe.tar.xz . && el "packed $(du -h $OUT/layer-probe.tar.xz | cut -f1)"
 ls -la $OUT
 el "done"

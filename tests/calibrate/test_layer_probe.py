@@ -67,3 +67,15 @@ def test_bad_arguments_are_refused_naming_the_argument(tmp_path, args, env, mess
     done = _probe(tmp_path, "--dry-run", *args, **env)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_qwen3_shape_writes_qwen3_counts_with_the_lone_grids_flags(tmp_path) -> None:
+    done = _probe(tmp_path, "--dry-run", "6", "12", SHAPE="qwen3")
+    assert done.returncode == 0, done.stderr
+    heads = [line for line in done.stdout.splitlines() if line.startswith("== ")]
+    assert heads == ["== q3l6: 6 layers (0 dense + 6 MoE), cold caches", "== q3l12: 12 layers (0 dense + 12 MoE), warm caches"]
+    servers = [line for line in done.stdout.splitlines() if line.startswith("server ")]
+    assert len(servers) == 2 and all("--trust-remote-code" not in line and "--cuda-graph-bs-decode 1 2 4 8 16 32 64 128 256" in line
+                                     for line in servers)
+    assert _probe(tmp_path, "--dry-run", "21", SHAPE="qwen3").returncode == 2
+    assert "SHAPE='v3': r1" in _probe(tmp_path, "--dry-run", "4", SHAPE="v3").stderr
