@@ -8,6 +8,8 @@ predictions before it ran, and what it measured against them.
               (its reads and compute at that batch and context: the model's step less its floor), the median over the
               points; the least-squares line of F(L) over the counts of one host (per step + per layer); each count's
               distance from the line; the steps against the predictions
+    sensitivity  the closed-loop rows (the organisers' 94-layer Qwen3, the two-H100 six-layer pair) at several per-layer
+              parts, F(6) held at today's floor
 
 Why this and not lease 8's decode fit: perfmodel/from_raw.py reads MLA shapes only (a Qwen3 raw file has no
 kv_lora_rank), and no Qwen3 profile calibrates the model: its Qwen3 step IS the roofline plus the floor, so what the
@@ -20,12 +22,14 @@ measured step leaves after the model's non-fixed part is the floor the model wou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+from unittest import mock
 
 import numpy as np
 
@@ -35,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.config.model_presets import MODEL_PRESETS  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
 from orchestrator.perfmodel.gpus import gpu_spec  # noqa: E402
+from orchestrator.perfmodel.profile import CalibrationProfile, shipped_profiles  # noqa: E402
 
 PLAN = ROOT / "benchmarks/calibration/plans/lease11-qwen3-layer-grid.json"
 QWEN3 = MODEL_PRESETS["qwen3-235b-a22b-fp8"]
@@ -140,16 +145,55 @@ def read(raw_paths: list[Path]) -> int:
     return 0
 
 
+def sensitivity(slopes_us: list[float]) -> None:
+    """The closed-loop rows (the organisers' 94-layer Qwen3 on H100, the two-H100 six-layer pair) if a Qwen3-shaped step
+    took `b` per layer with F(6) held at today's floor (the six-layer rows then stay put): the H100's floor patched here
+    only, for the Qwen3 rows' sake (no other closed-loop row runs on it)."""
+    from orchestrator.perfmodel import calibration_lookup as lookup, gpus
+    from orchestrator.plan.closedloop import backtest as closed
+
+    saved, lent = gpus.GPU_SPECS[GPU], lookup.graphed_step_floor
+    lent_step, lent_layer = lent(GPU, [p for p in shipped_profiles() if p.purpose == "calibration"]) or (0.0, 0.0)
+    lent6, spec6 = lent_step + 6 * lent_layer, floor_s(6)
+
+    def patched(b: float) -> Callable[[str, list[CalibrationProfile]], tuple[float, float] | None]:
+        return lambda gpu, pool: (lent6 - 6 * b, b) if gpu == GPU else lent(gpu, pool)
+
+    for us in [None, *slopes_us]:
+        with contextlib.ExitStack() as patches:
+            if us is not None:  # the roofline forwards (prefill) and the lent graphed decode floor, both on the H100
+                b = us * 1e-6
+                patches.enter_context(mock.patch.dict(gpus.GPU_SPECS, {GPU: replace(saved, step_overhead_s=spec6 - 6 * b,
+                                                                                        layer_overhead_s=b)}))
+                patches.enter_context(mock.patch.object(lookup, "graphed_step_floor", patched(b)))
+            checks = closed._compute_backtest(str(closed.DATASET.resolve()))  # not the disk cache: it keys on files only
+        six = lent6
+        label = f"today ({lent_layer * 1e6:.2f} us per layer, {lent_step * 1e3:.4f} ms per step)" if us is None else f"{us:g} us per layer, {(six - 6 * us * 1e-6) * 1e3:.3f} ms per step"
+        print(f"== {label}: 94 layers {(six + 88 * (lent_layer if us is None else us * 1e-6)) * 1e3:.2f} ms fixed")
+        for c in checks:
+            if c.row_id.startswith(("organisers", "hdev-h100x2")):
+                cells = []
+                for k in ("output_tok_s", "ttft_p50_ms", "itl_p50_ms"):
+                    err = f" ({c.error(k):+.0%})" if c.measured and k in c.measured else ""
+                    cells.append(f"{k} {c.predicted[k]:,.2f}{err}")
+                print(f"  {c.row_id:40s} " + "   ".join(cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("predict")
     p.add_argument("--json", type=Path, help="also write the predictions here")
+    sv = sub.add_parser("sensitivity")
+    sv.add_argument("--slopes-us", default="43.98,70,100,139.5", help="per-layer parts to try, comma-separated microseconds")
     r = sub.add_parser("read")
     r.add_argument("raw", nargs="+", type=Path, help="calibration-q3l<L>-lease11.json files of ONE host")
     args = parser.parse_args(argv)
     if args.cmd == "read":
         return read(args.raw)
+    if args.cmd == "sensitivity":
+        sensitivity([float(x) for x in args.slopes_us.split(",")])
+        return 0
     result = predict()
     print(f"== {result['gpu']}: fixed time per graphed Qwen3-shaped decode step (ms)")
     for layers, f in result["fixed_ms"].items():
