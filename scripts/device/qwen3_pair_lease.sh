@@ -4,9 +4,11 @@
 # N = 4, 16 and 32 with the NIXL patch's per-request wall times, then the Qwen3-shaped layer-count probe on both GPUs
 # at once (layer_probe.sh SHAPE=qwen3, one count list per GPU). Phases, one warm lease:
 #   stage         copy the chunk pieces this call carried to the machine's disk (the sglang tree, the runtime and AIPerf
-#                 do not fit one call beside the tracked tree): .device/lease7/blob.part* (pieces_lib.sh),
+#                 do not fit one call beside the tracked tree): PIECES_GLOB (default lease 10's .device/lease10/blob.part*:
+#                 the sglang tree, runtime and httptools as one tar in pieces, pieces_lib.sh),
 #                 .device/site-split/site.tar.xz.part* (site_lib.sh), .device/rt-split/runtime.part*,
 #                 .device/aiperf-split/aiperf.part*
+#   join          stage, then assemble what is complete (prepare and serve-layers begin with it)
 #   prepare       the carried pieces too, then every chunk whose pieces are all staged assembled where serve_one_gpu.sh
 #                 reads it (sha256 checked: BLOB_SHA256, RT_SHA256 of RT_PARTS, AIPERF_SHA256 of AIPERF_PARTS), then
 #                 `serve_two_gpu.sh prepare` (plan + the cold start; it needs the Qwen3 tokenizer: carry
@@ -21,20 +23,20 @@
 # times, /metrics scrapes), layers.tar (per GPU: the probe's manifest, calibration-q3l<L>-lease11.json per count,
 # layer-probe.tar.xz; rewritten every 10 s, so a call cut off keeps what was measured), manifest.json.
 set -u
-PHASE=${1:?usage: qwen3_pair_lease.sh stage|prepare|serve-layers|layers}
-case $PHASE in stage|prepare|serve-layers|layers) ;; *) echo "qwen3_pair_lease.sh: unknown phase '$PHASE' (stage|prepare|serve-layers|layers)" >&2; exit 2 ;; esac
+PHASE=${1:?usage: qwen3_pair_lease.sh stage|join|prepare|serve-layers|layers}
+case $PHASE in stage|join|prepare|serve-layers|layers) ;; *) echo "qwen3_pair_lease.sh: unknown phase '$PHASE' (stage|join|prepare|serve-layers|layers)" >&2; exit 2 ;; esac
 HERE=$(dirname "$0")
 START=$(date +%s); CALL_BUDGET=${CALL_BUDGET:-585}
 LAYERS_GPU0=${LAYERS_GPU0:-6 3}; LAYERS_GPU1=${LAYERS_GPU1:-12 9}; LAYERS_MIN_S=${LAYERS_MIN_S:-150}
 export CONC=${CONC:-4,16,32}
 OUT=${OUT:-/tmp/qwen3_pair_out}; mkdir -p "$OUT"
-STAGE7=${STAGE7:-/root/stage7}; RT_STAGE=${RT_STAGE:-/root/rt-stage}; AIPERF_STAGE=${AIPERF_STAGE:-/root/aiperf-stage}
+export STAGE7=${STAGE7:-/root/stage7} PIECES_GLOB=${PIECES_GLOB:-.device/lease10/blob.part*}; RT_STAGE=${RT_STAGE:-/root/rt-stage}; AIPERF_STAGE=${AIPERF_STAGE:-/root/aiperf-stage}
 export SITE_STAGE=${SITE_STAGE:-/root/site-parts}
 lel() { echo "[lease11 $PHASE t+$(( $(date +%s) - START ))s] $*"; }
 
 stage() {  # every carried piece to its stage dir; the site parts to site_lib.sh's
   local n=0 f
-  for f in .device/lease7/blob.part*; do [ -f "$f" ] && mkdir -p $STAGE7 && cp "$f" $STAGE7/ && n=$((n + 1)); done
+  for f in $PIECES_GLOB; do [ -f "$f" ] && mkdir -p $STAGE7 && cp "$f" $STAGE7/ && n=$((n + 1)); done
   for f in .device/site-split/site.tar.xz.part*; do [ -f "$f" ] && mkdir -p $SITE_STAGE && cp "$f" $SITE_STAGE/ && n=$((n + 1)); done
   for f in .device/rt-split/runtime.part*; do [ -f "$f" ] && mkdir -p $RT_STAGE && cp "$f" $RT_STAGE/ && n=$((n + 1)); done
   for f in .device/rt/whl/*.whl; do [ -f "$f" ] && mkdir -p $RT_STAGE && cp "$f" $RT_STAGE/ && n=$((n + 1)); done
@@ -44,10 +46,11 @@ stage() {  # every carried piece to its stage dir; the site parts to site_lib.sh
 }
 joined() {  # $1 = staged pieces' glob, $2 = how many make the file, $3 = target file, $4 = expected sha256 (empty: unchecked)
   local have; have=$(ls $1 2>/dev/null | wc -l)
+  [ "$have" -gt 0 ] || return 0
   [ "$have" -ge "$2" ] || { lel "$3: $have of $2 pieces staged so far"; return 0; }
   mkdir -p "$(dirname $3)"; cat $(ls $1 | sort) > $3
   local got; got=$(sha256sum $3 | cut -d' ' -f1)
-  [ -z "$4" ] || [ "$got" = "$4" ] || { lel "$3: sha256 $got, expected $4 (a piece missing?)"; ls -l $1; exit 1; }
+  [ -z "$4" ] || [ "$got" = "$4" ] || { lel "$3: sha256 $got, expected $4 (a piece missing?)"; ls -l $1; rm -f $3; exit 1; }
   lel "$3 joined ($(stat -c %s $3) bytes, sha256 $got)"
 }
 assemble() {  # the staged chunks, as far as they are all there, where bench_lib.sh / serve_one_gpu.sh read them
@@ -73,7 +76,8 @@ layers() {  # $1 = seconds: one layer_probe.sh per GPU, at once; layers.tar rewr
 
 if [ -n "${DRY_RUN:-}" ]; then
   case $PHASE in
-    stage) echo "stage: .device/{lease7/blob.part*,site-split/site.tar.xz.part*,rt-split/runtime.part*,rt/whl/*.whl,aiperf-split/aiperf.part*} -> $STAGE7 $SITE_STAGE $RT_STAGE $AIPERF_STAGE" ;;
+    join) echo "join: stage; assemble" ;;
+    stage) echo "stage: $PIECES_GLOB .device/{site-split/site.tar.xz.part*,rt-split/runtime.part*,rt/whl/*.whl,aiperf-split/aiperf.part*} -> $STAGE7 $SITE_STAGE $RT_STAGE $AIPERF_STAGE" ;;
     prepare) echo "prepare: stage; assemble; BUDGET=${BUDGET:-520} bash scripts/device/serve_two_gpu.sh prepare" ;;
     serve-layers) echo "serve-layers: CONC=$CONC BUDGET=${BUDGET:-400} bash scripts/device/serve_two_gpu.sh serve; then layers with $CALL_BUDGET s less what serve took (>= $LAYERS_MIN_S)" ;;
     layers) echo "layers: ${LAYERS_BUDGET:-300} s" ;;
@@ -83,6 +87,7 @@ if [ -n "${DRY_RUN:-}" ]; then
 fi
 case $PHASE in
   stage) stage || { lel "nothing carried: name a piece in this call's carry"; exit 1; } ;;
+  join) stage; assemble ;;
   prepare)
     stage; assemble
     BUDGET=${BUDGET:-520} bash $HERE/serve_two_gpu.sh prepare ;;
