@@ -133,6 +133,7 @@ def summarise(steps: list[dict], numa: dict[int, int], gpu: list[dict], vcpu: li
                 "vcpu_wall_ms": med([x["wall_ms"] for x in v])}
 
     return {"steps": len(steps), "slow_share": round(len(slow) / len(steps), 3) if steps else None,
+            "mean_L": round(statistics.fmean(s["L"] for s in steps), 2) if steps else None,
             "slow": side(slow), "fast": side(fast)}
 
 
@@ -189,10 +190,40 @@ def burst_read(files: dict[str, bytes], lines: list[dict]) -> dict | None:
            "last_first_chunk_s": round(firsts[-1], 3) if firsts else None,
            "first_chunks_within_50ms_of_F": sum(f <= firsts[0] + 0.05 for f in firsts) if firsts else 0,
            "prefill_steps": flood[:12]}
+    gap = out["F_first_chunk_s"] - out["S_first_prefill_end_s"] if firsts and ext else None
+    out["verdict"] = ("no data" if gap is None else "no step without our router" if gap <= 0.2
+                      else "a step without our router" if gap >= 0.8 else f"inconclusive (F - S = {gap:.2f} s)")
     for name in ("nstat-before.txt", "nstat-after.txt"):
-        text = files.get(name, b"").decode(errors="replace")
-        out[name] = {k: int(v) for k, v in re.findall(r"(TcpExtListen(?:Overflows|Drops))\s+(\d+)", text)}
+        out[name] = listen_counters(files.get(name, b"").decode(errors="replace"))
     return out
+
+
+def listen_counters(text: str) -> dict[str, int]:
+    """TcpExt ListenOverflows / ListenDrops from `nstat` lines or /proc/net/netstat's header + values line pair."""
+    found = {k.removeprefix("TcpExt"): int(v) for k, v in re.findall(r"(TcpExtListen(?:Overflows|Drops))\s+(\d+)", text)}
+    lines = text.splitlines()
+    for head, vals in zip(lines, lines[1:]):
+        if head.startswith("TcpExt:") and vals.startswith("TcpExt:") and not vals.split()[1].isalpha():
+            row = dict(zip(head.split()[1:], vals.split()[1:]))
+            found.update({k: int(row[k]) for k in ("ListenOverflows", "ListenDrops") if k in row})
+    return found
+
+
+def second_bins_r(steps: list[dict], vcpu: list[dict]) -> float | None:
+    """Pearson r over 1 s bins between the steps' median L and the vCPU probe's median CPU ms (bins with >= 5
+    steps): does the probe on another CPU slow when the scheduler does?"""
+    bl: dict[int, list[float]] = {}
+    bv: dict[int, list[float]] = {}
+    for x in steps:
+        bl.setdefault(int(x["t0"]), []).append(x["L"])
+    for x in vcpu:
+        bv.setdefault(int(x["t"]), []).append(x["cpu_ms"])
+    keys = [k for k in bl if k in bv and len(bl[k]) >= 5]
+    if len(keys) < 3:
+        return None
+    a = [statistics.median(bl[k]) for k in keys]
+    b = [statistics.median(bv[k]) for k in keys]
+    return round(statistics.correlation(a, b), 3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,17 +256,19 @@ def main(argv: list[str] | None = None) -> int:
     result["outcome"] = outcome(result["pooled"], shares)
     result["rounds_with_20_each"] = [r["name"] for r in enough]
     result["burst"] = burst_read(files, lines)
+    result["probe_r_1s"] = second_bins_r(pooled, vcpu)
     print(f"lease 10 read: {len(lines)} step lines, {len(gpu)} GPU samples, {len(vcpu)} vCPU probes, NUMA nodes "
           f"{result['numa_nodes'] or 'n/a'}; fast L <= {FAST_MS} ms, slow L >= {SLOW_MS} ms")
     cols = ("n", "L", "wall", "cpu", "gpu", "g1", "rq", "it_cpu", "gc2_ms", "migrated_share", "common_cpu",
             "alloc_share", "sm_mhz", "power_w", "vcpu_cpu_ms", "vcpu_wall_ms")
     print("round        mode   " + " ".join(f"{c:>9}" for c in cols) + "  reasons")
     for r in result["rounds"] + [{"k": "-", "name": "pooled", **result["pooled"]}]:
-        print(f"{r['k']} {r['name']:8s} slow share {r['slow_share']}")
+        print(f"{r['k']} {r['name']:8s} slow share {r['slow_share']}, mean L {r['mean_L']} ms over {r['steps']} steps")
         for mode in ("slow", "fast"):
             s = r[mode]
             print(f"             {mode:5s}  " + " ".join(f"{str(s[c]):>9}" for c in cols) + f"  {s['reasons']}")
     print(f"outcome: {result['outcome']} (read on {result['read_on']})")
+    print(f"vCPU probe against the steps, 1 s bins over every round: Pearson r = {result['probe_r_1s']}")
     if result["burst"]:
         print("burst: " + json.dumps(result["burst"]))
     if args.json:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.lease10_read import main
+from benchmarks.lease10_read import listen_counters, main
 
 
 def _archive(d: Path, slow: dict, fast: dict, n: int = 60, slow_every: int = 3) -> Path:
@@ -71,3 +71,9 @@ def test_a_folder_without_the_archive_is_refused_with_the_folder_named(tmp_path,
     with pytest.raises(SystemExit):
         main([str(tmp_path)])
     assert "lone10.tar.xz not found" in capsys.readouterr().err
+
+
+def test_listen_counters_come_from_nstat_or_proc_net_netstat() -> None:
+    assert listen_counters("TcpExtListenOverflows           3                  0.0\n") == {"ListenOverflows": 3}
+    netstat = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 5 7\nIpExt: InNoRoutes\nIpExt: 0\n"
+    assert listen_counters(netstat) == {"ListenOverflows": 5, "ListenDrops": 7}
