@@ -16,9 +16,11 @@ Usage: .venv/bin/python benchmarks/lease10_read.py ARCHIVE_DIR [--json OUT]
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import io
 import json
+import lzma
 import re
 import statistics
 import sys
@@ -226,6 +228,63 @@ def second_bins_r(steps: list[dict], vcpu: list[dict]) -> float | None:
     return round(statistics.correlation(a, b), 3)
 
 
+def probe_context(steps: list[dict], vcpu: list[dict]) -> dict:
+    """The vCPU probe on its own: its spread, its median while the scheduler steps and while it idles (no step
+    within 0.3 s), its steal ticks, and around each slow stretch (>= 3 slow steps in a row) against the 5 s before
+    and after."""
+    ts = sorted(x["t0"] for x in steps)
+
+    def busy(t: float) -> bool:
+        i = bisect.bisect_right(ts, t)
+        return i > 0 and t - ts[i - 1] < 0.3
+
+    def window(a: float, b: float) -> float | None:
+        return med([x["cpu_ms"] for x in vcpu if a <= x["t"] < b])
+
+    cpu = sorted(x["cpu_ms"] for x in vcpu)
+    runs: list[list] = []
+    for s in sorted(steps, key=lambda x: x["t0"]):
+        slow = s["L"] >= SLOW_MS
+        if runs and runs[-1][0] == slow:
+            runs[-1][2], runs[-1][3] = s["t0"], runs[-1][3] + 1
+        else:
+            runs.append([slow, s["t0"], s["t0"], 1])
+    stretches = sorted((r for r in runs if r[0] and r[3] >= 3), key=lambda r: -r[3])
+    return {"quantiles_5_50_95": [round(cpu[int(q * (len(cpu) - 1))], 2) for q in (0.05, 0.5, 0.95)] if cpu else None,
+            "median_busy": med([x["cpu_ms"] for x in vcpu if busy(x["t"])]),
+            "median_idle_after_first_step": med([x["cpu_ms"] for x in vcpu if ts and x["t"] > ts[0] and not busy(x["t"])]),
+            "steal_ticks": sum(x.get("steal", 0) for x in vcpu),
+            "slow_stretches": len(stretches), "single_or_pair_slow_steps": sum(r[3] for r in runs if r[0] and r[3] < 3),
+            "longest": [{"steps": r[3], "s": round(r[2] - r[1], 2), "probe_in": window(r[1], r[2]),
+                         "before": window(r[1] - 5, r[1]), "after": window(r[2], r[2] + 5)} for r in stretches[:4]]}
+
+
+def guest_cpu(path: Path, steps: list[dict]) -> dict | None:
+    """From cpu_sampler.py's 1 Hz lines: the guest's busy ticks per second (all CPUs, the scheduler's process, steal)
+    in seconds whose steps were mostly slow (>= half) against seconds with none slow (>= 5 steps each)."""
+    if not path.is_file():
+        return None
+    rows = [json.loads(x) for x in lzma.open(path, "rt")]
+    ts = sorted((x["t0"], x["L"]) for x in steps)
+    keys = [t for t, _ in ts]
+    out: dict[str, list] = {"slow": [], "fast": []}
+    for r in (x for x in rows if x.get("kind") == "sample"):
+        a, b = bisect.bisect_left(keys, r["t"] - 1), bisect.bisect_left(keys, r["t"])
+        ls = [L for _, L in ts[a:b]]
+        if len(ls) < 5:
+            continue
+        frac = sum(L >= SLOW_MS for L in ls) / len(ls)
+        side = "slow" if frac >= 0.5 else "fast" if frac == 0 else None
+        if side:
+            cpus = [v for k, v in r["cpu"].items() if k != "cpu"]
+            top = max(r["threads"], key=lambda t: t[3], default=[0, 0, "", 0, 0])
+            out[side].append((sum(v[0] + v[1] + v[2] + v[5] + v[6] for v in cpus), sum(v[7] for v in cpus), top[3],
+                              r["mhz"][0] if r.get("mhz") else None))
+    return {side: {"seconds": len(v), "all_cpus_busy_ticks": med([x[0] for x in v]),
+                   "steal_ticks": med([x[1] for x in v]), "busiest_thread_ticks": med([x[2] for x in v]),
+                   "mhz_seen": sorted({x[3] for x in v})} for side, v in out.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("archive_dir")
@@ -257,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     result["rounds_with_20_each"] = [r["name"] for r in enough]
     result["burst"] = burst_read(files, lines)
     result["probe_r_1s"] = second_bins_r(pooled, vcpu)
+    result["probe"] = probe_context(pooled, vcpu)
+    result["guest_cpu"] = guest_cpu(d / "cpu-lone.jsonl.xz", pooled)
     print(f"lease 10 read: {len(lines)} step lines, {len(gpu)} GPU samples, {len(vcpu)} vCPU probes, NUMA nodes "
           f"{result['numa_nodes'] or 'n/a'}; fast L <= {FAST_MS} ms, slow L >= {SLOW_MS} ms")
     cols = ("n", "L", "wall", "cpu", "gpu", "g1", "rq", "it_cpu", "gc2_ms", "migrated_share", "common_cpu",
@@ -269,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"             {mode:5s}  " + " ".join(f"{str(s[c]):>9}" for c in cols) + f"  {s['reasons']}")
     print(f"outcome: {result['outcome']} (read on {result['read_on']})")
     print(f"vCPU probe against the steps, 1 s bins over every round: Pearson r = {result['probe_r_1s']}")
+    print("vCPU probe on its own (every round): " + json.dumps(result["probe"]))
+    print("guest CPU in mostly-slow / all-fast seconds: " + json.dumps(result["guest_cpu"]))
     if result["burst"]:
         print("burst: " + json.dumps(result["burst"]))
     if args.json:
