@@ -17,14 +17,18 @@
 #             freeze  SGLang's own POST /freeze_gc (gc.freeze() in the scheduler, tokenizer and detokenizer), unpinned
 #           then, with BURST=1, the run's 1000 ShareGPT prompts streamed straight to the server (replay.py --stream,
 #           all at once) with `nstat` listen overflows / drops before and after
+#   product the other half of the opening-burst check (docs/fidelity.md, "What holds the run's first token back"; not
+#           run in lease 10): the aggregated TP 1 V2-Lite row through the product (lease 7's A: mem 0.65, graphs to
+#           256) as shipped, then with benchmark.max_in_flight: 100, each with /proc/net/netstat before and after;
+#           read each with benchmarks/run_start_timeline.py --archive
 # Knobs: BUDGET (s, default 570), ROUNDS (default base,pin,unpin,freeze), NEW_TOKENS (per round, default 600),
 # FIRST_NEW_TOKENS (the first round's, default 1024), PIN_CPU (default 2), PROBE_CPU (default: the last CPU), BURST
 # (default 1), BURST_RESERVE_S (s the rounds leave for the burst, default 110), BLOB_SHA256, DRY_RUN=1.
 # Returns in $OUT: lone10.tar.xz (server log, steps.jsonl, gpu.csv, vcpu.jsonl, rounds' JSON, burst JSON, nstat,
-# pinning), cpu-lone.jsonl.xz, host.txt, manifest.json.
+# pinning), cpu-lone.jsonl.xz, host.txt, manifest.json; product: burst-shipped.tar.xz, burst-inflight100.tar.xz.
 set -u
-PHASE=${1:?usage: eager_modes.sh stage|lone}
-case $PHASE in stage|lone) ;; *) echo "eager_modes.sh: unknown phase '$PHASE' (stage|lone)" >&2; exit 2 ;; esac
+PHASE=${1:?usage: eager_modes.sh stage|lone|product}
+case $PHASE in stage|lone|product) ;; *) echo "eager_modes.sh: unknown phase '$PHASE' (stage|lone|product)" >&2; exit 2 ;; esac
 export STAGE7=${STAGE7:-/root/stage10} PIECES_GLOB=${PIECES_GLOB:-.device/lease10/blob.part*}
 if [ $PHASE = stage ]; then
   mkdir -p $STAGE7; n=0
@@ -42,6 +46,10 @@ esac
 BENCH_SETS="${BENCH_SETS:-}${GPU_TYPE:+ --set cluster.gpu=$GPU_TYPE} --set cluster.gpus_per_node=1"
 LOGARGS='[--sampling-backend,pytorch,--log-level,info,--decode-log-interval,"10"]'   # lease 7's A/B flags
 A_SETS="--set layout.aggregated.0.tp=1 --set layout.aggregated.0.mem_fraction_static=0.65 --set engine.sglang.extra_args=$LOGARGS"
+if [ -n "${DRY_RUN:-}" ] && [ $PHASE = product ]; then
+  echo "product: bench_local $AGG_CFG \$P/burst-shipped $A_SETS, then \$P/burst-inflight100 with --set benchmark.max_in_flight=100"
+  exit 0
+fi
 if [ -n "${DRY_RUN:-}" ]; then
   echo "lone:   serve_direct.py start --config $AGG_CFG $A_SETS --role aggregated --gpu 0 --port 30300 (PDO_STEP_PROBE)"
   echo "rounds: $ROUNDS: eager_lone.py --batches 600 --variants alone --new-tokens $FIRST_NEW_TOKENS, then $NEW_TOKENS; pin -> CPU $PIN_CPU"
@@ -54,6 +62,16 @@ write_manifest "$@"
 assemble_pieces
 install_runtime
 python3 scripts/device/step_probe_patch.py $SITE || { el "step probe patch failed"; exit 1; }
+if [ $PHASE = product ]; then   # no step probe here: PDO_STEP_PROBE stays unset, the patch is inert
+  for leg in shipped inflight100; do
+    sets=""; [ $leg = inflight100 ] && sets="--set benchmark.max_in_flight=100"
+    cat /proc/net/netstat > $P/netstat-$leg-before.txt
+    LEG_RESERVE_S=$([ $leg = shipped ] && echo ${PRODUCT_B_RESERVE_S:-200} || echo 0) bench_local $AGG_CFG $P/burst-$leg $A_SETS $sets
+    cat /proc/net/netstat > $P/burst-$leg/netstat-after.txt; mv $P/netstat-$leg-before.txt $P/burst-$leg/netstat-before.txt
+    pack burst-$leg
+  done
+  el "done"; exit 0
+fi
 NCPU=$(nproc); PROBE_CPU=${PROBE_CPU:-$((NCPU - 1))}
 { date -u; nproc; lscpu; echo "== numactl -H"; numactl -H 2>&1; echo "== SMT siblings";
   grep . /sys/devices/system/cpu/cpu*/topology/thread_siblings_list; nvidia-smi -L; nvidia-smi topo -m;

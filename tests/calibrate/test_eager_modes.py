@@ -30,7 +30,7 @@ def _run(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProces
 
 def test_an_unknown_phase_or_round_is_refused_with_the_choices_named() -> None:
     r = _run("agg")
-    assert r.returncode == 2 and "stage|lone" in r.stderr
+    assert r.returncode == 2 and "stage|lone|product" in r.stderr
     r = _run("lone", ROUNDS="base,spin", DRY_RUN="1")
     assert r.returncode == 2 and "'spin'" in r.stderr and "base, pin, unpin, freeze" in r.stderr
 
@@ -137,3 +137,10 @@ def test_the_vcpu_probe_times_its_fixed_loop_and_refuses_a_cpu_it_cannot_use(tmp
     r = subprocess.run([sys.executable, str(probe), "--cpu", "100000", "--out", str(out)], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 2 and "--cpu 100000" in r.stderr
+
+
+def test_the_product_phase_benches_the_row_as_shipped_then_at_100_in_flight() -> None:
+    r = _run("product", DRY_RUN="1")
+    assert r.returncode == 0, r.stderr
+    assert "burst-shipped" in r.stdout and "benchmark.max_in_flight=100" in r.stdout
+    assert "layout.aggregated.0.tp=1" in r.stdout
