@@ -2,7 +2,7 @@
 
 SearchResult (search.py) -> ranking_table (one row per config + why it beats the next) | write_top_configs (the
 best compliant configs inside the deadline as RunConfig YAML, headed by their prediction and what rules still
-need) | print_search (both, for cli/plan.py).
+need) | print_search (both, for cli/plan/finite.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,32 @@
+"""The lines both plans print before their prediction: the layout against the declared cluster (what bench checks at
+placement), and a group's lent expert-routing curve."""
+
+from __future__ import annotations
+
+from orchestrator.cluster.inventory import ClusterError, check_declared_placement, declared_nodes
+from orchestrator.config import RunConfig
+from orchestrator.perfmodel.costmodel import cost_model_for
+
+
+def print_lent_routing(cfg: RunConfig, gpu: str) -> None:
+    """A group whose expert reads follow another profile's dummy-weight routing curve says so (lent_routing_note)."""
+    for role, i, group in cfg.layout.groups():
+        if note := cost_model_for(cfg, role, group, gpu=gpu).lent_routing_note():
+            print(f"  layout.{role}.{i}: {note}")
+
+
+def print_placement(cfg: RunConfig) -> bool:
+    """GPUs per node and role against the declared cluster, the check bench makes at placement; True if it fits."""
+    try:
+        check_declared_placement(cfg)
+    except ClusterError as exc:
+        for line in str(exc).splitlines():
+            print(f"placement: {line}")
+        print("placement: does not fit -> INVALID (memory and deadline not checked)\n")
+        return False
+    nodes = declared_nodes(cfg)
+    key = cfg.cluster.roles.label_key
+    roles = ", ".join(f"{key}={v}: {sum(n.labels[key] == v for n in nodes)}" for v in dict.fromkeys(n.labels[key] for n in nodes))
+    declared = "" if cfg.cluster.is_local else "; as declared: bench checks the real labels at placement"
+    print(f"placement: fits ({len(nodes)} nodes x {cfg.cluster.gpus_per_node} GPUs by role: {roles}{declared})\n")
+    return True
