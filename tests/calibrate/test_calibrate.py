@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.calibrate import kvtimeline, logparse, nixl_patch
-from orchestrator.calibrate.pd import (FLAGS, MODES, _flag_path, _set_mode, by_mode, chunk_stats, compare_logprobs,
-                                       cross_prompt_control, kv_delta, prom_sums)
+from orchestrator.calibrate.pd import FLAGS, MODES, _flag_path, _set_mode
+from orchestrator.calibrate.pd_readout import (by_mode, chunk_stats, compare_logprobs, cross_prompt_control, kv_delta,
+                                               prom_sums)
 from tests.support import HAVE_SGLANG_SOURCE, NO_SGLANG_SOURCE, copy_sglang_source
 
 RAW = Path(__file__).resolve().parents[2] / "benchmarks/results/device-h200x2-2026-11-21/raw.tar.xz"

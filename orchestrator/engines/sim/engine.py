@@ -1,7 +1,8 @@
-"""The simulated engine: settings, the cost model it is timed by, and one SimEngine per server process.
+"""The simulated engine: one SimEngine per server process, timed by the cost model of its settings.
 
-SimEngine owns the scheduler, metrics, fault injector and PD KV transfer; `server.py` puts SGLang's HTTP
-API in front of it and `requests.py` turns /generate bodies into items.
+SimEngine owns the scheduler, metrics, fault injector and PD KV transfer side; it checks each item, starts its Run
+(inflight.py) and drives it (a PD leg's handshake and transfer: pd_legs.py) to SGLang's answer. `server.py` puts
+SGLang's HTTP API in front of it and `requests.py` turns /generate bodies into items.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.engines.sim.faults import FaultInjector, RequestFate, crash, parse_fault_spec
+from orchestrator.engines.sim.inflight import Run
 from orchestrator.engines.sim.kv.decode import KvReceiver
-from orchestrator.engines.sim.kv.prefill import KvAux, PrefillKvServer
-from orchestrator.engines.sim.kv.transfer import MIB, KvTransferError, payload_checksum, resolve_transfer_mode
+from orchestrator.engines.sim.kv.prefill import PrefillKvServer
+from orchestrator.engines.sim.kv.transfer import MIB, KvTransferError, resolve_transfer_mode
 from orchestrator.engines.sim.metrics import MetricLabels, PdQueueSizes, SimMetrics
-from orchestrator.engines.sim.requests import BadRequest, IncrementalText, Item, TextCodec
+from orchestrator.engines.sim.pd_legs import drive_decode, drive_prefill
+from orchestrator.engines.sim.requests import BadRequest, Item, TextCodec
 from orchestrator.engines.sim.scheduler import Scheduler, SchedulerLimits
 from orchestrator.engines.sim.sim_request import SimRequest
 from orchestrator.engines.sim.settings import SimSettings, architecture_of, cost_model_of
@@ -28,32 +30,6 @@ log = logging.getLogger("orchestrator.engines.sim.server")
 
 FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # SGLang's warm-up/health host: no peer, no transfer
 MISSING_ROOM = "Invalid request: Disaggregated request received without bootstrap room id."
-
-
-# ----- settings ------------------------------------------------------------------------------------------
-
-
-# ----- the engine -----------------------------------------------------------------------------------------
-@dataclass(eq=False)
-class Run:
-    """One item in flight: its scheduler request, the task driving its PD phases, and its end."""
-
-    item: Item
-    req: SimRequest
-    streaming: bool
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    error: tuple[int, str] | None = None  # (HTTP status, message) when it failed
-    final_reason: dict | None = None  # overrides the scheduler's (PD prefill: length 0)
-    cached_tokens: int = 0
-    submitted: bool = False
-    task: asyncio.Task | None = None
-    detok: IncrementalText = field(default_factory=IncrementalText)
-
-    @property
-    def finish_reason(self) -> dict | None:
-        if self.error is not None:
-            return {"type": "abort", "message": self.error[1], "status_code": self.error[0], "err_type": None}
-        return self.final_reason or self.req.finish_reason
 
 
 class SimEngine:
@@ -253,12 +229,12 @@ class SimEngine:
             run.req.max_new_tokens = 1  # SGLang's prefill samples exactly the first token
         try:
             if local:
-                await self._run_in_scheduler(run)
+                await self.run_in_scheduler(run)
                 await self.scheduler.release(run.req)  # a PD prefill holds KV for a transfer; a local run has none
             elif mode == "prefill":
-                await self._drive_prefill(run, fate)
+                await drive_prefill(self, run, fate)
             else:
-                await self._drive_decode(run)
+                await drive_decode(self, run)
         except asyncio.CancelledError:
             if run.submitted and not run.req.finished:
                 self.scheduler.abort_request(run.req)
@@ -273,88 +249,11 @@ class SimEngine:
         finally:
             self._finish_run(run)
 
-    async def _run_in_scheduler(self, run: Run) -> None:
+    async def run_in_scheduler(self, run: Run) -> None:
+        """Submit the run's request to the scheduler and wait until it finishes."""
         self.scheduler.submit(run.req)
         run.submitted = True
         await run.req.finished_event.wait()
-
-    async def _drive_prefill(self, run: Run, fate: RequestFate) -> None:
-        assert self.prefill_kv is not None
-        room_id = run.item.bootstrap_room
-        assert room_id is not None, "check_item refuses a PD request without a bootstrap room"
-        room = self.prefill_kv.room(room_id)
-        try:
-            self.queues.prefill_bootstrap += 1
-            try:
-                await asyncio.wait_for(room.handshaken.wait(), self.settings.timeouts.bootstrap_timeout_s)
-            except asyncio.TimeoutError:
-                self.metrics.bootstrap_failed()
-                raise KvTransferError(
-                    "bootstrap",
-                    f"Prefill bootstrap failed for request rank=0 (bootstrap_room={room_id}): no decode handshake "
-                    f"within {self.settings.timeouts.bootstrap_timeout_s:g} s",
-                ) from None
-            finally:
-                self.queues.prefill_bootstrap -= 1
-            await self._run_in_scheduler(run)
-            if run.req.aborted:
-                return
-            self.queues.prefill_inflight += 1
-            try:
-                if not fate.hang_transfer:
-                    moved = self.kv_payload_bytes(run.req.prompt_len)
-                    aux = KvAux(run.req.output_ids[0], run.req.prompt_len, 0, self.kv_bytes(run.req.prompt_len),
-                                moved, payload_checksum(room_id, moved))
-                    room.kv_ready.set_result(aux)
-                try:
-                    await asyncio.shield(room.done)
-                except KvTransferError:
-                    self.metrics.transfer_failed()
-                    raise
-                run.final_reason = {"type": "length", "length": 0}
-                run.req.finished_at = time.monotonic()  # the prefill's request ends with its transfer
-            finally:
-                self.queues.prefill_inflight -= 1
-        finally:
-            room.fail("prefill request ended before the transfer")  # no-op once the transfer completed
-            self.prefill_kv.drop(room_id)
-            await self.scheduler.release(run.req)
-
-    async def _drive_decode(self, run: Run) -> None:
-        assert self.receiver is not None
-        item = run.item
-        addr = f"http://{_url_host(item.bootstrap_host)}:{item.bootstrap_port or self.settings.bootstrap_port}"
-        room = item.bootstrap_room
-        assert room is not None, "check_item refuses a PD request without a bootstrap room"
-        self.queues.decode_prealloc += 1
-        in_prealloc = True
-        try:
-            try:
-                await self.receiver.connect(addr, room)
-            except KvTransferError:
-                self.metrics.bootstrap_failed()
-                raise
-            await self.scheduler.preallocate(run.req)  # the prefill starts only after this (SGLang's order)
-            if run.req.finished:  # refused or failed while waiting for KV room; the router aborts the prefill leg
-                return
-            self.queues.decode_prealloc -= 1
-            in_prealloc = False
-            self.queues.decode_transfer += 1
-            try:
-                aux = await self.receiver.fetch(addr, room, item.rid)
-            except KvTransferError:
-                self.metrics.transfer_failed()
-                raise
-            finally:
-                self.queues.decode_transfer -= 1
-            run.cached_tokens = aux.cached_tokens
-            run.req.first_token = aux.first_token
-            await self._run_in_scheduler(run)
-        finally:
-            if in_prealloc:
-                self.queues.decode_prealloc -= 1
-            if not run.submitted:
-                self.scheduler.drop(run.req)  # frees its pre-allocated KV
 
     def _finish_run(self, run: Run) -> None:
         req = run.req
@@ -424,6 +323,3 @@ class SimEngine:
             return self.codec.decode(ids)
         return run.detok.update(self.codec, ids)
 
-
-def _url_host(host: str | None) -> str:
-    return f"[{host}]" if host and ":" in host and not host.startswith("[") else str(host)

@@ -25,7 +25,8 @@ from aiohttp import web
 
 from orchestrator.api.generate import BadRequest, SamplingParams, parse_generate_body
 from orchestrator.engines.allow_list import start_site
-from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, Run, SimEngine
+from orchestrator.engines.sim.engine import FAKE_BOOTSTRAP_HOST, SimEngine
+from orchestrator.engines.sim.inflight import Run
 from orchestrator.engines.sim.faults import FaultSpecError, RequestFate, hang_forever, parse_fault_spec
 from orchestrator.engines.sim.kv.transfer import MIB
 from orchestrator.engines.sim.metrics import CONTENT_TYPE

@@ -26,7 +26,8 @@ from orchestrator.api.openai import (
     requested_max_tokens,
     sampling_params,
 )
-from orchestrator.engines.sim.engine import Run, SimEngine
+from orchestrator.engines.sim.engine import SimEngine
+from orchestrator.engines.sim.inflight import Run
 from orchestrator.engines.sim.openai.frames import chat_chunks, completion_chunks, full_response, openai_error
 from orchestrator.engines.sim.requests import normalise, require_codec
 
