@@ -117,7 +117,7 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
     async def open_lanes() -> None:
         # One lane per loop iteration: started together, every lane's first step (pairing, body, a new connection)
         # would run in one iteration before any request's bytes or any engine's answer is handled, so the engines
-        # got a 1000-request batch in a step once the last connection was open (docs/router.md "The opening burst").
+        # got a 1000-request batch in a step once the last connection was open (docs/router.md, "The opening of a batch").
         for _ in range(min(max_in_flight, len(requests))):
             if stopped():
                 return
