@@ -18,7 +18,7 @@ from pathlib import Path
 SETS: dict[str, tuple[str, ...]] = {  # set -> row id prefixes
     "organisers' H100 reference (full size, real weights)": ("organisers-h100-reference-",),
     "one H100 shared by the pair (both gateways)": ("hdev-h100x1-",),
-    "two H200s, a GPU per server (leases 2 and 5)": ("hdev-h200x2-", "hgpu5-h200x2-")}
+    "two H200s, a GPU per server (leases 2, 5 and 11)": ("hdev-h200x2-", "hgpu5-h200x2-", "hqx2-h200x2-")}
 METRICS = ("out tok/s", "TTFT p50", "ITL p50")
 CELL = re.compile(r"/ [\d,.]+ \(([+-]\d+)%( ok| MISS)?\)")
 

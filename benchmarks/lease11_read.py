@@ -43,9 +43,16 @@ def archive_text(archive: Path, suffix: str) -> str:
         return io.TextIOWrapper(stream, encoding="utf-8").read()
 
 
+def find(folder: Path, name: str) -> Path:
+    """`name` in the folder or one of its call folders (callN-*/), else the path it would have at the top."""
+    if (folder / name).is_file():
+        return folder / name
+    return next(iter(sorted(folder.glob(f"*/{name}"))), folder / name)
+
+
 def rows(folder: Path) -> dict[int, dict[str, float]]:
     """N -> closed_loop.yaml's `measured` for that N."""
-    serve, prepare = folder / "serve.tar.xz", folder / "prepare.tar.xz"
+    serve, prepare = find(folder, "serve.tar.xz"), find(folder, "prepare.tar.xz")
     goodput = json.loads(archive_text(serve, "goodput-ours/goodput.json"))
     ready = GATEWAY_READY.search(archive_text(serve, "serve/serve.txt"))
     cold = [float(x) for x in COLD_READY.findall(archive_text(prepare, "prepare/prepare.txt"))] if prepare.is_file() else []
@@ -66,7 +73,7 @@ def transfer_line(folder: Path, ns: list[int]) -> None:
           "(~0: paced; higher: in waves), the transfer worker's queue and NIXL p50")
     for n in ns:
         try:
-            stages = measured_stages(folder / "serve.tar.xz", n)
+            stages = measured_stages(find(folder, "serve.tar.xz"), n)
         except (SystemExit, ValueError, KeyError) as exc:
             print(f"  N = {n}: not read ({exc})")
             continue
@@ -86,7 +93,7 @@ def transfer_line(folder: Path, ns: list[int]) -> None:
 
 
 def layers(folder: Path) -> int:
-    tar_path = folder / "layers.tar"
+    tar_path = find(folder, "layers.tar")
     if not tar_path.is_file():
         print("\n3. The layer probe: no layers.tar")
         return 1

@@ -38,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.config.model_presets import MODEL_PRESETS  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
+from orchestrator.perfmodel.calibration_lookup import graphed_step_floor  # noqa: E402
+from orchestrator.perfmodel.from_raw import gpu_key  # noqa: E402
 from orchestrator.perfmodel.gpus import gpu_spec  # noqa: E402
 from orchestrator.perfmodel.profile import CalibrationProfile, shipped_profiles  # noqa: E402
 
@@ -61,13 +63,17 @@ def plan_points() -> list[tuple[int, int]]:
     return points + [(CONTEXT_BATCH, CONTEXT_BATCH * (c + half)) for c in variant["context_lengths"]]
 
 
-def floor_s(layers: int) -> float:
-    spec = gpu_spec(GPU)
-    return spec.step_overhead_s + layers * spec.layer_overhead_s
+def floor_s(layers: int, gpu: str = GPU) -> float:
+    """The fixed time the model charges a graphed Qwen3-shaped step on `gpu` today: the lent floor (calibration_lookup.
+    graphed_step_floor, a slope across two layer shapes; the GPU's datasheet pair where none is lent)."""
+    lent = graphed_step_floor(gpu, [p for p in shipped_profiles() if p.purpose == "calibration"])
+    spec = gpu_spec(gpu)
+    step_s, layer_s = lent if lent is not None else (spec.step_overhead_s, spec.layer_overhead_s)
+    return step_s + layers * layer_s
 
 
-def model_step_s(layers: int, batch: int, kv_tokens: int) -> float:
-    model = build_cost_model(replace(QWEN3, num_hidden_layers=layers), GPU, "fp8", **PROBE_SERVER)
+def model_step_s(layers: int, batch: int, kv_tokens: int, gpu: str = GPU) -> float:
+    model = build_cost_model(replace(QWEN3, num_hidden_layers=layers), gpu, "fp8", **PROBE_SERVER)
     return model.decode_step_s(batch, kv_tokens)
 
 
@@ -99,11 +105,12 @@ def measured_points(raw: dict) -> list[tuple[int, int, float]]:
 
 
 def fixed_of(raw: dict) -> tuple[int, float, float, list[tuple[int, int, float, float]]]:
-    """(layers, F = median of measured - the model's non-fixed part, median spread of a point's repeats, points)."""
-    layers = int(raw["model"]["config"]["num_hidden_layers"])
+    """(layers, F = median of measured - the model's non-fixed part, median spread of a point's repeats, points), on
+    the raw file's own GPU."""
+    layers, gpu = int(raw["model"]["config"]["num_hidden_layers"]), gpu_key(raw["gpu"]["name"])
     points = []
     for batch, kv, step in measured_points(raw):
-        non_fixed = model_step_s(layers, batch, kv) - floor_s(layers)
+        non_fixed = model_step_s(layers, batch, kv, gpu) - floor_s(layers, gpu)
         points.append((batch, kv, step, step - non_fixed))
     by_point: dict[tuple[int, int], list[float]] = {}
     for batch, kv, step, _ in points:
@@ -121,15 +128,21 @@ def line(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 def read(raw_paths: list[Path]) -> int:
-    fits = sorted((fixed_of(json.loads(p.read_text())) for p in raw_paths), key=lambda f: f[0])
+    raws = [json.loads(p.read_text()) for p in raw_paths]
+    gpus = {gpu_key(r["gpu"]["name"]) for r in raws}
+    if len(gpus) != 1:
+        raise SystemExit(f"raw files of {sorted(gpus)}: one host's GPU at a time")
+    gpu = gpus.pop()
+    fits = sorted((fixed_of(r) for r in raws), key=lambda f: f[0])
+    print(f"on {gpu}: the model's floor today {floor_s(0, gpu) * 1e3:.3f} ms per step + {(floor_s(1, gpu) - floor_s(0, gpu)) * 1e6:.2f} us per layer")
     print(f"{'layers':>6s} {'points':>6s} {'F measured ms':>13s} {'repeat spread ms':>16s} {'floor today ms':>14s} {'R1 split ms':>11s}")
     for layers, fixed, spread, points in fits:
-        print(f"{layers:6d} {len(points):6d} {fixed * 1e3:13.3f} {spread * 1e3:16.3f} {floor_s(layers) * 1e3:14.3f} "
+        print(f"{layers:6d} {len(points):6d} {fixed * 1e3:13.3f} {spread * 1e3:16.3f} {floor_s(layers, gpu) * 1e3:14.3f} "
               f"{(R1_SPLIT_S[0] + layers * R1_SPLIT_S[1]) * 1e3:11.3f}")
     print(f"{'layers':>6s} {'batch':>5s} {'kv':>7s} {'measured ms':>11s} {'model ms':>9s} {'error':>6s}")
     for layers, _, _, points in fits:
         for batch, kv, step, _ in points:
-            m = model_step_s(layers, batch, kv)
+            m = model_step_s(layers, batch, kv, gpu)
             print(f"{layers:6d} {batch:5d} {kv:7d} {step * 1e3:11.3f} {m * 1e3:9.3f} {m / step - 1:+6.1%}")
     if len({f[0] for f in fits}) < 2:
         print("fewer than two layer counts: no split", file=sys.stderr)
@@ -137,7 +150,7 @@ def read(raw_paths: list[Path]) -> int:
     step_s, layer_s = line([(layers, fixed) for layers, fixed, _, _ in fits])
     print(f"split over {[f[0] for f in fits]} layers: {step_s * 1e3:.3f} ms per step + {layer_s * 1e6:.1f} us per layer "
           f"-> {TARGET_LAYERS} layers {(step_s + TARGET_LAYERS * layer_s) * 1e3:.2f} ms "
-          f"(today's floor {floor_s(TARGET_LAYERS) * 1e3:.2f} ms; R1's split {(R1_SPLIT_S[0] + TARGET_LAYERS * R1_SPLIT_S[1]) * 1e3:.2f} ms)")
+          f"(today's floor {floor_s(TARGET_LAYERS, gpu) * 1e3:.2f} ms; R1's split {(R1_SPLIT_S[0] + TARGET_LAYERS * R1_SPLIT_S[1]) * 1e3:.2f} ms)")
     for layers, fixed, spread, _ in fits:
         off = fixed - (step_s + layers * layer_s)
         print(f"  {layers} layers: F {fixed * 1e3:.3f} ms, the line {(step_s + layers * layer_s) * 1e3:.3f} ms, off by "
