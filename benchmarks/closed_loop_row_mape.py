@@ -35,18 +35,20 @@ def row_errors(path: Path) -> dict[str, list[tuple[int, str]]]:
 
 def main(argv: list[str]) -> int:
     before, after = row_errors(Path(argv[0])), row_errors(Path(argv[1]))
-    print(f"{'set':<55}{'rows':>5}  " + "  ".join(f"{m + ' MAPE before -> after':>30}" for m in METRICS))
-    for name, prefix in SETS.items():
+    print(f"{'set':<55}{'rows':>8}  " + "  ".join(f"{m + ' MAPE before -> after':>30}" for m in METRICS))
+    for name, prefix in SETS.items():  # rows measured since (a new lease's) count in the after column only
         ids = [r for r in after if r.startswith(prefix)]
+        old = [r for r in ids if r in before]
         cells = []
         for k in range(len(METRICS)):
-            b = statistics.fmean(abs(before[r][k][0]) for r in ids)
+            b = statistics.fmean(abs(before[r][k][0]) for r in old)
             a = statistics.fmean(abs(after[r][k][0]) for r in ids)
             cells.append(f"{b:>14.1f} % -> {a:>5.1f} %")
-        print(f"{name:<55}{len(ids):>5}  " + "  ".join(f"{c:>30}" for c in cells))
+        print(f"{name:<55}{f'{len(old)}->{len(ids)}':>8}  " + "  ".join(f"{c:>30}" for c in cells))
     inside = [sum(flag == "ok" for cells in rows.values() for _, flag in cells) for rows in (before, after)]
-    bounded = sum(flag in ("ok", "MISS") for cells in after.values() for _, flag in cells)
-    print(f"bounded metrics (tok/s, TTFT, ITL) inside the bound set before the run: {inside[0]} -> {inside[1]} of {bounded}")
+    bounded = [sum(flag in ("ok", "MISS") for cells in rows.values() for _, flag in cells) for rows in (before, after)]
+    print(f"bounded metrics (tok/s, TTFT, ITL) inside the bound set before the run: {inside[0]} of {bounded[0]} -> "
+          f"{inside[1]} of {bounded[1]}")
     return 0
 
 
