@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.cluster.local import LocalClusterState  # noqa: E402
 from orchestrator.cluster.ports import free_port  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
-from orchestrator.workload.batch import warmup_batch  # noqa: E402
+from orchestrator.workload.batch import bench_first_forwards, warmup_batch  # noqa: E402
 from tests.support import sim_engines_finished  # noqa: E402
 
 AT = int(sys.argv[1]) if len(sys.argv) > 1 else 800
@@ -68,7 +68,10 @@ try:
     print(f"exit code {proc.returncode}")
     doc = json.loads(next(work.glob("*/result.json")).read_text())
     counts = doc["counts"]
-    warmups = len(warmup_batch(load_config(ROOT / CONFIG, paths_from=ROOT), counts["num_prompts"]))
+    cfg = load_config(ROOT / CONFIG, paths_from=ROOT)
+    # the short prompts, and one first-forward prompt per DP rank of every prefilling server (run/bench_warmup.py)
+    warmups = len(warmup_batch(cfg, counts["num_prompts"])) + sum(
+        f.ranks * getattr(cfg.layout, f.role)[f.group_index].count for f in bench_first_forwards(cfg))
     engine = sim_engines_finished(doc, "decode") - warmups
     print(f"TRIAL result.json: completed {counts['completed']}, failed {counts['failed']} of "
           f"{counts['num_prompts']}; reason {doc['reason']!r}; failure reasons {doc['failure_reasons']}; "

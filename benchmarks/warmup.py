@@ -31,8 +31,10 @@ def phase(result: dict, name: str) -> float:
 
 
 def modelled_warmup(config: str, overrides: list[str], policy: str) -> tuple[int, int, int, float]:
-    """The warm-up batch bench would send, timed by the virtual-time simulation: (n, prompt tok, output tok, s)."""
+    """The warm-up bench would send, timed by the virtual-time simulation: (n, prompt tok, output tok, s) of the short
+    batch, the seconds including the first forwards each prefilling server runs alone before it (plan/deadline.py)."""
     from orchestrator.config import load_config
+    from orchestrator.plan.deadline import first_forwards_s
     from orchestrator.plan.simulation.simulate import simulate_run
     from orchestrator.workload.batch import warmup_batch
 
@@ -40,7 +42,8 @@ def modelled_warmup(config: str, overrides: list[str], policy: str) -> tuple[int
     batch = [(r.prompt_len, r.output_len) for r in warmup_batch(cfg, cfg.benchmark.num_prompts)]
     if not batch:
         return 0, 0, 0, 0.0
-    return len(batch), sum(p for p, _ in batch), sum(o for _, o in batch), simulate_run(cfg, batch).duration_s
+    seconds = first_forwards_s(cfg) + simulate_run(cfg, batch).duration_s
+    return len(batch), sum(p for p, _ in batch), sum(o for _, o in batch), seconds
 
 
 def main() -> int:

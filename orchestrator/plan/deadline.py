@@ -20,7 +20,7 @@ from orchestrator.phases import BEFORE_PLACEMENT
 from orchestrator.phases import Phase
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulation.simulate import LABEL, SimulatedRun, simulate_run
-from orchestrator.workload.batch import full_chunk_prompt_len
+from orchestrator.workload.batch import bench_first_forwards
 
 VALID = "VALID"
 AT_RISK = "at-risk"
@@ -121,6 +121,7 @@ def placement_s(cfg: RunConfig) -> float:
 
 
 def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The warm-up's short prompts, which bench sends through the router after the first forwards."""
     warmup = cfg.benchmark.warmup
     if warmup.policy == "none":
         return []
@@ -132,9 +133,20 @@ def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tupl
     n = min(warmup.num_prompts, len(batch))
     by_size = sorted(batch, key=lambda shape: (shape[0] + shape[1], shape))
     picked = [by_size[(2 * i + 1) * len(by_size) // (2 * n)] for i in range(n)]
-    long_prompt = full_chunk_prompt_len(cfg)   # bench's one full-chunk warm-up prompt (warmup_batch)
-    picked += [(long_prompt, warmup.max_output_len)] if long_prompt and picked else []
     return [(p, min(o, cap) if cap else o) for p, o in picked]
+
+
+def first_forwards_s(cfg: RunConfig, gpu: str | None = None) -> float:
+    """Modelled seconds of bench's first-forward warm-up (run/bench_warmup.py): every prefilling server takes its
+    long prompt alone, once per DP rank, one answered before the next; servers in parallel, so the slowest group's
+    ranks x one prompt through a layout holding only that group's one server (and, PD, the decodes)."""
+    slowest = 0.0
+    for f in bench_first_forwards(cfg):
+        group = getattr(cfg.layout, f.role)[f.group_index].model_copy(update={"count": 1})
+        alone = cfg.model_copy(update={"layout": cfg.layout.model_copy(update={f.role: [group]})})
+        one = simulate_run(alone, [(f.prompt_len, cfg.benchmark.warmup.max_output_len)], gpu=gpu, max_concurrency=None)
+        slowest = max(slowest, f.ranks * one.duration_s)
+    return slowest
 
 
 def engine_start_s(
@@ -191,13 +203,15 @@ def predict_deadline(
     warm_start_s = engine_start_s(cfg, gpu, disk_gb_s, jit_cached=True)[0]
     start_s, per_group, start_detail = engine_start_s(cfg, gpu, disk_gb_s, jit_cached)
     warm = _warmup_batch(cfg, batch)
-    warm_s = simulate_run(cfg, warm, gpu=gpu).duration_s * scale if warm else 0.0
+    first_s = first_forwards_s(cfg, gpu) * scale if warm else 0.0
+    warm_s = first_s + (simulate_run(cfg, warm, gpu=gpu).duration_s * scale if warm else 0.0)
     run = run or simulate_run(cfg, batch, gpu=gpu)
     phases = [
         PhaseEstimate(Phase.PLACEMENT.value, placement_s(cfg), "Ray placement groups + worker actors"
                       + (" after starting the local cluster" if cluster_start_s(cfg) else "")),
         PhaseEstimate(Phase.ENGINE_START.value, start_s, start_detail),
-        PhaseEstimate(Phase.WARMUP.value, warm_s, f"{cfg.benchmark.warmup.policy}: {len(warm)} prompts"),
+        PhaseEstimate(Phase.WARMUP.value, warm_s, f"{cfg.benchmark.warmup.policy}: {len(warm)} prompts"
+                      + (f" after each server's first forward alone ({first_s:.1f} s)" if first_s else "")),
         PhaseEstimate(
             Phase.RUN.value,
             run.duration_s * scale,

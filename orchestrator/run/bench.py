@@ -22,10 +22,11 @@ from orchestrator.observe.report import rules_lines
 from orchestrator.phases import Phase
 from orchestrator.records import BenchRequest, RequestResult
 from orchestrator.run.bench_record import BenchResult, PhaseClock, record_result, rules_verdict
+from orchestrator.run.bench_warmup import run_warmup, warmup_failures
 from orchestrator.run.deployment import Deployment, with_free_router_port
 from orchestrator.run.driver import BenchInterrupted, signals_deferred, signals_raise, stop_reason, stream_batch
 from orchestrator.run.fidelity import engine_pacing, modelled_run
-from orchestrator.workload.batch import sample_batch, warmup_batch
+from orchestrator.workload.batch import bench_first_forwards, sample_batch, warmup_batch
 
 log = logging.getLogger("pd_orchestrator.bench")
 DEFAULT_MAX_RUNNING = 256  # per decode server, when the cost model cannot say
@@ -140,10 +141,10 @@ def run_bench(
                 endpoints = deployment.wait_ready()
             if warmup:
                 with clock.phase(Phase.WARMUP, quiet):
-                    warm = stream_batch(router, warmup, max_in_flight(cfg, len(warmup)), deadline_at)
-                    bad = [r for r in warm if r.status != "ok"]
-                    if bad and not quiet:
-                        print(f"warm-up: {len(bad)}/{len(warm)} failed, first: {bad[0].error}", file=sys.stderr)
+                    first, warm = run_warmup(cfg, router, endpoints, warmup, max_in_flight(cfg, len(warmup)),
+                                             deadline_at, bool(bench_first_forwards(cfg)))
+                    if (failed := warmup_failures(first, warm)) and not quiet:
+                        print(f"warm-up: {failed}", file=sys.stderr)
             with clock.phase(Phase.RUN, quiet):
                 t = time.perf_counter()
                 try:

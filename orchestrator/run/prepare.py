@@ -257,7 +257,7 @@ def build_compile_caches(cfg: RunConfig, state_path: Path | None = None) -> list
                                           "is modelled with warm caches")]
     from orchestrator.run.bench import max_in_flight
     from orchestrator.run.deployment import Deployment, with_free_router_port
-    from orchestrator.run.driver import stream_batch
+    from orchestrator.run.bench_warmup import run_warmup
     from orchestrator.workload.batch import sample_batch, warmup_batch
 
     cfg = with_free_router_port(cfg)
@@ -273,7 +273,10 @@ def build_compile_caches(cfg: RunConfig, state_path: Path | None = None) -> list
         for e in endpoints:
             state = getattr(e, "cache_state", "n/a")
             checks.append(Check(f"{e.name} on {e.node_ip}", True, f"ready after {ready_s:.0f} s (caches were {state})"))
-        results = stream_batch(deployment.router(), warm, max_in_flight(cfg, len(warm)), deadline_at)
+        first, results = run_warmup(cfg, deployment.router(), endpoints, warm, max_in_flight(cfg, len(warm)),
+                                    deadline_at)
+        checks.extend(Check(w.server, w.error is None, w.line().removeprefix(f"first forward {w.server}: "))
+                      for w in first)
         bad = [r for r in results if r.status != "ok"]
         checks.append(Check(
             "warm-up batch", not bad,

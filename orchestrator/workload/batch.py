@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
 from orchestrator.records import BenchRequest
@@ -55,7 +56,8 @@ def order_lengths(batch: Sequence[tuple[int, int]], ordering: str) -> list[tuple
 
 
 def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:
-    """Warm-up requests, indexed after the measured batch so records never collide."""
+    """The warm-up's short prompts (sent through the router after `first_forwards`), indexed after the measured
+    batch so records never collide."""
     from orchestrator.workload.tokenizer import load_tokenizer
 
     policy = cfg.benchmark.warmup.policy
@@ -73,13 +75,6 @@ def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:
 
         reqs = [p.to_request() for p in sample_sharegpt(tokenizer, n, cfg.benchmark.seed + 1,
                                                        cfg.benchmark.dataset_path, cfg.benchmark.context_len)]
-        # the run's own first prefill forward, which the 16 short prompts never make: see full_chunk_prompt_len;
-        # reversed, so its head is no warm-up prompt's head (a prefix-cache hit would shrink that first forward)
-        ids = [t for r in reqs for t in r.input_ids][::-1]
-        length = full_chunk_prompt_len(cfg)
-        if ids and length:
-            reqs.append(BenchRequest(index=0, input_ids=(ids * (length // len(ids) + 1))[:length],
-                                     output_len=cfg.benchmark.warmup.max_output_len))
     for i, r in enumerate(reqs):
         r.index = batch_size + i
         r.output_len = min(r.output_len, cfg.benchmark.warmup.max_output_len)
@@ -89,16 +84,62 @@ def warmup_batch(cfg: RunConfig, batch_size: int) -> list[BenchRequest]:
 FULL_CHUNK_SPARE_TOKENS = 64  # the first forward stays a whole chunk even when the prompt's head hits the prefix cache
 
 
-def full_chunk_prompt_len(cfg: RunConfig) -> int:
-    """Length of the dataset warm-up's one long prompt: its first forward is a full chunk of the largest
-    --chunked-prefill-size among the prefilling servers, the forward every batch run starts with (all prompts
-    queued at once). Why: SGLang's Triton kernels compile a separate variant for a token count divisible by 16;
-    ShareGPT warm-up batches (2,566-4,811 tokens) never made one, so on cold compile caches the run's first
-    8,192-token chunk compiled for 2.0-2.7 s inside the measured run (benchmarks/results/2026-11-27-run-start-
-    timeline). Capped below the model's context; 0 when chunking is off."""
+@dataclass(frozen=True)
+class FirstForward:
+    """The run's first forward on the servers of one prefilling group, as the warm-up runs it before anything else:
+    one sequence of exactly `chunk_tokens` on each of a server's `ranks` DP ranks, one rank at a time.
+
+    Why: SGLang's Triton kernels compile a variant apart for an integer argument divisible by 16 (the token count of
+    a one-sequence forward among them); ShareGPT warm-up batches never made one, so on cold compile caches the run's
+    first forward (one sequence of a full chunk) compiled for 2.0-2.7 s inside the measured run
+    (benchmarks/results/2026-11-27-run-start-timeline). Sent alone to an idle server, the prompt's first forward is
+    that shape by construction (lease 9's compile landed in a 4,576-token remainder forward only by chance)."""
+
+    role: str  # prefill | aggregated
+    group_index: int
+    chunk_tokens: int  # one rank's --chunked-prefill-size (divided by the DP size under DP attention, as SGLang does)
+    ranks: int  # DP ranks (DP-attention ranks or plain DP replicas): each schedules its own first forward
+    prompt_len: int  # chunk + spare tokens, capped below the context; the rest is a short second forward
+
+    @property
+    def full_chunk(self) -> bool:
+        return self.prompt_len > self.chunk_tokens
+
+
+def first_forwards(cfg: RunConfig) -> list[FirstForward]:
+    """One entry per prefilling group (PD prefill, aggregated) with chunking on."""
     from orchestrator.perfmodel.costmodel import cost_model_for
 
-    chunk = max((cost_model_for(cfg, role, group).chunked_prefill_tokens or 0
-                 for role, _, group in cfg.layout.groups() if role in ("prefill", "aggregated")), default=0)
     context = cfg.model.context_length or cfg.model.architecture().max_position_embeddings
-    return max(0, min(chunk + FULL_CHUNK_SPARE_TOKENS, context - cfg.benchmark.warmup.max_output_len - 1)) if chunk > 0 else 0
+    longest = context - cfg.benchmark.warmup.max_output_len - 1
+    out = []
+    for role, i, group in cfg.layout.groups():
+        if role not in ("prefill", "aggregated"):
+            continue
+        model = cost_model_for(cfg, role, group)
+        chunk = (model.chunked_prefill_tokens or 0) // model.attn_dp
+        if chunk > 0:
+            out.append(FirstForward(role, i, chunk, group.dp, max(1, min(chunk + FULL_CHUNK_SPARE_TOKENS, longest))))
+    return out
+
+
+def first_forward_ids(short: Sequence[BenchRequest], length: int, variant: int) -> list[int]:
+    """`length` token ids from the short warm-up prompts' ids, reversed (so the head is no warm-up prompt's, nor the
+    run's) and rotated by `variant` (so a server's later ranks find no cached head from its earlier ones)."""
+    ids = [t for r in short for t in r.input_ids][::-1]
+    if not ids:
+        return []
+    start = (variant * 997) % len(ids)
+    ids = ids[start:] + ids[:start]
+    return (ids * (length // len(ids) + 1))[:length]
+
+
+def bench_first_forwards(cfg: RunConfig) -> list[FirstForward]:
+    """What bench's warm-up runs first: `first_forwards` under the `dataset` policy; none under `sglang` (it imitates
+    bench_offline_throughput's warm-up) or `none` (`prepare` runs them whatever the policy)."""
+    return first_forwards(cfg) if cfg.benchmark.warmup.policy == "dataset" else []
+
+
+def full_chunk_prompt_len(cfg: RunConfig) -> int:
+    """The longest first-forward prompt of bench's warm-up (0: none)."""
+    return max((f.prompt_len for f in bench_first_forwards(cfg)), default=0)

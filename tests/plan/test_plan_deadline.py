@@ -17,6 +17,7 @@ from orchestrator.plan.deadline import (
     AT_RISK,
     INVALID,
     VALID,
+    first_forwards_s,
     predict_deadline,
     projected_finish_s,
 )
@@ -75,6 +76,27 @@ def test_a_sim_engine_uses_its_configured_startup_and_time_scale() -> None:
 def test_no_warmup_policy_means_no_warmup_phase_time() -> None:
     assert predict_deadline(default("benchmark.warmup.policy=none"), BATCH).phase_s("warmup") == 0.0
     assert predict_deadline(default("benchmark.warmup.policy=sglang"), BATCH).phase_s("warmup") > 0.0
+
+
+def test_the_dataset_warm_up_prices_each_servers_first_forward_alone_and_its_dp_ranks_one_after_another() -> None:
+    # bench sends each prefilling server one full-chunk prompt per DP rank, each answered before the next, before
+    # the short prompts (run/bench_warmup.py): none of it overlaps the short batch
+    from orchestrator.workload.batch import bench_first_forwards
+
+    def alone(cfg, prompt_len: int) -> float:
+        return simulate_run(cfg, [(prompt_len, cfg.benchmark.warmup.max_output_len)], max_concurrency=None).duration_s
+
+    cfg = default("benchmark.warmup.policy=dataset")
+    (first,) = bench_first_forwards(cfg)
+    assert first_forwards_s(cfg) == pytest.approx(alone(cfg, first.prompt_len))
+    budget = predict_deadline(cfg, BATCH)
+    assert budget.phase_s("warmup") > first_forwards_s(cfg) > 0
+    assert "first forward alone" in next(p.detail for p in budget.phases if p.name == "warmup")
+    dp = default("benchmark.warmup.policy=dataset", "layout.prefill.0.dp=2", "layout.prefill.0.dp_attention=true")
+    (ranked,) = bench_first_forwards(dp)
+    assert (ranked.ranks, ranked.chunk_tokens) == (2, first.chunk_tokens // 2)
+    assert first_forwards_s(dp) == pytest.approx(2 * alone(dp, ranked.prompt_len))
+    assert first_forwards_s(default("benchmark.warmup.policy=sglang")) == 0.0
 
 
 def test_projected_finish_follows_the_prediction_then_the_measured_rate() -> None:

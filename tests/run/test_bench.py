@@ -4,6 +4,8 @@ result, and (with the router and sim engine) a small end-to-end run on the sessi
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -81,28 +83,34 @@ def test_dataset_warmup_is_batch_shaped_but_short_and_never_collides_with_the_ba
                                      "benchmark.warmup": {"policy": "dataset", "num_prompts": 8, "max_output_len": 12}})
     warm = warmup_batch(cfg, batch_size=64)
     measured = sample_sharegpt(load_tokenizer(cfg.model.path), 64, cfg.benchmark.seed, cfg.benchmark.dataset_path)
-    assert [r.index for r in warm] == list(range(64, 73))
+    assert [r.index for r in warm] == list(range(64, 72))  # the first forwards' prompts go straight to the servers
     assert all(1 <= r.output_len <= 12 for r in warm)
     assert max(r.prompt_len for r in warm[:8]) > 12, "warm-up prompts should be ShareGPT-sized, not toy prompts"
     assert not {tuple(r.input_ids) for r in warm} & {tuple(p.to_request().input_ids) for p in measured}
 
 
-def test_the_dataset_warmup_runs_the_runs_first_forward_a_full_chunk(make_sim_config):
-    # every batch run starts with a full chunk (all prompts queued at once); a warm-up without one leaves that
-    # forward's kernels to compile inside the measured run on cold caches (2.0-2.7 s in three PD runs)
+def test_the_dataset_warmup_runs_the_runs_first_forward_a_full_chunk_on_every_dp_rank(make_sim_config):
+    # every batch run starts with a full chunk of one sequence; a warm-up without one leaves that forward's kernels
+    # to compile inside the measured run on cold caches (2.0-2.7 s in three PD runs)
     from orchestrator.perfmodel.costmodel import cost_model_for
+    from orchestrator.workload.batch import bench_first_forwards, first_forward_ids
 
     cfg = make_sim_config(overrides={"benchmark.num_prompts": 64, "benchmark.warmup": {"policy": "dataset",
-                                                                                         "num_prompts": 8}})
-    chunk = max(cost_model_for(cfg, role, group).chunked_prefill_tokens
-                for role, _, group in cfg.layout.groups() if role in ("prefill", "aggregated"))
-    context = cfg.model.context_length or cfg.model.architecture().max_position_embeddings
+                                                                                         "num_prompts": 8}},
+                          prefill=[{"count": 1, "tp": 1}, {"count": 2, "tp": 4, "dp": 2, "dp_attention": True}])
+    chunk = cost_model_for(cfg, "prefill", cfg.layout.prefill[0]).chunked_prefill_tokens
+    first = bench_first_forwards(cfg)
+    assert [(f.group_index, f.chunk_tokens, f.ranks) for f in first] == [(0, chunk, 1), (1, chunk // 2, 2)]
+    assert all(f.full_chunk and f.prompt_len == f.chunk_tokens + 64 for f in first)
     warm = warmup_batch(cfg, batch_size=64)
-    assert sum(r.prompt_len for r in warm[:8]) < chunk, "the short prompts alone never fill a chunk"
-    assert warm[-1].prompt_len >= min(chunk + 1, context - 16 - 1)
-    assert warm[-1].prompt_len < context and warm[-1].output_len <= 16
-    # its head is no other warm-up prompt's: a prefix-cache hit would cut its first forward below a chunk
-    assert all(warm[-1].input_ids[:8] != r.input_ids[:8] for r in warm[:-1])
+    assert sum(r.prompt_len for r in warm) < chunk, "the short prompts alone never fill a chunk"
+    ids = [first_forward_ids(warm, first[1].prompt_len, rank) for rank in range(2)]
+    assert all(len(i) == first[1].prompt_len for i in ids)
+    # no head is a warm-up prompt's, nor the other rank's: a prefix-cache hit would cut the first forward short
+    heads = {tuple(i[:16]) for i in ids} | {tuple(r.input_ids[:16]) for r in warm}
+    assert len(heads) == 2 + len(warm)
+    assert bench_first_forwards(cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={
+        "warmup": cfg.benchmark.warmup.model_copy(update={"policy": "sglang"})})})) == []
 
 
 def test_interleave_ordering_keeps_every_request_once():
@@ -125,9 +133,15 @@ def test_failed_placement_gives_invalid_result_with_reason_and_json(make_sim_con
     assert "pass --force to run anyway" in data["reason"].splitlines()[0]
 
 
+PREFILL_LINE = re.compile(r"Prefill batch, #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
+
+
 @pytest.mark.ray
 def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
-    cfg = make_sim_config(prefill=[{"count": 1, "tp": 2}], decode=[{"count": 1, "tp": 2}])
+    # two prefill servers, a dataset warm-up: every prefill's first forward after start-up is the run's first
+    # forward (one sequence of exactly its chunk), before any short warm-up prompt; none of the warm-up in results
+    cfg = make_sim_config(prefill=[{"count": 2, "tp": 2, "chunked_prefill_size": 2048}], decode=[{"count": 1, "tp": 2}],
+                          overrides={"benchmark.warmup": {"policy": "dataset", "num_prompts": 4}})
     result = run_bench(cfg, quiet=True, num_prompts=12)
     text = result.text()
     assert "====== Offline Throughput Benchmark Result =======" in text
@@ -141,6 +155,13 @@ def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
     assert [p["name"] for p in data["phases"]][:4] == ["preflight", "dataset", "placement", "engine start"]
     assert {w["role"] for w in data["metadata"]["workers"]} == {"prefill", "decode"}
     assert all(r["prefill_worker"] and r["decode_worker"] for r in data["results"])
+    assert {r["index"] for r in data["results"]} == set(range(12)), "warm-up requests never enter the results"
+    prefills = [w for w in data["metadata"]["workers"] if w["role"] == "prefill"]
+    assert len(prefills) == 2
+    for w in prefills:
+        forwards = [tuple(map(int, m.groups())) for m in PREFILL_LINE.finditer(Path(w["log_path"]).read_text())]
+        assert forwards[0] == (1, 2048, 0), (w["name"], forwards[:4])  # the long prompt's first chunk, alone
+        assert forwards[1][1] == 64, (w["name"], forwards[:4])  # its remainder, before any short prompt
     # the phases count from metadata.started_at: the first prompt left when the measured run began
     run_phase = next(p for p in data["phases"] if p["name"] == "measured run")
     first_sent = min(r["sent_at"] for r in data["results"])

@@ -339,6 +339,7 @@ class Scheduler:
         finally:
             self.prefilling = []
         self.prefill_batches += 1
+        self._log_prefill(step)
         now = time.monotonic()
         for seq in self.steps.update_from_output(step):  # aborted ones are no longer in the model's batch
             req: SimRequest = seq.owner
@@ -347,6 +348,17 @@ class Scheduler:
             if req.first_token_at is None:
                 req.first_token_at = now
             self._after_token(req, last=seq.state in ("done", "held"))
+
+    def _log_prefill(self, step: Step) -> None:
+        """SGLang's `Prefill batch` line, logged as SGLang logs it (processing the batch's result), in its format, so
+        the readers of real server logs (perfmodel/prefill_log.py, calibrate/logparse.py) read ours too."""
+        assert step.forward is not None
+        b = self.batch
+        new_tokens = sum(take for _, take in step.forward.prefill)
+        cached = sum(seq.prefilled for seq, _ in step.forward.prefill if seq.prefilled == seq.owner.cached_tokens)
+        log.info("Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, #running-req: %d, "
+                 "#queue-req: %d, ", len(step.forward.prefill), new_tokens, cached,
+                 b.kv_used / max(1, self.limits.kv_capacity_tokens), len(b.running), len(b.waiting))
 
     async def _run_decode_step(self, step: Step) -> None:
         assert step.forward is not None  # retracted requests left the running batch and keep their tokens

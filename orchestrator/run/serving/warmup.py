@@ -35,6 +35,22 @@ class PairWarmup:
                 + (f" FAILED ({self.error})" if self.error else ""))
 
 
+async def generate_through(client: httpx.AsyncClient, prefill: WorkerEndpoint | None, decode: WorkerEndpoint,
+                           body: dict, timeout_s: float, bootstrap_room: int | None = None) -> None:
+    """One /generate `body` through `prefill` -> `decode` (aggregated: the worker alone), as mini_lb sends it: both
+    legs at once, with the prefill's bootstrap address and a room (random unless given); raises on an HTTP error."""
+    if prefill is None:
+        legs = [client.post(decode.url + "/generate", json=body, timeout=timeout_s)]
+    else:
+        room = random.randint(1, 2**63 - 1) if bootstrap_room is None else bootstrap_room
+        body = {**body, "bootstrap_host": prefill.bootstrap_host, "bootstrap_port": prefill.bootstrap_port,
+                "bootstrap_room": room}
+        legs = [client.post(prefill.url + "/generate", json=body, timeout=timeout_s),
+                client.post(decode.url + "/generate", json=body, timeout=timeout_s)]
+    for r in await asyncio.gather(*legs):
+        r.raise_for_status()
+
+
 async def _warm_pair(client: httpx.AsyncClient, prefill: WorkerEndpoint | None, decode: WorkerEndpoint,
                      timeout_s: float) -> PairWarmup:
     """One real /generate through `prefill` -> `decode` (aggregated: the worker alone), as mini_lb sends it."""
@@ -43,15 +59,7 @@ async def _warm_pair(client: httpx.AsyncClient, prefill: WorkerEndpoint | None, 
                   "rid": f"pdo-warmup-{uuid.uuid4().hex[:12]}"}
     started = time.monotonic()
     try:
-        if prefill is None:
-            legs = [client.post(decode.url + "/generate", json=body, timeout=timeout_s)]
-        else:
-            body.update(bootstrap_host=prefill.bootstrap_host, bootstrap_port=prefill.bootstrap_port,
-                        bootstrap_room=random.randint(1, 2**63 - 1))
-            legs = [client.post(prefill.url + "/generate", json=body, timeout=timeout_s),
-                    client.post(decode.url + "/generate", json=body, timeout=timeout_s)]
-        for r in await asyncio.gather(*legs):
-            r.raise_for_status()
+        await generate_through(client, prefill, decode, body, timeout_s)
         error = None
     except (httpx.HTTPError, OSError) as exc:
         error = f"{type(exc).__name__}: {exc}"[:300]
