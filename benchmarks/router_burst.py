@@ -134,8 +134,9 @@ async def _direct(url: str, requests: list) -> tuple[float, dict[int, float], di
     return t0, first, done
 
 
-def run_one(tree: Path, mode: str, n: int, step_s: float, label: str) -> list[dict]:
-    """Product path then direct client, in this process (which imported `tree`); one summary per path."""
+def run_one(tree: Path, mode: str, n: int, step_s: float, label: str, profile: Path | None = None) -> list[dict]:
+    """Product path then direct client, in this process (which imported `tree`); one summary per path. `profile`: a
+    py-spy record (raw, 200 Hz, the batch's first 2 s) of the router replica goes to this file."""
     import asyncio
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -192,8 +193,17 @@ def run_one(tree: Path, mode: str, n: int, step_s: float, label: str) -> list[di
         stream_batch(router, warmup, len(warmup), time.time() + 600)  # as bench: warm-up, then at once the run
         for url in urls.values():
             _stamps(url)
+        spy = None
+        if profile is not None:
+            pid = router.process_id.remote().result(timeout_s=30)
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-r", "200",
+                                    "-d", "2", "-f", "raw", "--nonblocking", "-o", str(profile)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # py-spy attached and sampling before the first send
         called = time.time()
         results = stream_batch(router, requests, len(requests), time.time() + 600)
+        if spy is not None:
+            spy.wait(timeout=60)
         failed = [r for r in results if r.status != "ok"]
         if failed:
             raise SystemExit(f"{len(failed)} requests failed through the router, first: {failed[0].error}")
@@ -234,15 +244,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--step-s", type=float, default=0.02, help="the stamp engines' decode step")
     parser.add_argument("--out", type=Path, default=None, help="results folder: manifest.json, output.txt, result.json")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy the router replica over each batch's first 2 s: --out/<tree>-round<k>.raw")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # internal: one run importing this tree
     parser.add_argument("--label", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.requests < 1 or args.rounds < 1 or args.step_s <= 0:
         raise SystemExit("--requests and --rounds must be >= 1 and --step-s > 0")
+    if args.profile and args.out is None:
+        raise SystemExit("--profile writes its py-spy files into --out: give --out DIR")
     if args.one is not None:
         tree = args.one.resolve()
         sys.path.insert(0, str(tree))
-        print(json.dumps(run_one(tree, args.mode, args.requests, args.step_s, args.label)))
+        print(json.dumps(run_one(tree, args.mode, args.requests, args.step_s, args.label, args.profile_file)))
         return 0
     if args.before is None or not (args.before / "orchestrator" / "router" / "batch.py").is_file():
         raise SystemExit("--before must name a source tree of this repo (it has orchestrator/router/batch.py), e.g. "
@@ -259,6 +274,8 @@ def main() -> int:
             for label in order:
                 argv = [sys.executable, str(Path(__file__).resolve()), "--one", str(trees[label]), "--label", label,
                         "--mode", args.mode, "--requests", str(args.requests), "--step-s", str(args.step_s)]
+                if args.profile and args.out is not None:
+                    argv += ["--profile-file", str((args.out / f"{label}-round{k + 1}.raw").resolve())]
                 # PYTHONPATH: the local cluster's raylets and so the router replica import the tree too
                 env = {**os.environ, "PYTHONPATH": str(trees[label])}
                 out = subprocess.run(argv, cwd=trees[label], env=env, capture_output=True, text=True)
