@@ -151,7 +151,7 @@ def with_split(layer_s: float):
 
     r1_shape = next(p.model for p in shipped_profiles() if p.model.matches(R1, "fp8"))
     saved = (lookup.layer_count_split, dict(gpus.GPU_SPECS), dict(collectives.PUBLISHED))
-    lookup.layer_count_split = lambda gpu, pool: (layer_s, r1_shape)
+    lookup.layer_count_split = lambda gpu, pool, *shape: (layer_s, r1_shape)
     for name in ("H100-SXM", "H200"):
         floor = lookup.graphed_step_floor(name, shipped_profiles())
         assert floor is not None

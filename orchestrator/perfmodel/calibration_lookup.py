@@ -110,7 +110,7 @@ def find_calibration(
         cal = replace(cal, dummy_routing=tuple(sorted((x.tokens, x.distinct_experts) for x in routing if x.gate == "dummy")),
                       routing_lender=None if by == cal.profile else by)
     if not cal.shape_matches:
-        return cal
+        return lent_floor_split(cal, arch, quantization, everything)
     if cal.efficiency_prefill is None:  # this GPU's other profile of the shape first (prefill shares are per GPU)
         lenders = sorted((p for p in shape if p.prefill), key=lambda p: p.gpu.name != gpu)
         other = next((calibration_for(p, arch, quantization) for p in lenders), None)
@@ -206,15 +206,17 @@ def _same_die(gpu: str, pool: list[CalibrationProfile]) -> list[CalibrationProfi
             == (target.bf16_tflops, target.fp8_tflops)]
 
 
-def layer_count_split(gpu: str, pool: list[CalibrationProfile]) -> tuple[float, ProfileModel] | None:
+def layer_count_split(gpu: str, pool: list[CalibrationProfile], arch: ModelArchitecture,
+                      quantization: str) -> tuple[float, ProfileModel] | None:
     """(per-layer fixed seconds of a graphed decode step, the layer shape it was measured on) from the layer-count
     profiles (purpose "layer-count": one shape's decode grid at several layer counts on one host, scripts/device/
-    layer_probe.sh) of GPUs with `gpu`'s compute peaks: the least-squares slope of each count's fixed time over its
-    layer count, one slope, each GPU and shape its own intercept. Only counts above the shape's dense layers enter (each
-    adds MoE layers, as R1's 61 do over its 3 dense). None where no shape was measured at two such counts."""
+    layer_probe.sh) of `arch`'s layer shape on GPUs with `gpu`'s compute peaks: the least-squares slope of each count's
+    fixed time (its decode fit's) over its layer count, each GPU its own intercept; another shape's counts never enter
+    (Qwen3's: lent_floor_split). Only counts above the shape's dense layers enter (each adds MoE layers, as R1's 61 do
+    over its 3 dense). None where the shape was not measured at two such counts."""
     groups: dict[tuple, list[tuple[int, float]]] = {}
     shapes: dict[tuple, ProfileModel] = {}
-    counted = [p for p in _same_die(gpu, pool) if p.purpose == "layer-count"
+    counted = [p for p in _same_die(gpu, pool) if p.purpose == "layer-count" and p.model.matches(arch, quantization)
                and p.model.num_hidden_layers > p.model.first_k_dense_replace]
     for profile, layers, fixed in _fixed_time_points(counted):
         key = (profile.gpu.name, profile.model.layer_shape())
@@ -258,7 +260,7 @@ def shape_step_floor(gpu: str, pool: list[CalibrationProfile], arch: ModelArchit
     (every GPU with the same compute peaks), per step the mean of fixed time - layers x slope over this GPU's profiles of
     the shape with MoE layers. It prices the roofline forwards of that shape (a TP group across nodes, every prefill
     forward) in place of the GPU's cross-shape floor (graphed_step_floor); None where the shape has no such split."""
-    split = layer_count_split(gpu, pool)
+    split = layer_count_split(gpu, pool, arch, quantization)
     if split is None or not split[1].matches(arch, quantization):
         return None
     layer_s, shape = split
@@ -270,13 +272,50 @@ def shape_step_floor(gpu: str, pool: list[CalibrationProfile], arch: ModelArchit
     return max(0.0, float(np.mean([y - x * layer_s for x, y in own]))), max(0.0, layer_s)
 
 
+def lent_floor_split(cal: Calibration, arch: ModelArchitecture, quantization: str,
+                     pool: list[CalibrationProfile]) -> Calibration:
+    """A layer shape no profile calibrates (its graphed step: the roofline plus the GPU's lent floor, Qwen3) measured at
+    two or more layer counts on this GPU's host (layer-count profiles, lease 11): its own floor, per step and per layer,
+    in place of the lent one, for its graphed steps and its roofline forwards alike. Each count's fixed time F(L) is
+    read as the probe registered it (benchmarks/qwen3_layer_count.py): the median over its graphed decode points of the
+    measured step less the model's own non-fixed part there (its step at the lent floor less that floor); the
+    least-squares line through (L, F(L)) of this GPU's counts splits it, whatever its slope. Counts of another host never
+    enter: a GPU without its own keeps the lent floor. Unchanged where `cal` has no lent floor."""
+    if cal.graph_step_s is None or cal.graph_layer_s is None:
+        return cal
+    counts = [p for p in pool if p.purpose == "layer-count" and p.gpu.name == cal.gpu and p.model.matches(arch, quantization)]
+    fixed = [(p.model.num_hidden_layers, _lent_fixed_time(p, arch, quantization, cal)) for p in counts]
+    fixed = [(layers, f) for layers, f in fixed if f is not None]
+    if len({layers for layers, _ in fixed}) < 2:
+        return cal
+    x = np.array([[1.0, layers] for layers, _ in fixed])
+    (step_s, layer_s), *_ = np.linalg.lstsq(x, np.array([f for _, f in fixed]), rcond=None)
+    step_s, layer_s = max(0.0, float(step_s)), max(0.0, float(layer_s))
+    return replace(cal, graph_step_s=step_s, graph_layer_s=layer_s, floor_step_s=step_s, floor_layer_s=layer_s)
+
+
+def _lent_fixed_time(profile: CalibrationProfile, arch: ModelArchitecture, quantization: str,
+                     lent: Calibration) -> float | None:
+    """F(L) of one layer-count profile of a lent-floor shape: the median over its graphed decode points of the measured
+    step less the model's step there at the lent floor, plus that floor (None: no graphed point)."""
+    e = profile.engine
+    at_count = EngineCostModel(
+        arch=replace(arch, num_hidden_layers=profile.model.num_hidden_layers), gpu=gpu_spec(profile.gpu.name),
+        quantization=quantization, calibration=lent, attention_backend=e.attention_backend,
+        context_length=e.context_length, page_size=e.page_size, load_format=profile.model.load_format)
+    floor = lent.graph_step_s + profile.model.num_hidden_layers * lent.graph_layer_s  # type: ignore[operator]
+    left = [pt.step_s - (at_count.decode_step_s(pt.batch_size, pt.context_tokens) - floor)
+            for pt in profile.decode if pt.cuda_graph]
+    return float(np.median(left)) if left else None
+
+
 def split_fixed_time(cal: Calibration, arch: ModelArchitecture, quantization: str,
                      pool: list[CalibrationProfile]) -> Calibration:
     """A calibrated decode path whose layer shape was measured at several layer counts (layer_count_split): its
     profile's fixed time at its own layer count stays, split into a per-step part and the measured per-layer part, so
     another layer count (R1's 61 from a 6-layer profile) adds or drops the measured per-layer time only. Unchanged
     where no split of this shape exists, or where the slope exceeds the profile's whole fixed time per layer."""
-    split = layer_count_split(cal.gpu, pool) if cal.decode is not None and cal.shape_matches else None
+    split = layer_count_split(cal.gpu, pool, arch, quantization) if cal.decode is not None and cal.shape_matches else None
     if split is None or cal.decode is None or not split[1].matches(arch, quantization) or split[0] > cal.decode.layer_s:
         return cal
     layer_s = max(0.0, split[0])

@@ -97,6 +97,17 @@ def _memory(run: dict) -> dict | None:
     }
 
 
+def _attention_dims(cfg: dict) -> dict:
+    """MLA's latent dims; a GQA layer (Qwen3: num_key_value_heads, no kv_lora_rank) has none (0, as its preset)."""
+    if "kv_lora_rank" not in cfg and "num_key_value_heads" in cfg:
+        return {"kv_lora_rank": 0, "qk_rope_head_dim": 0}
+    missing = [k for k in ("kv_lora_rank", "qk_rope_head_dim") if k not in cfg]
+    if missing:
+        raise ValueError(f"model.config.{missing[0]} missing: an MLA config needs kv_lora_rank and qk_rope_head_dim, "
+                         "a GQA one num_key_value_heads")
+    return {"kv_lora_rank": cfg["kv_lora_rank"], "qk_rope_head_dim": cfg["qk_rope_head_dim"]}
+
+
 def profile_from_raw(raw: dict, raw_dir: str, command: str, created: str = "", purpose: str = "calibration") -> CalibrationProfile:
     """One profile from one raw single-server calibration file (validated; bad input -> ValueError)."""
     if raw.get("schema") != "pdo-calibration-raw/1":
@@ -118,10 +129,10 @@ def profile_from_raw(raw: dict, raw_dir: str, command: str, created: str = "", p
                 "memory_mib": int(raw["gpu"]["memory_total_mib"]), "count": 1},
         "model": {
             "name": name, "hidden_size": cfg["hidden_size"], "num_hidden_layers": cfg["num_hidden_layers"],
-            "first_k_dense_replace": cfg.get("first_k_dense_replace", 0), "n_routed_experts": cfg.get("n_routed_experts") or 0,
+            "first_k_dense_replace": cfg.get("first_k_dense_replace", 0),
+            "n_routed_experts": cfg.get("n_routed_experts") or cfg.get("num_experts") or 0,  # Qwen3: num_experts
             "num_experts_per_tok": cfg.get("num_experts_per_tok") or 0, "moe_intermediate_size": cfg.get("moe_intermediate_size", 0),
-            "num_attention_heads": cfg["num_attention_heads"], "kv_lora_rank": cfg["kv_lora_rank"],
-            "qk_rope_head_dim": cfg["qk_rope_head_dim"], "quantization": _quantization(cfg),
+            "num_attention_heads": cfg["num_attention_heads"], **_attention_dims(cfg), "quantization": _quantization(cfg),
         },
         "engine": {
             "sglang_version": str(raw.get("sglang_version") or d.get("version")),

@@ -48,19 +48,19 @@ def counted(layers: int, per_layer_s: float = PER_LAYER_S) -> CalibrationProfile
 
 def test_the_slope_of_one_hosts_layer_counts_is_the_per_layer_part() -> None:
     pool = [*CALIBRATIONS, counted(4), counted(5), counted(6)]
-    split = layer_count_split("H100-SXM", pool)
+    split = layer_count_split("H100-SXM", pool, DEEPSEEK_R1, "fp8")
     assert split is not None
     assert split[0] == pytest.approx(PER_LAYER_S, rel=1e-3)
     assert split[1].matches(DEEPSEEK_R1, "fp8")
     # the same die (H200: Hopper's compute peaks) takes the H100's slope
-    assert layer_count_split("H200", pool)[0] == pytest.approx(PER_LAYER_S, rel=1e-3)  # type: ignore[index]
+    assert layer_count_split("H200", pool, DEEPSEEK_R1, "fp8")[0] == pytest.approx(PER_LAYER_S, rel=1e-3)  # type: ignore[index]
 
 
 def test_one_layer_count_or_only_dense_layers_split_nothing() -> None:
-    assert layer_count_split("H100-SXM", CALIBRATIONS) is None
-    assert layer_count_split("H100-SXM", [*CALIBRATIONS, counted(4)]) is None
+    assert layer_count_split("H100-SXM", CALIBRATIONS, DEEPSEEK_R1, "fp8") is None
+    assert layer_count_split("H100-SXM", [*CALIBRATIONS, counted(4)], DEEPSEEK_R1, "fp8") is None
     dense_only = counted(3, per_layer_s=10 * PER_LAYER_S)  # 3 layers = R1's 3 dense: a check, never in the slope
-    split = layer_count_split("H100-SXM", [*CALIBRATIONS, counted(4), counted(6), dense_only])
+    split = layer_count_split("H100-SXM", [*CALIBRATIONS, counted(4), counted(6), dense_only], DEEPSEEK_R1, "fp8")
     assert split is not None and split[0] == pytest.approx(PER_LAYER_S, rel=1e-3)
 
 
@@ -106,12 +106,12 @@ def test_the_shipped_split_is_lease_8s_three_layer_counts_on_one_h100() -> None:
     """4, 5 and 6 R1-shaped layers on one H100 host (benchmarks/results/2026-11-27-lease8-r1-layers-h100/): fixed time
     0.787 / 0.893 / 1.066 ms per graphed step, 139.5 us per layer; the calibrated 61-layer path pays the 2026-11-24
     profile's 0.903 ms at 6 layers + 55 x 139.5 us."""
-    counts = [p for p in shipped_profiles() if p.purpose == "layer-count"]
+    counts = [p for p in shipped_profiles() if p.purpose == "layer-count" and p.model.matches(DEEPSEEK_R1, "fp8")]
     assert sorted(p.model.num_hidden_layers for p in counts) == [4, 5, 6]
     fits = {p.model.num_hidden_layers: calibration_for(p, DEEPSEEK_R1, "fp8").decode for p in counts}
     fixed = {n: n * fit.layer_s for n, fit in fits.items() if fit is not None}
     assert [round(fixed[n] * 1e3, 3) for n in (4, 5, 6)] == [0.787, 0.893, 1.066]
-    split = layer_count_split("H100-SXM", shipped_profiles())
+    split = layer_count_split("H100-SXM", shipped_profiles(), DEEPSEEK_R1, "fp8")
     assert split is not None and split[0] == pytest.approx(139.5e-6, rel=0.005)
     cal = find_calibration("H100-SXM", DEEPSEEK_R1, "fp8")
     assert cal is not None and cal.decode is not None and cal.profile == "h100-sxm-r1s6-sglang0.5.17"

@@ -21,6 +21,7 @@ PROFILES = ROOT / "orchestrator/perfmodel/profiles"
 PROBE = ROOT / "benchmarks/results/2026-11-26-dummy-routing-h200"
 H100_RUN = ROOT / "benchmarks/results/2026-11-24-calibration-h100-r1shaped"
 LEASE8 = ROOT / "benchmarks/results/2026-11-27-lease8-r1-layers-h100"
+LEASE11_LAYERS = ROOT / "benchmarks/results/2026-11-27-lease11-h200x2/call6-serve-layers/layers.tar"
 
 # profile -> (raw file, its run whose server log timed the prefill forwards, that log: a file or (tarball, member))
 SHIPPED = {
@@ -32,11 +33,25 @@ SHIPPED = {
     # lease 8's layer-count profiles (purpose layer-count: they split the fixed time, calibrate no server)
     **{f"h100-r1-shaped-{n}l-fp8-sglang0.5.17-lease8.json": (LEASE8 / f"calibration-r1s{n}-lease8.json", None, None)
        for n in (4, 5, 6)},
+    # lease 11's Qwen3-shaped layer counts on one H200 host (in the call's layers.tar, one GPU each)
+    "h200-qwen3-shaped-6l-fp8-sglang0.5.17-lease11.json": ((LEASE11_LAYERS, "gpu0/calibration-q3l6-lease11.json"), None, None),
+    "h200-qwen3-shaped-12l-fp8-sglang0.5.17-lease11.json": ((LEASE11_LAYERS, "gpu1/calibration-q3l12-lease11.json"), None, None),
 }
 
 
 def _profile(name: str) -> dict:
     return json.loads((PROFILES / name).read_text())
+
+
+def _raw(where: Path | tuple[Path, str]) -> dict:
+    """A raw calibration file: committed as is, or a member of a call's uncompressed tarball."""
+    if isinstance(where, Path):
+        return json.loads(where.read_text())
+    tarball, member = where
+    with tarfile.open(tarball) as tar:
+        handle = tar.extractfile(member)
+        assert handle is not None, member
+        return json.loads(handle.read())
 
 
 def _log_text(where: Path | tuple[Path, str]) -> str:
@@ -52,8 +67,9 @@ def _log_text(where: Path | tuple[Path, str]) -> str:
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_a_shipped_profile_s_decode_points_and_memory_are_its_raw_file_s(name: str) -> None:
     profile, (raw_path, _, _) = _profile(name), SHIPPED[name]
-    assert raw_path.relative_to(ROOT).as_posix().startswith(profile["raw"].rstrip("/") + "/"), profile["raw"]
-    rebuilt = profile_from_raw(json.loads(raw_path.read_text()), profile["raw"], profile["command"])
+    committed = raw_path if isinstance(raw_path, Path) else raw_path[0]
+    assert committed.relative_to(ROOT).as_posix().startswith(profile["raw"].rstrip("/") + "/"), profile["raw"]
+    rebuilt = profile_from_raw(_raw(raw_path), profile["raw"], profile["command"])
     rebuilt_json = json.loads(rebuilt.model_dump_json(exclude_none=True))
     assert profile["decode"] and rebuilt_json["decode"] == profile["decode"]
     # the layer shape is the raw file's config.json; the profile's name and routing tag are its converter's labels
@@ -69,7 +85,7 @@ def test_a_shipped_profile_s_decode_points_and_memory_are_its_raw_file_s(name: s
 def test_a_shipped_profile_s_prefill_forwards_are_the_ones_its_server_log_timed(name: str) -> None:
     profile, (raw_path, variant, log) = _profile(name), SHIPPED[name]
     timed = [json.loads(p.model_dump_json(exclude_none=True))
-             for p in forwards(json.loads(raw_path.read_text()), _log_text(log), variant)]
+             for p in forwards(_raw(raw_path), _log_text(log), variant)]
     assert timed and timed == [p for p in profile["prefill"] if p.get("source") == "server-log"]
 
 
