@@ -1,7 +1,7 @@
 """The layer-count split per layer shape (issue 25, lease 11): R1's split reads R1's counts only, so Qwen3's counts leave
 it byte for byte; a shape no profile calibrates (Qwen3: the roofline plus the GPU's lent floor) measured at two layer
-counts on one host takes its own floor on that GPU (lent_floor_split, F(L) read as the probe registered it); a GPU
-with no count of its own keeps the lent floor. Synthetic counts here: steps built as the model's own non-fixed part +
+counts on one host takes its own floor on that GPU (lent_floor_split, F(L) read as the probe registered it: lease 11 on
+H200, lease 12 on H100); a GPU with no count of its own keeps the lent floor. Synthetic counts here: steps built as the model's own non-fixed part +
 a + b x layers, so the split is known."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ A_S, B_S = 0.35e-3, 95e-6
 
 
 def test_qwen3s_counts_leave_r1s_split_and_r1s_calibrations_unchanged() -> None:
-    assert sorted(p.model.num_hidden_layers for p in QWEN3_COUNTS) == [6, 12]
+    assert sorted((p.gpu.name, p.model.num_hidden_layers) for p in QWEN3_COUNTS) == \
+        [("H100-SXM", 6), ("H100-SXM", 12), ("H200", 6), ("H200", 12)]
     for gpu in ("H100-SXM", "H200"):
         assert layer_count_split(gpu, SHIPPED, DEEPSEEK_R1, "fp8") == layer_count_split(gpu, WITHOUT_QWEN3_COUNTS, DEEPSEEK_R1, "fp8")
         for quantization in ("fp8", "w4a8"):
@@ -46,8 +47,18 @@ def test_the_qwen3_shaped_layer_on_h200_takes_lease_11s_measured_split() -> None
                    floor_layer_s=None) == lent  # nothing else moves
 
 
+def test_the_qwen3_shaped_layer_on_h100_takes_lease_12s_measured_split() -> None:
+    """F(6) = 0.649 ms, F(12) = 1.257 ms on one H100 host -> 0.041 ms per step + 101.3 us per layer
+    (benchmarks/results/2026-11-27-lease12-read/): its own host's counts, not the H200's."""
+    cal = find_calibration("H100-SXM", QWEN3, "fp8", SHIPPED)
+    assert cal is not None
+    assert round(cal.graph_step_s * 1e3, 3) == 0.041 and round(cal.graph_layer_s * 1e6, 1) == 101.3  # type: ignore[operator]
+    assert (cal.floor_step_s, cal.floor_layer_s) == (cal.graph_step_s, cal.graph_layer_s)
+
+
 def test_a_gpu_without_its_own_counts_keeps_the_lent_floor() -> None:
-    h100 = find_calibration("H100-SXM", QWEN3, "fp8", SHIPPED)
+    h200_counts_only = [p for p in SHIPPED if p not in QWEN3_COUNTS or p.gpu.name == "H200"]
+    h100 = find_calibration("H100-SXM", QWEN3, "fp8", h200_counts_only)
     lent = graphed_step_floor("H100-SXM", [p for p in SHIPPED if p.purpose == "calibration"])
     assert h100 is not None and lent is not None
     assert (h100.graph_step_s, h100.graph_layer_s) == lent and h100.floor_step_s is None
@@ -58,7 +69,7 @@ def _synthetic(layers: int, gpu: str = "H200", per_layer_s: float = B_S) -> Cali
     """A Qwen3-shaped count whose steps are the model's non-fixed part at the lent floor + A_S + per_layer_s x layers."""
     lent = find_calibration(gpu, QWEN3, "fp8", WITHOUT_QWEN3_COUNTS)
     assert lent is not None and lent.graph_step_s is not None and lent.graph_layer_s is not None
-    base = QWEN3_COUNTS[0]
+    base = next(p for p in QWEN3_COUNTS if p.gpu.name == "H200")
     e = base.engine
     at = EngineCostModel(arch=replace(QWEN3, num_hidden_layers=layers), gpu=gpu_spec(gpu), quantization="fp8",
                          calibration=lent, attention_backend=e.attention_backend, context_length=e.context_length,
@@ -82,5 +93,6 @@ def test_the_split_is_the_line_through_each_counts_fixed_time_whatever_the_slope
 def test_one_count_or_another_hosts_counts_split_nothing() -> None:
     lent_h200 = find_calibration("H200", QWEN3, "fp8", WITHOUT_QWEN3_COUNTS)
     assert find_calibration("H200", QWEN3, "fp8", [*WITHOUT_QWEN3_COUNTS, _synthetic(6)]) == lent_h200
-    h100_one = [*WITHOUT_QWEN3_COUNTS, *QWEN3_COUNTS, _synthetic(6, "H100-SXM")]  # one H100 count: no split, no pooling
+    h200_counts = [p for p in QWEN3_COUNTS if p.gpu.name == "H200"]
+    h100_one = [*WITHOUT_QWEN3_COUNTS, *h200_counts, _synthetic(6, "H100-SXM")]  # one H100 count: no split, no pooling
     assert find_calibration("H100-SXM", QWEN3, "fp8", h100_one) == find_calibration("H100-SXM", QWEN3, "fp8", WITHOUT_QWEN3_COUNTS)

@@ -21,6 +21,7 @@ PROFILES = ROOT / "orchestrator/perfmodel/profiles"
 PROBE = ROOT / "benchmarks/results/2026-11-26-dummy-routing-h200"
 H100_RUN = ROOT / "benchmarks/results/2026-11-24-calibration-h100-r1shaped"
 LEASE8 = ROOT / "benchmarks/results/2026-11-27-lease8-r1-layers-h100"
+LEASE12 = ROOT / "benchmarks/results/2026-11-27-lease12-h100"
 LEASE11_LAYERS = ROOT / "benchmarks/results/2026-11-27-lease11-h200x2/call6-serve-layers/layers.tar"
 
 # profile -> (raw file, its run whose server log timed the prefill forwards, that log: a file or (tarball, member))
@@ -36,6 +37,9 @@ SHIPPED = {
     # lease 11's Qwen3-shaped layer counts on one H200 host (in the call's layers.tar, one GPU each)
     "h200-qwen3-shaped-6l-fp8-sglang0.5.17-lease11.json": ((LEASE11_LAYERS, "gpu0/calibration-q3l6-lease11.json"), None, None),
     "h200-qwen3-shaped-12l-fp8-sglang0.5.17-lease11.json": ((LEASE11_LAYERS, "gpu1/calibration-q3l12-lease11.json"), None, None),
+    # lease 12's on one H100 host (one call each)
+    **{f"h100-qwen3-shaped-{n}l-fp8-sglang0.5.17-lease12.json": (LEASE12 / call / f"calibration-q3l{n}-lease11.json", None, None)
+       for n, call in ((6, "call3-probe"), (12, "call4-probe12"))},
 }
 
 
