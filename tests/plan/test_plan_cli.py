@@ -72,6 +72,28 @@ def test_plan_says_whose_dummy_weight_routing_a_profile_without_one_borrows(caps
         "layout.aggregated.0: forwards timed by the measured profile h100-sxm-r1s6-sglang0.5.17"]
 
 
+def test_plan_says_it_priced_a_load_aware_policy_as_round_robin_where_the_router_has_a_choice(capsys) -> None:
+    """The simulation pairs as round_robin and random do; a load-aware router.policy on a layout with two servers of a
+    role is priced as round robin, and both plans say so in one line. Where the policy is modelled, or one server per
+    role leaves a single pairing, nothing is said."""
+    two_prefills = ["plan", "--config", str(ROOT / "configs/h200-2p1d-tp4.yaml"), "--synthetic",
+                    "--set", "benchmark.num_prompts=16"]
+    assert main(two_prefills) == 0
+    assert ("-> VALID\n  router.policy prefix_aware: priced as round_robin, one turn shared by both roles (2 prefill, "
+            "1 decode servers); `plan` models round_robin and random pairings exactly, not the load-aware ones\n"
+            in capsys.readouterr().out)
+    for policy in ("round_robin", "random"):
+        assert main([*two_prefills, "--set", f"router.policy={policy}"]) == 0
+        assert "priced as round_robin" not in capsys.readouterr().out
+    assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", "benchmark.num_prompts=16",
+                 "--set", "router.policy=least_tokens"]) == 0
+    assert "priced as round_robin" not in capsys.readouterr().out
+    assert main(["plan", "--config", str(ROOT / "configs/qwen3-pd-2026.yaml"), "--concurrency", "8",
+                 "--set", "router.policy=power_of_two"]) == 0
+    assert "\n  router.policy power_of_two: priced as round_robin, one turn shared by both roles (2 prefill, 2 decode " \
+        "servers); " in capsys.readouterr().out
+
+
 def test_plan_flags_are_checked(capsys) -> None:
     assert main(["plan", "--config", DEFAULT, "--write-dir", "x"]) == 2
     assert "--write-dir needs --search" in capsys.readouterr().err

@@ -2,13 +2,15 @@
 
 cfg.layout -> layout_servers -> (prefill, decode, aggregated) SimServers: each one perfmodel/scheduling StepScheduler
 with its cost model, node, KV receive link, PD prefill overlap, GPU time-slicing state and decode-step counts.
-Pairing picks each request's servers as `router.policy` does; SimRequest is one request's path and times through
-them (sent, arrival at the router, first token, end; its pair and its Seqs). simulate.py's Simulation drives them.
+Pairing picks each request's servers as `router.policy` does (priced_pairing_note: the line `plan` prints where it
+prices another pairing); SimRequest is one request's path and times through them (sent, arrival at the router, first
+token, end; its pair and its Seqs). simulate.py's Simulation drives them.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import random
 from dataclasses import dataclass
 
@@ -112,3 +114,19 @@ class Pairing:
         if self.policy == "random":
             return servers[self._draws[role].randrange(len(servers))]
         return servers[turn % len(servers)]
+
+
+MODELLED_POLICIES = ("round_robin", "random")
+
+
+def priced_pairing_note(cfg: RunConfig) -> str | None:
+    """One line for `plan` where router.policy is one the simulation does not model (the load-aware ones) and the layout
+    leaves the router a choice (more than one server of a role): the pairing it priced instead. None where the priced
+    pairing is the policy's own."""
+    policy = cfg.router.policy
+    servers = Counter(role for role, _, group in cfg.layout.groups() for _ in range(group.count))
+    if policy in MODELLED_POLICIES or max(servers.values(), default=0) < 2:
+        return None
+    per_role = ", ".join(f"{n} {role}" for role, n in servers.items())
+    return (f"router.policy {policy}: priced as round_robin, one turn shared by both roles ({per_role} servers); "
+            f"`plan` models {' and '.join(MODELLED_POLICIES)} pairings exactly, not the load-aware ones")
