@@ -332,6 +332,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "performance-router-before-after-2026-11-26": lambda: raw("2026-11-26-gateway-cpu-before-after/stdout.txt",
                                                               table_only=True),
     "performance-pairing": lambda: raw("2026-11-24-router-pairing/README.md", table_only=True),
+    "performance-pairing-random": lambda: raw("2026-11-27-router-pairing-random/README.md", table_only=True),
     "performance-ordering": lambda: raw("2026-11-26-ordering/output.txt"),
     "reliability-faults-inprocess": lambda: fault_table("2026-11-26-faults-recovery"),
     "reliability-link-faults": lambda: fault_table("2026-11-26-link-faults-hit"),
