@@ -103,6 +103,9 @@ class Calibration:
     # step and per layer, for its roofline forwards (a TP group across nodes, prefill); None: the GPU's (gpus.GpuSpec)
     floor_step_s: float | None = None
     floor_layer_s: float | None = None
+    # the layer counts of this shape's own layer-count profiles on this GPU that graph_step_s / graph_layer_s were split
+    # from (calibration_lookup.lent_floor_split); (): the floor is lent from profiles of other shapes
+    floor_counts: tuple[int, ...] = ()
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""

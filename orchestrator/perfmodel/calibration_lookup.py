@@ -291,7 +291,8 @@ def lent_floor_split(cal: Calibration, arch: ModelArchitecture, quantization: st
     x = np.array([[1.0, layers] for layers, _ in fixed])
     (step_s, layer_s), *_ = np.linalg.lstsq(x, np.array([f for _, f in fixed]), rcond=None)
     step_s, layer_s = max(0.0, float(step_s)), max(0.0, float(layer_s))
-    return replace(cal, graph_step_s=step_s, graph_layer_s=layer_s, floor_step_s=step_s, floor_layer_s=layer_s)
+    return replace(cal, graph_step_s=step_s, graph_layer_s=layer_s, floor_step_s=step_s, floor_layer_s=layer_s,
+                   floor_counts=tuple(sorted({layers for layers, _ in fixed})))
 
 
 def _lent_fixed_time(profile: CalibrationProfile, arch: ModelArchitecture, quantization: str,

@@ -43,8 +43,9 @@ def test_the_qwen3_shaped_layer_on_h200_takes_lease_11s_measured_split() -> None
     assert (cal.floor_step_s, cal.floor_layer_s) == (cal.graph_step_s, cal.graph_layer_s)
     lent = find_calibration("H200", QWEN3, "fp8", WITHOUT_QWEN3_COUNTS)
     assert lent is not None and lent.floor_step_s is None
+    assert cal.floor_counts == (6, 12) and lent.floor_counts == ()
     assert replace(cal, graph_step_s=lent.graph_step_s, graph_layer_s=lent.graph_layer_s, floor_step_s=None,
-                   floor_layer_s=None) == lent  # nothing else moves
+                   floor_layer_s=None, floor_counts=()) == lent  # nothing else moves
 
 
 def test_the_qwen3_shaped_layer_on_h100_takes_lease_12s_measured_split() -> None:
@@ -96,3 +97,14 @@ def test_one_count_or_another_hosts_counts_split_nothing() -> None:
     h200_counts = [p for p in QWEN3_COUNTS if p.gpu.name == "H200"]
     h100_one = [*WITHOUT_QWEN3_COUNTS, *h200_counts, _synthetic(6, "H100-SXM")]  # one H100 count: no split, no pooling
     assert find_calibration("H100-SXM", QWEN3, "fp8", h100_one) == find_calibration("H100-SXM", QWEN3, "fp8", WITHOUT_QWEN3_COUNTS)
+
+
+def test_plan_names_where_the_qwen3_floor_comes_from() -> None:
+    """`plan`'s source line says the floor is this shape's own layer counts where they split it, not other shapes'."""
+    from orchestrator.config import load_config
+    from orchestrator.plan.closedloop.predict import calibration_sources
+
+    cfg = load_config("configs/qwen3-pd-2026.yaml")
+    decode = next(line for line in calibration_sources(cfg, "H100-SXM") if line.startswith("layout.decode.0"))
+    assert "0.04 ms per step + 101 us per layer, from this shape's own layer counts 6, 12 on this GPU's host" in decode
+    assert "other shapes" not in decode

@@ -190,9 +190,11 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
         if cal is None:
             out.append(f"layout.{role}.{i}: no calibration profile (roofline cost model)")
         elif not cal.shape_matches:
+            source = (f"this shape's own layer counts {', '.join(map(str, cal.floor_counts))} on this GPU's host"
+                      if cal.floor_counts else "its shipped profiles of other shapes")
             floor = ("; graphed decode steps on this GPU's measured fixed costs "
-                     f"({cal.graph_step_s * 1e3:.2f} ms per step + {cal.graph_layer_s * 1e6:.0f} us per layer, from its "
-                     "shipped profiles of other shapes)" if cal.graph_step_s is not None and cal.graph_layer_s is not None
+                     f"({cal.graph_step_s * 1e3:.2f} ms per step + {cal.graph_layer_s * 1e6:.0f} us per layer, from "
+                     f"{source})" if cal.graph_step_s is not None and cal.graph_layer_s is not None
                      and role != "prefill" else "")
             shares = (f"; prefill at the shares of peak of {cal.prefill_lender} (GEMMs {cal.efficiency_prefill:.1%}, attention "
                       f"{cal.efficiency_attention or cal.efficiency_prefill:.1%}: same GPU and weight format, another layer shape)"
