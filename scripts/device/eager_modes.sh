@@ -23,7 +23,8 @@
 #           read each with benchmarks/run_start_timeline.py --archive
 # Knobs: BUDGET (s, default 570), ROUNDS (default base,pin,unpin,freeze), NEW_TOKENS (per round, default 600),
 # FIRST_NEW_TOKENS (the first round's, default 1024), PIN_CPU (default 2), PROBE_CPU (default: the last CPU), BURST
-# (default 1), BURST_RESERVE_S (s the rounds leave for the burst, default 110), BLOB_SHA256, DRY_RUN=1.
+# (default 1), BURST_RESERVE_S (s the rounds leave for the burst, default 110), PRODUCT_LEGS (product's legs in order,
+# default shipped,inflight100), BLOB_SHA256, DRY_RUN=1.
 # Returns in $OUT: lone10.tar.xz (server log, steps.jsonl, gpu.csv, vcpu.jsonl, rounds' JSON, burst JSON, nstat,
 # pinning), cpu-lone.jsonl.xz, host.txt, manifest.json; product: burst-shipped.tar.xz, burst-inflight100.tar.xz.
 set -u
@@ -39,6 +40,9 @@ ROUNDS=${ROUNDS:-base,pin,unpin,freeze}; NEW_TOKENS=${NEW_TOKENS:-600}; FIRST_NE
 PIN_CPU=${PIN_CPU:-2}; BURST=${BURST:-1}; BURST_RESERVE_S=${BURST_RESERVE_S:-110}
 for r in ${ROUNDS//,/ }; do case $r in base|pin|unpin|freeze) ;; *)
   echo "eager_modes.sh: ROUNDS: unknown round '$r' (base, pin, unpin, freeze)" >&2; exit 2 ;; esac; done
+PRODUCT_LEGS=${PRODUCT_LEGS:-shipped,inflight100}
+for leg in ${PRODUCT_LEGS//,/ }; do case $leg in shipped|inflight100) ;; *)
+  echo "eager_modes.sh: PRODUCT_LEGS: unknown leg '$leg' (shipped, inflight100)" >&2; exit 2 ;; esac; done
 AGG_CFG=configs/device-h200x2-local-agg-tp2.yaml
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in   # as eager_profile.sh
   *H200*) GPU_TYPE=H200 ;; *H100*) GPU_TYPE=H100-SXM ;; *) GPU_TYPE="" ;;
@@ -47,7 +51,10 @@ BENCH_SETS="${BENCH_SETS:-}${GPU_TYPE:+ --set cluster.gpu=$GPU_TYPE} --set clust
 LOGARGS='[--sampling-backend,pytorch,--log-level,info,--decode-log-interval,"10"]'   # lease 7's A/B flags
 A_SETS="--set layout.aggregated.0.tp=1 --set layout.aggregated.0.mem_fraction_static=0.65 --set engine.sglang.extra_args=$LOGARGS"
 if [ -n "${DRY_RUN:-}" ] && [ $PHASE = product ]; then
-  echo "product: bench_local $AGG_CFG \$P/burst-shipped $A_SETS, then \$P/burst-inflight100 with --set benchmark.max_in_flight=100"
+  for leg in ${PRODUCT_LEGS//,/ }; do
+    [ $leg = shipped ] && echo "product: bench_local $AGG_CFG \$P/burst-shipped $A_SETS (BENCH_SETS:$BENCH_SETS)"
+    [ $leg = inflight100 ] && echo "product: bench_local $AGG_CFG \$P/burst-inflight100 $A_SETS --set benchmark.max_in_flight=100"
+  done
   exit 0
 fi
 if [ -n "${DRY_RUN:-}" ]; then
@@ -63,10 +70,11 @@ assemble_pieces
 install_runtime
 python3 scripts/device/step_probe_patch.py $SITE || { el "step probe patch failed"; exit 1; }
 if [ $PHASE = product ]; then   # no step probe here: PDO_STEP_PROBE stays unset, the patch is inert
-  for leg in shipped inflight100; do
+  for leg in ${PRODUCT_LEGS//,/ }; do
     sets=""; [ $leg = inflight100 ] && sets="--set benchmark.max_in_flight=100"
     cat /proc/net/netstat > $P/netstat-$leg-before.txt
-    LEG_RESERVE_S=$([ $leg = shipped ] && echo ${PRODUCT_B_RESERVE_S:-200} || echo 0) bench_local $AGG_CFG $P/burst-$leg $A_SETS $sets
+    reserve=0; [ $leg = shipped ] && [[ ,$PRODUCT_LEGS, == *,inflight100,* ]] && reserve=${PRODUCT_B_RESERVE_S:-200}
+    LEG_RESERVE_S=$reserve bench_local $AGG_CFG $P/burst-$leg $A_SETS $sets
     cat /proc/net/netstat > $P/burst-$leg/netstat-after.txt; mv $P/netstat-$leg-before.txt $P/burst-$leg/netstat-before.txt
     pack burst-$leg
   done

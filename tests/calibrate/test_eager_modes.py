@@ -144,3 +144,11 @@ def test_the_product_phase_benches_the_row_as_shipped_then_at_100_in_flight() ->
     assert r.returncode == 0, r.stderr
     assert "burst-shipped" in r.stdout and "benchmark.max_in_flight=100" in r.stdout
     assert "layout.aggregated.0.tp=1" in r.stdout
+
+
+def test_product_legs_picks_the_legs_and_refuses_an_unknown_one() -> None:
+    r = _run("product", DRY_RUN="1", PRODUCT_LEGS="shipped")
+    assert r.returncode == 0, r.stderr
+    assert "burst-shipped" in r.stdout and "max_in_flight=100" not in r.stdout
+    bad = _run("product", DRY_RUN="1", PRODUCT_LEGS="shipped,fast")
+    assert bad.returncode == 2 and "PRODUCT_LEGS: unknown leg 'fast'" in bad.stderr
