@@ -15,7 +15,9 @@ that step's parts, which add up to `decode_step_s` (asserted):
   and the default --moe-a2a-backend none keeps every token on every rank and sums the experts by the TP all-reduce).
 Rows: (1) the organisers' N = 24 / 32 / 48 / 64 at the planner's own time-average decode batch of a decode server
 (router.policy=random, as the back-test rows run) beside their ITL p50; (2) their own decode steps at N = 32: SGLang's
-`Decode batch` lines of decode-0 copied from their published log (benchmarks/results/2026-11-27-organisers-n32-waves/):
+`Decode batch` lines of decode-0 copied from their published log (the warm-up's in
+benchmarks/results/2026-11-27-organisers-n32-waves/, the measured phase's next to this script's output; only N = 32's
+decode logs are published):
 between two consecutive lines with no request in KV transfer nobody joins, so the interval's mean batch is about the
 two lines' mean #running-req and its step that batch / the logged gen throughput; beside the model's step at that batch
 (context 4,100 per request: the lines' #token / #running-req is 4,076-4,104); (3) a grid of batch x context for a
@@ -43,7 +45,10 @@ from orchestrator.perfmodel.server.forward import ATTENTION_BACKEND_SPEED, WEIGH
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop  # noqa: E402
 
 CONFIG = "configs/qwen3-pd-2026.yaml"
-ORGANISERS_N32 = ROOT / "benchmarks/results/2026-11-27-organisers-n32-waves/organisers-n32-log-lines.json"
+ORGANISERS_N32 = (  # decode-0's lines of the warm-up (hqwen2) and of the measured phase (hqbatch), copied by hand
+    ROOT / "benchmarks/results/2026-11-27-organisers-n32-waves/organisers-n32-log-lines.json",
+    ROOT / "benchmarks/results/2026-11-27-qwen3-94layer-terms/organisers-n32-decode0-measured-lines.json",
+)
 CONTEXT_PER_REQUEST = 4100  # ISL 4,000 + half of OSL 200
 SETS = ["router.policy=random"]  # the organisers' rows' override (benchmarks/backtest/closed_loop.yaml)
 # the organisers' published ITL p50, ms (benchmarks/backtest/closed_loop.yaml rows organisers-h100-reference-n*)
@@ -129,12 +134,13 @@ def planner_batches(cfg, gpu: str) -> dict[int, tuple[float, float, float]]:
 def logged_steps() -> list[tuple[str, float, float]]:
     """(interval, mean running batch, seconds per step) of decode-0's intervals at N = 32 with nobody in KV transfer at
     either end (no request joins inside one)."""
-    lines = json.loads(ORGANISERS_N32.read_text())["decode_lines"]
     out = []
-    for (t0, run0, transfer0, _), (t1, run1, transfer1, throughput) in zip(lines, lines[1:]):
-        if transfer0 == 0 and transfer1 == 0 and throughput > 0:
-            batch = (run0 + run1) / 2
-            out.append((f"{t0}-{t1} {run0}->{run1}", batch, batch / throughput))
+    for path in ORGANISERS_N32:
+        lines = json.loads(path.read_text())["decode_lines"]
+        for (t0, run0, transfer0, _), (t1, run1, transfer1, throughput) in zip(lines, lines[1:]):
+            if transfer0 == 0 and transfer1 == 0 and throughput > 0:
+                batch = (run0 + run1) / 2
+                out.append((f"{t0}-{t1} {run0}->{run1}", batch, batch / throughput))
     return out
 
 
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{itl:.2f} ms, measured {MEASURED_ITL_MS[n]:.2f} ms")
     table(model, rows, measured)
     print()
-    print(f"2. The organisers' own decode steps at N = 32 ({ORGANISERS_N32.relative_to(ROOT)}), ms")
+    print("2. The organisers' own decode steps at N = 32 (" + ", ".join(str(p.relative_to(ROOT)) for p in ORGANISERS_N32) + "), ms")
     print(f"{'interval, #running-req':>34} {'mean batch':>10} {'logged step':>11} {'model step':>10} {'model - logged':>14}")
     logged = logged_steps()
     for label, batch, step in logged:
