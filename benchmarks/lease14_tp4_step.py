@@ -1,0 +1,293 @@
+"""The 94-layer Qwen3-235B-A22B step at the organisers' decode-worker shape (TP 4 x EP 4, one H100 host; issue 25, lease
+14): the model's predictions before the run, and the measurement against them.
+
+    predict [--json F]   every point of benchmarks/calibration/plans/lease14-qwen3-tp4-ep4.json as the model prices the
+              probe's server (scripts/device/qwen3_tp4_probe.sh: dummy weights, Triton attention, the organisers' decode
+              flags), term by term: the fixed time (per step + per layer, the H100's Qwen3 split of lease 12), the
+              non-routed weights, the routed experts hit, the KV read, the TP all-reduces; beside it the planner's own
+              decode worker of configs/qwen3-pd-2026.yaml (FA3, the published weights) at the same points; the prefill
+              forwards of one, two and four 4,000-token prompts
+    read RAW.json   the measured step of every graphed point against the prediction (error, inside the registered
+              +-15 % throughput bound or not), the registered reading (F(94) = the median over the points of the
+              measured step less the model's non-fixed part; the step's growth with batch and with context against the
+              model's), the prefill latencies against the forwards, and the outcome class it falls in
+
+    python3 benchmarks/manifest.py record --out benchmarks/results/2026-11-27-lease14-predicted --stdout output.txt -- \\
+        .venv/bin/python benchmarks/lease14_tp4_step.py predict --json benchmarks/results/2026-11-27-lease14-predicted/predicted.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.config import load_config  # noqa: E402
+from orchestrator.config.model_presets import MODEL_PRESETS  # noqa: E402
+from orchestrator.perfmodel.costmodel import build_cost_model, cost_model_for  # noqa: E402
+from orchestrator.perfmodel.from_raw import gpu_key  # noqa: E402
+from orchestrator.perfmodel.server.engine_cost_model import EngineCostModel  # noqa: E402
+from orchestrator.perfmodel.server.forward import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY  # noqa: E402
+
+PLAN = ROOT / "benchmarks/calibration/plans/lease14-qwen3-tp4-ep4.json"
+PRESET = ROOT / "configs/qwen3-pd-2026.yaml"
+QWEN3 = MODEL_PRESETS["qwen3-235b-a22b-fp8"]
+GPU = "H100-SXM"
+DECODE_STEPS = 100  # orchestrator/calibrate/single.py: each decode point runs 100 greedy steps
+BOUND = 0.15  # registered: the model's tok/s (batch / step) within +-15 % of the measured
+# the probe's server (the plan's flags + calibrate single's BASE_FLAGS), SGLang's defaults otherwise
+PROBE_SERVER: dict[str, Any] = {"tp": 4, "ep": 4, "mem_fraction_static": 0.90, "max_running_requests": 256,
+                                "context_length": 8192, "chunked_prefill_tokens": 8192, "attention_backend": "triton",
+                                "load_format": "dummy", "prefill_graphs": False, "cuda_graph_max_bs": 256,
+                                "page_size": 1, "role": "aggregated"}
+
+
+def plan() -> dict:
+    (variant,) = json.loads(PLAN.read_text())
+    return variant
+
+
+def probe_model(gpu: str = GPU) -> EngineCostModel:
+    return build_cost_model(QWEN3, gpu, "fp8", **PROBE_SERVER)
+
+
+def preset_decode_model(gpu: str = GPU) -> EngineCostModel:
+    """The planner's decode worker of the 2026 preset (the organisers' flags: FA3, published weights, PD decode)."""
+    cfg = load_config(PRESET, paths_from=ROOT)
+    _, _, group = next(g for g in cfg.layout.groups() if g[0] == "decode")
+    return cost_model_for(cfg, "decode", group, gpu=gpu)
+
+
+def terms(model: EngineCostModel, batch: int, kv_tokens: int) -> dict[str, float]:
+    """The model's graphed step and its parts, seconds; they add up to the step (checked)."""
+    cal = model.calibration
+    assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None, "no graphed floor"
+    assert model._lent_floor and not model.decode_runs_eager(batch), "not the lent-floor graphed path"
+    weights, routed = model._weight_bytes_read(batch)
+    hbm = model.gpu.hbm_tb_s * 1e12
+    backend = model.attention_speed / ATTENTION_BACKEND_SPEED.get(cal.attention_backend, 1.0)
+    kv_bytes = kv_tokens * model.kv_bytes_per_gpu_token() / model.attn_dp
+    parts = {
+        "weights": (weights - routed) / (hbm * WEIGHT_READ_EFFICIENCY),
+        "experts": routed / (hbm * (cal.graph_expert_read_share or WEIGHT_READ_EFFICIENCY)),
+        "kv": kv_bytes / backend / (hbm * WEIGHT_READ_EFFICIENCY),
+        "allreduce": model._comm_s(batch, None, eager=False, decode=True),
+        "fixed": cal.graph_step_s + model.arch.num_hidden_layers * cal.graph_layer_s,
+    }
+    step = model.decode_step_s(batch, kv_tokens)
+    memory = parts["weights"] + parts["experts"] + parts["kv"]
+    parts["compute_over_reads"] = max(0.0, step - memory - parts["allreduce"] - parts["fixed"])
+    assert abs(sum(parts.values()) - step) < 1e-9, "the parts do not add up to the step"
+    return {"step": step, **parts, "experts_hit_per_gpu": model._experts_hit_fraction(batch) * QWEN3.n_routed_experts / model.ep}
+
+
+def points() -> list[tuple[int, int, int]]:
+    """(batch, context per request, KV tokens mid-way through the point's 100 steps) of every decode point, in order."""
+    v = plan()
+    half = DECODE_STEPS // 2
+    return [(b, c, b * (c + half)) for c in v["decode_contexts"] for b in v["decode_batches"]]
+
+
+def prefill_chunks(k: int, length: int, chunk: int) -> list[tuple[list[int], list[int]]]:
+    """k prompts of `length` tokens sent at once, cut into forwards of at most `chunk` tokens as SGLang's chunked
+    prefill does (a request split across two forwards resumes on its cached part): [(new tokens, cached tokens)]."""
+    forwards, new, cached, room = [], [], [], chunk
+    for _ in range(k):
+        done = 0
+        while done < length:
+            take = min(length - done, room)
+            new.append(take)
+            cached.append(done)
+            done += take
+            room -= take
+            if room == 0:
+                forwards.append((new, cached))
+                new, cached, room = [], [], chunk
+    if new:
+        forwards.append((new, cached))
+    return forwards
+
+
+def prefill_predictions(model: EngineCostModel) -> list[dict]:
+    v = plan()
+    rows = []
+    for k, length in [(1, n) for n in v["prefill_lengths"]] + [tuple(x) for x in v["prefill_concurrent"]]:
+        forwards = prefill_chunks(k, length, model.chunked_prefill_tokens or 8192)
+        total = sum(model.prefill_time_s(new, cached) for new, cached in forwards)
+        rows.append({"requests": k, "tokens_each": length, "forwards": len(forwards), "model_s": total})
+    return rows
+
+
+PARTS = ("fixed", "weights", "experts", "kv", "allreduce", "compute_over_reads")
+
+
+def predict() -> dict:
+    probe, preset = probe_model(), preset_decode_model()
+    rows = []
+    for batch, context, kv in points():
+        t = terms(probe, batch, kv)
+        rows.append({"batch": batch, "context": context, "kv_tokens": kv,
+                     **{k: round(v * 1e3, 4) for k, v in t.items() if k != "experts_hit_per_gpu"},
+                     "experts_hit_per_gpu": round(t["experts_hit_per_gpu"], 2),
+                     "preset_decode_ms": round(preset.decode_step_s(batch, kv) * 1e3, 4)})
+    cal = probe.calibration
+    assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None
+    return {"gpu": GPU, "layers": QWEN3.num_hidden_layers, "server": PROBE_SERVER,
+            "kv_capacity_tokens": probe.kv_capacity_tokens(), "preset_kv_capacity_tokens": preset.kv_capacity_tokens(),
+            "graphs": probe.graph_batch_sizes(),
+            "fixed_split": {"per_step_ms": round(cal.graph_step_s * 1e3, 4), "per_layer_us": round(cal.graph_layer_s * 1e6, 2)},
+            "bound": BOUND, "points": rows,
+            "prefill": [{**r, "model_s": round(r["model_s"], 4)} for r in prefill_predictions(probe)]}
+
+
+def print_predictions(result: dict) -> None:
+    split = result["fixed_split"]
+    print(f"== {result['gpu']}, {result['layers']} layers, TP 4 x EP 4 (the probe's server: {result['server']})")
+    print(f"fixed time: {split['per_step_ms']} ms per step + {split['per_layer_us']} us per layer "
+          f"-> {split['per_step_ms'] + result['layers'] * split['per_layer_us'] / 1e3:.2f} ms")
+    print(f"KV capacity: the probe {result['kv_capacity_tokens']:,} tokens (the preset's decode worker "
+          f"{result['preset_kv_capacity_tokens']:,}); largest point {max(p['kv_tokens'] for p in result['points']):,}")
+    print(f"decode graphs the model assumes: {result['graphs']}")
+    print(f"{'batch':>5} {'ctx':>5} {'kv':>7} {'model ms':>8} " + " ".join(f"{p:>9}" for p in PARTS[:-1])
+          + f" {'compute>rd':>10} {'hit/GPU':>7} {'tok/s':>7} {'bound ms':>15} {'preset ms':>9}")
+    for p in result["points"]:
+        lo, hi = p["step"] / (1 + BOUND), p["step"] / (1 - BOUND)  # measured steps whose tok/s the model is within 15 % of
+        print(f"{p['batch']:>5} {p['context']:>5} {p['kv_tokens']:>7} {p['step']:>8.3f} "
+              + " ".join(f"{p[k]:>9.3f}" for k in PARTS[:-1]) + f" {p['compute_over_reads']:>10.3f}"
+              + f" {p['experts_hit_per_gpu']:>7.2f} {p['batch'] / p['step'] * 1e3:>7.0f} {lo:>7.2f}-{hi:<7.2f} {p['preset_decode_ms']:>9.3f}")
+    print("prefill (client latency of k prompts at once, max_new_tokens 1; the model: its forwards' sum):")
+    for r in result["prefill"]:
+        print(f"  {r['requests']} x {r['tokens_each']}: {r['forwards']} forward(s), model {r['model_s'] * 1e3:.1f} ms")
+
+
+def measured(raw: dict) -> tuple[list[dict], list[dict]]:
+    """Graphed decode rows (batch, context, kv, step s, repeat) and prefill rows of one raw file."""
+    decode, prefill = [], []
+    for run in raw["runs"]:
+        for row in run.get("decode") or []:
+            if row.get("step_ms_median") and not row.get("skipped"):
+                batch = int(row.get("running_batch") or row["batch_size"])
+                kv = int(row.get("kv_tokens_median") or batch * (row["context_tokens"] + DECODE_STEPS // 2))
+                decode.append({"batch": batch, "asked": row["batch_size"], "context": row["context_tokens"], "kv": kv,
+                               "step_s": row["step_ms_median"] / 1e3, "graph": bool(row.get("cuda_graph")),
+                               "repeat": row.get("repeat", 0)})
+        prefill += [r for r in run.get("prefill") or [] if r.get("latency_s_median")]
+    return decode, prefill
+
+
+def classify(f94_s: float, model_f94_s: float, batch_growth: float, context_growth: float) -> str:
+    """The registered outcome classes (benchmarks/results/2026-11-27-lease14-predicted/README.md)."""
+    out = []
+    if abs(f94_s - model_f94_s) <= 0.15 * model_f94_s:
+        out.append("fixed: as modelled (F(94) within 15 % of the split's 9.57 ms)")
+    elif f94_s < model_f94_s:
+        out.append(f"fixed: LOWER than the split carried to 94 layers ({f94_s * 1e3:.2f} vs {model_f94_s * 1e3:.2f} ms)")
+    else:
+        out.append(f"fixed: HIGHER than the split ({f94_s * 1e3:.2f} vs {model_f94_s * 1e3:.2f} ms)")
+    for name, ratio in (("batch growth (routed experts)", batch_growth), ("context growth (KV read)", context_growth)):
+        if ratio != ratio:  # NaN: not measured
+            out.append(f"{name}: not measured")
+        else:
+            verdict = "as modelled" if abs(ratio - 1) <= 0.25 else ("slower than modelled" if ratio > 1 else "faster than modelled")
+            out.append(f"{name}: measured / model {ratio:.2f} ({verdict}; +-25 % counts as modelled)")
+    return "; ".join(out)
+
+
+def read(raw_path: Path) -> int:
+    raw = json.loads(raw_path.read_text())
+    gpu = gpu_key(raw["gpu"]["name"])
+    model = probe_model(gpu)
+    decode, prefill = measured(raw)
+    layers = int(raw["model"]["config"]["num_hidden_layers"])
+    if layers != QWEN3.num_hidden_layers:
+        print(f"the raw file has {layers} layers, not {QWEN3.num_hidden_layers}: read as a {layers}-layer point", file=sys.stderr)
+    print(f"on {gpu} ({raw['gpu']['name']}), {layers} layers, TP 4 x EP 4: {len(decode)} decode rows, {len(prefill)} prefill rows")
+    print(f"{'batch':>5} {'ctx':>5} {'rep':>3} {'graph':>5} {'measured ms':>11} {'model ms':>8} {'step err':>8} {'tok/s err':>9} {'in bound':>8} {'F(94) ms':>8}")
+    fixed, inside, graphed = [], 0, [r for r in decode if r["graph"]]
+    by_point: dict[tuple[int, int], list[float]] = {}
+    for r in decode:
+        t = terms(model, r["batch"], r["kv"]) if r["graph"] else None
+        step = t["step"] if t else model.decode_step_s(r["batch"], r["kv"])
+        tok_err = step and (r["step_s"] / step - 1)  # model tok/s / measured tok/s - 1
+        ok = abs(tok_err) <= BOUND
+        inside += ok and r["graph"]
+        f = r["step_s"] - (step - t["fixed"]) if t else float("nan")
+        if t:
+            fixed.append(f)
+            by_point.setdefault((r["batch"], r["context"]), []).append(r["step_s"])
+        print(f"{r['batch']:>5} {r['context']:>5} {r['repeat']:>3} {str(r['graph']):>5} {r['step_s'] * 1e3:>11.3f} {step * 1e3:>8.3f} "
+              f"{step / r['step_s'] - 1:>+8.1%} {tok_err:>+9.1%} {'yes' if ok else 'NO':>8} {f * 1e3:>8.3f}")
+    if not graphed:
+        print("no graphed decode point measured: nothing to read", file=sys.stderr)
+        return 1
+    f94 = statistics.median(fixed)
+    spreads = [max(v) - min(v) for v in by_point.values() if len(v) > 1]
+    spread = statistics.median(spreads) if spreads else 0.0
+    model_f = terms(model, 1, 1)["fixed"]
+    print(f"graphed points inside the +-{BOUND:.0%} tok/s bound: {inside} of {len(graphed)}")
+    print(f"F(94) measured (median over {len(fixed)} graphed rows of measured - the model's non-fixed part): {f94 * 1e3:.3f} ms "
+          f"(the model {model_f * 1e3:.3f} ms; repeats' median spread {spread * 1e3:.3f} ms)")
+
+    def step_at(batch: int, context: int) -> tuple[float, float] | None:
+        seen = by_point.get((batch, context))
+        if not seen:
+            return None
+        kv = batch * (context + DECODE_STEPS // 2)
+        return statistics.median(seen), model.decode_step_s(batch, kv)
+
+    contexts = sorted({c for _, c in by_point})
+    growth: dict[str, float] = {}
+    for context in contexts:
+        batches = sorted(b for b, c in by_point if c == context)
+        lo, hi = step_at(batches[0], context), step_at(batches[-1], context)
+        if lo and hi and batches[-1] > batches[0]:
+            ratio = (hi[0] - lo[0]) / (hi[1] - lo[1])
+            growth[f"batch@{context}"] = ratio
+            print(f"context {context}: step {batches[0]} -> {batches[-1]} grew {(hi[0] - lo[0]) * 1e3:+.3f} ms measured, "
+                  f"{(hi[1] - lo[1]) * 1e3:+.3f} ms modelled (measured / model {ratio:.2f})")
+    ctx_ratios = []
+    if len(contexts) >= 2:
+        for batch in sorted({b for b, _ in by_point}):
+            a, b = step_at(batch, contexts[0]), step_at(batch, contexts[-1])
+            if a and b and abs(b[1] - a[1]) > 1e-4:
+                ctx_ratios.append((b[0] - a[0]) / (b[1] - a[1]))
+                print(f"batch {batch}: context {contexts[0]} -> {contexts[-1]} grew {(b[0] - a[0]) * 1e3:+.3f} ms measured, "
+                      f"{(b[1] - a[1]) * 1e3:+.3f} ms modelled")
+    top = f"batch@{contexts[-1]}"
+    print("outcome:", classify(f94, model_f, growth.get(top, float("nan")),
+                               statistics.median(ctx_ratios) if ctx_ratios else float("nan")))
+    if prefill:
+        print("prefill (client latency median of 3 after a first call; the model's forwards):")
+        model_rows = {(r["requests"], r["tokens_each"]): r for r in prefill_predictions(model)}
+        for r in prefill:
+            m = model_rows.get((r["concurrency"], r["input_tokens"]))
+            text = f"model {m['model_s'] * 1e3:.1f} ms ({m['model_s'] / r['latency_s_median'] - 1:+.1%})" if m else "no prediction"
+            print(f"  {r['concurrency']} x {r['input_tokens']}: measured {r['latency_s_median'] * 1e3:.1f} ms, {text}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("predict")
+    p.add_argument("--json", type=Path, help="also write the predictions here")
+    r = sub.add_parser("read")
+    r.add_argument("raw", type=Path, help="calibration-q3l94-tp4ep4-lease14.json")
+    args = parser.parse_args(argv)
+    if args.cmd == "read":
+        return read(args.raw)
+    result = predict()
+    print_predictions(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

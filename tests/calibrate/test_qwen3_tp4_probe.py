@@ -1,0 +1,96 @@
+"""Lease 14's device call without a GPU (issue 25): scripts/device/qwen3_tp4_probe.sh's argument checks, `--dry-run` (the
+94-layer model it writes, the organisers' decode flags over four GPUs, the grid), staging of the four site parts, and the
+plan file it reads."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts/device/qwen3_tp4_probe.sh"
+PLAN = ROOT / "benchmarks/calibration/plans/lease14-qwen3-tp4-ep4.json"
+
+
+def _probe(tmp_path: Path, *args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "WORK_DIR": str(tmp_path / "work"), **env}
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, env=full)
+
+
+def test_dry_run_starts_one_94_layer_server_over_four_gpus_with_the_organisers_decode_flags(tmp_path) -> None:
+    done = _probe(tmp_path, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+    assert "model: Qwen3MoeForCausalLM 94 layers, 128 experts, top 8" in done.stdout
+    (server,) = [line for line in done.stdout.splitlines() if line.startswith("server ")]
+    for flag in ("--tp-size 4 --ep-size 4", "--mem-fraction-static 0.90", "--max-running-requests 256",
+                 "--context-length 8192", "--chunked-prefill-size 8192", "--load-format dummy",
+                 "--enforce-disable-flashinfer-allreduce-fusion", "--cuda-graph-max-bs-decode 256"):
+        assert flag in server
+    assert "decode B [1, 4, 8, 12, 16, 24, 32, 48, 64] x C [4096, 256]" in server
+
+
+def test_every_measured_decode_batch_has_its_own_graph_so_none_is_padded() -> None:
+    (variant,) = json.loads(PLAN.read_text())
+    flags = variant["flags"]
+    graphs = {int(x) for x in flags[flags.index("--cuda-graph-bs-decode") + 1:]}
+    assert set(variant["decode_batches"]) <= graphs and max(graphs) == 256
+    assert variant["measure"][0] == "prefill" and variant["repeats"] == 2
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"BUDGET": "9m"}, "BUDGET='9m': whole seconds"),
+    ({"BUDGET": "100"}, "BUDGET=100"),
+    ({"LAYERS": "95"}, "LAYERS=95: 1..94"),
+    ({"PROBE_GPUS": "0,1"}, "PROBE_GPUS=0,1: 2 GPUs for a plan at --tp-size 4"),
+    ({"PROBE_GPUS": "0,,1"}, "PROBE_GPUS='0,,1': GPU indexes separated by commas"),
+    ({"PLAN": "nope.json"}, "PLAN=nope.json: no such plan file"),
+])
+def test_bad_settings_are_refused_naming_the_setting(tmp_path, env, message) -> None:
+    done = _probe(tmp_path, "--dry-run", **env)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fewer_layer_count_names_its_own_server(tmp_path) -> None:
+    done = _probe(tmp_path, "--dry-run", LAYERS="12", BUDGET="200")
+    assert done.returncode == 0, done.stderr
+    assert "server q3l12-tp4ep4-lease14" in done.stdout and "12 layers," in done.stdout
+
+
+def test_each_call_stages_one_part_and_exits_0_until_the_last(tmp_path) -> None:
+    # a fake site archive in four parts, carried one per call as .device/lease14/ in a copy of the needed scripts
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        data = b"site"
+        info = tarfile.TarInfo("marker.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    blob = buf.getvalue()
+    quarter = -(-len(blob) // 4)
+    repo = tmp_path / "repo"
+    (repo / "scripts/device").mkdir(parents=True)
+    for name in ("qwen3_tp4_probe.sh", "site_lib.sh"):
+        (repo / "scripts/device" / name).write_text((ROOT / "scripts/device" / name).read_text())
+    (repo / "benchmarks/calibration/plans").mkdir(parents=True)
+    (repo / "benchmarks/calibration/plans" / PLAN.name).write_text(PLAN.read_text())
+    (repo / "benchmarks/manifest.py").write_text("")
+    env = {"SITE_DIR": str(tmp_path / "site"), "SITE_STAGE": str(tmp_path / "stage")}
+    for k in range(3):
+        carried = repo / ".device/lease14"
+        if carried.exists():
+            for old in carried.iterdir():
+                old.unlink()
+        carried.mkdir(parents=True, exist_ok=True)
+        (carried / f"site.tar.xz.part0{k}").write_bytes(blob[k * quarter:(k + 1) * quarter])
+        done = _probe(tmp_path, cwd=repo, **env)
+        assert done.returncode == 0, done.stderr
+        assert f"{k + 1} of 4 parts staged" in done.stdout
+    assert len(list((tmp_path / "stage").iterdir())) == 3 and not (tmp_path / "site").exists()
