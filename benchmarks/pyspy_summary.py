@@ -1,16 +1,18 @@
 """Summary of a py-spy profile in collapsed-stack form (`py-spy record -f raw`): self and inclusive time per frame.
 
-    python3 benchmarks/pyspy_summary.py PROFILE.raw [INCLUSIVE_ROWS] > PROFILE.summary.txt
+    python3 benchmarks/pyspy_summary.py PROFILE.raw[.xz] [INCLUSIVE_ROWS] > PROFILE.summary.txt
 
 One line per stack, `frame;frame;... count` -> the share of samples each innermost frame holds (self, top 30)
 and each function appears in anywhere on the stack (inclusive, counted once per stack, frames of one function
 at different lines merged; top INCLUSIVE_ROWS, default 60). The *.summary.txt files under benchmarks/results/
-(router profiles of 2026-11-24) were made by this code.
+(router profiles of 2026-11-24) were made by this code; the profiles beside them are stored xz-compressed
+(`PROFILE.raw.xz`, read as they are).
 """
 
 from __future__ import annotations
 
 import collections
+import lzma
 import sys
 from typing import Iterable
 
@@ -51,7 +53,8 @@ def main(argv: list[str]) -> int:
     if not 1 <= len(argv) <= 2:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    with open(argv[0]) as profile:
+    opener = lzma.open if argv[0].endswith(".xz") else open
+    with opener(argv[0], "rt") as profile:
         sys.stdout.write(summarise(profile, int(argv[1]) if len(argv) > 1 else 60))
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import lzma
 from pathlib import Path
 
 import numpy as np
@@ -77,11 +78,12 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def test_the_pyspy_summary_reproduces_every_committed_summary_from_its_raw_profile():
-    raws = sorted(RESULTS.rglob("*.raw"))
+    # the committed ones are xz-compressed (2.6 MB raw, carried by every device call); a plain *.raw is read as well
+    raws = sorted([*RESULTS.rglob("*.raw"), *RESULTS.rglob("*.raw.xz")])
     assert len(raws) >= 5  # the router profiles of 2026-11-24
     for raw in raws:
-        summary = raw.with_suffix(".summary.txt")
-        with open(raw) as profile:
+        summary = raw.with_name(raw.name.removesuffix(".xz").removesuffix(".raw") + ".summary.txt")
+        with (lzma.open if raw.suffix == ".xz" else open)(raw, "rt") as profile:
             assert pyspy_summary.summarise(profile) == summary.read_text(), summary.relative_to(ROOT)
 
 
