@@ -1,7 +1,7 @@
 """Scaling analysis: throughput against GPU count and layout, measured where real runs exist, simulated otherwise.
 
-measured rows: every VALID real-engine bench result.json under the given folders (also inside *.tar.xz
-    archives there), one row per run id, labelled with where it came from
+measured rows: every VALID real-engine bench result.json under the given folders (also as result.json.xz or
+    inside *.tar.xz archives there), one row per run id, labelled with where it came from
 simulated rows: each config's layout and the same layout scaled to other node counts, timed by the cost
     model (plan.simulation.simulate) on the config's ShareGPT batch, labelled "simulated"
 -> one table (text, markdown, JSON) + scaling.png: total tok/s against GPUs, measured filled, simulated hollow
@@ -12,6 +12,7 @@ Usage: pd-orchestrator scaling [--results DIR ...] [--configs A.yaml ...] [--nod
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -58,13 +59,18 @@ class ScalingRow:
 
 
 def _result_documents(root: Path) -> Iterator[tuple[str, dict]]:
-    """(origin, document) of every result.json below root, also inside .tar.xz/.tar.gz/.tar archives."""
+    """(origin, document) of every result.json below root, also xz-compressed or inside .tar.xz/.tar.gz/.tar archives."""
     paths = [root] if root.is_file() else sorted(root.rglob("*"))
     for path in paths:
-        if path.name == "result.json":
+        if path.name in ("result.json", "result.json.xz"):
             try:
-                yield str(path), json.loads(path.read_text())
-            except (OSError, ValueError):
+                if path.suffix == ".xz":
+                    with lzma.open(path, "rt") as compressed:
+                        text = compressed.read()
+                else:
+                    text = path.read_text()
+                yield str(path), json.loads(text)
+            except (OSError, ValueError, lzma.LZMAError):
                 continue
         elif path.name.endswith((".tar.xz", ".tar.gz", ".tar")):
             try:

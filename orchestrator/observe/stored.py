@@ -1,4 +1,4 @@
-"""A stored result: result.json (also inside a raw tar archive) -> the lines `bench` printed for it.
+"""A stored result: result.json (also xz-compressed, or inside a raw tar archive) -> the lines `bench` printed for it.
 
 `pd-orchestrator report --result R` uses it to show runs made before the latency lines existed, e.g. the
 2xH200 runs in benchmarks/results/*/raw.tar.xz.
@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 import tarfile
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from orchestrator.observe.report import (
 
 
 def read_result(spec: str | Path, bench: bool = True) -> dict:
-    """A result.json, or one inside a tar archive as `ARCHIVE.tar.xz:member/path/result.json`.
+    """A result.json, its xz-compressed copy (`result.json.xz`: how benchmarks/results/ stores the large ones), or one
+    inside a tar archive as `ARCHIVE.tar.xz:member/path/result.json`.
 
     bench: it must be a bench result (the `summary` and per-prompt `results` that render_result needs)."""
     path = Path(spec)
@@ -39,9 +41,14 @@ def read_result(spec: str | Path, bench: bool = True) -> dict:
             raise ValueError(f"--result {spec}: {archive} has no member {member}; list them with `tar tf {archive}`") from None
     else:
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ValueError(f"--result {spec}: cannot read it ({exc.strerror}); pass runs/<run id>/result.json") from None
+            if path.suffix == ".xz":
+                with lzma.open(path, "rt") as compressed:
+                    text = compressed.read()
+            else:
+                text = path.read_text()
+        except (OSError, lzma.LZMAError) as exc:
+            raise ValueError(f"--result {spec}: cannot read it ({getattr(exc, 'strerror', None) or exc}); "
+                             "pass runs/<run id>/result.json") from None
     try:
         document = json.loads(text)
     except ValueError as exc:

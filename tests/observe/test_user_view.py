@@ -101,6 +101,22 @@ def test_report_of_a_missing_result_is_one_clear_line(spec, words):
     assert words in str(err.value) and "\n" not in str(err.value) and str(err.value).startswith("--result ")
 
 
+def test_a_stored_xz_result_reads_as_the_result_json_it_was_and_a_broken_one_is_one_line(tmp_path):
+    import lzma
+
+    # benchmarks/results/ keeps its large result.json files xz-compressed (the tree every device call carries)
+    stored = next((REPO / "benchmarks/results/2026-11-24-embedded-vs-plan/run2/runs").glob("*/result.json.xz"))
+    plain = tmp_path / "result.json"
+    plain.write_bytes(lzma.decompress(stored.read_bytes()))
+    assert read_result(stored) == read_result(plain)
+    assert "Total token throughput (tok/s):          6743.81" in render_result(read_result(stored))
+    broken = tmp_path / "broken.json.xz"
+    broken.write_bytes(b"not xz")
+    with pytest.raises(ValueError) as err:
+        read_result(broken)
+    assert "cannot read it" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_html_report_shows_percentiles_of_tpot_and_kv_wait(tmp_path):
     from orchestrator.observe.html_report import write_report
 

@@ -66,9 +66,10 @@ def test_the_html_report_states_the_runs_distance_from_the_model():
     from pathlib import Path
 
     from orchestrator.observe.html_report import RunData, summary
+    from orchestrator.observe.stored import read_result
 
     raw = Path(__file__).resolve().parents[2] / "benchmarks/results/2026-11-24-embedded-vs-plan/run2/runs"
-    result = json.loads(next(raw.glob("*/result.json")).read_text())
+    result = read_result(next(raw.glob("*/result.json.xz")))  # stored compressed, as report --result reads it
     row = summary(RunData.from_result(result))["vs the cost model"]
     assert row.startswith("measured run 75.4 s vs modelled 64.8 s (+16.2%): behind the model")
     assert "modelled 3,124 output / 7,839 total tok/s on H100-SXM" in row
