@@ -87,6 +87,17 @@ def test_the_pyspy_summary_reproduces_every_committed_summary_from_its_raw_profi
             assert pyspy_summary.summarise(profile) == summary.read_text(), summary.relative_to(ROOT)
 
 
+def test_the_kv_table_reproduces_its_committed_table_from_the_compressed_calibration_runs():
+    import subprocess
+    import sys
+
+    folder = RESULTS / "2026-11-26-sglang-one-h100"
+    runs = [folder / "calibration-pd-early-call1.json.xz", folder / "calibration-pd-nooverlap-call2.json.xz"]
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/device/kv_table.py"), *map(str, runs)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout == (folder / "kv-table-calls1-2.md").read_text()  # rows named as written: X.json
+
+
 def test_the_pyspy_summary_counts_a_function_once_per_stack_and_self_time_at_the_innermost_frame():
     text = pyspy_summary.summarise(["main (a.py:1);f (b.py:3);f (b.py:7) 3", "main (a.py:1);g (c.py:2) 1", ""])
     lines = text.splitlines()

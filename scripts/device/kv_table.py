@@ -1,6 +1,8 @@
 """Markdown table of a `calibrate pd` run, one row per sender mode (medians over its loads).
 
-    python3 scripts/device/kv_table.py benchmarks/results/2026-11-24-kv-transfer-h100-s5/calibration-pd-call1.json ...
+    python3 scripts/device/kv_table.py benchmarks/results/2026-11-24-kv-transfer-h100-s5/calibration-pd-call1.json.xz ...
+
+A committed run is stored xz-compressed (`X.json.xz`); the row is named by the file `calibrate pd` wrote (`X.json`).
 
 Per mode: loads, wall s (mean), output tok/s (mean), SGLang's kv_transfer_latency_ms (mean of the loads' means),
 and the median over loads of each load's p50 / p90 (ms) of the per-request parts (orchestrator/calibrate/kvtimeline.py).
@@ -9,6 +11,7 @@ and the median over loads of each load's p50 / p90 (ms) of the per-request parts
 from __future__ import annotations
 
 import json
+import lzma
 import sys
 
 PARTS = [("computed_to_seen", "KV computed -> decode sees"), ("send_delay", "computed -> enqueued"),
@@ -17,13 +20,14 @@ PARTS = [("computed_to_seen", "KV computed -> decode sees"), ("send_delay", "com
 
 
 def rows(path: str) -> list[str]:
-    d = json.load(open(path))
+    with (lzma.open if path.endswith(".xz") else open)(path, "rt") as raw:
+        d = json.load(raw)
     out = []
     for page in d["pages"]:
         for mode, r in (page.get("by_mode") or {}).items():
             sg = [x for x in r["sglang_kv_latency_ms_mean"] if x is not None]
             cells = [f"{r.get(p + '_p50_median')} / {r.get(p + '_p90_median')}" for p, _ in PARTS]
-            out.append(f"| {path.rsplit('/', 1)[-1]} | {mode} | {r['loads']} | {r['wall_s_mean']:.2f} | "
+            out.append(f"| {path.rsplit('/', 1)[-1].removesuffix('.xz')} | {mode} | {r['loads']} | {r['wall_s_mean']:.2f} | "
                        f"{r['output_tok_s_mean']:.0f} | {sum(sg) / len(sg):.0f} | " + " | ".join(cells) + " |")
     return out
 
