@@ -101,10 +101,6 @@ class FirstForward:
     ranks: int  # DP ranks (DP-attention ranks or plain DP replicas): each schedules its own first forward
     prompt_len: int  # chunk + spare tokens, capped below the context; the rest is a short second forward
 
-    @property
-    def full_chunk(self) -> bool:
-        return self.prompt_len > self.chunk_tokens
-
 
 def first_forwards(cfg: RunConfig) -> list[FirstForward]:
     """One entry per prefilling group (PD prefill, aggregated) with chunking on."""
@@ -138,8 +134,3 @@ def bench_first_forwards(cfg: RunConfig) -> list[FirstForward]:
     """What bench's warm-up runs first: `first_forwards` under the `dataset` policy; none under `sglang` (it imitates
     bench_offline_throughput's warm-up) or `none` (`prepare` runs them whatever the policy)."""
     return first_forwards(cfg) if cfg.benchmark.warmup.policy == "dataset" else []
-
-
-def full_chunk_prompt_len(cfg: RunConfig) -> int:
-    """The longest first-forward prompt of bench's warm-up (0: none)."""
-    return max((f.prompt_len for f in bench_first_forwards(cfg)), default=0)

@@ -35,8 +35,8 @@ def test_stage_without_a_carried_piece_fails(tmp_path) -> None:
 
 def test_the_config_s_warm_up_runs_a_full_chunk_before_the_run() -> None:
     from orchestrator.config.load import load_config
-    from orchestrator.workload.batch import full_chunk_prompt_len
+    from orchestrator.workload.batch import bench_first_forwards
 
     cfg = load_config(ROOT / "configs/device-h100x1-1p1d.yaml")
     assert cfg.benchmark.warmup.policy == "dataset"
-    assert full_chunk_prompt_len(cfg) >= 8192
+    assert max(f.prompt_len for f in bench_first_forwards(cfg)) >= 8192
