@@ -233,6 +233,11 @@ def test_rules_none_checks_no_profile(capsys) -> None:
     assert "rules apac-hpcai-2025" not in captured.out and "-> VALID" in captured.out
     assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", "rules=none"]) == 0
     assert "rules " not in capsys.readouterr().out.replace("--rules", "")
+    # the search too: it ranks on the config's own batch (was: "no such profile" for its prompt count, exit 2)
+    assert main(["plan", "--config", DEFAULT, "--synthetic", "--rules", "none", "--search", "--top", "1",
+                 "--tune-top", "0", "--show", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "no such profile" not in captured.err and "search batch" not in captured.out
 
 
 def test_a_dataset_hint_names_only_flags_bench_takes(capsys) -> None:

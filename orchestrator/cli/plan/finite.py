@@ -39,10 +39,11 @@ def batch_about(cfg: RunConfig, synthetic: bool) -> tuple[list[tuple[int, int]],
 def _search_batch(cfg: RunConfig, args: argparse.Namespace, batch: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The batch the search ranks on: the rules profile's prompt count where it fixes another one (the final
     2025 rules run 2000 prompts; the embedded default plans 1000), sampled the same way; else `batch`."""
-    name = args.rules or cfg.rules
+    from orchestrator.rules import load_profile, profile_name
+
+    name = profile_name(args.rules, cfg.rules)
     if not name:
         return batch
-    from orchestrator.rules import load_profile
 
     wanted = load_profile(name).benchmark.num_prompts
     if not wanted or wanted == cfg.benchmark.num_prompts:
