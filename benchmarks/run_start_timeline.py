@@ -91,13 +91,21 @@ def server_start(name: str, text: str, t0: float, wall_s: float) -> dict:
     # the run's first batch is a full chunk (every prompt is queued at once); what came before it, warm-up included,
     # ran before the run (1 s stamps cannot split the warm-up's last lines from the run's first by time)
     first = next((i for i in in_run if lines[i]["new_tokens"] == chunk), len(lines))
+    chained = lines[first:first + 40]
+    times, window = chain_times(chained) if chained else ([], 0.0)
+    # since 0bb4edb the warm-up's own first forward is one full chunk too; a warm-up of ~1 s puts it inside the run's
+    # first second, where the chain places it before the first send: the run's first is the next full chunk after it
+    later = next((k for k, (t, x) in enumerate(zip(times, chained)) if t >= t0 - max(window, 0.0)
+                  and x["new_tokens"] == chunk), 0) if window >= 0 else 0
+    if later:
+        first += later
+        chained = lines[first:first + 40]
+        times, window = chain_times(chained)
     before = [x["new_tokens"] for x in lines[:first]]
     out: dict = {"server": name, "before": before, "chunk": chunk,
                  "aligned_before": sorted({n for n in before if n > 1 and n % ALIGN == 0})}
     if first == len(lines):
         return out
-    chained = lines[first:first + 40]
-    times, window = chain_times(chained)
     if window < 0:   # the gaps do not fit the stamps (a log written on another clock or SGLang version): not placed
         out["unplaced"] = window
         return out

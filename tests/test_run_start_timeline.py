@@ -52,3 +52,15 @@ def test_lease_9s_cold_run_with_the_full_chunk_warm_up_has_its_compile_before_th
     assert out["pdo"]["run_ms"][0] <= 300
     assert max(ms for ms, _ in out["pdo"]["slow_before"] if ms < 60_000) >= 1000
     assert timeline.main(["--archive", archive]) == 0 and "iterations before the run" in capsys.readouterr().out
+
+
+def test_a_warm_up_inside_the_runs_first_second_is_not_taken_for_the_run():
+    """Lease 13's aggregated run (benchmarks/results/2026-11-27-lease13-h100): its 1.2 s warm-up's own full-chunk
+    forward (0bb4edb: one chunk-sized prompt alone first) ran 0.65 s before the first send; the run starts after it."""
+    archive = "benchmarks/results/2026-11-27-lease13-h100/call6-product/burst-shipped.tar.xz"
+    out = timeline.report({"id": "lease13-agg", "config": "device-h200x2-local-agg-tp2"}, {}, False, archive)
+    assert out is not None
+    server = out["servers"][0]
+    assert server["before"][-4:] == [8192, 64, 705, 6656]   # the warm-up: its long prompt, its remainder, the short ones
+    t, seqs, tokens = server["first_lines"][0]
+    assert t > 0 and (seqs, tokens) == (1, 8192)
