@@ -12,7 +12,7 @@ Sources (all one GPU, SGLang 0.5.17, triton attention):
 - V2-Lite on H100, calibration harness (B requests of 256 tokens, 100 steps): benchmarks/results/
   2026-11-24-calibration-h100-v2lite/ (decode-from-main-log.json, calibration-v2lite-ctx.json `beyond`);
 - R1 shape x 6 layers on H200, eager servers (--disable-cuda-graph) of the dummy-routing probe: benchmarks/results/
-  2026-11-26-dummy-routing-h200/call1/server-{dummy,random}-eager-count.log (their trace hook adds a file write and a
+  2026-11-26-dummy-routing-h200/call1/server-{dummy,random}-eager-count.log.xz (their trace hook adds a file write and a
   GPU sync per MoE call, 3 per step).
 No TP > 1 point is fitted on: the two-GPU rows (aggregated V2-Lite TP 2) stay out-of-sample. The script then
 checks (not fits) the eager steps of the two two-GPU leases of 2026-11-26: the V2-Lite PD decode servers (TP 1) of
@@ -26,6 +26,7 @@ Usage (repo root; no GPU):  .venv/bin/python benchmarks/eager_launch_cost.py
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import re
 import statistics
@@ -68,7 +69,9 @@ def eager_log_points(path: Path) -> list[tuple[int, float]]:
     the first at that batch (the first interval holds the batch's prefill)."""
     by_batch: dict[int, list[float]] = {}
     seen: set[int] = set()
-    for line in path.read_text(errors="replace").splitlines():
+    with (lzma.open if path.suffix == ".xz" else open)(path, "rt", errors="replace") as log:
+        text = log.read()
+    for line in text.splitlines():
         m = DECODE_LINE.search(line)
         if not m or m.group(3) != "False":
             continue
@@ -107,7 +110,7 @@ def points() -> list[dict]:
                         step_s=r["step_ms_median"] / 1e3, graphed_s=graphed))
     for name, load_format in (("dummy", "dummy"), ("random", None)):
         model = r1_shaped_model(load_format)
-        for b, step in eager_log_points(R1_EAGER / f"server-{name}-eager-count.log"):
+        for b, step in eager_log_points(R1_EAGER / f"server-{name}-eager-count.log.xz"):
             out.append(dict(source=f"r1s6-h200-eager-{name}", gpu="H200", layers=6, batch=b, step_s=step,
                             graphed_s=model.decode_step_s(b, b * 300)))
     return out

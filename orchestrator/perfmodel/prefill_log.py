@@ -13,14 +13,16 @@ calibration raw JSON (its decode / context points: k prompts of L tokens at once
   follow from the running token count: a request split by --chunked-prefill-size continues in the next batch
   on top of its own earlier chunk (cached tokens). The log's #new-seq is checked against it.
 
-Run: python -m orchestrator.perfmodel.prefill_log RAW.json SERVER.log --variant NAME --profile PROFILE.json
-(adds the forwards to the profile's prefill points, replacing earlier server-log points).
+Run: python -m orchestrator.perfmodel.prefill_log RAW.json SERVER.log[.xz] --variant NAME --profile PROFILE.json
+(adds the forwards to the profile's prefill points, replacing earlier server-log points; benchmarks/results/ stores
+large server logs xz-compressed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import re
 import sys
 from pathlib import Path
@@ -95,6 +97,13 @@ def forwards(raw: dict, log_text: str, variant: str) -> list[PrefillPoint]:
     return out
 
 
+def _log_text(path: Path) -> str:
+    if path.suffix == ".xz":
+        with lzma.open(path, "rt", errors="replace") as log:
+            return log.read()
+    return path.read_text(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("raw", help="calibration-<name>.json of the run")
@@ -103,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", required=True, help="profile JSON whose prefill points get the forwards")
     args = ap.parse_args(argv)
     try:
-        points = forwards(json.loads(Path(args.raw).read_text()), Path(args.log).read_text(errors="replace"), args.variant)
+        points = forwards(json.loads(Path(args.raw).read_text()), _log_text(Path(args.log)), args.variant)
         profile = CalibrationProfile.model_validate_json(Path(args.profile).read_text())
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
         print(f"prefill_log: {exc}", file=sys.stderr)
         return 2
     kept = [p for p in profile.prefill if p.source != "server-log"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import lzma
 import re
 import tarfile
 from pathlib import Path
@@ -27,7 +28,7 @@ LEASE11_LAYERS = ROOT / "benchmarks/results/2026-11-27-lease11-h200x2/call6-serv
 # profile -> (raw file, its run whose server log timed the prefill forwards, that log: a file or (tarball, member))
 SHIPPED = {
     "h200-r1-shaped-6l-fp8-sglang0.5.17.json": (
-        PROBE / "call2/calibration-dummy-graphs.json", "dummy-graphs", PROBE / "call2/server-dummy-graphs-dummy-graphs.log"),
+        PROBE / "call2/calibration-dummy-graphs.json", "dummy-graphs", PROBE / "call2/server-dummy-graphs-dummy-graphs.log.xz"),
     "h200-r1-shaped-6l-fp8-random-gates-sglang0.5.17.json": (PROBE / "call1/calibration-random-graphs.json", None, None),
     "h100-r1-shaped-6l-fp8-sglang0.5.17.json": (
         H100_RUN / "calibration-r1s6.json", "cold-default", (H100_RUN / "logs-r1.tar.xz", "r1/server-r1s6-cold-default.log")),
@@ -59,7 +60,10 @@ def _raw(where: Path | tuple[Path, str]) -> dict:
 
 
 def _log_text(where: Path | tuple[Path, str]) -> str:
-    if isinstance(where, Path):
+    if isinstance(where, Path):  # a committed log, xz-compressed where it is large
+        if where.suffix == ".xz":
+            with lzma.open(where, "rt", errors="replace") as log:
+                return log.read()
         return where.read_text(errors="replace")
     tarball, member = where
     with tarfile.open(tarball, "r:xz") as tar:
@@ -127,3 +131,15 @@ def test_the_v2_lite_profile_is_what_its_generator_reads_from_the_device_logs() 
     (cold,) = [s for s in profile["startup"] if s.get("first_graph_capture_s") is not None]
     assert cold["caches"] == "cold" and first_size(gen.cold_log()[1]) == (36, cold["first_graph_capture_s"])
     assert 0 < cold["first_graph_capture_s"] < cold["graph_capture_s"]
+
+
+def test_the_prefill_log_command_rewrites_the_shipped_forwards_from_the_compressed_log(tmp_path: Path) -> None:
+    from orchestrator.perfmodel.prefill_log import main
+
+    name = "h200-r1-shaped-6l-fp8-sglang0.5.17.json"
+    raw, variant, log = SHIPPED[name]
+    assert isinstance(raw, Path) and isinstance(log, Path) and log.suffix == ".xz"  # as the notes' command, .xz added
+    copy = tmp_path / name
+    copy.write_text((PROFILES / name).read_text())
+    assert main([str(raw), str(log), "--variant", str(variant), "--profile", str(copy)]) == 0
+    assert json.loads(copy.read_text())["prefill"] == _profile(name)["prefill"]
