@@ -8,7 +8,9 @@
 set -uo pipefail
 D=${1:?usage: bash benchmarks/planning_examples.sh OUT_DIR}
 mkdir -p "$D"
-P=".venv/bin/pd-orchestrator"
+# `python -m` imports this checkout's orchestrator (the console script would import whichever checkout the editable
+# venv was installed from: another one in a git worktree sharing it)
+P=".venv/bin/python -m orchestrator"
 # The checkout's absolute path is cut from the output (the venv's ShareGPT copy is then named .venv/lib/...), so a
 # raw file reads the same whichever checkout recorded it.
 HERE=$(printf '%s/' "$PWD" | sed 's/[][\\.*^$|]/\\&/g')

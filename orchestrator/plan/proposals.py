@@ -18,6 +18,7 @@ from orchestrator.plan.backtest.band import EAGER_STRETCH_SHARE, ErrorBand, eage
 from orchestrator.plan.deadline import INVALID
 from orchestrator.plan.candidate import Candidate
 from orchestrator.plan.search import SearchResult, search
+from orchestrator.plan.simulation.servers import priced_pairing_search_note
 from orchestrator.plan.simulation.simulate import LABEL
 
 
@@ -164,6 +165,8 @@ def print_search(
     if band is not None:
         print(f"(band: the back-test's out-of-sample error of each row's class: eager = its prediction runs more than "
               f"{EAGER_STRETCH_SHARE:.0%} of its decode steps past its largest CUDA graph; graphed = not)")
+    if pairing := priced_pairing_search_note([c.config for c in found.ranked if c.budget is not None]):
+        print(f"  {pairing}")
     missing = missing_mode_note(cfg, found)
     if missing:
         print(missing)

@@ -52,6 +52,8 @@ def test_search_under_the_2026_rules_keeps_the_contests_sla(capsys):
     # the profile puts the contest's ITL back, and says so
     assert "benchmark.slo.itl_ms: 45.0 -> 20.0 (the contest's command)" in out
     assert all(r[1] in ("4:12", "8:8", "12:4") for r in _rows(out)) and _rows(out)
+    # the preset's prefix_aware pairing is priced as round robin, said once under the ranking
+    assert out.count("priced as round_robin") == 1 and "\n  router.policy prefix_aware: priced as round_robin" in out
     if code == 1:
         assert "no layout clears the gate at any N tried" in out and "vs the SLA's 20 ms" in out
     else:

@@ -94,6 +94,33 @@ def test_plan_says_it_priced_a_load_aware_policy_as_round_robin_where_the_router
         "servers); " in capsys.readouterr().out
 
 
+def test_plan_search_and_compare_say_once_which_configs_they_priced_as_round_robin(capsys) -> None:
+    """A search or an A/B of layouts under a load-aware router.policy prices the layouts with more than one server of
+    a role as round robin: one line says so under the ranking or the table, not one per row; a config that was not
+    simulated (does not fit) is not named, and a modelled policy gets no line."""
+    modelled = "`plan` models round_robin and random pairings exactly, not the load-aware ones\n"
+    search = ["plan", "--config", DEFAULT, "--synthetic", "--rules", "none", "--search", "--top", "1", "--tune-top",
+              "0", "--show", "3"]
+    assert main(search) == 0
+    out = capsys.readouterr().out
+    assert out.count("priced as round_robin") == 1
+    assert re.search(r"\n  router\.policy prefix_aware: priced as round_robin, one turn shared by both roles, in [1-9]"
+                     r"\d* of the \d+ simulated configs \(those with more than one server of a role\); "
+                     + re.escape(modelled), out)
+    assert main([*search, "--set", "router.policy=round_robin"]) == 0
+    assert "priced as round_robin" not in capsys.readouterr().out
+
+    compare = ["compare", "--synthetic", "--set", "benchmark.num_prompts=16", "--configs",
+               *(str(ROOT / f"configs/{name}.yaml") for name in ("h200-1p1d-tp8", "h100-2p1d-tp4", "h200-2p1d-tp4"))]
+    assert main(compare) == 0
+    out = capsys.readouterr().out
+    assert out.count("priced as round_robin") == 1
+    assert ("\n  router.policy priced as round_robin, one turn shared by both roles, for: h200-2p1d-tp4 (prefix_aware; "
+            "2 prefill, 1 decode servers); " + modelled) in out
+    assert main([*compare, "--set", "router.policy=random"]) == 0
+    assert "priced as round_robin" not in capsys.readouterr().out
+
+
 def test_plan_flags_are_checked(capsys) -> None:
     assert main(["plan", "--config", DEFAULT, "--write-dir", "x"]) == 2
     assert "--write-dir needs --search" in capsys.readouterr().err

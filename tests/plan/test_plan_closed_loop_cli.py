@@ -92,6 +92,9 @@ def test_compare_ab_tests_pd_against_aggregated_under_the_first_configs_closed_l
     assert [(int(r[0]), r[1]) for r in rows] == [(n, name) for n in ns for name in ("qwen3-pd-2026", "agg")]
     assert "ITL <= 45 ms" in out and all(r[-1] in ("PASS", "FAIL") for r in rows)
     assert any(line.startswith("agg: ") for line in out.splitlines())
+    assert out.count("priced as round_robin") == 1
+    assert ("\n  router.policy priced as round_robin, one turn shared by both roles, for: qwen3-pd-2026 (prefix_aware; "
+            "2 prefill, 2 decode servers), agg (prefix_aware; 2 aggregated servers); ") in out
 
 
 def test_compare_real_on_a_closed_loop_points_to_serve_and_goodput(capsys):

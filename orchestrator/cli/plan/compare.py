@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -13,6 +14,7 @@ from orchestrator.config import RunConfig, load_config
 from orchestrator.plan.backtest.band import rows_text
 from orchestrator.plan.compare import MEASURED, SIM_ENGINE, compare, compare_table
 from orchestrator.plan.simulation.runs import LABEL, SimulationError
+from orchestrator.plan.simulation.servers import priced_pairing_compare_note
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -42,6 +44,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         shares = {row.name: row.eager_share for row in rows if row.source == LABEL and row.eager_share is not None}
         print(f"back-test error band of the {LABEL} throughputs, by each row's class: {rows_text(band, shares)} "
               "(`plan --backtest`)")
+    simulated = {row.name for row in rows if row.source == LABEL and not math.isnan(row.output_throughput)}
+    if note := priced_pairing_compare_note([(name, cfg) for name, cfg in configs if name in simulated]):
+        print(f"  {note}")
     sources = {row.source for row in rows}
     if SIM_ENGINE in sources:
         print(f"({SIM_ENGINE} rows: a bench run on the simulated engine, its wall time: simulated, no GPU measured)")
@@ -62,10 +67,15 @@ def _compare_closed_loop(configs: list[tuple[str, RunConfig]], args: argparse.Na
           f"{b.output_tokens}, N {','.join(map(str, b.concurrency))}, window {b.window_s:g} s + grace {b.grace_s:g} s, "
           f"TTFT <= {b.slo.ttft_ms:g} ms, ITL <= {b.slo.itl_ms:g} ms, gate >= {b.slo.min_good_fraction:.2f}")
     try:
-        print(compare_table(compare_closed_loop(configs)))
+        results = compare_closed_loop(configs)
+        table = compare_table(results)
     except (SimulationError, ValueError) as exc:
         print(f"compare: {exc}", file=sys.stderr)
         return 2
+    print(table)
+    ran = {name for name, prediction in results if not isinstance(prediction, str)}
+    if note := priced_pairing_compare_note([(name, cfg) for name, cfg in configs if name in ran]):
+        print(f"  {note}")
     return 0
 
 

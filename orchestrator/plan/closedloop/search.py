@@ -25,6 +25,7 @@ from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_
 from orchestrator.plan.closedloop.predict import ClosedLoopPoint, best_point
 from orchestrator.plan.memory.preflight import check_layout_fits
 from orchestrator.plan.simulation.runs import LABEL
+from orchestrator.plan.simulation.servers import priced_pairing_search_note
 from orchestrator.plan.search import PlanError, rules_settings
 from orchestrator.rules import RulesProfile, check_config, load_profile
 
@@ -242,6 +243,8 @@ def print_closed_loop_search(cfg: RunConfig, gpu: str, rules_name: str | None, c
           f"{result.not_compliant} not compliant, {len(result.ranked)} ranked by good output tok/s at the best N "
           "that clears the gate (N ascending, each layout until its first failing N)\n")
     print(search_table(result, gpu, show))
+    if pairing := priced_pairing_search_note([r.config for r in result.ranked]):
+        print(f"  {pairing}")
     best = result.ranked[0] if result.ranked else None
     if best is None or best.best is None:
         slo = cfg.benchmark.slo if rules is None else _closed_loop_rules(cfg, rules)[0].benchmark.slo

@@ -2,16 +2,18 @@
 
 cfg.layout -> layout_servers -> (prefill, decode, aggregated) SimServers: each one perfmodel/scheduling StepScheduler
 with its cost model, node, KV receive link, PD prefill overlap, GPU time-slicing state and decode-step counts.
-Pairing picks each request's servers as `router.policy` does (priced_pairing_note: the line `plan` prints where it
-prices another pairing); SimRequest is one request's path and times through them (sent, arrival at the router, first
-token, end; its pair and its Seqs). simulate.py's Simulation drives them.
+Pairing picks each request's servers as `router.policy` does (priced_pairing_note and its search and compare
+variants: the line `plan`, `plan --search` and `compare` print where it prices another pairing); SimRequest is one
+request's path and times through them (sent, arrival at the router, first token, end; its pair and its Seqs).
+simulate.py's Simulation drives them.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 import random
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
@@ -119,14 +121,47 @@ class Pairing:
 MODELLED_POLICIES = ("round_robin", "random")
 
 
+def _servers_per_role(cfg: RunConfig) -> Counter:
+    return Counter(role for role, _, group in cfg.layout.groups() for _ in range(group.count))
+
+
+def priced_otherwise(cfg: RunConfig) -> bool:
+    """Whether the simulation prices another pairing than router.policy's: a load-aware policy, with a layout that
+    leaves the router a choice (more than one server of a role)."""
+    return cfg.router.policy not in MODELLED_POLICIES and max(_servers_per_role(cfg).values(), default=0) >= 2
+
+
+_MODELLED = f"`plan` models {' and '.join(MODELLED_POLICIES)} pairings exactly, not the load-aware ones"
+
+
 def priced_pairing_note(cfg: RunConfig) -> str | None:
     """One line for `plan` where router.policy is one the simulation does not model (the load-aware ones) and the layout
     leaves the router a choice (more than one server of a role): the pairing it priced instead. None where the priced
     pairing is the policy's own."""
-    policy = cfg.router.policy
-    servers = Counter(role for role, _, group in cfg.layout.groups() for _ in range(group.count))
-    if policy in MODELLED_POLICIES or max(servers.values(), default=0) < 2:
+    if not priced_otherwise(cfg):
         return None
-    per_role = ", ".join(f"{n} {role}" for role, n in servers.items())
-    return (f"router.policy {policy}: priced as round_robin, one turn shared by both roles ({per_role} servers); "
-            f"`plan` models {' and '.join(MODELLED_POLICIES)} pairings exactly, not the load-aware ones")
+    per_role = ", ".join(f"{n} {role}" for role, n in _servers_per_role(cfg).items())
+    return (f"router.policy {cfg.router.policy}: priced as round_robin, one turn shared by both roles ({per_role} "
+            f"servers); {_MODELLED}")
+
+
+def priced_pairing_search_note(configs: Sequence[RunConfig]) -> str | None:
+    """The same, once for a search's ranked layouts (they share the base config's router.policy): how many are priced
+    as round_robin. None where none is."""
+    priced = [c for c in configs if priced_otherwise(c)]
+    if not priced:
+        return None
+    policies = "/".join(sorted({c.router.policy for c in priced}))
+    return (f"router.policy {policies}: priced as round_robin, one turn shared by both roles, in {len(priced)} of the "
+            f"{len(configs)} simulated configs (those with more than one server of a role); {_MODELLED}")
+
+
+def priced_pairing_compare_note(configs: Sequence[tuple[str, RunConfig]]) -> str | None:
+    """The same, once for `compare`'s simulated configs: those priced as round_robin, each with its policy and servers."""
+    priced = [(name, c) for name, c in configs if priced_otherwise(c)]
+    if not priced:
+        return None
+    named = ", ".join(f"{name} ({c.router.policy}; "
+                      f"{', '.join(f'{n} {role}' for role, n in _servers_per_role(c).items())} servers)"
+                      for name, c in priced)
+    return f"router.policy priced as round_robin, one turn shared by both roles, for: {named}; {_MODELLED}"
