@@ -33,7 +33,12 @@ def test_a_fresh_process_reads_no_file_outside_the_keyed_inputs(tmp_path):
     """Every file computing the bands and the models opens is part of the key; every folder it lists is hashed
     whole. Run outside the repository: the entry serves `plan` from any working directory, so nothing may be read
     relative to it."""
-    script = textwrap.dedent("""
+    # the tree under test's package, found by name as the editable install's finder finds it (in a git worktree that
+    # shares another checkout's venv, that finder names the other checkout); its root is off sys.path again before the
+    # hook, so nothing else is looked up there
+    root = repr(str(ROOT))
+    under_test = f"import sys\nsys.path.insert(0, {root})\nimport orchestrator\nsys.path.remove({root})\n"
+    script = under_test + textwrap.dedent("""
         import json, os, sys
         opened, listed = set(), set()
         def hook(event, args):

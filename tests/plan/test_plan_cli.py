@@ -288,7 +288,9 @@ def test_plan_prints_the_same_error_band_from_any_working_directory(tmp_path) ->
     from orchestrator.plan.backtest.band import error_band
     from orchestrator.plan.closedloop.backtest import closed_loop_band
 
-    env = {**os.environ, "PD_ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache")}
+    # PYTHONPATH: the tree under test's package, not the one an editable install elsewhere (a shared venv) names
+    env = {**os.environ, "PD_ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
