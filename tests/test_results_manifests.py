@@ -134,8 +134,10 @@ def test_no_script_and_no_generated_report_is_committed_inside_a_results_folder(
                          "tests/test_benchmarks_smoke.py) or scripts/device/ (the GPU kit), put a one-off one in "
                          "the folder's scripts.tar.xz, and name the new place in its manifest's `moved`: "
                          + ", ".join(scripts))
-    reports = [f for f in files if f.endswith("report.html")]
-    assert not reports, f"generated report.html copies (`pd-orchestrator report --result` rewrites them): {reports}"
+    plots = ("/throughput.png", "/latency.png", "/workers.png", "/timeline.png")  # html_report.PLOTS beside a run's result
+    reports = [f for f in files if f.endswith("report.html") or ("/runs/" in f and f.endswith(plots))]
+    assert not reports, ("generated report copies (`pd-orchestrator report --result runs/<id>/result.json[.xz] --out DIR` "
+                         f"rewrites report.html and its plots): {reports}")
 
 
 def _moved(folder: Path) -> dict:
