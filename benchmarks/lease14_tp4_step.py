@@ -22,6 +22,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,9 @@ def plan() -> dict:
     return variant
 
 
-def probe_model(gpu: str = GPU) -> EngineCostModel:
-    return build_cost_model(QWEN3, gpu, "fp8", **PROBE_SERVER)
+def probe_model(gpu: str = GPU, layers: int | None = None) -> EngineCostModel:
+    arch = QWEN3 if layers is None else replace(QWEN3, num_hidden_layers=layers)
+    return build_cost_model(arch, gpu, "fp8", **PROBE_SERVER)
 
 
 def preset_decode_model(gpu: str = GPU) -> EngineCostModel:
@@ -185,7 +187,7 @@ def classify(f94_s: float, model_f94_s: float, batch_growth: float, context_grow
     """The registered outcome classes (benchmarks/results/2026-11-27-lease14-predicted/README.md)."""
     out = []
     if abs(f94_s - model_f94_s) <= 0.15 * model_f94_s:
-        out.append("fixed: as modelled (F(94) within 15 % of the split's 9.57 ms)")
+        out.append(f"fixed: as modelled (F within 15 % of the split's {model_f94_s * 1e3:.2f} ms)")
     elif f94_s < model_f94_s:
         out.append(f"fixed: LOWER than the split carried to 94 layers ({f94_s * 1e3:.2f} vs {model_f94_s * 1e3:.2f} ms)")
     else:
@@ -199,18 +201,57 @@ def classify(f94_s: float, model_f94_s: float, batch_growth: float, context_grow
     return "; ".join(out)
 
 
-def read(raw_path: Path) -> int:
+def read(raw_paths: list[Path]) -> int:
+    """Each raw file read alone (`read_one`), then, with two or more layer counts of one host, the split of F(L)."""
+    fits = []
+    for path in raw_paths:
+        fit = read_one(path)
+        if fit is None:
+            return 1
+        fits.append(fit)
+    if len({fit[0] for fit in fits}) != 1:
+        print("raw files of several GPUs: no split across them", file=sys.stderr)
+        return 0 if len(fits) == 1 else 1
+    if len({fit[1] for fit in fits}) < 2:
+        return 0
+    gpu = fits[0][0]
+    step_s, layer_s = line([(layers, f) for _, layers, f, *_ in fits])
+    cal = probe_model(gpu).calibration
+    assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None
+    print(f"split over {sorted(fit[1] for fit in fits)} layers at TP 4 x EP 4 on {gpu}: {step_s * 1e3:.3f} ms per step + "
+          f"{layer_s * 1e6:.1f} us per layer (the model's split of this GPU, TP 1 counts: {cal.graph_step_s * 1e3:.3f} ms + "
+          f"{cal.graph_layer_s * 1e6:.1f} us); F holds what the model's all-reduce term misprices")
+    for _, layers, fixed, spread, _ in sorted(fits, key=lambda f: f[1]):
+        off = fixed - (step_s + layers * layer_s)
+        print(f"  {layers} layers: F {fixed * 1e3:.3f} ms, the line {(step_s + layers * layer_s) * 1e3:.3f} ms, off by {off * 1e3:+.3f} ms "
+              f"({'more' if abs(off) > 2 * spread else 'not more'} than twice the repeats' median spread {spread * 1e3:.3f} ms)")
+    contexts = sorted(set.intersection(*(set(f[4]) for f in fits)))
+    for context in contexts:  # added after the run: the split of each context's F alone
+        a, b = line([(f[1], f[4][context]) for f in fits])
+        print(f"  context {context} alone: {a * 1e3:.3f} ms per step + {b * 1e6:.1f} us per layer")
+    return 0
+
+
+def line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares (per step, per layer) seconds through (layers, fixed seconds)."""
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return my - slope * mx, slope
+
+
+def read_one(raw_path: Path) -> tuple[str, int, float, float, dict[int, float]] | None:
+    """One raw file against the model at its own layer count and GPU: (gpu, layers, F, repeats' median spread)."""
     raw = json.loads(raw_path.read_text())
     gpu = gpu_key(raw["gpu"]["name"])
-    model = probe_model(gpu)
-    decode, prefill = measured(raw)
     layers = int(raw["model"]["config"]["num_hidden_layers"])
-    if layers != QWEN3.num_hidden_layers:
-        print(f"the raw file has {layers} layers, not {QWEN3.num_hidden_layers}: read as a {layers}-layer point", file=sys.stderr)
+    model = probe_model(gpu, layers)
+    decode, prefill = measured(raw)
     print(f"on {gpu} ({raw['gpu']['name']}), {layers} layers, TP 4 x EP 4: {len(decode)} decode rows, {len(prefill)} prefill rows")
-    print(f"{'batch':>5} {'ctx':>5} {'rep':>3} {'graph':>5} {'measured ms':>11} {'model ms':>8} {'step err':>8} {'tok/s err':>9} {'in bound':>8} {'F(94) ms':>8}")
+    print(f"{'batch':>5} {'ctx':>5} {'rep':>3} {'graph':>5} {'measured ms':>11} {'model ms':>8} {'step err':>8} {'tok/s err':>9} {'in bound':>8} {'F ms':>8}")
     fixed, inside, graphed = [], 0, [r for r in decode if r["graph"]]
     by_point: dict[tuple[int, int], list[float]] = {}
+    by_context: dict[int, list[float]] = {}
     for r in decode:
         t = terms(model, r["batch"], r["kv"]) if r["graph"] else None
         step = t["step"] if t else model.decode_step_s(r["batch"], r["kv"])
@@ -220,18 +261,19 @@ def read(raw_path: Path) -> int:
         f = r["step_s"] - (step - t["fixed"]) if t else float("nan")
         if t:
             fixed.append(f)
+            by_context.setdefault(r["context"], []).append(f)
             by_point.setdefault((r["batch"], r["context"]), []).append(r["step_s"])
         print(f"{r['batch']:>5} {r['context']:>5} {r['repeat']:>3} {str(r['graph']):>5} {r['step_s'] * 1e3:>11.3f} {step * 1e3:>8.3f} "
               f"{step / r['step_s'] - 1:>+8.1%} {tok_err:>+9.1%} {'yes' if ok else 'NO':>8} {f * 1e3:>8.3f}")
     if not graphed:
         print("no graphed decode point measured: nothing to read", file=sys.stderr)
-        return 1
+        return None
     f94 = statistics.median(fixed)
     spreads = [max(v) - min(v) for v in by_point.values() if len(v) > 1]
     spread = statistics.median(spreads) if spreads else 0.0
     model_f = terms(model, 1, 1)["fixed"]
     print(f"graphed points inside the +-{BOUND:.0%} tok/s bound: {inside} of {len(graphed)}")
-    print(f"F(94) measured (median over {len(fixed)} graphed rows of measured - the model's non-fixed part): {f94 * 1e3:.3f} ms "
+    print(f"F({layers}) measured (median over {len(fixed)} graphed rows of measured - the model's non-fixed part): {f94 * 1e3:.3f} ms "
           f"(the model {model_f * 1e3:.3f} ms; repeats' median spread {spread * 1e3:.3f} ms)")
 
     def step_at(batch: int, context: int) -> tuple[float, float] | None:
@@ -255,8 +297,9 @@ def read(raw_path: Path) -> int:
     if len(contexts) >= 2:
         for batch in sorted({b for b, _ in by_point}):
             a, b = step_at(batch, contexts[0]), step_at(batch, contexts[-1])
-            if a and b and abs(b[1] - a[1]) > 1e-4:
-                ctx_ratios.append((b[0] - a[0]) / (b[1] - a[1]))
+            if a and b:
+                if abs(b[1] - a[1]) > 1e-4:  # a ratio only where the model grows by more than 0.1 ms
+                    ctx_ratios.append((b[0] - a[0]) / (b[1] - a[1]))
                 print(f"batch {batch}: context {contexts[0]} -> {contexts[-1]} grew {(b[0] - a[0]) * 1e3:+.3f} ms measured, "
                       f"{(b[1] - a[1]) * 1e3:+.3f} ms modelled")
     top = f"batch@{contexts[-1]}"
@@ -269,7 +312,11 @@ def read(raw_path: Path) -> int:
             m = model_rows.get((r["concurrency"], r["input_tokens"]))
             text = f"model {m['model_s'] * 1e3:.1f} ms ({m['model_s'] / r['latency_s_median'] - 1:+.1%})" if m else "no prediction"
             print(f"  {r['concurrency']} x {r['input_tokens']}: measured {r['latency_s_median'] * 1e3:.1f} ms, {text}")
-    return 0
+    print()
+    per_context = {c: statistics.median(v) for c, v in sorted(by_context.items())}
+    print("F per context (added after the run, beside the registered F over both): "
+          + ", ".join(f"{c}: {v * 1e3:.3f} ms" for c, v in per_context.items()))
+    return gpu, layers, f94, spread, per_context
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("predict")
     p.add_argument("--json", type=Path, help="also write the predictions here")
     r = sub.add_parser("read")
-    r.add_argument("raw", type=Path, help="calibration-q3l94-tp4ep4-lease14.json")
+    r.add_argument("raw", nargs="+", type=Path, help="calibration-q3l<L>-tp4ep4-lease14.json files (one host's: a split)")
     args = parser.parse_args(argv)
     if args.cmd == "read":
         return read(args.raw)
