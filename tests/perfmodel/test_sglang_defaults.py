@@ -215,9 +215,19 @@ def test_the_planner_s_weights_are_what_every_calibration_log_loaded() -> None:
     # (2026-11-26) the planner counts the absorbed-MLA bf16 copies of kv_b_proj (w_kc / w_vc, 0.19 GiB for the
     # R1-shaped 6 layers at TP 1, 0.10 for V2-Lite); what is left is under 0.3 GiB (0.26 R1-shaped TP 1, 0.11 V2-Lite)
     # and not a parameter: the load's temporaries and kernel modules, which the drop in free memory also counts.
+    # Lease 14's Qwen3 at TP 4 x EP 4 (12, 48, 94 layers) is the exception, a measured miss kept in view, not a wider
+    # bound: SGLang loaded ~4 MiB a layer more than the planner counts (0.15 / 0.28 / 0.48 GiB); about 0.9 MiB of it is
+    # the router gate, which SGLang keeps replicated in bf16 (qwen3_moe.py: ReplicatedLinear, no quant config) where the
+    # planner counts it at 1 byte and split by TP; the rest is not identified (docs/fidelity.md, "Lease 14")
     starts = _starts_logging(WEIGHTS_LOGGED)
+    per_layer = []
     for start, model, stage, logged in starts:
         weights = model.weights_bytes_per_gpu() if stage is None else model.stage_weights_bytes()[stage]
         short_gib = float(logged.group(1)) - weights / 2**30
+        if start[0].startswith("2026-11-27-lease14-"):
+            per_layer.append((model.arch.num_hidden_layers, short_gib))
+            continue
         assert 0 <= short_gib < 0.3, (start, stage, short_gib)
     assert len(starts) >= 29  # 25 without PP + the 2 PP 2 starts' 2 stages each
+    (l0, s0), *_, (l1, s1) = sorted(per_layer)
+    assert len(per_layer) == 3 and 3.5 < (s1 - s0) / (l1 - l0) * 1024 < 4.5 and 0 <= s0 - l0 * (s1 - s0) / (l1 - l0) < 0.3
