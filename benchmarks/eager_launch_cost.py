@@ -26,7 +26,6 @@ Usage (repo root; no GPU):  .venv/bin/python benchmarks/eager_launch_cost.py
 from __future__ import annotations
 
 import json
-import lzma
 import math
 import re
 import statistics
@@ -40,6 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
 from orchestrator.perfmodel.gpus import gpu_spec  # noqa: E402
@@ -69,9 +69,7 @@ def eager_log_points(path: Path) -> list[tuple[int, float]]:
     the first at that batch (the first interval holds the batch's prefill)."""
     by_batch: dict[int, list[float]] = {}
     seen: set[int] = set()
-    with (lzma.open if path.suffix == ".xz" else open)(path, "rt", errors="replace") as log:
-        text = log.read()
-    for line in text.splitlines():
+    for line in read_text(path, errors="replace").splitlines():
         m = DECODE_LINE.search(line)
         if not m or m.group(3) != "False":
             continue

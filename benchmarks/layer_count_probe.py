@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config.model_presets import MODEL_PRESETS  # noqa: E402
 from orchestrator.perfmodel.calibration_lookup import calibration_for  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
@@ -88,7 +89,7 @@ def fixed_from_raw(raw_paths: list[Path]) -> list[dict]:
     time per graphed step (layers x layer_s), per-request and per-context terms, RMS, and its measured points."""
     out = []
     for path in raw_paths:
-        profile = profile_from_raw(json.loads(path.read_text()), raw_dir=str(path.parent), command="layer_probe.sh")
+        profile = profile_from_raw(json.loads(read_text(path)), raw_dir=str(path.parent), command="layer_probe.sh")
         layers = profile.model.num_hidden_layers
         cal = calibration_for(profile, arch_at(layers), profile.model.quantization)
         if cal.decode is None:
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     sv = sub.add_parser("sensitivity")
     sv.add_argument("--slopes-us", default="44,100,150.6", help="per-layer parts to try, comma-separated microseconds")
     r = sub.add_parser("read")
-    r.add_argument("raw", nargs="+", type=Path, help="calibration-r1s<L>-lease8.json files of ONE host")
+    r.add_argument("raw", nargs="+", type=Path, help="calibration-r1s<L>-lease8.json[.xz] files of ONE host")
     r.add_argument("--predicted", type=Path, help="the pre-registered predictions.json to hold the steps against")
     args = parser.parse_args(argv)
     if args.cmd == "sensitivity":

@@ -17,7 +17,7 @@ PACKAGES = ("orchestrator", "deployments")
 
 # Lowest first; a module may import only from its own layer or lower ones.
 LAYERS: list[set[str]] = [
-    {"orchestrator", "records", "phases", "process", "provenance", "stats", "tables"},
+    {"orchestrator", "records", "phases", "process", "provenance", "stats", "tables", "compressed"},
     {"config", "rules"},
     {"perfmodel"},
     {"api", "workload"},

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.compressed import read_text
 from orchestrator.tables import markdown_table, text_table
 
 MEASURED = "measured"
@@ -64,12 +65,7 @@ def _result_documents(root: Path) -> Iterator[tuple[str, dict]]:
     for path in paths:
         if path.name in ("result.json", "result.json.xz"):
             try:
-                if path.suffix == ".xz":
-                    with lzma.open(path, "rt") as compressed:
-                        text = compressed.read()
-                else:
-                    text = path.read_text()
-                yield str(path), json.loads(text)
+                yield str(path), json.loads(read_text(path))
             except (OSError, ValueError, lzma.LZMAError):
                 continue
         elif path.name.endswith((".tar.xz", ".tar.gz", ".tar")):

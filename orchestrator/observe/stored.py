@@ -11,6 +11,7 @@ import lzma
 import tarfile
 from pathlib import Path
 
+from orchestrator.compressed import read_text
 from orchestrator.observe.report import (
     LatencySummary,
     PhaseTime,
@@ -41,11 +42,7 @@ def read_result(spec: str | Path, bench: bool = True) -> dict:
             raise ValueError(f"--result {spec}: {archive} has no member {member}; list them with `tar tf {archive}`") from None
     else:
         try:
-            if path.suffix == ".xz":
-                with lzma.open(path, "rt") as compressed:
-                    text = compressed.read()
-            else:
-                text = path.read_text()
+            text = read_text(path)
         except (OSError, lzma.LZMAError) as exc:
             raise ValueError(f"--result {spec}: cannot read it ({getattr(exc, 'strerror', None) or exc}); "
                              "pass runs/<run id>/result.json") from None

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import sys
 from pathlib import Path
 
+from orchestrator.compressed import read_text
 from orchestrator.perfmodel.profile import CalibrationProfile
 
 GPU_NAMES = {"H200": "H200", "H100": "H100-SXM"}
@@ -155,7 +157,7 @@ def profile_from_raw(raw: dict, raw_dir: str, command: str, created: str = "", p
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("raw", help="calibration-<name>.json written by the harness")
+    ap.add_argument("raw", help="calibration-<name>.json written by the harness (or its committed .json.xz)")
     ap.add_argument("--raw-dir", required=True, help="where the raw files are committed (benchmarks/results/...)")
     ap.add_argument("--out", required=True, help="profile JSON to write (orchestrator/perfmodel/profiles/...)")
     ap.add_argument("--command", default="pd-orchestrator calibrate", help="the command that produced the raw files")
@@ -165,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
                     "fixed time of a graphed step (never a server's calibration)")
     args = ap.parse_args(argv)
     try:
-        profile = profile_from_raw(json.loads(Path(args.raw).read_text()), args.raw_dir, args.command, args.created,
+        profile = profile_from_raw(json.loads(read_text(args.raw)), args.raw_dir, args.command, args.created,
                                    args.purpose)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
         print(f"from_raw: {args.raw}: {exc}", file=sys.stderr)
         return 2
     Path(args.out).write_text(profile.model_dump_json(indent=1, exclude_none=True) + "\n")

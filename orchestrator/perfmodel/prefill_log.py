@@ -27,6 +27,7 @@ import re
 import sys
 from pathlib import Path
 
+from orchestrator.compressed import read_text
 from orchestrator.perfmodel.profile import CalibrationProfile, PrefillPoint
 
 _LINE = re.compile(
@@ -97,22 +98,15 @@ def forwards(raw: dict, log_text: str, variant: str) -> list[PrefillPoint]:
     return out
 
 
-def _log_text(path: Path) -> str:
-    if path.suffix == ".xz":
-        with lzma.open(path, "rt", errors="replace") as log:
-            return log.read()
-    return path.read_text(errors="replace")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("raw", help="calibration-<name>.json of the run")
+    ap.add_argument("raw", help="calibration-<name>.json of the run (or its committed .json.xz)")
     ap.add_argument("log", help="that run's SGLang server log")
     ap.add_argument("--variant", required=True, help="the run (raw runs[].variant) the log belongs to")
     ap.add_argument("--profile", required=True, help="profile JSON whose prefill points get the forwards")
     args = ap.parse_args(argv)
     try:
-        points = forwards(json.loads(Path(args.raw).read_text()), _log_text(Path(args.log)), args.variant)
+        points = forwards(json.loads(read_text(args.raw)), read_text(args.log, errors="replace"), args.variant)
         profile = CalibrationProfile.model_validate_json(Path(args.profile).read_text())
     except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
         print(f"prefill_log: {exc}", file=sys.stderr)

@@ -4,11 +4,11 @@ runs (perfmodel/prefill_log.py -> profile -> calibration.fit_prefill_shares -> P
 from __future__ import annotations
 
 import json
-import lzma
 from pathlib import Path
 
 import pytest
 
+from orchestrator.compressed import read_text
 from orchestrator.config import config_from_dict
 from orchestrator.config.model_presets import DEEPSEEK_R1
 from orchestrator.perfmodel.calibration import fit_prefill_shares
@@ -22,8 +22,7 @@ H200_RUN = ROOT / "benchmarks/results/2026-11-26-dummy-routing-h200/call2"
 
 def test_the_log_gives_each_forward_its_requests_and_time() -> None:
     raw = json.loads((H200_RUN / "calibration-dummy-graphs.json").read_text())
-    with lzma.open(H200_RUN / "server-dummy-graphs-dummy-graphs.log.xz", "rt") as stored:  # committed compressed
-        log = stored.read()
+    log = read_text(H200_RUN / "server-dummy-graphs-dummy-graphs.log.xz")  # committed compressed
     points = forwards(raw, log, "dummy-graphs")
     fresh = [p for p in points if p.per_request == [[8192, 0]]]  # context point 16 x 8192: one prompt per forward
     assert len(fresh) == 15 and all(0.24 < p.time_s < 0.25 for p in fresh)

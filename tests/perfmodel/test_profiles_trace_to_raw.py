@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import io
 import json
-import lzma
 import re
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from orchestrator.compressed import read_text
 from orchestrator.perfmodel.from_raw import profile_from_raw
 from orchestrator.perfmodel.prefill_log import forwards
 
@@ -33,7 +33,7 @@ SHIPPED = {
     "h100-r1-shaped-6l-fp8-sglang0.5.17.json": (
         H100_RUN / "calibration-r1s6.json", "cold-default", (H100_RUN / "logs-r1.tar.xz", "r1/server-r1s6-cold-default.log")),
     # lease 8's layer-count profiles (purpose layer-count: they split the fixed time, calibrate no server)
-    **{f"h100-r1-shaped-{n}l-fp8-sglang0.5.17-lease8.json": (LEASE8 / f"calibration-r1s{n}-lease8.json", None, None)
+    **{f"h100-r1-shaped-{n}l-fp8-sglang0.5.17-lease8.json": (LEASE8 / f"calibration-r1s{n}-lease8.json.xz", None, None)
        for n in (4, 5, 6)},
     # lease 11's Qwen3-shaped layer counts on one H200 host (in the call's layers.tar, one GPU each)
     "h200-qwen3-shaped-6l-fp8-sglang0.5.17-lease11.json": ((LEASE11_LAYERS, "gpu0/calibration-q3l6-lease11.json"), None, None),
@@ -50,8 +50,8 @@ def _profile(name: str) -> dict:
 
 def _raw(where: Path | tuple[Path, str]) -> dict:
     """A raw calibration file: committed as is, or a member of a call's uncompressed tarball."""
-    if isinstance(where, Path):
-        return json.loads(where.read_text())
+    if isinstance(where, Path):  # committed as is or xz-compressed
+        return json.loads(read_text(where))
     tarball, member = where
     with tarfile.open(tarball) as tar:
         handle = tar.extractfile(member)
@@ -61,10 +61,7 @@ def _raw(where: Path | tuple[Path, str]) -> dict:
 
 def _log_text(where: Path | tuple[Path, str]) -> str:
     if isinstance(where, Path):  # a committed log, xz-compressed where it is large
-        if where.suffix == ".xz":
-            with lzma.open(where, "rt", errors="replace") as log:
-                return log.read()
-        return where.read_text(errors="replace")
+        return read_text(where, errors="replace")
     tarball, member = where
     with tarfile.open(tarball, "r:xz") as tar:
         handle = tar.extractfile(member)
