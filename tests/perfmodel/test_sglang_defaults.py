@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.compressed import read_text
 from orchestrator.config.model_presets import ModelArchitecture
 from orchestrator.config.server_spec import add_spec_args, spec_from_args
 from orchestrator.perfmodel import sglang_defaults as sgd
@@ -65,8 +66,8 @@ def _logged_fractions() -> dict[tuple[str, str], float]:
         for name, text in members.items():
             for value in LOGGED.findall(text):
                 logged[(archive, name)] = float(value)
-    for path in sorted(RESULTS.rglob("*.log")):
-        for value in LOGGED.findall(path.read_text(errors="replace")):
+    for path in sorted([*RESULTS.rglob("*.log"), *RESULTS.rglob("*.log.xz")]):  # large logs are committed compressed
+        for value in LOGGED.findall(read_text(path, errors="replace")):
             logged[(str(path.relative_to(RESULTS)), "")] = float(value)
     return logged
 
@@ -88,8 +89,9 @@ def _calibration_launches() -> dict[tuple[str, str], tuple[dict, list[str]]]:
         # an archive of server logs alone (scripts/device/layer_probe.sh): its records lie beside it, in its results folder
         if not any(re.search(r"/calibration-[^/]*\.json$", name) for name in members):
             folder = (RESULTS / archive).parent
-            for path in sorted({*folder.glob("calibration-*.json"), *folder.parent.glob("calibration-*.json")}):
-                record = json.loads(path.read_text())
+            records = {p for f in (folder, folder.parent) for p in (*f.glob("calibration-*.json"), *f.glob("calibration-*.json.xz"))}
+            for path in sorted(records):
+                record = json.loads(read_text(path))
                 for run in record.get("runs", []) if record.get("schema") == "pdo-calibration-raw/1" else []:
                     log = next((m for m in members if m.endswith(f"/server-{record['name']}-{run['variant']}.log")), None)
                     if log is not None:
