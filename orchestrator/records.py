@@ -56,6 +56,12 @@ class RequestResult:
     kv_wait_s: float | None = None  # send -> prefill leg answered (prefill + KV transfer)
     sent_at: float | None = None  # wall clock (time.time()) when first sent
     done_at: float | None = None
+    # the router's own legs of the last attempt, on sent_at's clock (None where the leg never got that far; aggregated:
+    # its one leg is the decode's): the POST handed to the socket, the answer's first bytes read (docs/running.md)
+    prefill_posted_at: float | None = None
+    prefill_first_byte_at: float | None = None
+    decode_posted_at: float | None = None
+    decode_first_byte_at: float | None = None
     prefill_worker: str | None = None
     decode_worker: str | None = None
     attempts: int = 1

@@ -16,7 +16,7 @@ from typing import AsyncGenerator, AsyncIterator
 from orchestrator.records import BenchRequest, RequestResult
 from orchestrator.router.dispatch.dispatcher import PDDispatcher
 from orchestrator.router.dispatch.failures import DispatchError
-from orchestrator.router.dispatch.pairs import Progress
+from orchestrator.router.dispatch.pairs import Progress, RequestStamps
 
 STOP_DRAIN_S = 1.0  # after a stop: how long the answers the engines already sent may take to be read
 
@@ -33,12 +33,15 @@ async def run_one(dispatcher: PDDispatcher, req: BenchRequest, deadline_at: floa
         "sampling_params": {"temperature": 0, "max_new_tokens": req.output_len, "ignore_eos": True},
         "stream": True,
     }
+    sent_at = time.time()
     result = RequestResult(index=req.index, status="failed", prompt_len=req.prompt_len,
-                           output_len=req.output_len, sent_at=time.time())
+                           output_len=req.output_len, sent_at=sent_at)
+    origin = time.monotonic()  # with sent_at: the legs' monotonic stamps -> sent_at's clock
+    stamps = RequestStamps()
     progress = progress or Progress("queued" if queued else None)
     dispatcher.set_progress(progress, "prefill")
     try:
-        answer = await dispatcher.generate(body, deadline_at, progress)
+        answer = await dispatcher.generate(body, deadline_at, progress, stamps)
     except DispatchError as exc:
         result.error = str(exc)
         result.attempts = max(exc.attempts, 1)
@@ -54,6 +57,14 @@ async def run_one(dispatcher: PDDispatcher, req: BenchRequest, deadline_at: floa
     finally:
         dispatcher.set_progress(progress, None)
     result.done_at = time.time()
+
+    def on_sent_at_clock(t: float | None) -> float | None:
+        return None if t is None else sent_at + (t - origin)
+
+    result.prefill_posted_at = on_sent_at_clock(stamps.prefill.posted)
+    result.prefill_first_byte_at = on_sent_at_clock(stamps.prefill.first_byte)
+    result.decode_posted_at = on_sent_at_clock(stamps.decode.posted)
+    result.decode_first_byte_at = on_sent_at_clock(stamps.decode.first_byte)
     if dispatcher.metrics is not None:
         dispatcher.metrics.completed(result)
     return result

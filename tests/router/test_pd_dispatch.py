@@ -251,6 +251,34 @@ async def test_hung_decode_times_out_and_both_legs_are_aborted(servers):
     assert rid in servers["prefill-0/0"].aborted and rid in servers["decode-0/0"].aborted
 
 
+async def test_every_answered_request_has_both_legs_stamped_in_order_and_posted_before_the_engine_read_it(servers):
+    read_at: list[float] = []  # wall clock as the prefill read each body (same host, same clock as sent_at)
+    servers["prefill-0/0"].on_request = lambda: read_at.append(time.time())
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"])
+    results = await collect(d, bench(16), max_in_flight=16)
+    assert all(r.status == "ok" for r in results)
+    for r in results:
+        for leg in ("prefill", "decode"):
+            posted, first_byte = getattr(r, f"{leg}_posted_at"), getattr(r, f"{leg}_first_byte_at")
+            assert r.sent_at <= posted <= first_byte <= r.done_at, (leg, r)
+    posted = sorted(r.prefill_posted_at for r in results)
+    assert len(read_at) == 16 and all(p <= t for p, t in zip(posted, sorted(read_at)))  # the n-th read after the n-th post
+
+
+async def test_a_failed_request_keeps_the_stamps_it_reached(servers):
+    servers["decode-0/0"].hang = True  # reads the request, never answers a byte
+    d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"], request_timeout_s=0.5, max_attempts=1)
+    [hung] = await collect(d, bench(1))
+    assert hung.status == "failed" and hung.error.startswith("timeout: decode")
+    assert hung.sent_at <= hung.prefill_posted_at <= hung.prefill_first_byte_at <= hung.done_at
+    assert hung.sent_at <= hung.decode_posted_at <= hung.done_at and hung.decode_first_byte_at is None
+    d = await make_dispatcher(servers)
+    [late] = await collect(d, bench(1), deadline_at=time.time() - 1)  # never sent
+    assert late.status == "failed"
+    assert (late.prefill_posted_at, late.prefill_first_byte_at, late.decode_posted_at, late.decode_first_byte_at) == (
+        None, None, None, None)
+
+
 async def test_leg_timeout_is_capped_by_the_run_deadline(servers):
     servers["decode-0/0"].hang = True
     d = await make_dispatcher(servers, ["prefill-0/0", "decode-0/0"], max_attempts=3)
@@ -302,6 +330,9 @@ async def test_aggregated_mode_sends_to_one_worker_without_bootstrap_fields():
         [body] = agg.bodies
         assert "rid" in body and not any(k.startswith("bootstrap") for k in body)
         assert result.prefill_worker is None and result.decode_worker == "agg-0/0"
+        # its one leg is stamped as the decode's
+        assert result.sent_at <= result.decode_posted_at <= result.decode_first_byte_at <= result.done_at
+        assert result.prefill_posted_at is None and result.prefill_first_byte_at is None
     finally:
         await agg.stop()
 
@@ -356,6 +387,8 @@ async def test_sim_engine_pair_serves_a_batch(pd_workers):
     assert all(r.status == "ok" for r in results), [r.error for r in results]
     assert all(r.completion_tokens == 8 and len(r.output_ids) == 8 for r in results)
     assert all(r.kv_wait_s is not None and r.ttft_s is not None for r in results)
+    assert all(r.sent_at <= r.prefill_posted_at <= r.prefill_first_byte_at <= r.done_at
+               and r.sent_at <= r.decode_posted_at <= r.decode_first_byte_at <= r.done_at for r in results)
 
 
 async def test_sim_prefill_that_never_sends_kv_is_timed_out_and_the_decode_leg_aborted(pd_workers):

@@ -156,6 +156,9 @@ def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
     assert {w["role"] for w in data["metadata"]["workers"]} == {"prefill", "decode"}
     assert all(r["prefill_worker"] and r["decode_worker"] for r in data["results"])
     assert {r["index"] for r in data["results"]} == set(range(12)), "warm-up requests never enter the results"
+    for r in data["results"]:  # the router's own stamps of both legs, on sent_at's clock
+        for leg in ("prefill", "decode"):
+            assert r["sent_at"] <= r[f"{leg}_posted_at"] <= r[f"{leg}_first_byte_at"] <= r["done_at"], (leg, r)
     prefills = [w for w in data["metadata"]["workers"] if w["role"] == "prefill"]
     assert len(prefills) == 2
     for w in prefills:

@@ -10,7 +10,7 @@ import time
 import orjson
 
 from orchestrator.router.dispatch.connections import EngineConnections
-from orchestrator.router.dispatch.engine_client import EngineConnectionError
+from orchestrator.router.dispatch.engine_client import EngineConnectionError, LegStamps
 from orchestrator.router.dispatch.failures import LegFailure, http_failure, raise_if_stream_aborted
 from orchestrator.router.dispatch.pairs import Answer, Pair, Progress, batch_size, fill_from_payload, with_pairing
 from orchestrator.router.dispatch.policies import WorkerState
@@ -43,12 +43,13 @@ class PairAttempts(EngineConnections):
             limits.append(deadline_at - time.time())
         return min(limits) if limits else DEFAULT_REQUEST_TIMEOUT_S
 
-    async def _prefill_leg(self, w: WorkerState, body: bytes, stream: bool, tokens: int, timeout_s: float) -> float:
+    async def _prefill_leg(self, w: WorkerState, body: bytes, stream: bool, tokens: int, timeout_s: float,
+                           stamps: LegStamps | None = None) -> float:
         """Post to the prefill and wait for its answer (sent after the KV transfer); return monotonic time."""
         self.leg_start(w, tokens)
         try:
             async with asyncio.timeout(timeout_s):
-                r = await self.engine_client.post(w.endpoint.url, "/generate", body)
+                r = await self.engine_client.post(w.endpoint.url, "/generate", body, stamps=stamps)
             if r.status != 200:
                 raise http_failure("prefill", w, r.status, r.body)
             if stream:
@@ -68,7 +69,8 @@ class PairAttempts(EngineConnections):
         on_first_body = (lambda: self.set_progress(answer.progress, "decoding")) if stream else None
         try:
             async with asyncio.timeout(timeout_s):
-                r = await self.engine_client.post(w.endpoint.url, "/generate", body, on_first_body)
+                r = await self.engine_client.post(w.endpoint.url, "/generate", body, on_first_body,
+                                                  answer.stamps.decode if answer.stamps is not None else None)
             if r.status != 200:
                 raise http_failure("decode", w, r.status, r.body)
             if stream:
@@ -88,16 +90,17 @@ class PairAttempts(EngineConnections):
         finally:
             self.leg_done(w, tokens)
 
-    def _start_legs(self, body: dict, pair: Pair, rid: str, timeout_s: float) -> tuple[bytes, asyncio.Task | None]:
-        """One attempt's body (explicit rid, fresh rooms) and its prefill leg, started; the caller runs the
-        decode leg. The rooms stay reserved until the prefill leg (the KV sender) has ended."""
+    def _start_legs(self, body: dict, pair: Pair, rid: str, timeout_s: float,
+                    stamps: LegStamps | None = None) -> tuple[bytes, asyncio.Task | None]:
+        """One attempt's body (explicit rid, fresh rooms) and its prefill leg (its times into `stamps`), started;
+        the caller runs the decode leg. The rooms stay reserved until the prefill leg (the KV sender) has ended."""
         rooms = [self._new_room() for _ in range(batch_size(body) or 1)] if pair.prefill is not None else []
         sent = json_bytes(with_pairing(body, pair, rid, rooms))  # once: the same bytes go to both legs
         if pair.prefill is None:
             return sent, None
         self._rooms_in_flight.update(rooms)
         prefill_task = asyncio.ensure_future(
-            self._prefill_leg(pair.prefill, sent, bool(body.get("stream")), pair.prefill_tokens, timeout_s))
+            self._prefill_leg(pair.prefill, sent, bool(body.get("stream")), pair.prefill_tokens, timeout_s, stamps))
         prefill_task.add_done_callback(lambda _t: self._rooms_in_flight.difference_update(rooms))
         return sent, prefill_task
 
@@ -132,7 +135,8 @@ class PairAttempts(EngineConnections):
         assert me is not None, "an attempt runs in its request's task"
         if answer.progress is not None:
             answer.progress.attempt = (rid, pair)
-        sent, prefill_task = self._start_legs(body, pair, rid, timeout_s)
+        sent, prefill_task = self._start_legs(body, pair, rid, timeout_s,
+                                              answer.stamps.prefill if answer.stamps is not None else None)
         if prefill_task is not None:
 
             def on_prefill_done(t: asyncio.Future) -> None:

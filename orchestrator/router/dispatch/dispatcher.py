@@ -13,7 +13,8 @@ import aiohttp
 
 from orchestrator.router.dispatch.attempt import PairAttempts
 from orchestrator.router.dispatch.failures import LegFailure, RetryState, final_error, http_failure
-from orchestrator.router.dispatch.pairs import Answer, Pair, Progress, request_shape
+from orchestrator.router.dispatch.engine_client import LegStamps
+from orchestrator.router.dispatch.pairs import Answer, Pair, Progress, RequestStamps, request_shape
 from orchestrator.router.dispatch.policies import NoWorkerError, RequestShape
 from orchestrator.router.dispatch.relay import StreamRelay
 
@@ -25,16 +26,20 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 class PDDispatcher(PairAttempts):
     """Pairs and sends requests to the current worker set; one instance per router replica."""
 
-    async def generate(self, body: dict, deadline_at: float | None = None, progress: Progress | None = None) -> Answer:
-        """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError."""
+    async def generate(self, body: dict, deadline_at: float | None = None, progress: Progress | None = None,
+                       stamps: RequestStamps | None = None) -> Answer:
+        """Send one /generate body (stream or not) with retries; the decode's answer, or DispatchError.
+        `stamps` (the caller's, so a failure keeps them) gets the legs' times of each attempt, the last one's kept."""
         sent_at, origin = time.time(), time.monotonic()
         state = RetryState()
         async with contextlib.aclosing(self._attempts(deadline_at, state, request_shape(body))) as attempts:
             async for attempt, pair, _ in attempts:
                 if progress is not None and progress.stopping:
                     break
+                if stamps is not None:
+                    stamps.prefill, stamps.decode = LegStamps(), LegStamps()
                 answer = Answer(status=0, payload=None, pair=pair, rid=self._new_rid(), attempts=attempt,
-                                sent_at=sent_at, origin=origin, progress=progress)
+                                sent_at=sent_at, origin=origin, progress=progress, stamps=stamps)
                 try:
                     await self._attempt(body, pair, self._leg_timeout_s(deadline_at), answer)
                     return answer

@@ -1,7 +1,8 @@
 """Keep-alive HTTP/1.1 client for the engine legs: `EngineClient.post(url, path, body) -> EngineAnswer`.
 
 `dispatcher -> EngineClient -> pooled _Connection (asyncio.Protocol + httptools parser) -> engine /generate`.
-One POST, the whole answer in one buffer, the time of its first body bytes kept (the TTFT of a stream).
+One POST, the whole answer in one buffer, the time of its first body bytes kept (the TTFT of a stream); with a
+LegStamps, also when the request's bytes were handed to the socket and when the answer's first bytes came back.
 Why not aiohttp's ClientSession for these two legs per request: building its ClientRequest/ClientResponse
 and stream reader was about half of the dispatcher's Python time (docs/performance.md "Router overhead");
 this does only what the legs need on the parser uvicorn uses (httptools). Aborts, health probes and relayed
@@ -36,6 +37,17 @@ class EngineAnswer:
     first_body_at: float | None = None
 
 
+@dataclass(slots=True)
+class LegStamps:
+    """One leg's router-side times (time.monotonic()): its POST handed to the socket, its answer's first bytes read.
+
+    For a streamed SGLang answer the first bytes are the response head, which its HTTP front writes as the handler
+    starts streaming; for a JSON answer they come with the whole answer."""
+
+    posted: float | None = None
+    first_byte: float | None = None
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; at most one request at a time (no pipelining)."""
 
@@ -46,11 +58,13 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle_since = 0.0
-        self._reset(None, None)
+        self._reset(None, None, None)
 
-    def _reset(self, waiter: asyncio.Future | None, on_first_body: Callable[[], None] | None) -> None:
+    def _reset(self, waiter: asyncio.Future | None, on_first_body: Callable[[], None] | None,
+               stamps: LegStamps | None) -> None:
         self.waiter = waiter
         self.on_first_body = on_first_body
+        self.stamps = stamps
         self.received = False  # any bytes of this answer yet
         self.status = 0
         self.chunks: list[bytes] = []
@@ -64,6 +78,8 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # create_connection's: a stream transport
 
     def data_received(self, data: bytes) -> None:
+        if not self.received and self.stamps is not None:
+            self.stamps.first_byte = time.monotonic()
         self.received = True
         try:
             self.parser.feed_data(data)
@@ -116,11 +132,14 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    async def request(self, head: bytes, body: bytes, on_first_body: Callable[[], None] | None) -> EngineAnswer:
+    async def request(self, head: bytes, body: bytes, on_first_body: Callable[[], None] | None,
+                      stamps: LegStamps | None = None) -> EngineAnswer:
         waiter = asyncio.get_running_loop().create_future()
-        self._reset(waiter, on_first_body)
+        self._reset(waiter, on_first_body, stamps)
         assert self.transport is not None
-        self.transport.write(head + body)
+        self.transport.write(head + body)  # written to the socket now unless its buffer is full
+        if stamps is not None:
+            stamps.posted = time.monotonic()
         return await waiter
 
 
@@ -144,10 +163,11 @@ class EngineClient:
             target = self._targets[url] = ((parts.hostname, port), f"{parts.hostname}:{port}".encode())
         return target
 
-    async def post(self, url: str, path: str, body: bytes,
-                   on_first_body: Callable[[], None] | None = None) -> EngineAnswer:
+    async def post(self, url: str, path: str, body: bytes, on_first_body: Callable[[], None] | None = None,
+                   stamps: LegStamps | None = None) -> EngineAnswer:
         """POST `body` (JSON) to url + path and read the whole answer. Cancelling closes the connection
-        (the engine sees the client go away). Raises EngineConnectionError when no whole answer came."""
+        (the engine sees the client go away). Raises EngineConnectionError when no whole answer came.
+        `stamps` gets the send's and the answer's first bytes' times as they happen (kept when the leg fails)."""
         key, host = self._target(url)
         head = (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + host +
                 b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
@@ -156,14 +176,14 @@ class EngineClient:
             conn, reused = await self._connect(key), False
         try:
             try:
-                answer = await conn.request(head, body, on_first_body)
+                answer = await conn.request(head, body, on_first_body, stamps)
             except EngineConnectionError:
                 if not reused or conn.received:
                     raise
                 # The engine closed this idle connection as we sent on it (nothing came back): the request
                 # was not read, so send it once more on a new connection.
                 conn = await self._connect(key)
-                answer = await conn.request(head, body, on_first_body)
+                answer = await conn.request(head, body, on_first_body, stamps)
         except BaseException:
             conn.close()
             raise
@@ -194,6 +214,7 @@ class EngineClient:
     def _release(self, conn: _Connection) -> None:
         conn.waiter = None
         conn.on_first_body = None
+        conn.stamps = None
         idle = self._idle.setdefault(conn.key, [])
         if conn.closed or not conn.keep_alive or len(idle) >= self.max_idle_per_host:
             conn.close()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.api.generate import SGLANG_DEFAULT_MAX_NEW_TOKENS
+from orchestrator.router.dispatch.engine_client import LegStamps
 from orchestrator.router.dispatch.policies import RequestShape, WorkerState
 
 
@@ -18,6 +19,14 @@ class Pair:
     prefill: WorkerState | None = None
     prefill_tokens: int = 0  # this request's token cost on each leg (WorkerState.outstanding_tokens)
     decode_tokens: int = 0
+
+
+@dataclass(slots=True)
+class RequestStamps:
+    """Router-side times of the legs of a request's latest attempt (aggregated: its one leg is `decode`)."""
+
+    prefill: LegStamps = field(default_factory=LegStamps)
+    decode: LegStamps = field(default_factory=LegStamps)
 
 
 @dataclass
@@ -37,6 +46,7 @@ class Answer:
     output_ids: list[int] = field(default_factory=list)
     completion_tokens: int = 0
     progress: "Progress | None" = None  # the request's state for RouterMetrics, shared by its attempts
+    stamps: RequestStamps | None = None  # the caller's, written by each attempt's legs
 
 
 @dataclass(eq=False)  # a handle: one per request, compared by identity
