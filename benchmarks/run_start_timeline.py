@@ -51,9 +51,9 @@ _CACHES = re.compile(r"engine start, compile caches: (.*)")
 ALIGN = 16
 
 
-def archive_texts(source: str, aggregated: bool) -> tuple[str, list[float]]:
-    """bench.txt's compile-cache line and the sends (epoch s) of the run's result.json: the one of the row's mode
-    under the archive prefix, as read_measured picks it."""
+def archive_texts(source: str, aggregated: bool) -> tuple[str, list[float], list[dict]]:
+    """bench.txt's compile-cache line, the sends (epoch s) and the completed records of the run's result.json: the
+    one of the row's mode under the archive prefix, as read_measured picks it."""
     archive, prefix = _archive(source)
     with tarfile.open(archive) as tar:
         names = [n for n in tar.getnames() if n.startswith(prefix)]
@@ -66,8 +66,30 @@ def archive_texts(source: str, aggregated: bool) -> tuple[str, list[float]]:
         benches = [n for n in names if n.endswith("bench.txt")]
         caches = next((m.group(1) for n in benches if (m := _CACHES.search(text(n)))), "not printed")
         result = next(n for n in names if n.endswith("/result.json") and aggregated == ("-agg" in n.split("/")[-2]))
-        sends = sorted(r["sent_at"] for r in json.loads(text(result))["results"] if r["status"] == "ok")
-    return caches, sends
+        ok = [r for r in json.loads(text(result))["results"] if r["status"] == "ok"]
+    return caches, sorted(r["sent_at"] for r in ok), ok
+
+
+def router_legs(records: list[dict], server: str, t0: float) -> dict | None:
+    """When the router posted its legs to `server` (a prefill's, or an aggregated server's one leg) and read their
+    answers' first bytes, sorted, seconds from t0: result.json's router stamps (None: a result.json without them).
+    A streamed answer's first bytes are SGLang's response head, written by its HTTP front once it parsed the request
+    and before it handed it to the tokenizer manager and the scheduler."""
+    leg = "decode" if server.startswith("aggregated") else "prefill"
+    mine = [r for r in records if (r.get(f"{leg}_worker") or "").split("/")[0] == server]
+    posted = sorted(r[f"{leg}_posted_at"] - t0 for r in mine if r.get(f"{leg}_posted_at") is not None)
+    heads = sorted(r[f"{leg}_first_byte_at"] - t0 for r in mine if r.get(f"{leg}_first_byte_at") is not None)
+    return {"leg": leg, "posted": posted, "heads": heads} if posted else None
+
+
+def sent_by(legs: dict | None, n: int) -> str:
+    """When the router had posted n legs to the server, as " (sent by the router by +X s)"; "" without stamps."""
+    return f" (sent by the router by {by_count(legs['posted'], n):+.2f} s)" if legs else ""
+
+
+def by_count(times: list[float], n: int) -> float:
+    """When the n-th of the sorted `times` happened (the last one past their count)."""
+    return times[min(max(n, 1), len(times)) - 1]
 
 
 def chain_times(lines: list[dict]) -> tuple[list[float], float]:
@@ -177,7 +199,7 @@ def report(row: dict, batches: dict, with_model: bool, source: str | None = None
     run = read_measured(row, source)
     if not run.logs:
         return None
-    caches, sends = archive_texts(source, "agg" in row["config"])
+    caches, sends, records = archive_texts(source, "agg" in row["config"])
     firsts = sorted(r.first_s for r in run.reqs)
     burst = sum(1 for t in firsts if t <= firsts[0] + 0.05)
     print(f"\n== {row['id']}\n   caches at engine start: {caches}")
@@ -195,6 +217,14 @@ def report(row: dict, batches: dict, with_model: bool, source: str | None = None
             print(f"      its first full-chunk line would fall at {s['first_lines'][0][0]:+.2f} s, after the first token: "
                   "this log's stamps are not on the client's clock; not placed")
             s["unplaced"] = s.pop("first_lines")[0][0]
+        legs = router_legs(records, s["server"], run.t0)
+        if legs is not None:
+            posted, heads = legs["posted"], legs["heads"]
+            s["router"] = {"leg": legs["leg"], "posted_99_s": by_count(posted, round(0.99 * len(posted))),
+                           "heads_99_s": by_count(heads, round(0.99 * len(heads))) if heads else None}
+            print(f"      the router's {legs['leg']} legs to it ({len(posted)} stamped): 99 % posted by "
+                  f"{s['router']['posted_99_s']:+.2f} s (first {posted[0]:+.3f} s); SGLang's HTTP front answered "
+                  "the head of 99 % by " + (f"{s['router']['heads_99_s']:+.2f} s" if heads else "- (none read)"))
         if "first_lines" in s:
             lines = ", ".join(f"{t:+.2f} s ({n} seq, {k:,} tok)" for t, n, k in s["first_lines"])
             print(f"      the run's first Prefill lines (each logged as its batch's result is processed; anchor "
@@ -202,7 +232,7 @@ def report(row: dict, batches: dict, with_model: bool, source: str | None = None
             seen = s["seen"]
             allin = next((t for t, n in seen if n >= 0.99 * len(sends)), None)
             print("      requests the scheduler has seen (admitted + waiting + bootstrap) at its lines: "
-                  + ", ".join(f"{n} at {t:+.2f} s" for t, n in seen[:8])
+                  + ", ".join(f"{n} at {t:+.2f} s{sent_by(legs, n)}" for t, n in seen[:8])
                   + (f"; 99 % of the sends by {allin:+.2f} s" if allin is not None else "; not 99 % by the 40th line"))
             s["all_seen_s"] = allin
     pdo = None
