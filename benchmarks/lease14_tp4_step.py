@@ -82,8 +82,10 @@ def terms(model: EngineCostModel, batch: int, kv_tokens: int) -> dict[str, float
         "allreduce": model._comm_s(batch, None, eager=False, decode=True),
         "fixed": cal.graph_step_s + model.arch.num_hidden_layers * cal.graph_layer_s,
     }
+    # Triton GQA attention beyond its KV bytes (server/triton_gqa.py; 0 before 2026-11-27 hctx)
+    parts["attention_wait"] = model._triton_gqa_wait_s(batch, kv_tokens, parts["kv"])
     step = model.decode_step_s(batch, kv_tokens)
-    memory = parts["weights"] + parts["experts"] + parts["kv"]
+    memory = parts["weights"] + parts["experts"] + parts["kv"] + parts["attention_wait"]
     parts["compute_over_reads"] = max(0.0, step - memory - parts["allreduce"] - parts["fixed"])
     assert abs(sum(parts.values()) - step) < 1e-9, "the parts do not add up to the step"
     return {"step": step, **parts, "experts_hit_per_gpu": model._experts_hit_fraction(batch) * QWEN3.n_routed_experts / model.ep}
@@ -126,7 +128,7 @@ def prefill_predictions(model: EngineCostModel) -> list[dict]:
     return rows
 
 
-PARTS = ("fixed", "weights", "experts", "kv", "allreduce", "compute_over_reads")
+PARTS = ("fixed", "weights", "experts", "kv", "allreduce", "attention_wait", "compute_over_reads")
 
 
 def predict() -> dict:

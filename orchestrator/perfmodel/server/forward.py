@@ -3,7 +3,11 @@ GPU's fixed costs, TP / DP-attention collectives and PP sends, and the CPU launc
 
 from __future__ import annotations
 
+import math
+
+from orchestrator.perfmodel import sglang_defaults as sgd
 from orchestrator.perfmodel.parallel import collectives
+from orchestrator.perfmodel.server import triton_gqa
 from orchestrator.perfmodel.server.memory import MemoryTerms
 from orchestrator.perfmodel.weights import dummy_routing, experts_hit_fraction
 
@@ -74,11 +78,33 @@ class ForwardTerms(MemoryTerms):
         cal = self.calibration if graphed_floor and self._lent_floor else None
         if cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None:
             backend = self.attention_speed / ATTENTION_BACKEND_SPEED.get(cal.attention_backend, 1.0)
-            memory_s = ((weights - routed + kv_bytes / backend) / (hbm * WEIGHT_READ_EFFICIENCY)
+            kv_s = kv_bytes / backend / (hbm * WEIGHT_READ_EFFICIENCY)
+            memory_s = ((weights - routed) / (hbm * WEIGHT_READ_EFFICIENCY) + kv_s
                         + routed / (hbm * (cal.graph_expert_read_share or WEIGHT_READ_EFFICIENCY)))
+            if decode:
+                memory_s += self._triton_gqa_wait_s(tokens, kv_read_tokens, kv_s, stage)
             step_s, layer_s = cal.graph_step_s, cal.graph_layer_s
         fixed_s = (step_s if stage is None else 0.0) + self.stage_layer_count(stage) * layer_s
         return max(compute_s, memory_s) + self._comm_s(tokens, stage, eager, decode) + fixed_s
+
+    def _triton_gqa_wait_s(self, tokens: int, kv_read_tokens: float, kv_s: float, stage: int | None = None) -> float:
+        """What SGLang's Triton GQA decode attention waits beyond its KV bytes (`kv_s`, this forward's layers): each layer
+        takes max(bytes, one program's 32-token iterations x their cost) (server/triton_gqa.py: with one KV head a GPU
+        and a small batch a few programs walk an eighth of the context each). Decode with the Triton backend on a GQA
+        layer only: MLA's splits scale with the SMs and the context (its term is the calibrated one), FA3 not measured."""
+        arch = self.arch
+        if self.attention_backend != "triton" or arch.is_mla or tokens <= 0 or kv_read_tokens <= 0:
+            return 0.0
+        attn_tp = max(1, self.tp // self.attn_dp)
+        requests = max(1, math.ceil(tokens / self.attn_dp))
+        max_splits = sgd.TRITON_NUM_KV_SPLITS
+        if self.triton_split_tile_size:  # triton_backend.py: max_kv_splits = ceil(context length / tile)
+            max_splits = -(-(self.context_length or arch.max_position_embeddings) // self.triton_split_tile_size)
+        latency = triton_gqa.attention_latency_s(
+            kv_read_tokens / tokens, requests, arch.num_attention_heads // attn_tp,
+            max(1, arch.num_key_value_heads // attn_tp), self.gpu.sm_count, max_splits)
+        layers = self.stage_layer_count(stage)
+        return layers * max(0.0, latency - kv_s / max(1, layers))
 
     @property
     def _lent_floor(self) -> bool:
