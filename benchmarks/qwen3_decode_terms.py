@@ -84,12 +84,15 @@ def model_terms(cfg_path: str, gpu: str, batch: int, context_per_request: float,
     rate = hbm * WEIGHT_READ_EFFICIENCY
     uniform = experts_hit_fraction(batch, arch.num_experts_per_tok, arch.n_routed_experts)
     backend = model.attention_speed / ATTENTION_BACKEND_SPEED.get(cal.attention_backend, 1.0)
+    kv_s = batch * context_per_request * model.kv_bytes_per_gpu_token() / rate / backend
     return {
         "step": model.decode_step_s(batch, int(batch * context_per_request)),
         "attention+dense": (w["attention"] + w["dense_mlp_shared"]) / rate,
         "experts (uniform)": w["routed_experts"] * uniform / (hbm * cal.graph_expert_read_share),
         "lm head": model.params.lm_head * fmt.embedding_bytes / model.tp / rate,
-        "kv": batch * context_per_request * model.kv_bytes_per_gpu_token() / rate / backend,
+        "kv": kv_s,
+        # Triton GQA attention beyond its bytes (server/triton_gqa.py; 0 before 2026-11-27 hctx)
+        "attention wait": model._triton_gqa_wait_s(batch, int(batch * context_per_request), kv_s),
         "step floor": cal.graph_step_s,
         "layer floor": arch.num_hidden_layers * cal.graph_layer_s,
         "experts hit (uniform)": uniform * arch.n_routed_experts,
@@ -97,7 +100,7 @@ def model_terms(cfg_path: str, gpu: str, batch: int, context_per_request: float,
     }
 
 
-PARTS = ("attention+dense", "experts (uniform)", "lm head", "kv", "step floor", "layer floor")
+PARTS = ("attention+dense", "experts (uniform)", "lm head", "kv", "attention wait", "step floor", "layer floor")
 
 
 def lone_grid() -> None:
