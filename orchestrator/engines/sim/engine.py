@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+from orchestrator.api.generate import SamplingParams
 from orchestrator.engines.sim.faults import FaultInjector, RequestFate, crash, parse_fault_spec
 from orchestrator.engines.sim.inflight import Run
 from orchestrator.engines.sim.kv.decode import KvReceiver
@@ -188,8 +189,13 @@ class SimEngine:
         }
 
     # ----- requests ------------------------------------------------------------------------------------------
+    def context_len(self) -> int:
+        """SGLang's context length: --context-length, else the model's max_position_embeddings."""
+        return self.settings.context_length or self.arch.max_position_embeddings
+
     def check_item(self, item: Item) -> None:
         s = self.settings
+        self._check_context(len(item.input_ids), item.params)
         limit = self.scheduler.max_request_tokens()
         if len(item.input_ids) >= limit:
             raise BadRequest(
@@ -207,6 +213,21 @@ class SimEngine:
                 raise BadRequest(MISSING_ROOM)
             if s.mode == "decode" and not item.bootstrap_host:
                 raise BadRequest("bootstrap_host is required on a decode server: the host of the prefill's bootstrap server")
+
+    def _check_context(self, input_len: int, params: SamplingParams) -> None:
+        """SGLang 0.5.17's TokenizerManager._validate_one_request, its words: the prompt below the context length, and
+        prompt + a max_new_tokens the request sent within it (no --allow-auto-truncate: refused, not clamped)."""
+        context = self.context_len()
+        if input_len >= context:
+            raise BadRequest(f"The input ({input_len} tokens) is longer than the model's context length "
+                             f"({context} tokens).")
+        max_new = params.max_new_tokens
+        if "max_new_tokens" in params.model_fields_set and input_len + max_new > context:
+            raise BadRequest(
+                f"Requested token count exceeds the model's maximum context length of {context} tokens. You "
+                f"requested a total of {input_len + max_new} tokens: {input_len} tokens from the input messages and "
+                f"{max_new} tokens for the completion. Please reduce the number of tokens in the input messages or "
+                "the completion to fit within the limit.")
 
     def start_run(self, item: Item, fate: RequestFate, streaming: bool) -> Run:
         req = SimRequest(

@@ -94,6 +94,9 @@ def test_chat_stream_frames_like_sglang(aggregated):
     ("/v1/completions", {"max_tokens": 3}, "prompt: required"),
     ("/v1/completions", "not json", "not valid JSON"),
     ("/v1/completions", {"prompt": [1, 2], "bootstrap_port": 0}, "bootstrap_port"),
+    # SGLang refuses a completion that cannot fit the context at once; it does not generate until a cap
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6},
+     "exceeds the model's maximum context length of 163840 tokens"),
 ])
 def test_malformed_openai_bodies_get_sglangs_400(aggregated, path, body, needle):
     content = body if isinstance(body, str) else json.dumps(body)
