@@ -86,6 +86,15 @@ def _append_hint(where: str) -> str:
     return f"append one with --set '{where}.{APPEND}={example}'"
 
 
+def _check_known_key(section: list[str], key: str) -> None:
+    """Refuse `key` where the config section at `section` is a model without that field, naming the nearest one."""
+    known = _keys_at(tuple(int(p) if p.isdigit() else p for p in section))
+    if known and key not in known:
+        close = difflib.get_close_matches(key, known, n=1)
+        raise OverridePathError(".".join([*section, key]) + ": unknown key; "
+                                + (f"did you mean {close[0]}?" if close else "remove it or check its spelling"))
+
+
 def apply_override(data: dict, path: list[str], value: Any) -> None:
     """Set data[path] = value; a list takes an index (the next free one appends) or `+` (append)."""
     node: Any = data
@@ -113,7 +122,10 @@ def apply_override(data: dict, path: list[str], value: Any) -> None:
                 node[part] = value
                 return
             if node.get(part) is None:
-                node[part] = [] if path[i + 1].isdigit() or path[i + 1] == APPEND else {}
+                indexed = path[i + 1].isdigit() or path[i + 1] == APPEND
+                if indexed:  # else an empty list would blame the index of a misspelt key (pydantic names a section)
+                    _check_known_key(path[:i], part)
+                node[part] = [] if indexed else {}
             node = node[part]
         else:
             raise OverridePathError(f"{where} is a value ({node!r}), not a section; set {where}=VALUE")

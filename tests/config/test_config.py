@@ -118,6 +118,14 @@ def test_bad_override_names_the_path() -> None:
         load_config(ROOT / "configs/default.yaml", ["layout.prefill.0.count"])
 
 
+@pytest.mark.parametrize("override", ["layout.prefil.0.count=2", "layout.prefil.+={count: 1, tp: 4}"])
+def test_a_misspelt_list_key_is_named_with_the_nearest_one_not_blamed_on_its_index(override: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "configs/default.yaml", [override])
+    assert "layout.prefil: unknown key; did you mean prefill?" in str(err.value)
+    assert "append" not in str(err.value)  # no advice to append to a section that does not exist
+
+
 def test_several_problems_are_each_reported(tmp_path: Path) -> None:
     data = {**MINIMAL, "benchmark": {"num_prompts": -1, "seed": "x"}, "bogus": 1}
     with pytest.raises(ConfigError) as err:
