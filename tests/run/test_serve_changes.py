@@ -43,6 +43,7 @@ def test_the_running_port_and_name_stay_when_a_file_is_applied(running):
      "layout.decode.0 (decode-0): only count may change on a running group (max_running_requests differ)"),
     (["layout.decode.0.tp=8"], "apply: layout.decode.0: ep=4"),
     (["router.policy=round_robin"], "router: differs from the running service's"),
+    (["router.port=18124"], "router: differs from the running service's"),  # was dropped: 'nothing to do'
     (["layout.decode.0.count=0"], "layout.decode.0.count"),
     (["layout.decode.7.count=2"], "layout.decode has 1 item(s)"),
 ])

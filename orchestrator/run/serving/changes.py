@@ -50,6 +50,11 @@ def new_config(current: RunConfig, config_yaml: str | None, overrides: list[str]
         raise ChangeRefused(f"--config is not valid YAML: {exc}".replace("\n", " ")) from None
     if not isinstance(data, dict):
         raise ChangeRefused("--config: the top level must be a mapping of sections")
+    # a running gateway keeps its port (serve may have moved a busy one) whatever the file says; set before the
+    # overrides, so a --set router.port is a change of the router, refused by plan_change, not dropped
+    if not isinstance(data.get("router"), dict):
+        data["router"] = {}
+    data["router"]["port"] = current.router.port
     try:
         for text in overrides:
             keys, value = parse_override(text)
@@ -60,9 +65,7 @@ def new_config(current: RunConfig, config_yaml: str | None, overrides: list[str]
         new = config_from_dict(data, "apply")
     except ConfigError as exc:
         raise ChangeRefused("; ".join(f"{exc.source}: {p}" for p in exc.problems)) from None
-    # a running gateway keeps its name and port (serve may have moved a busy port)
-    return new.model_copy(update={"name": current.name,
-                                  "router": new.router.model_copy(update={"port": current.router.port})})
+    return new.model_copy(update={"name": current.name})  # the service's name stays (its state file, socket)
 
 
 def plan_change(current: RunConfig, new: RunConfig) -> LayoutChange:
