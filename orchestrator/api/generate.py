@@ -142,6 +142,9 @@ def invalid_body_message(errors: Sequence[Mapping[str, Any]]) -> str:
         return f"invalid request: body is not valid JSON ({(e.get('ctx') or {}).get('error', 'parse error')})"
     where = _field_path(e.get("loc", ()))
     if kind in ("model_type", "model_attributes_type", "dict_type") and not where:
+        if isinstance(e.get("input"), bytes):  # FastAPI parses JSON only under a JSON content type (curl -d: a form)
+            return ("invalid request: body: not read as JSON (its Content-Type is not application/json); send the "
+                    "header Content-Type: application/json")
         return f"invalid request: body: send a JSON object (got {type(e.get('input')).__name__})"
     msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
     if kind == "missing":

@@ -79,6 +79,25 @@ def test_the_openai_sdk_raises_bad_request_naming_the_field(ingress):
 ENGINE_REFUSES = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "min_tokens": 5}
 
 
+@pytest.mark.parametrize("path", [*OPENAI_PATHS, "/generate"])
+def test_a_json_body_sent_as_a_form_is_a_400_naming_the_content_type(ingress, path):
+    """`curl -d '{...}'` without -H sends application/x-www-form-urlencoded; the answer names the header to send
+    (it said 'send a JSON object (got bytes)' to a body that was one)."""
+    r = httpx.post(ingress.url + path, content=json.dumps(COMPLETION).encode(),
+                   headers={"content-type": "application/x-www-form-urlencoded"}, timeout=30)
+    error = openai_error(r, 400)
+    assert "send the header Content-Type: application/json" in error["message"] and error["param"] is None, error
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_completion_longer_than_the_context_is_refused_at_once_with_sglangs_words(ingress, stream):
+    """Prompt + max_tokens over the engines' context length: the engine's 400 comes back through the gateway,
+    at once (it was generated until the KV pool's cap: minutes for a serve user's max_tokens=100000)."""
+    body = {**CHAT, "max_tokens": 10**6, "stream": stream}
+    error = openai_error(httpx.post(ingress.url + "/v1/chat/completions", json=body, timeout=30), 400)
+    assert "exceeds the model's maximum context length of" in error["message"], error
+
+
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("path, body", [
     ("/v1/chat/completions", ENGINE_REFUSES),
