@@ -90,14 +90,15 @@ def measured_from_result(result: object) -> Measured:
 
 
 def find_real_run(cfg: RunConfig) -> tuple[Path, Measured] | None:
-    """The newest result.json under cfg.benchmark.result_dir whose config has this layout, model and GPU."""
+    """The newest VALID result.json under cfg.benchmark.result_dir whose config has this layout, model, GPU and
+    batch (an interrupted run, or one of another prompt count, measures another prediction)."""
     root = Path(cfg.benchmark.result_dir)
     want = _identity(cfg)
     paths = sorted(root.glob("*/result.json"), key=lambda p: p.stat().st_mtime, reverse=True) if root.is_dir() else []
     for path in paths:
         try:
             data = json.loads(path.read_text())
-            if _identity(RunConfig.model_validate(data["metadata"]["config"])) == want:
+            if data.get("verdict") == "VALID" and _identity(RunConfig.model_validate(data["metadata"]["config"])) == want:
                 return path, measured_from_result(data)
         except (OSError, ValueError, KeyError, TypeError):
             continue  # unreadable, foreign or failed runs are not evidence
@@ -107,7 +108,13 @@ def find_real_run(cfg: RunConfig) -> tuple[Path, Measured] | None:
 def _identity(cfg: RunConfig) -> tuple:
     """What must match for a real run to measure this config's prediction."""
     return (cfg.layout.model_dump(mode="json"), cfg.model.architecture().name, cfg.model.quantization,
-            cfg.cluster.gpu, cfg.engine.kind, cfg.sim_profile if cfg.engine.kind == "sim" else None)
+            cfg.cluster.gpu, cfg.engine.kind, cfg.sim_profile if cfg.engine.kind == "sim" else None,
+            cfg.benchmark.model_dump(mode="json", include=BATCH_FIELDS))
+
+
+# the benchmark fields that make the batch and how it is sent (not where results go, the deadline or the warm-up)
+BATCH_FIELDS = {"kind", "dataset_path", "num_prompts", "seed", "context_len", "fixed_output_len", "ordering",
+                "max_in_flight", "input_tokens", "output_tokens"}
 
 
 def simulated_row(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,15 @@ def test_an_existing_real_run_of_the_same_layout_is_shown_with_the_prediction_er
         (tmp_path / run_id / "result.json").write_text(json.dumps(result))
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "result.json").write_text("{not json")
+    # newer runs of the same layout that measure another prediction: Ctrl-C'd, and a --set prompt count
+    smaller = cfg.model_copy(update={"benchmark": cfg.benchmark.model_copy(update={"num_prompts": 300})})
+    for run_id, run_cfg, verdict in (("interrupted", cfg, "INVALID: interrupted during measured run: received SIGINT"),
+                                     ("300-prompts", smaller, "VALID")):
+        (tmp_path / run_id).mkdir()
+        result = {"run_id": run_id, "verdict": verdict, "duration_s": 7.0, "total_s": 65.0,
+                  "metadata": {"config": run_cfg.model_dump(mode="json")}, "results": _records(95, 7.0)}
+        (tmp_path / run_id / "result.json").write_text(json.dumps(result))
+        os.utime(tmp_path / run_id / "result.json", (time.time() + 60, time.time() + 60))
     path, measured = find_real_run(cfg)
     assert path == tmp_path / "run-a" / "result.json" and measured.output_tokens == 200 * 50
 
