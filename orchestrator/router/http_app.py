@@ -160,13 +160,39 @@ class InferenceFastPath:
             return
         model, endpoint = route
         try:
-            response = await endpoint(core, model.model_validate(data))
+            response = await _unless_client_leaves(endpoint(core, model.model_validate(data)), receive)
         except ValidationError as exc:
             errors = exc.errors()
             response = error_response(400, invalid_body_message(errors), invalid_field(errors))
         except HTTPError as exc:
             response = http_error_response(exc)
+        if response is None:
+            return  # the client left: its request was cancelled, which aborts both legs on the engines
         await response(scope, receive, send)
+
+
+async def _unless_client_leaves(answer: Awaitable[Response], receive) -> Response | None:
+    """`answer`, or None once the client disconnects first: the answer is then cancelled (the dispatcher aborts the
+    request's legs), as SGLang aborts a request whose client left instead of generating to its max_tokens. A stream
+    returns its response at once; its relay watches the client from there."""
+    work = asyncio.ensure_future(answer)
+    left = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((work, left), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not work.done() and not left.done():  # we were cancelled ourselves
+            work.cancel()
+        left.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    await asyncio.gather(work, return_exceptions=True)
+    return None
+
+
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _replay(messages: list[dict], receive):

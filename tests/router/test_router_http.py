@@ -346,3 +346,26 @@ def test_the_gateway_sends_without_waiting_for_the_clients_ack(pd_workers):
 
     flags = asyncio.run(accepted_nodelay())
     assert flags and all(flags), flags
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100_000,
+                              "ignore_eos": True}),
+    ("/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 100_000, "ignore_eos": True}}),
+])
+def test_a_client_that_leaves_before_its_answer_frees_both_engines_at_once(ingress, pd_workers, path, body):
+    """A non-streamed request whose client disconnects is aborted on the prefill and the decode, as SGLang aborts a
+    request whose client left; it was generated on to its max_tokens (minutes here) with nobody to read it."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from orchestrator.run.serving.warmup import busy_requests
+
+    url = urlsplit(ingress.url)
+    payload = json.dumps(body).encode()
+    client = socket.create_connection((url.hostname, url.port), timeout=30)
+    client.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    wait_until(lambda: busy_requests(pd_workers) > 0, 30, 0.05, what="the engines holding the request")
+    client.close()
+    wait_until(lambda: busy_requests(pd_workers) == 0, 10, 0.1, what="both engines free after the client left")
