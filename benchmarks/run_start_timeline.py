@@ -223,7 +223,7 @@ def report(row: dict, batches: dict, with_model: bool, source: str | None = None
             s["router"] = {"leg": legs["leg"], "posted_99_s": by_count(posted, round(0.99 * len(posted))),
                            "heads_99_s": by_count(heads, round(0.99 * len(heads))) if heads else None}
             print(f"      the router's {legs['leg']} legs to it ({len(posted)} stamped): 99 % posted by "
-                  f"{s['router']['posted_99_s']:+.2f} s (first {posted[0]:+.3f} s); SGLang's HTTP front answered "
+                  f"{s['router']['posted_99_s']:+.2f} s (first {posted[0]:+.3f} s); the server's HTTP front answered "
                   "the head of 99 % by " + (f"{s['router']['heads_99_s']:+.2f} s" if heads else "- (none read)"))
         if "first_lines" in s:
             lines = ", ".join(f"{t:+.2f} s ({n} seq, {k:,} tok)" for t, n, k in s["first_lines"])

@@ -64,3 +64,22 @@ def test_a_warm_up_inside_the_runs_first_second_is_not_taken_for_the_run():
     assert server["before"][-4:] == [8192, 64, 705, 6656]   # the warm-up: its long prompt, its remainder, the short ones
     t, seqs, tokens = server["first_lines"][0]
     assert t > 0 and (seqs, tokens) == (1, 8192)
+    assert "router" not in server  # a result.json from before the router's stamps: nothing printed for them
+
+
+def test_a_recorded_runs_router_stamps_are_read_per_server():
+    """benchmarks/results/2026-11-27-router-stamps: a local PD bench (Ray, Serve, our router, simulated SGLang over
+    HTTP) whose result.json carries the router's stamps: when it posted each prefill leg and read its answer's head."""
+    archive = "benchmarks/results/2026-11-27-router-stamps/router-stamps-pd.tar.xz"
+    out = timeline.report({"id": "stamps", "config": "configs/default.yaml"}, {}, False, archive)
+    assert out is not None
+    router = out["servers"][0]["router"]
+    assert router["leg"] == "prefill"
+    assert 0 <= router["posted_99_s"] <= router["heads_99_s"]  # each head after its own post, so the k-th after the k-th
+
+
+def test_sent_by_names_when_the_router_had_posted_as_many_legs_as_the_scheduler_saw():
+    legs = {"posted": [0.01, 0.25, 0.5]}
+    assert timeline.sent_by(legs, 2) == " (sent by the router by +0.25 s)"
+    assert timeline.sent_by(legs, 5) == " (sent by the router by +0.50 s)"  # the scheduler counts more (a warm-up's)
+    assert timeline.sent_by(None, 2) == ""
