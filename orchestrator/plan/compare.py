@@ -61,6 +61,7 @@ class Measured:
     startup_s: float = math.nan
     total_s: float = math.nan
     verdict: str = "-"
+    host_lost_s: float | None = None  # a sim-engine run that fell behind its cost model: engine steps a busy host lost
 
 
 def measured_from_records(records: Sequence[dict], duration_s: float | None = None) -> Measured:
@@ -86,6 +87,9 @@ def measured_from_result(result: object) -> Measured:
     measured = measured_from_records(data["results"], data.get("duration_s"))
     measured.total_s = float(data.get("total_s") or math.nan)
     measured.verdict = str(data.get("verdict") or "-")
+    simulation = data.get("simulation")
+    if isinstance(simulation, dict) and simulation.get("behind_model"):
+        measured.host_lost_s = float(simulation.get("host_lost_s") or 0.0)
     return measured
 
 

@@ -200,6 +200,23 @@ def test_plan_shows_predicted_vs_an_earlier_run_of_the_layout_and_flags_each_dis
     assert "  disagreement: TTFT p50 predicted " in out and " vs 1.00 s in that run (+" in out
 
 
+def test_a_sim_engine_run_that_fell_behind_its_cost_model_is_not_called_a_disagreement(tmp_path, capsys) -> None:
+    """A bench of the sim on a busy host says it fell behind the cost model; plan says that, not that the prediction
+    is outside its back-test band (the band is of GPU runs; this run timed the host)."""
+    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
+    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
+                "ttft_s": 1.0, "e2e_s": 5.0, "sent_at": 0.0, "done_at": 5.0} for i in range(1000)]
+    (tmp_path / "run-1").mkdir()
+    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
+        {"verdict": "VALID", "duration_s": 5.0, "total_s": 200.0, "simulation": {"behind_model": True, "host_lost_s": 26.8},
+         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", f"benchmark.result_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "sim-engine run (bench on the simulated engine)" in out and "(throughput error -" in out
+    assert "  that run fell behind the cost model (its host lost 26.8 s of engine steps)" in out
+    assert "disagreement" not in out
+
+
 def test_compare_labels_an_earlier_run_of_the_simulated_engine_sim_engine_never_measured(tmp_path, capsys) -> None:
     """A bench run on the sim engine measured no GPU: `compare` says so in the words `plan` uses (issue 22)."""
     cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
