@@ -62,7 +62,8 @@ class DeadlineBudget:
     label: str = LABEL
     engine_start_cold_s: float | None = None
     engine_start_warm_s: float | None = None
-    caches: str = "warm"  # which of the two the engine_start phase uses
+    caches: str = "warm"  # which of the two the engine_start and warmup phases use
+    warmup_compile_s: float = 0.0  # what cold caches add to the warm-up: its first prompt forwards' compile
 
     @property
     def total_s(self) -> float:
@@ -95,10 +96,13 @@ class DeadlineBudget:
                 "--jit-cold: fresh nodes, empty Triton/DeepGEMM/graph caches" if self.caches == "cold"
                 else "compile caches assumed warm, e.g. after an earlier run on the same nodes; --jit-cold for fresh ones"
             )
+            compile_s = self.warmup_compile_s if other == "cold" else -self.warmup_compile_s
             rows.append(
-                f"{'engine start':<13} cold {self.engine_start_cold_s:.0f} s / warm {self.engine_start_warm_s:.0f} s; "
-                f"applies: {self.caches} ({why}); with {other} caches the total is "
-                f"{self.total_s - self.phase_s('engine_start') + other_s:.0f} s"
+                f"{'engine start':<13} cold {self.engine_start_cold_s:.0f} s / warm {self.engine_start_warm_s:.0f} s"
+                + (f" (cold caches: + {self.warmup_compile_s:.0f} s first-forward compile in warm-up)"
+                   if self.warmup_compile_s >= 0.5 else "")
+                + f"; applies: {self.caches} ({why}); with {other} caches the total is "
+                f"{self.total_s - self.phase_s('engine_start') + other_s + compile_s:.0f} s"
             )
         rows.append(
             f"{'total':<13} {self.total_s:>11.1f} {'':>10}  deadline {self.deadline_s:.0f} s, "
@@ -136,16 +140,22 @@ def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tupl
     return [(p, min(o, cap) if cap else o) for p, o in picked]
 
 
-def first_forwards_s(cfg: RunConfig, gpu: str | None = None) -> float:
+def first_forwards_s(cfg: RunConfig, gpu: str | None = None, jit_cached: bool = True) -> float:
     """Modelled seconds of bench's first-forward warm-up (run/bench_warmup.py): every prefilling server takes its
     long prompt alone, once per DP rank, one answered before the next; servers in parallel, so the slowest group's
-    ranks x one prompt through a layout holding only that group's one server (and, PD, the decodes)."""
+    ranks x one prompt through a layout holding only that group's one server (and, PD, the decodes).
+
+    jit_cached False: each rank's prompt (one full chunk, then its remainder) also pays the compile a real server
+    without decode graphs meets at its first prompt forwards on cold caches (StartupTerms.first_prompt_compile_s)."""
     slowest = 0.0
     for f in bench_first_forwards(cfg):
         group = getattr(cfg.layout, f.role)[f.group_index].model_copy(update={"count": 1})
         alone = cfg.model_copy(update={"layout": cfg.layout.model_copy(update={f.role: [group]})})
         one = simulate_run(alone, [(f.prompt_len, cfg.benchmark.warmup.max_output_len)], gpu=gpu, max_concurrency=None)
-        slowest = max(slowest, f.ranks * one.duration_s)
+        compile_s = 0.0
+        if cfg.engine.kind == "sglang":  # the simulated engine compiles nothing
+            compile_s = cost_model_for(cfg, f.role, group, gpu=gpu).first_prompt_compile_s(jit_cached)
+        slowest = max(slowest, f.ranks * (one.duration_s + compile_s))
     return slowest
 
 
@@ -203,7 +213,9 @@ def predict_deadline(
     warm_start_s = engine_start_s(cfg, gpu, disk_gb_s, jit_cached=True)[0]
     start_s, per_group, start_detail = engine_start_s(cfg, gpu, disk_gb_s, jit_cached)
     warm = _warmup_batch(cfg, batch)
-    first_s = first_forwards_s(cfg, gpu) * scale if warm else 0.0
+    first_warm_s = first_forwards_s(cfg, gpu) * scale if warm else 0.0
+    first_cold_s = first_forwards_s(cfg, gpu, jit_cached=False) * scale if warm else 0.0
+    first_s = first_warm_s if jit_cached else first_cold_s
     warm_s = first_s + (simulate_run(cfg, warm, gpu=gpu).duration_s * scale if warm else 0.0)
     run = run or simulate_run(cfg, batch, gpu=gpu)
     phases = [
@@ -211,7 +223,9 @@ def predict_deadline(
                       + (" after starting the local cluster" if cluster_start_s(cfg) else "")),
         PhaseEstimate(Phase.ENGINE_START.value, start_s, start_detail),
         PhaseEstimate(Phase.WARMUP.value, warm_s, f"{cfg.benchmark.warmup.policy}: {len(warm)} prompts"
-                      + (f" after each server's first forward alone ({first_s:.1f} s)" if first_s else "")),
+                      + (f" after each server's first forward alone ({first_s:.1f} s" if first_s else "")
+                      + (f", {first_s - first_warm_s:.1f} of it cold compile)" if first_s > first_warm_s
+                         else ")" if first_s else "")),
         PhaseEstimate(
             Phase.RUN.value,
             run.duration_s * scale,
@@ -222,6 +236,7 @@ def predict_deadline(
     return DeadlineBudget(
         cfg.benchmark.deadline_s, phases, run, margin, per_group,
         engine_start_cold_s=cold_s, engine_start_warm_s=warm_start_s, caches="warm" if jit_cached else "cold",
+        warmup_compile_s=first_cold_s - first_warm_s,
     )
 
 

@@ -7,6 +7,17 @@ from orchestrator.perfmodel.server.memory import MemoryTerms
 from orchestrator.perfmodel.weights import checkpoint_bytes
 
 
+# A server without decode graphs (a PD prefill) on cold compile caches compiles again after it is ready: at its first
+# prompt forward, whatever its length, and once more at its next one-sequence forward of another length (bench's
+# warm-up: one full chunk, then its 64-token remainder). Calibration read from the prefill logs' PDO_ITER run_ms of the
+# two fresh-machine H100 V2-Lite PD runs that met both in bench's warm-up, their mean (lease 9,
+# benchmarks/results/2026-11-27-warmup-fix-h100/pd-warmupfix.tar.xz: 11,193 ms at 5 sequences / 2,865 tokens, then
+# 3,010 ms at 1 x 4,576; lease 13, benchmarks/results/2026-11-27-lease13-h100/call5-pd/pd-warmupfix.tar.xz: 10,177 ms
+# at 1 x 8,192, then 2,315 ms at 1 x 64); tests/perfmodel/test_first_prompt_compile.py reads both logs back.
+COLD_FIRST_PROMPT_COMPILE_S = 10.685
+COLD_SECOND_SHAPE_COMPILE_S = 2.662
+
+
 class StartupTerms(MemoryTerms):
     """Seconds until the server could answer (before warm-up), by phase."""
 
@@ -50,6 +61,13 @@ class StartupTerms(MemoryTerms):
             "cuda_graphs": graphs,
             "jit": jit,
         }
+
+    def first_prompt_compile_s(self, jit_cached: bool = True) -> float:
+        """Seconds a server's first two prompt forwards after ready spend compiling: on cold caches, a server without
+        decode graphs (whose capture would have built the kernels); 0 on warm caches or with decode graphs."""
+        if jit_cached or self.graph_batch_sizes():
+            return 0.0
+        return COLD_FIRST_PROMPT_COMPILE_S + COLD_SECOND_SHAPE_COMPILE_S
 
     def startup_s(self, load_format: str | None = "dummy", disk_gb_s: float = 2.0, jit_cached: bool = True) -> float:
         """Load + CUDA graphs + JIT + init: seconds until the server could answer (before warm-up)."""
