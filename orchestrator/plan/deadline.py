@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from orchestrator.config import RunConfig
 from orchestrator.phases import BEFORE_PLACEMENT
 from orchestrator.phases import Phase
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.plan.simulation.simulate import LABEL, SimulatedRun, simulate_run
+from orchestrator.records import Role
 from orchestrator.workload.batch import bench_first_forwards
 
 VALID = "VALID"
@@ -154,7 +156,7 @@ def first_forwards_s(cfg: RunConfig, gpu: str | None = None, jit_cached: bool = 
         one = simulate_run(alone, [(f.prompt_len, cfg.benchmark.warmup.max_output_len)], gpu=gpu, max_concurrency=None)
         compile_s = 0.0
         if cfg.engine.kind == "sglang":  # the simulated engine compiles nothing
-            compile_s = cost_model_for(cfg, f.role, group, gpu=gpu).first_prompt_compile_s(jit_cached)
+            compile_s = cost_model_for(cfg, cast(Role, f.role), group, gpu=gpu).first_prompt_compile_s(jit_cached)
         slowest = max(slowest, f.ranks * (one.duration_s + compile_s))
     return slowest
 
