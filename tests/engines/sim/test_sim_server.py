@@ -198,8 +198,8 @@ def test_aggregated_server_serves_text_batches_and_sglang_info_routes(aggregated
 
 
 async def test_abort_request_by_rid_prefix_ends_the_request_with_abort(aggregated):
-    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 10_000_000, "ignore_eos": True},
-            "rid": "abort-me-123"}
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 100_000, "ignore_eos": True},
+            "rid": "abort-me-123"}  # within R1's 163,840-token context (more is refused), minutes of decode
     async with httpx.AsyncClient(timeout=60) as client:
         pending = asyncio.ensure_future(client.post(f"{aggregated.url}/generate", json=body))
         await _until(lambda: total(scrape(aggregated), "sglang:num_running_reqs") >= 1)
@@ -309,7 +309,7 @@ def test_crash_fault_kills_the_process_like_a_kill(tmp_path, how):
 
 
 async def test_a_scheduler_step_that_raises_fails_the_requests_in_flight_and_new_ones_and_turns_the_server_unhealthy():
-    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 1_000_000, "ignore_eos": True}}
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 100_000, "ignore_eos": True}}  # within the context
     cause = "simulated scheduler failed: SimulatedEngineBug: injected fault scheduler_error_after_steps=0"
     with sim_server() as url:
         running = lambda: total(scrape(SimpleNamespace(url=url)), "sglang:num_running_reqs")  # noqa: E731
