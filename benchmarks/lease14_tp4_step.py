@@ -7,10 +7,16 @@
               non-routed weights, the routed experts hit, the KV read, the TP all-reduces; beside it the planner's own
               decode worker of configs/qwen3-pd-2026.yaml (FA3, the published weights) at the same points; the prefill
               forwards of one, two and four 4,000-token prompts
+    predict --attention-backend fa3 --gpu H200 --plan P   lease 16: the same probe with FA3 (SGLang's default on SM90,
+              the organisers' backend; the carried sgl-kernel keeps flash_ops since slim_site_archive.sh FA3_WHEEL) on
+              either GPU, at the points of plan P
     read RAW.json   the measured step of every graphed point against the prediction (error, inside the registered
               +-15 % throughput bound or not), the registered reading (F(94) = the median over the points of the
               measured step less the model's non-fixed part; the step's growth with batch and with context against the
-              model's), the prefill latencies against the forwards, and the outcome class it falls in
+              model's), the prefill latencies against the forwards, and the outcome class it falls in; each raw file
+              is read against the model of its own server's attention backend (`derived.attention_backend`), and raw
+              files of one host, layer count and context at two backends (lease 16's FA3 and Triton arms) or with and
+              without FlashInfer's all-reduce fusion are set side by side point by point (`ab`)
 
     python3 benchmarks/manifest.py record --out benchmarks/results/2026-11-27-lease14-predicted --stdout output.txt -- \\
         .venv/bin/python benchmarks/lease14_tp4_step.py predict --json benchmarks/results/2026-11-27-lease14-predicted/predicted.json
@@ -49,14 +55,14 @@ PROBE_SERVER: dict[str, Any] = {"tp": 4, "ep": 4, "mem_fraction_static": 0.90, "
                                 "page_size": 1, "role": "aggregated"}
 
 
-def plan() -> dict:
-    (variant,) = json.loads(PLAN.read_text())
+def plan(path: Path | None = None) -> dict:
+    (variant,) = json.loads((path or PLAN).read_text())
     return variant
 
 
-def probe_model(gpu: str = GPU, layers: int | None = None) -> EngineCostModel:
+def probe_model(gpu: str = GPU, layers: int | None = None, backend: str = "triton") -> EngineCostModel:
     arch = QWEN3 if layers is None else replace(QWEN3, num_hidden_layers=layers)
-    return build_cost_model(arch, gpu, "fp8", **PROBE_SERVER)
+    return build_cost_model(arch, gpu, "fp8", **{**PROBE_SERVER, "attention_backend": backend})
 
 
 def preset_decode_model(gpu: str = GPU) -> EngineCostModel:
@@ -91,9 +97,9 @@ def terms(model: EngineCostModel, batch: int, kv_tokens: int) -> dict[str, float
     return {"step": step, **parts, "experts_hit_per_gpu": model._experts_hit_fraction(batch) * QWEN3.n_routed_experts / model.ep}
 
 
-def points() -> list[tuple[int, int, int]]:
+def points(plan_path: Path | None = None) -> list[tuple[int, int, int]]:
     """(batch, context per request, KV tokens mid-way through the point's 100 steps) of every decode point, in order."""
-    v = plan()
+    v = plan(plan_path)
     half = DECODE_STEPS // 2
     return [(b, c, b * (c + half)) for c in v["decode_contexts"] for b in v["decode_batches"]]
 
@@ -131,10 +137,10 @@ def prefill_predictions(model: EngineCostModel) -> list[dict]:
 PARTS = ("fixed", "weights", "experts", "kv", "allreduce", "attention_wait", "compute_over_reads")
 
 
-def predict() -> dict:
-    probe, preset = probe_model(), preset_decode_model()
+def predict(gpu: str = GPU, backend: str = "triton", plan_path: Path | None = None) -> dict:
+    probe, preset = probe_model(gpu, None, backend), preset_decode_model(gpu)
     rows = []
-    for batch, context, kv in points():
+    for batch, context, kv in points(plan_path):
         t = terms(probe, batch, kv)
         rows.append({"batch": batch, "context": context, "kv_tokens": kv,
                      **{k: round(v * 1e3, 4) for k, v in t.items() if k != "experts_hit_per_gpu"},
@@ -142,7 +148,7 @@ def predict() -> dict:
                      "preset_decode_ms": round(preset.decode_step_s(batch, kv) * 1e3, 4)})
     cal = probe.calibration
     assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None
-    return {"gpu": GPU, "layers": QWEN3.num_hidden_layers, "server": PROBE_SERVER,
+    return {"gpu": gpu, "layers": QWEN3.num_hidden_layers, "server": {**PROBE_SERVER, "attention_backend": backend},
             "kv_capacity_tokens": probe.kv_capacity_tokens(), "preset_kv_capacity_tokens": preset.kv_capacity_tokens(),
             "graphs": probe.graph_batch_sizes(),
             "fixed_split": {"per_step_ms": round(cal.graph_step_s * 1e3, 4), "per_layer_us": round(cal.graph_layer_s * 1e6, 2)},
@@ -214,6 +220,11 @@ def read(raw_paths: list[Path]) -> int:
     if len({fit[0] for fit in fits}) != 1:
         print("raw files of several GPUs: no split across them", file=sys.stderr)
         return 0 if len(fits) == 1 else 1
+    for a, b in ab_pairs(fits):
+        ab(a, b)
+    setups = {(fit[5], fit[6]) for fit in fits}
+    if len(setups) > 1:  # a split only across layer counts of one server setup
+        fits = [fit for fit in fits if (fit[5], fit[6]) == ("triton", True)]
     if len({fit[1] for fit in fits}) < 2:
         return 0
     gpu = fits[0][0]
@@ -223,7 +234,7 @@ def read(raw_paths: list[Path]) -> int:
     print(f"split over {sorted(fit[1] for fit in fits)} layers at TP 4 x EP 4 on {gpu}: {step_s * 1e3:.3f} ms per step + "
           f"{layer_s * 1e6:.1f} us per layer (the model's split of this GPU, TP 1 counts: {cal.graph_step_s * 1e3:.3f} ms + "
           f"{cal.graph_layer_s * 1e6:.1f} us); F holds what the model's all-reduce term misprices")
-    for _, layers, fixed, spread, _ in sorted(fits, key=lambda f: f[1]):
+    for _, layers, fixed, spread, *_ in sorted(fits, key=lambda f: f[1]):
         off = fixed - (step_s + layers * layer_s)
         print(f"  {layers} layers: F {fixed * 1e3:.3f} ms, the line {(step_s + layers * layer_s) * 1e3:.3f} ms, off by {off * 1e3:+.3f} ms "
               f"({'more' if abs(off) > 2 * spread else 'not more'} than twice the repeats' median spread {spread * 1e3:.3f} ms)")
@@ -234,6 +245,99 @@ def read(raw_paths: list[Path]) -> int:
     return 0
 
 
+def ab_pairs(fits: list[tuple]) -> list[tuple[tuple, tuple]]:
+    """Lease 16's same-host pairs at one layer count: (FA3, Triton), both with the fusion off, and (fusion off, fusion
+    on), both FA3."""
+    pairs = []
+    for a in fits:
+        for b in fits:
+            if a[1] != b[1]:
+                continue
+            if a[5] == "fa3" and a[6] and b[5] == "triton" and b[6]:
+                pairs.append((a, b))
+            if a[5] == b[5] == "fa3" and a[6] and not b[6]:
+                pairs.append((a, b))
+    return pairs
+
+
+def ab(a: tuple, b: tuple) -> None:
+    """Point by point, b's measured step less a's, beside what the model says the difference is, and the registered
+    lease 16 outcome (benchmarks/results/2026-11-27-lease16-predicted/README.md)."""
+    fusion = a[5] == b[5]
+    name_a, name_b = ("fusion off", "fusion ON") if fusion else ("FA3", "Triton")
+    layers, spread_a, spread_b = a[1], a[3], b[3]
+    print(f"A/B on {a[0]}, {layers} layers: {name_b} - {name_a}, point by point (medians of the repeats)")
+    print(f"{'batch':>5} {'ctx':>5} {name_a + ' ms':>14} {name_b + ' ms':>14} {'measured diff':>13} {'model diff':>10}"
+          + ("" if not fusion else f" {'all-reduce ms':>13}"))
+    same, shared = 0, sorted(set(a[7]) & set(b[7]), key=lambda k: (-k[1], k[0]))
+    for key in shared:
+        diff = b[7][key] - a[7][key]
+        model_diff = b[8][key]["step"] - a[8][key]["step"]
+        noise = max(2 * max(spread_a, spread_b), 0.03 * a[7][key])
+        same += abs(diff) <= noise
+        print(f"{key[0]:>5} {key[1]:>5} {a[7][key] * 1e3:>14.3f} {b[7][key] * 1e3:>14.3f} {diff * 1e3:>+13.3f} {model_diff * 1e3:>+10.3f}"
+              + ("" if not fusion else f" {a[8][key]['allreduce'] * 1e3:>13.3f}"))
+    if not shared:
+        print("  no point measured by both")
+        return
+    print(f"points where the two differ by no more than max(twice the larger repeats' spread, 3 %): {same} of {len(shared)}")
+    if fusion:
+        saved = [(a[7][k] - b[7][k]) / a[8][k]["allreduce"] for k in shared]
+        print(f"outcome (fusion): the fusion saves a median {statistics.median(saved):.2f} of the model's all-reduce term "
+              f"({'nothing changes' if same >= 0.8 * len(shared) else 'a step difference beyond the repeats'})")
+        return
+    print("outcome (FA3 vs Triton):", classify_ab(a, b, same / len(shared)))
+
+
+def context_growths(fit: tuple) -> tuple[list[float], list[float]]:
+    """Per batch measured at both contexts: (step at the longest - at the shortest context) measured and modelled."""
+    medians, modelled = fit[7], fit[8]
+    contexts = sorted({c for _, c in medians})
+    measured_g, model_g = [], []
+    if len(contexts) < 2:
+        return measured_g, model_g
+    for batch in sorted({b for b, _ in medians}):
+        lo, hi = (batch, contexts[0]), (batch, contexts[-1])
+        if lo in medians and hi in medians:
+            measured_g.append(medians[hi] - medians[lo])
+            model_g.append(modelled[hi]["step"] - modelled[lo]["step"])
+    return measured_g, model_g
+
+
+def classify_ab(fa3: tuple, triton: tuple, same_share: float) -> str:
+    """The registered lease 16 classes: (nothing) FA3 and Triton within the noise at >= 80 % of the points; (removes)
+    FA3's context growth at most half Triton's and as modelled (+-25 %, median ratio over batches where the model grows
+    by > 0.1 ms); (own context cost) FA3's context growth over 1.25 x the model's and over half Triton's; and beside
+    it, FA3's batch growth (1 -> 64 at the longest context) against the model's, +-25 %."""
+    if same_share >= 0.8:
+        return f"NOTHING CHANGES: FA3 and Triton within the noise at {same_share:.0%} of the points"
+    out = []
+    g_fa3, m_fa3 = context_growths(fa3)
+    g_tri, _ = context_growths(triton)
+    if g_fa3 and g_tri:
+        half = statistics.median(g_fa3) <= 0.5 * statistics.median(g_tri)
+        ratios = [g / m for g, m in zip(g_fa3, m_fa3) if m > 1e-4]
+        ratio = statistics.median(ratios) if ratios else float("nan")
+        print(f"context growth (median over batches): FA3 {statistics.median(g_fa3) * 1e3:+.3f} ms, Triton "
+              f"{statistics.median(g_tri) * 1e3:+.3f} ms, the FA3 model {statistics.median(m_fa3) * 1e3:+.3f} ms "
+              f"(FA3 measured / model {ratio:.2f})")
+        if half and abs(ratio - 1) <= 0.25:
+            out.append("FA3 REMOVES THE TRITON CONTEXT GROWTH (as modelled)")
+        elif ratio > 1.25 and not half:
+            out.append("FA3 HAS ITS OWN CONTEXT COST (over 1.25 x the model and over half Triton's)")
+        else:
+            out.append(f"context: neither registered class (FA3 at most half Triton's: {half}; FA3 / model {ratio:.2f})")
+    medians, modelled = fa3[7], fa3[8]
+    top = max(c for _, c in medians)
+    batches = sorted(b for b, c in medians if c == top)
+    if len(batches) >= 2:
+        lo, hi = (batches[0], top), (batches[-1], top)
+        ratio = (medians[hi] - medians[lo]) / (modelled[hi]["step"] - modelled[lo]["step"])
+        verdict = "as modelled" if abs(ratio - 1) <= 0.25 else "FA3 BATCH SLOPE DIFFERS"
+        out.append(f"FA3 batch growth {batches[0]} -> {batches[-1]} at {top}: measured / model {ratio:.2f} ({verdict})")
+    return "; ".join(out)
+
+
 def line(points: list[tuple[int, float]]) -> tuple[float, float]:
     """Least-squares (per step, per layer) seconds through (layers, fixed seconds)."""
     n = len(points)
@@ -242,14 +346,31 @@ def line(points: list[tuple[int, float]]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def read_one(raw_path: Path) -> tuple[str, int, float, float, dict[int, float]] | None:
-    """One raw file against the model at its own layer count and GPU: (gpu, layers, F, repeats' median spread)."""
+def server_setup(raw: dict) -> tuple[str, bool]:
+    """(attention backend, FlashInfer all-reduce fusion forced off) of a raw file's server: SGLang's resolved backend,
+    else the variant's last --attention-backend flag (calibrate single's BASE_FLAGS say triton; a plan's flag comes
+    after them and wins)."""
+    run = raw["runs"][0]
+    flags = run.get("flags") or []
+    backend = (run.get("derived") or {}).get("attention_backend")
+    if not backend:
+        given = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--attention-backend"]
+        backend = given[-1] if given else "triton"
+    fusion_off = "--enforce-disable-flashinfer-allreduce-fusion" in flags or not run.get("flags")
+    return backend, fusion_off
+
+
+def read_one(raw_path: Path) -> tuple | None:
+    """One raw file against the model at its own layer count, GPU and attention backend:
+    (gpu, layers, F, repeats' median spread, F per context)."""
     raw = json.loads(raw_path.read_text())
     gpu = gpu_key(raw["gpu"]["name"])
     layers = int(raw["model"]["config"]["num_hidden_layers"])
-    model = probe_model(gpu, layers)
+    backend, fusion_off = server_setup(raw)
+    model = probe_model(gpu, layers, backend)
     decode, prefill = measured(raw)
-    print(f"on {gpu} ({raw['gpu']['name']}), {layers} layers, TP 4 x EP 4: {len(decode)} decode rows, {len(prefill)} prefill rows")
+    print(f"on {gpu} ({raw['gpu']['name']}), {layers} layers, TP 4 x EP 4, attention {backend}, FlashInfer all-reduce "
+          f"fusion {'off' if fusion_off else 'ON'}: {len(decode)} decode rows, {len(prefill)} prefill rows")
     print(f"{'batch':>5} {'ctx':>5} {'rep':>3} {'graph':>5} {'measured ms':>11} {'model ms':>8} {'step err':>8} {'tok/s err':>9} {'in bound':>8} {'F ms':>8}")
     fixed, inside, graphed = [], 0, [r for r in decode if r["graph"]]
     by_point: dict[tuple[int, int], list[float]] = {}
@@ -318,7 +439,9 @@ def read_one(raw_path: Path) -> tuple[str, int, float, float, dict[int, float]] 
     per_context = {c: statistics.median(v) for c, v in sorted(by_context.items())}
     print("F per context (added after the run, beside the registered F over both): "
           + ", ".join(f"{c}: {v * 1e3:.3f} ms" for c, v in per_context.items()))
-    return gpu, layers, f94, spread, per_context
+    medians = {k: statistics.median(v) for k, v in by_point.items()}
+    modelled = {(b, c): terms(model, b, b * (c + DECODE_STEPS // 2)) for b, c in medians}
+    return gpu, layers, f94, spread, per_context, backend, fusion_off, medians, modelled
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,12 +449,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("predict")
     p.add_argument("--json", type=Path, help="also write the predictions here")
+    p.add_argument("--attention-backend", default="triton", choices=["triton", "fa3"],
+                   help="the probe server's attention backend (lease 14: triton; lease 16: fa3)")
+    p.add_argument("--gpu", default=GPU, help="the cost model's GPU key (H100-SXM, H200)")
+    p.add_argument("--plan", type=Path, default=PLAN, help="the calibration plan whose decode points are priced")
     r = sub.add_parser("read")
     r.add_argument("raw", nargs="+", type=Path, help="calibration-q3l<L>-tp4ep4-lease14.json files (one host's: a split)")
     args = parser.parse_args(argv)
     if args.cmd == "read":
         return read(args.raw)
-    result = predict()
+    result = predict(args.gpu, args.attention_backend, args.plan)
     print_predictions(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -42,3 +42,43 @@ def test_a_batch_flat_offset_reads_as_a_lower_fixed_part_with_the_growths_as_mod
 def test_prompts_are_cut_into_chunks_and_resume_on_their_cached_part() -> None:
     assert lease14.prefill_chunks(1, 4000, 8192) == [([4000], [0])]
     assert lease14.prefill_chunks(4, 4000, 8192) == [([4000, 4000, 192], [0, 0, 0]), ([3808, 4000], [192, 0])]
+
+
+def _raw_of(tmp_path, backend: str, fusion_off: bool = True, name: str = "raw") -> str:
+    """A raw file of the model's own steps for a server of `backend`, recorded as calibrate single records it."""
+    model = lease14.probe_model(backend=backend)
+    rows = [{"batch_size": b, "running_batch": b, "context_tokens": c, "kv_tokens_median": kv, "cuda_graph": True,
+             "step_ms_median": model.decode_step_s(b, kv) * 1e3, "repeat": rep}
+            for b, c, kv in lease14.points() for rep in (0, 1)]
+    flags = ["--tp-size", "4", "--attention-backend", backend]
+    flags += ["--enforce-disable-flashinfer-allreduce-fusion"] if fusion_off else []
+    raw = {"gpu": {"name": "NVIDIA H100 80GB HBM3"}, "model": {"config": {"num_hidden_layers": 94}},
+           "runs": [{"flags": flags, "derived": {"attention_backend": backend}, "decode": rows}]}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def test_fa3_and_triton_of_one_host_are_read_side_by_side_and_the_triton_context_growth_is_gone(tmp_path, capsys) -> None:
+    fa3, triton = _raw_of(tmp_path, "fa3", name="fa3"), _raw_of(tmp_path, "triton", name="triton")
+    assert lease14.main(["read", fa3, triton]) == 0
+    out = capsys.readouterr().out
+    assert "attention fa3, FlashInfer all-reduce fusion off" in out and "attention triton" in out
+    assert "A/B on H100-SXM, 94 layers: Triton - FA3" in out
+    assert "outcome (FA3 vs Triton): FA3 REMOVES THE TRITON CONTEXT GROWTH (as modelled)" in out
+    assert "FA3 batch growth 1 -> 64 at 4096: measured / model 1.00 (as modelled)" in out
+
+
+def test_a_server_with_the_fusion_on_is_compared_with_the_same_backend_with_it_off(tmp_path, capsys) -> None:
+    off, on = _raw_of(tmp_path, "fa3", name="off"), _raw_of(tmp_path, "fa3", fusion_off=False, name="on")
+    assert lease14.main(["read", off, on]) == 0
+    out = capsys.readouterr().out
+    assert "A/B on H100-SXM, 94 layers: fusion ON - fusion off" in out
+    assert "outcome (fusion): the fusion saves a median 0.00 of the model's all-reduce term (nothing changes)" in out
+
+
+def test_fa3_predictions_price_the_probe_as_the_planners_own_fa3_decode_worker() -> None:
+    result = lease14.predict(backend="fa3")
+    assert result["server"]["attention_backend"] == "fa3"
+    for p in result["points"]:
+        assert p["attention_wait"] == 0.0 and abs(p["step"] - p["preset_decode_ms"]) < 1e-3

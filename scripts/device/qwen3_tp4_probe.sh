@@ -5,7 +5,8 @@
 # context 8192, chunked prefill 8192; decode graphs to 256; prefill of one, two and four 4,000-token prompts; the graphed
 # decode grid at batch 1..64 x context 4,096 and 256, each point twice). Model: models/qwen3-235b-a22b-fp8-l6/config.json
 # with num_hidden_layers = LAYERS (default 94) and max_window_layers the same, so the layer is the 6/12-layer probes' own.
-# Usage: qwen3_tp4_probe.sh [--dry-run]   (settings are environment variables: BUDGET, LAYERS, PROBE_GPUS, PLAN)
+# Usage: qwen3_tp4_probe.sh [--dry-run]   (settings are environment variables: BUDGET, LAYERS, PROBE_GPUS, PLAN, TAG)
+# TAG names the server and its raw file (default lease14; lease 16's FA3 / Triton / fusion arms: lease16-fa3, ...).
 # The sglang tree travels as four 11.8 MB parts (.device/lease14/site.tar.xz.part00..03, `split -n 4 -d` of
 # site-slim/site.tar.xz), one per call beside the ~48 MB tracked tree; this script stages a carried part with
 # site_lib.sh and exits 0 while a part is still missing, then measures in the call that carries the last one:
@@ -19,7 +20,7 @@
 # qwen3-tp4-probe.tar.xz (logs, env.txt, nvidia-smi topology), the caller's tee'd log. Read by
 # benchmarks/lease14_tp4_step.py read. `--dry-run` checks the settings and prints the server's flags and points.
 set -u
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 DRY=0
 die() { echo "qwen3_tp4_probe.sh: $*" >&2; exit 2; }
 for arg in "$@"; do
@@ -43,7 +44,9 @@ NGPU=$(echo "$GPUS" | tr ',' '\n' | wc -l)
 TP=$($PY -c "import json,sys; f=json.load(open(sys.argv[1]))[0]['flags']; print(f[f.index('--tp-size')+1] if '--tp-size' in f else 1)" "$PLAN") \
   || die "PLAN=$PLAN: not a calibration plan (a JSON list of variants with flags)"
 [ "$TP" = "$NGPU" ] || die "PROBE_GPUS=$GPUS: $NGPU GPUs for a plan at --tp-size $TP; give $TP GPU indexes"
-NAME=q3l$LAYERS-tp${TP}ep$TP-lease14
+TAG=${TAG:-lease14}
+case $TAG in ''|*[!A-Za-z0-9-]*) die "TAG='$TAG': letters, digits and '-' only (it names the raw file), e.g. TAG=lease16-fa3";; esac
+NAME=q3l$LAYERS-tp${TP}ep$TP-$TAG
 OUT=${OUT:-/tmp/qwen3_tp4_probe_out}; W=${WORK_DIR:-/root/qwen3-tp4-probe}
 
 write_model() {  # $1 = model dir: the probes' Qwen3 layer at LAYERS layers
@@ -69,7 +72,7 @@ fi
 
 REPO=$(pwd); START=$(date +%s)
 mkdir -p "$OUT"
-$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|LAYERS|PLAN|PROBE_GPUS|PORT|SITE_PARTS|SITE_SPLIT_DIR)=' | sort | tr '\n' ' ')bash scripts/device/qwen3_tp4_probe.sh $*" >/dev/null \
+$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|LAYERS|PLAN|PROBE_GPUS|PORT|SITE_PARTS|SITE_SPLIT_DIR|TAG)=' | sort | tr '\n' ' ')bash scripts/device/qwen3_tp4_probe.sh $*" >/dev/null \
   || echo "manifest.json not written" >&2
 el() { echo "[tp4 t+$(( $(date +%s) - START ))s] $*"; }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }

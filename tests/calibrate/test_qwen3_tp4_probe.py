@@ -94,3 +94,29 @@ def test_each_call_stages_one_part_and_exits_0_until_the_last(tmp_path) -> None:
         assert done.returncode == 0, done.stderr
         assert f"{k + 1} of 4 parts staged" in done.stdout
     assert len(list((tmp_path / "stage").iterdir())) == 3 and not (tmp_path / "site").exists()
+
+
+def test_a_tag_that_cannot_name_a_file_is_refused(tmp_path) -> None:
+    done = _probe(tmp_path, "--dry-run", TAG="fa3 arm")
+    assert done.returncode == 2 and "TAG='fa3 arm': letters, digits and '-' only" in done.stderr, done.stderr
+
+
+def test_lease16_plans_are_lease14s_points_with_fa3_and_the_fusion_arm_differs_only_by_the_fusion(tmp_path) -> None:
+    (base,) = json.loads(PLAN.read_text())
+    (fa3,) = json.loads((ROOT / "benchmarks/calibration/plans/lease16-qwen3-tp4-ep4-fa3.json").read_text())
+    (fusion,) = json.loads((ROOT / "benchmarks/calibration/plans/lease16-qwen3-tp4-ep4-fa3-fusion.json").read_text())
+    assert [f for f in fa3["flags"] if f not in ("--attention-backend", "fa3")] == base["flags"]
+    assert {k: v for k, v in fa3.items() if k not in ("name", "flags")} == {k: v for k, v in base.items() if k not in ("name", "flags")}
+    assert [f for f in fa3["flags"] if f != "--enforce-disable-flashinfer-allreduce-fusion"] == fusion["flags"]
+    done = _probe(tmp_path, "--dry-run", TAG="lease16-fa3", PLAN=str(ROOT / "benchmarks/calibration/plans/lease16-qwen3-tp4-ep4-fa3.json"))
+    assert done.returncode == 0 and "q3l94-tp4ep4-lease16-fa3" in done.stdout, done.stderr
+    (server,) = [line for line in done.stdout.splitlines() if line.startswith("server ")]
+    assert server.rindex("--attention-backend fa3") > server.index("--attention-backend triton")  # the plan's flag wins
+
+
+def test_slim_archive_refuses_an_fa3_wheel_without_flash_ops_before_unpacking_anything(tmp_path) -> None:
+    done = subprocess.run(["bash", str(ROOT / "scripts/device/slim_site_archive.sh"), str(tmp_path / "none.tar.xz"),
+                           str(tmp_path / "out.tar.xz")], capture_output=True, text=True,
+                          env={**os.environ, "FA3_WHEEL": str(tmp_path / "missing.whl")})
+    assert done.returncode == 2 and "FA3_WHEEL=" in done.stderr and "flash_ops.abi3.so" in done.stderr
+    assert not (tmp_path / "out.tar.xz").exists()
