@@ -60,9 +60,14 @@ def plan(path: Path | None = None) -> dict:
     return variant
 
 
-def probe_model(gpu: str = GPU, layers: int | None = None, backend: str = "triton") -> EngineCostModel:
+def probe_model(gpu: str = GPU, layers: int | None = None, backend: str = "triton", tp: int = 4,
+                heads: tuple[int, int] | None = None) -> EngineCostModel:
+    """The probe's server: TP = EP = tp; heads = (query, KV) heads of the model (lease 16's two-GPU arms: 32 / 2, so each
+    GPU has the 16 query heads and one KV head of the organisers' TP 4)."""
     arch = QWEN3 if layers is None else replace(QWEN3, num_hidden_layers=layers)
-    return build_cost_model(arch, gpu, "fp8", **{**PROBE_SERVER, "attention_backend": backend})
+    if heads is not None:
+        arch = replace(arch, num_attention_heads=heads[0], num_key_value_heads=heads[1])
+    return build_cost_model(arch, gpu, "fp8", **{**PROBE_SERVER, "attention_backend": backend, "tp": tp, "ep": tp})
 
 
 def preset_decode_model(gpu: str = GPU) -> EngineCostModel:
@@ -137,8 +142,9 @@ def prefill_predictions(model: EngineCostModel) -> list[dict]:
 PARTS = ("fixed", "weights", "experts", "kv", "allreduce", "attention_wait", "compute_over_reads")
 
 
-def predict(gpu: str = GPU, backend: str = "triton", plan_path: Path | None = None) -> dict:
-    probe, preset = probe_model(gpu, None, backend), preset_decode_model(gpu)
+def predict(gpu: str = GPU, backend: str = "triton", plan_path: Path | None = None, layers: int | None = None,
+            tp: int = 4, heads: tuple[int, int] | None = None) -> dict:
+    probe, preset = probe_model(gpu, layers, backend, tp, heads), preset_decode_model(gpu)
     rows = []
     for batch, context, kv in points(plan_path):
         t = terms(probe, batch, kv)
@@ -148,7 +154,8 @@ def predict(gpu: str = GPU, backend: str = "triton", plan_path: Path | None = No
                      "preset_decode_ms": round(preset.decode_step_s(batch, kv) * 1e3, 4)})
     cal = probe.calibration
     assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None
-    return {"gpu": gpu, "layers": QWEN3.num_hidden_layers, "server": {**PROBE_SERVER, "attention_backend": backend},
+    return {"gpu": gpu, "layers": probe.arch.num_hidden_layers, "heads": [probe.arch.num_attention_heads, probe.arch.num_key_value_heads],
+            "server": {**PROBE_SERVER, "attention_backend": backend, "tp": tp, "ep": tp},
             "kv_capacity_tokens": probe.kv_capacity_tokens(), "preset_kv_capacity_tokens": preset.kv_capacity_tokens(),
             "graphs": probe.graph_batch_sizes(),
             "fixed_split": {"per_step_ms": round(cal.graph_step_s * 1e3, 4), "per_layer_us": round(cal.graph_layer_s * 1e6, 2)},
@@ -158,7 +165,9 @@ def predict(gpu: str = GPU, backend: str = "triton", plan_path: Path | None = No
 
 def print_predictions(result: dict) -> None:
     split = result["fixed_split"]
-    print(f"== {result['gpu']}, {result['layers']} layers, TP 4 x EP 4 (the probe's server: {result['server']})")
+    tp = result["server"]["tp"]
+    print(f"== {result['gpu']}, {result['layers']} layers, heads {result['heads'][0]} / {result['heads'][1]}, TP {tp} x EP {tp} "
+          f"(the probe's server: {result['server']})")
     print(f"fixed time: {split['per_step_ms']} ms per step + {split['per_layer_us']} us per layer "
           f"-> {split['per_step_ms'] + result['layers'] * split['per_layer_us'] / 1e3:.2f} ms")
     print(f"KV capacity: the probe {result['kv_capacity_tokens']:,} tokens (the preset's decode worker "
@@ -365,11 +374,16 @@ def read_one(raw_path: Path) -> tuple | None:
     (gpu, layers, F, repeats' median spread, F per context)."""
     raw = json.loads(raw_path.read_text())
     gpu = gpu_key(raw["gpu"]["name"])
-    layers = int(raw["model"]["config"]["num_hidden_layers"])
+    config = raw["model"]["config"]
+    layers = int(config["num_hidden_layers"])
+    heads = (int(config.get("num_attention_heads", 64)), int(config.get("num_key_value_heads", 4)))
     backend, fusion_off = server_setup(raw)
-    model = probe_model(gpu, layers, backend)
+    run = raw["runs"][0]
+    flags = run.get("flags") or []
+    tp = int((run.get("derived") or {}).get("tp_size") or (flags[flags.index("--tp-size") + 1] if "--tp-size" in flags else 4))
+    model = probe_model(gpu, layers, backend, tp, heads)
     decode, prefill = measured(raw)
-    print(f"on {gpu} ({raw['gpu']['name']}), {layers} layers, TP 4 x EP 4, attention {backend}, FlashInfer all-reduce "
+    print(f"on {gpu} ({raw['gpu']['name']}), {layers} layers, heads {heads[0]} / {heads[1]}, TP {tp} x EP {tp}, attention {backend}, FlashInfer all-reduce "
           f"fusion {'off' if fusion_off else 'ON'}: {len(decode)} decode rows, {len(prefill)} prefill rows")
     print(f"{'batch':>5} {'ctx':>5} {'rep':>3} {'graph':>5} {'measured ms':>11} {'model ms':>8} {'step err':>8} {'tok/s err':>9} {'in bound':>8} {'F ms':>8}")
     fixed, inside, graphed = [], 0, [r for r in decode if r["graph"]]
@@ -453,12 +467,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="the probe server's attention backend (lease 14: triton; lease 16: fa3)")
     p.add_argument("--gpu", default=GPU, help="the cost model's GPU key (H100-SXM, H200)")
     p.add_argument("--plan", type=Path, default=PLAN, help="the calibration plan whose decode points are priced")
+    p.add_argument("--layers", type=int, help="layers of the model (default the published 94)")
+    p.add_argument("--tp", type=int, default=4, help="TP = EP of the probe's server (lease 16's two-GPU arms: 2)")
+    p.add_argument("--heads", help="query/KV heads of the model, e.g. 32/2 (default the published 64/4)")
     r = sub.add_parser("read")
     r.add_argument("raw", nargs="+", type=Path, help="calibration-q3l<L>-tp4ep4-lease14.json files (one host's: a split)")
     args = parser.parse_args(argv)
     if args.cmd == "read":
         return read(args.raw)
-    result = predict(args.gpu, args.attention_backend, args.plan)
+    heads = tuple(int(x) for x in args.heads.split("/")) if args.heads else None
+    result = predict(args.gpu, args.attention_backend, args.plan, args.layers, args.tp, heads)  # type: ignore[arg-type]
     print_predictions(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

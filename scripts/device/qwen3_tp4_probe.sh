@@ -7,6 +7,8 @@
 # with num_hidden_layers = LAYERS (default 94) and max_window_layers the same, so the layer is the 6/12-layer probes' own.
 # Usage: qwen3_tp4_probe.sh [--dry-run]   (settings are environment variables: BUDGET, LAYERS, PROBE_GPUS, PLAN, TAG)
 # TAG names the server and its raw file (default lease14; lease 16's FA3 / Triton / fusion arms: lease16-fa3, ...).
+# HEADS=Q/KV gives the model Q query and KV key-value heads (default the published 64/4): 32/2 at TP 2 puts on each GPU
+# the 16 query heads and one KV head a GPU has at the organisers' TP 4 (lease 16's two-GPU arms).
 # The sglang tree travels as four 11.8 MB parts (.device/lease14/site.tar.xz.part00..03, `split -n 4 -d` of
 # site-slim/site.tar.xz), one per call beside the ~48 MB tracked tree; this script stages a carried part with
 # site_lib.sh and exits 0 while a part is still missing, then measures in the call that carries the last one:
@@ -20,7 +22,7 @@
 # qwen3-tp4-probe.tar.xz (logs, env.txt, nvidia-smi topology), the caller's tee'd log. Read by
 # benchmarks/lease14_tp4_step.py read. `--dry-run` checks the settings and prints the server's flags and points.
 set -u
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 DRY=0
 die() { echo "qwen3_tp4_probe.sh: $*" >&2; exit 2; }
 for arg in "$@"; do
@@ -31,11 +33,14 @@ for arg in "$@"; do
   esac
 done
 PY=${PYTHON:-python3}
-BUDGET=${BUDGET:-560}; LAYERS=${LAYERS:-94}; GPUS=${PROBE_GPUS:-0,1,2,3}; PORT=${PORT:-31000}
+BUDGET=${BUDGET:-560}; LAYERS=${LAYERS:-94}; GPUS=${PROBE_GPUS:-0,1,2,3}; PORT=${PORT:-31000}; HEADS=${HEADS:-64/4}
 PLAN=${PLAN:-benchmarks/calibration/plans/lease14-qwen3-tp4-ep4.json}
 BASE=models/qwen3-235b-a22b-fp8-l6/config.json; CONTEXT=8192; PACK_S=20; MIN_BUDGET=150
 case $BUDGET in ''|*[!0-9]*) die "BUDGET='$BUDGET': whole seconds, e.g. BUDGET=560 (one device call: <= 600 minus packing)";; esac
 [ "$BUDGET" -ge $MIN_BUDGET ] || die "BUDGET=$BUDGET: a cold 94-layer start over four GPUs is priced at ~250 s (lease 12's 6-layer cold start took 162 s on one H100); give >= $MIN_BUDGET (a later count on warm caches: lease 12 had a 12-layer count ready in 59 s)"
+case $HEADS in [1-9]*/[1-9]*) ;; *) die "HEADS='$HEADS': query/KV heads, e.g. HEADS=32/2";; esac
+case ${HEADS%/*}${HEADS#*/} in *[!0-9]*) die "HEADS='$HEADS': query/KV heads, e.g. HEADS=32/2";; esac
+[ $(( ${HEADS%/*} % ${HEADS#*/} )) = 0 ] || die "HEADS=$HEADS: the query heads must be a multiple of the KV heads"
 case $LAYERS in ''|*[!0-9]*) die "LAYERS='$LAYERS': a whole number of layers, e.g. LAYERS=94";; esac
 [ "$LAYERS" -ge 1 ] && [ "$LAYERS" -le 94 ] || die "LAYERS=$LAYERS: 1..94 (Qwen3-235B-A22B has 94)"
 case $GPUS in *[!0-9,]*|''|,*|*,|*,,*) die "PROBE_GPUS='$GPUS': GPU indexes separated by commas, e.g. PROBE_GPUS=0,1,2,3";; esac
@@ -50,10 +55,11 @@ NAME=q3l$LAYERS-tp${TP}ep$TP-$TAG
 OUT=${OUT:-/tmp/qwen3_tp4_probe_out}; W=${WORK_DIR:-/root/qwen3-tp4-probe}
 
 write_model() {  # $1 = model dir: the probes' Qwen3 layer at LAYERS layers
-  mkdir -p "$1" && $PY - "$BASE" "$LAYERS" "$1/config.json" <<'PYEOF'
+  mkdir -p "$1" && $PY - "$BASE" "$LAYERS" "$1/config.json" "$HEADS" <<'PYEOF'
 import json, sys
 cfg = json.load(open(sys.argv[1]))
 cfg["num_hidden_layers"] = cfg["max_window_layers"] = int(sys.argv[2])
+cfg["num_attention_heads"], cfg["num_key_value_heads"] = (int(x) for x in sys.argv[4].split("/"))
 json.dump(cfg, open(sys.argv[3], "w"), indent=1)
 PYEOF
 }
@@ -65,14 +71,14 @@ if [ $DRY = 1 ]; then
   D=$(mktemp -d); trap 'rm -rf $D' EXIT
   echo "qwen3_tp4_probe.sh dry run: $LAYERS layers on GPUs $GPUS (TP $TP), BUDGET=$BUDGET s, server $NAME, results in \$OUT (work dir $W)"
   write_model $D/model || exit 1
-  $PY -c "import json,sys; c=json.load(open(sys.argv[1])); print('model:', c['architectures'][0], c['num_hidden_layers'], 'layers,', c['num_experts'], 'experts, top', c['num_experts_per_tok'])" $D/model/config.json
+  $PY -c "import json,sys; c=json.load(open(sys.argv[1])); print('model:', c['architectures'][0], c['num_hidden_layers'], 'layers,', c['num_experts'], 'experts, top', c['num_experts_per_tok'], 'heads', c['num_attention_heads'], '/', c['num_key_value_heads'])" $D/model/config.json
   $PY $(single_args $((BUDGET - PACK_S)) $D) --dry-run
   exit $?
 fi
 
 REPO=$(pwd); START=$(date +%s)
 mkdir -p "$OUT"
-$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|LAYERS|PLAN|PROBE_GPUS|PORT|SITE_PARTS|SITE_SPLIT_DIR|TAG)=' | sort | tr '\n' ' ')bash scripts/device/qwen3_tp4_probe.sh $*" >/dev/null \
+$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|HEADS|LAYERS|PLAN|PROBE_GPUS|PORT|SITE_PARTS|SITE_SPLIT_DIR|TAG)=' | sort | tr '\n' ' ')bash scripts/device/qwen3_tp4_probe.sh $*" >/dev/null \
   || echo "manifest.json not written" >&2
 el() { echo "[tp4 t+$(( $(date +%s) - START ))s] $*"; }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
