@@ -42,7 +42,7 @@ def modelled_warmup(config: str, overrides: list[str], policy: str) -> tuple[int
     batch = [(r.prompt_len, r.output_len) for r in warmup_batch(cfg, cfg.benchmark.num_prompts)]
     if not batch:
         return 0, 0, 0, 0.0
-    seconds = first_forwards_s(cfg) + simulate_run(cfg, batch).duration_s
+    seconds = first_forwards_s(cfg).warm_s + simulate_run(cfg, batch).duration_s
     return len(batch), sum(p for p, _ in batch), sum(o for _, o in batch), seconds
 
 

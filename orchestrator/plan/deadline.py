@@ -142,23 +142,36 @@ def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tupl
     return [(p, min(o, cap) if cap else o) for p, o in picked]
 
 
-def first_forwards_s(cfg: RunConfig, gpu: str | None = None, jit_cached: bool = True) -> float:
+@dataclass(frozen=True)
+class FirstForwards:
+    """Modelled seconds of bench's first-forward warm-up with warm and with cold compile caches."""
+
+    warm_s: float
+    cold_s: float
+
+    def scaled(self, factor: float) -> FirstForwards:
+        return FirstForwards(self.warm_s * factor, self.cold_s * factor)
+
+
+def first_forwards_s(cfg: RunConfig, gpu: str | None = None) -> FirstForwards:
     """Modelled seconds of bench's first-forward warm-up (run/bench_warmup.py): every prefilling server takes its
     long prompt alone, once per DP rank, one answered before the next; servers in parallel, so the slowest group's
     ranks x one prompt through a layout holding only that group's one server (and, PD, the decodes).
 
-    jit_cached False: each rank's prompt (one full chunk, then its remainder) also pays the compile a real server
-    without decode graphs meets at its first prompt forwards on cold caches (StartupTerms.first_prompt_compile_s)."""
-    slowest = 0.0
+    On cold caches each rank's prompt (one full chunk, then its remainder) also pays the compile a real server
+    without decode graphs meets at its first prompt forwards (StartupTerms.first_prompt_compile_s); the prompt is
+    simulated once for both figures (plan --search asks for them per candidate)."""
+    slowest_warm = slowest_cold = 0.0
     for f in bench_first_forwards(cfg):
         group = getattr(cfg.layout, f.role)[f.group_index].model_copy(update={"count": 1})
         alone = cfg.model_copy(update={"layout": cfg.layout.model_copy(update={f.role: [group]})})
         one = simulate_run(alone, [(f.prompt_len, cfg.benchmark.warmup.max_output_len)], gpu=gpu, max_concurrency=None)
         compile_s = 0.0
         if cfg.engine.kind == "sglang":  # the simulated engine compiles nothing
-            compile_s = cost_model_for(cfg, cast(Role, f.role), group, gpu=gpu).first_prompt_compile_s(jit_cached)
-        slowest = max(slowest, f.ranks * (one.duration_s + compile_s))
-    return slowest
+            compile_s = cost_model_for(cfg, cast(Role, f.role), group, gpu=gpu).first_prompt_compile_s(jit_cached=False)
+        slowest_warm = max(slowest_warm, f.ranks * one.duration_s)
+        slowest_cold = max(slowest_cold, f.ranks * (one.duration_s + compile_s))
+    return FirstForwards(slowest_warm, slowest_cold)
 
 
 def engine_start_s(
@@ -211,12 +224,12 @@ def predict_deadline(
     kind = cfg.engine.kind
     gpu = gpu or (cfg.sim_profile if kind == "sim" else cfg.cluster.gpu)
     scale = cfg.engine.sim.time_scale if kind == "sim" else 1.0
-    cold_s = engine_start_s(cfg, gpu, disk_gb_s, jit_cached=False)[0]
-    warm_start_s = engine_start_s(cfg, gpu, disk_gb_s, jit_cached=True)[0]
     start_s, per_group, start_detail = engine_start_s(cfg, gpu, disk_gb_s, jit_cached)
+    other_start_s = engine_start_s(cfg, gpu, disk_gb_s, not jit_cached)[0]
+    cold_s, warm_start_s = (other_start_s, start_s) if jit_cached else (start_s, other_start_s)
     warm = _warmup_batch(cfg, batch)
-    first_warm_s = first_forwards_s(cfg, gpu) * scale if warm else 0.0
-    first_cold_s = first_forwards_s(cfg, gpu, jit_cached=False) * scale if warm else 0.0
+    first = first_forwards_s(cfg, gpu).scaled(scale) if warm else FirstForwards(0.0, 0.0)
+    first_warm_s, first_cold_s = first.warm_s, first.cold_s
     first_s = first_warm_s if jit_cached else first_cold_s
     warm_s = first_s + (simulate_run(cfg, warm, gpu=gpu).duration_s * scale if warm else 0.0)
     run = run or simulate_run(cfg, batch, gpu=gpu)

@@ -88,15 +88,15 @@ def test_the_dataset_warm_up_prices_each_servers_first_forward_alone_and_its_dp_
 
     cfg = default("benchmark.warmup.policy=dataset")
     (first,) = bench_first_forwards(cfg)
-    assert first_forwards_s(cfg) == pytest.approx(alone(cfg, first.prompt_len))
+    assert first_forwards_s(cfg).warm_s == pytest.approx(alone(cfg, first.prompt_len))
     budget = predict_deadline(cfg, BATCH)
-    assert budget.phase_s("warmup") > first_forwards_s(cfg) > 0
+    assert budget.phase_s("warmup") > first_forwards_s(cfg).warm_s > 0
     assert "first forward alone" in next(p.detail for p in budget.phases if p.name == "warmup")
     dp = default("benchmark.warmup.policy=dataset", "layout.prefill.0.dp=2", "layout.prefill.0.dp_attention=true")
     (ranked,) = bench_first_forwards(dp)
     assert (ranked.ranks, ranked.chunk_tokens) == (2, first.chunk_tokens // 2)
-    assert first_forwards_s(dp) == pytest.approx(2 * alone(dp, ranked.prompt_len))
-    assert first_forwards_s(default("benchmark.warmup.policy=sglang")) == 0.0
+    assert first_forwards_s(dp).warm_s == pytest.approx(2 * alone(dp, ranked.prompt_len))
+    assert first_forwards_s(default("benchmark.warmup.policy=sglang")).warm_s == 0.0
 
 
 def test_projected_finish_follows_the_prediction_then_the_measured_rate() -> None:
