@@ -11,9 +11,13 @@ from pathlib import Path
 
 
 def read_text(path: str | Path, errors: str | None = None) -> str:
-    """The file's text; a name ending in .xz is decompressed (a damaged one raises lzma.LZMAError, an OSError's peer)."""
+    """The file's text; a name ending in .xz is decompressed. A damaged or cut-off archive raises an OSError naming
+    the file, the error every reader already turns into its one line (lzma's own are neither OSError nor ValueError)."""
     path = Path(path)
     if path.suffix == ".xz":
-        with lzma.open(path, "rt", errors=errors) as stored:
-            return stored.read()
+        try:
+            with lzma.open(path, "rt", errors=errors) as stored:
+                return stored.read()
+        except (lzma.LZMAError, EOFError) as exc:
+            raise OSError(f"{path}: not a whole xz archive ({exc}); restore the file or pass its uncompressed copy") from None
     return path.read_text(errors=errors)

@@ -24,6 +24,15 @@ def test_undecodable_bytes_follow_errors_and_a_damaged_archive_raises(tmp_path: 
     assert read_text(stored, errors="replace") == "ok \ufffd end"
     with pytest.raises(UnicodeDecodeError):
         read_text(stored)
-    (tmp_path / "broken.json.xz").write_bytes(b"not xz at all")
-    with pytest.raises(lzma.LZMAError):
-        read_text(tmp_path / "broken.json.xz")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not xz"])
+def test_a_damaged_archive_is_an_oserror_of_one_line_naming_the_file(tmp_path: Path, damage: str) -> None:
+    # every reader (report --result, scaling, perfmodel.from_raw and prefill_log) already turns an OSError into its
+    # one-line error; lzma's own errors (LZMAError, EOFError for a cut-off stream) are neither OSError nor ValueError
+    whole = lzma.compress(b'{"runs": []}\n' * 1000)
+    stored = tmp_path / "calibration-x.json.xz"
+    stored.write_bytes(whole[: len(whole) // 2] if damage == "truncated" else b"not xz at all")
+    with pytest.raises(OSError) as err:
+        read_text(stored)
+    assert str(stored) in str(err.value) and "\n" not in str(err.value)

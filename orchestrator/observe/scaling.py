@@ -12,7 +12,6 @@ Usage: pd-orchestrator scaling [--results DIR ...] [--configs A.yaml ...] [--nod
 from __future__ import annotations
 
 import json
-import lzma
 import math
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -66,7 +65,7 @@ def _result_documents(root: Path) -> Iterator[tuple[str, dict]]:
         if path.name in ("result.json", "result.json.xz"):
             try:
                 yield str(path), json.loads(read_text(path))
-            except (OSError, ValueError, lzma.LZMAError):
+            except (OSError, ValueError):
                 continue
         elif path.name.endswith((".tar.xz", ".tar.gz", ".tar")):
             try:

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import json
-import lzma
 import tarfile
 from pathlib import Path
 
@@ -43,7 +42,7 @@ def read_result(spec: str | Path, bench: bool = True) -> dict:
     else:
         try:
             text = read_text(path)
-        except (OSError, lzma.LZMAError) as exc:
+        except OSError as exc:
             raise ValueError(f"--result {spec}: cannot read it ({getattr(exc, 'strerror', None) or exc}); "
                              "pass runs/<run id>/result.json") from None
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import sys
 from pathlib import Path
 
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile = profile_from_raw(json.loads(read_text(args.raw)), args.raw_dir, args.command, args.created,
                                    args.purpose)
-    except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
+    except (OSError, ValueError, KeyError) as exc:
         print(f"from_raw: {args.raw}: {exc}", file=sys.stderr)
         return 2
     Path(args.out).write_text(profile.model_dump_json(indent=1, exclude_none=True) + "\n")

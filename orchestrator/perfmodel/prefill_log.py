@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import re
 import sys
 from pathlib import Path
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         points = forwards(json.loads(read_text(args.raw)), read_text(args.log, errors="replace"), args.variant)
         profile = CalibrationProfile.model_validate_json(Path(args.profile).read_text())
-    except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
+    except (OSError, ValueError, KeyError) as exc:
         print(f"prefill_log: {exc}", file=sys.stderr)
         return 2
     kept = [p for p in profile.prefill if p.source != "server-log"]

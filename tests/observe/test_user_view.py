@@ -110,11 +110,13 @@ def test_a_stored_xz_result_reads_as_the_result_json_it_was_and_a_broken_one_is_
     plain.write_bytes(lzma.decompress(stored.read_bytes()))
     assert read_result(stored) == read_result(plain)
     assert "Total token throughput (tok/s):          6743.81" in render_result(read_result(stored))
-    broken = tmp_path / "broken.json.xz"
+    broken, cut_off = tmp_path / "broken.json.xz", tmp_path / "cut-off.json.xz"
     broken.write_bytes(b"not xz")
-    with pytest.raises(ValueError) as err:
-        read_result(broken)
-    assert "cannot read it" in str(err.value) and "\n" not in str(err.value)
+    cut_off.write_bytes(stored.read_bytes()[:1000])
+    for damaged in (broken, cut_off):
+        with pytest.raises(ValueError) as err:
+            read_result(damaged)
+        assert "cannot read it" in str(err.value) and str(damaged) in str(err.value) and "\n" not in str(err.value)
 
 
 def test_html_report_shows_percentiles_of_tpot_and_kv_wait(tmp_path):
