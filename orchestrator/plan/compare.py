@@ -63,6 +63,14 @@ class Measured:
     verdict: str = "-"
     host_lost_s: float | None = None  # a sim-engine run that fell behind its cost model: engine steps a busy host lost
 
+    def behind_model_note(self) -> str | None:
+        """Why this run is no check of a prediction, when it is a sim-engine run that fell behind its cost model (its
+        wall time is the busy host's; the back-test's band is of GPU runs); None when it is one."""
+        if self.host_lost_s is None:
+            return None
+        return (f"fell behind the cost model (its host lost {self.host_lost_s:.1f} s of engine steps): its throughput "
+                "and latencies are this host's, not a check of the prediction")
+
 
 def measured_from_records(records: Sequence[dict], duration_s: float | None = None) -> Measured:
     """Throughput and latency of a real run from RequestResult dicts (only completed prompts count)."""
@@ -158,7 +166,9 @@ def measured_row(name: str, cfg: RunConfig, measured: Measured, predicted: Compa
         e2e_p50_s=percentile(measured.e2e_s, 50), e2e_p99_s=percentile(measured.e2e_s, 99),
         total_s=measured.total_s, verdict=measured.verdict, note=note,
     )
-    if predicted is not None and predicted.output_throughput > 0:
+    if behind := measured.behind_model_note():
+        row.note = f"{note}; {behind}" if note else behind
+    elif predicted is not None and predicted.output_throughput > 0:
         row.error = predicted.output_throughput / row.output_throughput - 1
     return row
 

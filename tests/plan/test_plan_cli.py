@@ -217,6 +217,31 @@ def test_a_sim_engine_run_that_fell_behind_its_cost_model_is_not_called_a_disagr
     assert "disagreement" not in out
 
 
+def test_compare_gives_no_prediction_error_for_a_sim_engine_run_that_fell_behind_its_cost_model(tmp_path, capsys) -> None:
+    """compare decides as plan does (Measured.behind_model_note): such a run timed the busy host, so its row gets the
+    reason in a note instead of a "pred err" (plan's test above has the same run)."""
+    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
+    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
+                "ttft_s": 1.0, "e2e_s": 5.0, "sent_at": 0.0, "done_at": 5.0} for i in range(1000)]
+    (tmp_path / "run-1").mkdir()
+    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
+        {"verdict": "VALID", "duration_s": 5.0, "total_s": 200.0, "simulation": {"behind_model": True, "host_lost_s": 26.8},
+         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    assert main(["compare", "--synthetic", "--configs", DEFAULT, "--set", f"benchmark.result_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    (sim_engine,) = [line for line in out.splitlines() if line.startswith("default ") and " sim-engine " in line]
+    assert not sim_engine.endswith("%"), out  # the pred err column is empty
+    assert "fell behind the cost model (its host lost 26.8 s of engine steps)" in out
+    # the same run without behind_model keeps its error
+    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
+        {"verdict": "VALID", "duration_s": 5.0, "total_s": 200.0,
+         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    assert main(["compare", "--synthetic", "--configs", DEFAULT, "--set", f"benchmark.result_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    (sim_engine,) = [line for line in out.splitlines() if line.startswith("default ") and " sim-engine " in line]
+    assert sim_engine.endswith("%") and "fell behind" not in out, out
+
+
 def test_compare_labels_an_earlier_run_of_the_simulated_engine_sim_engine_never_measured(tmp_path, capsys) -> None:
     """A bench run on the sim engine measured no GPU: `compare` says so in the words `plan` uses (issue 22)."""
     cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])

@@ -108,5 +108,8 @@ def test_the_real_path_runs_bench_and_shows_predicted_vs_measured(request, make_
                    measure=lambda c: run_bench(c, quiet=True, num_prompts=12))
     predicted, measured = rows
     assert (predicted.source, measured.source) == ("simulated", SIM_ENGINE)
-    assert measured.output_throughput > 0 and measured.error is not None
-    assert measured.verdict == "VALID" and measured.note == "this run"
+    assert measured.output_throughput > 0 and measured.verdict == "VALID"
+    if "fell behind the cost model" in measured.note:  # a busy host timed this run: no error against the prediction
+        assert measured.error is None and measured.note.startswith("this run; ")
+    else:
+        assert measured.error is not None and measured.note == "this run"

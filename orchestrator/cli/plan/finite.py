@@ -145,14 +145,14 @@ def _print_earlier_run(cfg: RunConfig, predicted: SimulatedRun, band: ErrorBand 
         f"predicted {predicted.output_throughput:,.0f} out tok/s, run {predicted.duration_s:.1f} s, TTFT p50 "
         f"{predicted.ttft_p(50):.2f} s (throughput error {error:+.0%})"
     )
-    if run.host_lost_s is not None:  # the sim's wall time on a busy host: no evidence about the prediction
-        print(f"  that run fell behind the cost model (its host lost {run.host_lost_s:.1f} s of engine steps): its "
-              "throughput and latencies are this host's, not a check of the prediction")
+    behind = run.behind_model_note()
+    if behind:
+        print(f"  that run {behind}")
     elif band is not None and abs(error) > band.class_mape(predicted.eager_share):
         print(f"  disagreement: output tok/s {error:+.0%}, outside the back-test's "
               f"±{band.class_mape(predicted.eager_share):.0%} band (this prediction's class)")
     ttft_error = predicted.ttft_p(50) / run_ttft - 1 if run_ttft > 0 else math.nan
-    if run.host_lost_s is None and abs(ttft_error) > TTFT_DISAGREES:
+    if not behind and abs(ttft_error) > TTFT_DISAGREES:
         print(f"  disagreement: TTFT p50 predicted {predicted.ttft_p(50):.2f} s vs {run_ttft:.2f} s in that run "
               f"({ttft_error:+.0%}; TTFT is not back-tested, so trust the run)")
     print()
