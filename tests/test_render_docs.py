@@ -65,3 +65,40 @@ def test_planning_examples_are_what_the_planner_prints_now() -> None:
     assert not drift, ("the planner now prints other figures than benchmarks/results/"
                        f"{render_docs.PLANNING_EXAMPLES}/ holds: re-run its run.sh (as its manifest.json says), then "
                        f"`{render_docs.FIX}`, and update docs/planning.md's prose around the changed figures:\n{diff[:6000]}")
+
+
+BEST_OUTPUT = """error band: ±21% on out-of-sample runs (MAPE of 20 full runs never fitted on; worst +50%); single-server points
+  by the prediction's class (each row's range uses its own): eager ±23% over 15 out-of-sample runs with eager decode stretches (worst +50%); graphed ±13% over 5 out-of-sample runs without eager decode stretches (worst +19%)
+ # layout + knobs                                             total tok/s      band (class) vs 10,848  run s total s  deadline  eager steps
+ 1 agg 1AxTP8xPP2DP2-attn                                          20,858   18,387-24,097       1.92x   48.7     286  VALID     0% (graphed, ±13%)
+ 2 agg 1AxTP8xPP2 mem=0.92                                         15,641   12,703-20,347       1.44x   64.9     302  VALID     7% (eager, ±23%)
+TP16 as shipped on the same batch: 8,804 total tok/s
+"""
+
+
+def _best_folder(tmp_path, monkeypatch, output: str) -> None:
+    folder = tmp_path / render_docs.BEST_COMPLIANT
+    folder.mkdir()
+    (folder / "output.txt").write_text(output)
+    (folder / "manifest.json").write_text('{"git_commit": "3fbbb3d0114b5bce5946af080d2fd55db2cbc2c5"}')
+    monkeypatch.setattr(render_docs, "RESULTS", tmp_path)
+
+
+def test_the_best_compliant_sentence_quotes_the_top_row_with_its_own_class_band_and_the_whole_band(tmp_path,
+                                                                                                   monkeypatch) -> None:
+    _best_folder(tmp_path, monkeypatch, BEST_OUTPUT)
+    text = render_docs.best_compliant_h100()
+    assert "`agg 1AxTP8xPP2DP2-attn`, **20,858 total tok/s**, 18,387-24,097" in text
+    assert "(±13 % over 5 runs without eager decode stretches, worst +19 %)" in text  # graphed: the top row's class
+    assert "×1.92 the published best 10,848" in text and "±21 % over 20 full runs (worst +50 %)" in text
+    assert "TP16 as shipped: 8,804" in text and "at 3fbbb3d" in text
+    # the same output with the top row eager takes the eager class's band
+    (tmp_path / "eager").mkdir()
+    _best_folder(tmp_path / "eager", monkeypatch, BEST_OUTPUT.replace("0% (graphed, ±13%)", "7% (eager, ±23%)"))
+    assert "(±23 % over 15 runs with eager decode stretches, worst +50 %)" in render_docs.best_compliant_h100()
+
+
+def test_a_best_compliant_output_without_its_band_is_an_error_not_a_stale_sentence(tmp_path, monkeypatch) -> None:
+    _best_folder(tmp_path, monkeypatch, "\n".join(line for line in BEST_OUTPUT.splitlines() if "by the prediction's" not in line))
+    with pytest.raises(ValueError, match="no best row, band, class band or TP16 line"):
+        render_docs.best_compliant_h100()
