@@ -73,6 +73,10 @@ class GpuSpec:
         return self.memory_gb * GIB
 
 
+# Datasheet figures (NVIDIA H100 and H200 Tensor Core GPU datasheets, SXM): dense BF16 989 / FP8 1,979 TFLOPS (half the
+# 1,979 / 3,958 quoted with sparsity; the same GH100 die in both), HBM3 3.35 TB/s (H100) and HBM3e 4.8 TB/s (H200),
+# NVLink 4 900 GB/s bidirectional = 450 per direction; ib_gb_s is one ConnectX-7 NDR 400 Gb/s NIC per GPU, the HGX
+# node of parallel/collectives.py (whose published NCCL figures, not these, price the collectives on these two GPUs).
 GPU_SPECS: dict[str, GpuSpec] = {
     "H100-SXM": GpuSpec(
         name="H100-SXM", memory_gb=80, bf16_tflops=989, fp8_tflops=1979, hbm_tb_s=3.35,

@@ -28,8 +28,9 @@ VALID = "VALID"
 AT_RISK = "at-risk"
 INVALID = "INVALID"
 
-# Fixed costs outside the engines (assumptions, see docs/planning.md): Ray placement groups and actor
-# start on a running cluster; writing results and stopping servers.
+# Fixed costs outside the engines (docs/planning.md): Ray placement groups and actor start on a running cluster (15 s:
+# the two bench runs on a cluster already up took 13.6 / 16.4 s, below); writing results and stopping servers (10 s)
+# and the simulated engine's figures are assumptions, not traced to a run.
 PLACEMENT_S = {"sglang": 15.0, "sim": 3.0}
 # SGLang on a local cluster the run starts itself (cluster.address: local): Ray's head and worker raylets and Serve
 # start before the placement groups. The median "Phase placement" of the 13 `bench` runs through the product's local

@@ -55,3 +55,26 @@ def test_a_profile_without_a_routing_measurement_names_the_one_whose_curve_it_ca
     assert h100.dummy_routing == h200.dummy_routing and h100.routing_lender == h200.profile == "h200-r1s6-sglang0.5.17"
     assert "h200-r1s6-sglang0.5.17" in h100.routing_note("dummy") and h200.routing_note("dummy") is None
     assert h100.routing_note("auto") is None  # a real checkpoint's reads take uniform routing: nothing borrowed is used
+
+
+def test_a_config_decodes_on_the_dummy_curve_by_default_and_on_the_uniform_one_with_real_weights() -> None:
+    """As `plan` builds a server from a config: the schema's default load format (dummy, the contest's) takes the
+    dummy-routing profile and decodes faster than the same server with real weights (--load-format null), which takes
+    the randomised-gate one; a TP 8 decode server of FP8 R1 on one 8 x H200 node."""
+    from pathlib import Path
+
+    from orchestrator.config import load_config
+    from orchestrator.config.schema import SglangEngineConfig
+    from orchestrator.perfmodel.costmodel import cost_model_for
+
+    assert SglangEngineConfig.model_fields["load_format"].default == "dummy"
+    preset = Path(__file__).resolve().parents[2] / "configs/h200-1p1d-tp8.yaml"
+    servers = {}
+    for name, sets in (("dummy", []), ("real", ["engine.sglang.load_format=null"])):
+        cfg = load_config(preset, sets)
+        servers[name] = cost_model_for(cfg, "decode", cfg.layout.decode[0])
+    assert servers["dummy"].calibration.profile == "h200-r1s6-sglang0.5.17"
+    assert servers["real"].calibration.profile == "h200-r1s6-random-gates-sglang0.5.17"
+    for batch in (8, 64, 256):
+        dummy, real = (servers[n].decode_step_s(batch, batch * 1000) for n in ("dummy", "real"))
+        assert dummy < 0.9 * real, (batch, dummy, real)

@@ -67,6 +67,9 @@ class ServerLimits:
 
     @property
     def decode_request_slots(self) -> int:
+        """A PD decode server's request slots: max_running + 1, and 2 x max_running more for requests still in transfer
+        when --max-running-requests is given and at most 32 (SGLang 0.5.17 arg_groups/pd_disaggregation_hook.py sets
+        disaggregation_decode_extra_slots so, per DP worker; model_executor/pool_configurator.py adds it and 1)."""
         extra = 2 * self.max_running if self.max_running_set and self.max_running <= 32 else 0
         return self.max_running + 1 + extra
 
