@@ -133,6 +133,17 @@ def fidelity_out_of_sample_classes() -> str:
             f"over {graphed.rows} without, ±{pct(band.mape)} over {band.rows} in all)")
 
 
+def planning_band_today() -> str:
+    """docs/planning.md's figures of the band `plan` prints, as `plan` rounds them (band.py ErrorBand.text)."""
+    from orchestrator.plan.backtest.band import EAGER, GRAPHED, error_band
+
+    band = error_band()
+    eager, graphed = band.of_class(EAGER), band.of_class(GRAPHED)
+    return (f"±{eager.mape:.0%} over {eager.rows} runs with eager decode stretches, ±{graphed.mape:.0%} over "
+            f"{graphed.rows} without; the whole set ±{band.mape:.0%} over {band.rows}; single-server calibration points "
+            f"±{band.points_mape:.0%} over {band.points}").replace("%", " %")
+
+
 # The goal of issue 25 in one sentence: the best compliant 2x8 H100 layout, predicted, with its out-of-sample band
 # against the published 10,848. Read from the raw output of benchmarks/best_compliant_layout.py (16 s of CPU and more:
 # not recomputed here); re-record the folder when the planner moves and point this at it.
@@ -370,6 +381,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "fidelity-inside-since": fidelity_inside_since,
     "fidelity-out-of-sample-classes": fidelity_out_of_sample_classes,
     "best-compliant-h100": best_compliant_h100,
+    "planning-band-today": planning_band_today,
     "fidelity-closed-loop-backtest": lambda: tool("plan", "--backtest", "--closed-loop", "--markdown").strip(),
     "performance-router-s5": lambda: raw("2026-11-24-router-vs-sglang-router-s5/stdout.txt", table_only=True),
     "performance-router-s5-before": lambda: raw("2026-11-24-router-vs-sglang-router-s5/before/stdout.txt",
