@@ -121,6 +121,23 @@ def fidelity_inside_since() -> str:
     return "\n".join(lines)
 
 
+def fidelity_missed_since() -> str:
+    """How many of runs.yaml's reported misses were outside since their first prediction, and which rows each model
+    commit moved out of a bound they were inside (each row's `missed_since`), from the dataset as committed."""
+    from orchestrator.plan.backtest.dataset import load_dataset
+
+    data = load_dataset()
+    misses = [r for r in [*data["runs"], *data["derived"]] if r.get("expect") == "miss"]
+    moved: dict[str, list[str]] = {}
+    for row in misses:
+        if row["missed_since"] != "first-prediction":
+            moved.setdefault(str(row["missed_since"]), []).append(row["id"])
+    first = len(misses) - sum(len(ids) for ids in moved.values())
+    commits = "; ".join(f"{commit} ({', '.join(ids)})" for commit, ids in moved.items())
+    return (f"`first-prediction` (outside since it was first predicted: {first} of runs.yaml's {len(misses)} misses "
+            f"today), or the model commit that moved a row out of a bound it was inside: {commits}.")
+
+
 def fidelity_out_of_sample_classes() -> str:
     """The out-of-sample full-run throughput MAPE of each band class and of all of them, as the back-test's summary
     line prints them (plan/backtest/band.py error_band), for the prose above the back-test table."""
@@ -380,6 +397,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "fidelity-knob-directions": fidelity_knob_directions,
     "fidelity-inside-since": fidelity_inside_since,
     "fidelity-out-of-sample-classes": fidelity_out_of_sample_classes,
+    "fidelity-missed-since": fidelity_missed_since,
     "best-compliant-h100": best_compliant_h100,
     "planning-band-today": planning_band_today,
     "fidelity-closed-loop-backtest": lambda: tool("plan", "--backtest", "--closed-loop", "--markdown").strip(),
