@@ -138,6 +138,20 @@ def fidelity_missed_since() -> str:
             f"today), or the model commit that moved a row out of a bound it was inside: {commits}.")
 
 
+def fidelity_shipped_profiles() -> str:
+    """Every calibration profile shipped in orchestrator/perfmodel/profiles/, as the cost model loads them: what each
+    is for (calibration: a server's step costs; layer-count: a second layer count that splits the fixed time), its GPU,
+    shape, routing and the raw folder it traces to."""
+    from orchestrator.perfmodel.profile import PROFILES_DIR, load_profile
+
+    lines = ["| file | profile | purpose | GPU | layers | routing | raw files |", "|---|---|---|---|---|---|---|"]
+    for path in sorted(Path(PROFILES_DIR).glob("*.json")):
+        p = load_profile(path)
+        lines.append(f"| `{path.name}` | {p.name} | {p.purpose} | {p.gpu.name} | {p.model.num_hidden_layers} | "
+                     f"{p.model.routing} | `{p.raw}` |")
+    return "\n".join(lines)
+
+
 def fidelity_out_of_sample_classes() -> str:
     """The out-of-sample full-run throughput MAPE of each band class and of all of them, as the back-test's summary
     line prints them (plan/backtest/band.py error_band), for the prose above the back-test table."""
@@ -398,6 +412,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "fidelity-inside-since": fidelity_inside_since,
     "fidelity-out-of-sample-classes": fidelity_out_of_sample_classes,
     "fidelity-missed-since": fidelity_missed_since,
+    "fidelity-shipped-profiles": fidelity_shipped_profiles,
     "best-compliant-h100": best_compliant_h100,
     "planning-band-today": planning_band_today,
     "fidelity-closed-loop-backtest": lambda: tool("plan", "--backtest", "--closed-loop", "--markdown").strip(),
