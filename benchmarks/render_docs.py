@@ -193,8 +193,12 @@ def best_compliant_h100() -> str:
     import json
 
     folder = RESULTS / BEST_COMPLIANT
-    text = (folder / "output.txt").read_text()
     commit = json.loads((folder / "manifest.json").read_text())["git_commit"][:7]
+    return best_compliant_sentence((folder / "output.txt").read_text(), commit)
+
+
+def best_compliant_sentence(text: str, commit: str) -> str:
+    """best_compliant_h100's sentence from one output of benchmarks/best_compliant_layout.py."""
     row, band, tp16 = BEST_ROW.search(text), BEST_BAND.search(text), BEST_TP16.search(text)
     cls = row and re.search(BEST_CLASS.format(cls=row["cls"]), text)
     if not (row and band and tp16 and cls):

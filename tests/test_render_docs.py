@@ -102,3 +102,24 @@ def test_a_best_compliant_output_without_its_band_is_an_error_not_a_stale_senten
     _best_folder(tmp_path, monkeypatch, "\n".join(line for line in BEST_OUTPUT.splitlines() if "by the prediction's" not in line))
     with pytest.raises(ValueError, match="no best row, band, class band or TP16 line"):
         render_docs.best_compliant_h100()
+
+
+@pytest.mark.slow  # 16 s of CPU and more (the search); the whole suite, CI's, runs it
+def test_the_best_compliant_prediction_the_docs_quote_is_what_the_planner_predicts_now(monkeypatch, capsys) -> None:
+    """README, contest.md and fidelity.md quote the best compliant 2x8 H100 layout from a recorded output of
+    benchmarks/best_compliant_layout.py; a planner change that moves what they quote (the top row, its band, TP16)
+    fails here until that output is recorded again."""
+    import sys
+
+    from benchmarks import best_compliant_layout
+
+    monkeypatch.setattr(sys, "argv", ["best_compliant_layout.py"])
+    best_compliant_layout.main()
+    now = render_docs.best_compliant_sentence(capsys.readouterr().out, "now")
+    recorded = render_docs.best_compliant_sentence(
+        (render_docs.RESULTS / render_docs.BEST_COMPLIANT / "output.txt").read_text(), "now")
+    assert now == recorded, (
+        f"the planner now predicts\n  {now}\nwhere the docs quote\n  {recorded}\nrecord it again: .venv/bin/python "
+        "benchmarks/manifest.py record --out benchmarks/results/<date>-best-compliant-h100-<slug> --stdout output.txt -- "
+        ".venv/bin/python benchmarks/best_compliant_layout.py, set render_docs.BEST_COMPLIANT to that folder and run "
+        f"{render_docs.FIX}")
