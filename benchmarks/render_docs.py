@@ -121,6 +121,17 @@ def fidelity_inside_since() -> str:
     return "\n".join(lines)
 
 
+def _band_classes():
+    """The back-test's out-of-sample band and its two classes (band.py), or an error naming what is missing."""
+    from orchestrator.plan.backtest.band import EAGER, GRAPHED, error_band
+
+    band = error_band()
+    eager, graphed = (band.of_class(EAGER), band.of_class(GRAPHED)) if band else (None, None)
+    if band is None or eager is None or graphed is None:
+        raise ValueError("plan --backtest has no out-of-sample full run in each band class; nothing to quote")
+    return band, eager, graphed
+
+
 def fidelity_missed_since() -> str:
     """How many of runs.yaml's reported misses were outside since their first prediction, and which rows each model
     commit moved out of a bound they were inside (each row's `missed_since`), from the dataset as committed."""
@@ -155,10 +166,7 @@ def fidelity_shipped_profiles() -> str:
 def fidelity_out_of_sample_classes() -> str:
     """The out-of-sample full-run throughput MAPE of each band class and of all of them, as the back-test's summary
     line prints them (plan/backtest/band.py error_band), for the prose above the back-test table."""
-    from orchestrator.plan.backtest.band import EAGER, GRAPHED, error_band
-
-    band = error_band()
-    eager, graphed = band.of_class(EAGER), band.of_class(GRAPHED)
+    band, eager, graphed = _band_classes()
     pct = lambda x: f"{x:.1%}".replace("%", " %")  # noqa: E731
     return (f"(out-of-sample today: ±{pct(eager.mape)} over {eager.rows} with eager stretches, ±{pct(graphed.mape)} "
             f"over {graphed.rows} without, ±{pct(band.mape)} over {band.rows} in all)")
@@ -166,10 +174,7 @@ def fidelity_out_of_sample_classes() -> str:
 
 def planning_band_today() -> str:
     """docs/planning.md's figures of the band `plan` prints, as `plan` rounds them (band.py ErrorBand.text)."""
-    from orchestrator.plan.backtest.band import EAGER, GRAPHED, error_band
-
-    band = error_band()
-    eager, graphed = band.of_class(EAGER), band.of_class(GRAPHED)
+    band, eager, graphed = _band_classes()
     return (f"±{eager.mape:.0%} over {eager.rows} runs with eager decode stretches, ±{graphed.mape:.0%} over "
             f"{graphed.rows} without; the whole set ±{band.mape:.0%} over {band.rows}; single-server calibration points "
             f"±{band.points_mape:.0%} over {band.points}").replace("%", " %")
