@@ -249,8 +249,8 @@ def read(raw_paths: list[Path]) -> int:
               f"({'more' if abs(off) > 2 * spread else 'not more'} than twice the repeats' median spread {spread * 1e3:.3f} ms)")
     contexts = sorted(set.intersection(*(set(f[4]) for f in fits)))
     for context in contexts:  # added after the run: the split of each context's F alone
-        a, b = line([(f[1], f[4][context]) for f in fits])
-        print(f"  context {context} alone: {a * 1e3:.3f} ms per step + {b * 1e6:.1f} us per layer")
+        per_step_s, per_layer_s = line([(f[1], f[4][context]) for f in fits])
+        print(f"  context {context} alone: {per_step_s * 1e3:.3f} ms per step + {per_layer_s * 1e6:.1f} us per layer")
     return 0
 
 
@@ -302,7 +302,8 @@ def context_growths(fit: tuple) -> tuple[list[float], list[float]]:
     """Per batch measured at both contexts: (step at the longest - at the shortest context) measured and modelled."""
     medians, modelled = fit[7], fit[8]
     contexts = sorted({c for _, c in medians})
-    measured_g, model_g = [], []
+    measured_g: list[float] = []
+    model_g: list[float] = []
     if len(contexts) < 2:
         return measured_g, model_g
     for batch in sorted({b for b, _ in medians}):
