@@ -428,6 +428,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "performance-router-s5": lambda: raw("2026-11-24-router-vs-sglang-router-s5/stdout.txt", table_only=True),
     "performance-router-s5-before": lambda: raw("2026-11-24-router-vs-sglang-router-s5/before/stdout.txt",
                                                 table_only=True),
+    "performance-router-2026-11-27": lambda: raw("2026-11-27-router-overhead/stdout.txt", table_only=True),
     "performance-router-2026-11-26": lambda: raw("2026-11-26-gateway-cpu-vs-sglang-router/stdout.txt",
                                                  table_only=True),
     "performance-router-before-after-2026-11-26": lambda: raw("2026-11-26-gateway-cpu-before-after/stdout.txt",
