@@ -93,9 +93,9 @@ def find_calibration(
     gpu: str, arch: ModelArchitecture, quantization: str, profiles: list[CalibrationProfile] | None = None,
     load_format: str | None = "dummy",
 ) -> Calibration | None:
-    """The shipped profile's calibration for this GPU and layer shape; else the same shape on another GPU;
-    else a profile of another shape on this GPU, whose start-up figures only apply (process start, graph
-    capture per size and layer, cold compile per size do not depend on the layer's dimensions)."""
+    """The shipped profile's calibration for this GPU and layer shape; else the same shape on another GPU (with this
+    GPU's process start); else a profile of another shape on this GPU, whose start-up figures only apply (its process
+    start, graph capture per size and layer and cold compile: no figure of this shape's kernels exists)."""
     everything = profiles if profiles is not None else shipped_profiles()
     pool = [p for p in everything if p.purpose == "calibration"]  # layer-count profiles only split the fixed time
     cal = _find_calibration(gpu, arch, quantization, pool, load_format, everything)
@@ -144,10 +144,16 @@ def _find_calibration(
         return cal
     others = sorted((p for p in pool if p.model.matches(arch, quantization)),
                     key=lambda p: p.model.real_like != (load_format != "dummy"))
-    if others:  # the shape's step costs from another GPU; start-up (host, image, caches) from this GPU's profile
+    if others:  # the shape's step costs from another GPU, and its graph capture and compile; the process start from
+        # this GPU's profile (host and image). Capture and compile follow the kernels a layer shape builds, not the GPU:
+        # V2-Lite's first graph size compiled in 56-75 s on eight H100 machines, by its H200 profile's 52 s, not the
+        # R1-shaped H100 profile's 89 s, and captured warm in 10-15 s for 36 sizes, not 45 s (docs/fidelity.md,
+        # "V2-Lite's start-up on H100")
         cal = calibration_for(others[0], arch, quantization)
         if same_gpu:
-            cal = replace(cal, startup=_startup_only(same_gpu[0].model_dump_json(), arch, quantization).startup)
+            host = _startup_only(same_gpu[0].model_dump_json(), arch, quantization).startup
+            shape = cal.startup
+            cal = replace(cal, startup=host if shape is None else replace(shape, process_s=host.process_s))
         return cal
     if not same_gpu:
         return None
