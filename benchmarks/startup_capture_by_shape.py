@@ -1,12 +1,15 @@
-"""Decode CUDA-graph capture at start-up, by layer shape and GPU, from the SGLang logs on record; then the back-test's
-start-up rows as the planner predicts them now (issue 25, hstart).
+"""Decode CUDA-graph capture at start-up, by layer shape and GPU, from the SGLang logs on record; the cold PD prefills'
+first forwards after ready, by shape; then the back-test's start-up rows as the planner predicts them now (issue 25,
+hstart).
 
     .venv/bin/python benchmarks/startup_capture_by_shape.py
 
 Per start-up log: the shape, the GPU, how many batch sizes were captured, the whole capture (SGLang's "Capture cuda
 graph end. elapsed=") and its first size (the progress bar's rate after 1 of N): >= 30 s is a compile (cold Triton
 cache), else warm. Then, per shape and GPU, the median cold first size and the median warm capture per size: the
-figures the planner's start-up lending uses (perfmodel/calibration_lookup.py) are set beside them.
+figures the planner's start-up lending uses (perfmodel/calibration_lookup.py) are set beside them. Per cold PD prefill
+log (PDO_ITER lines): SGLang's own warm-up forward before ready, and after ready the first three forwards carrying a
+prompt (more than one token) and any other of >= 0.5 s, as sequences x tokens = run_batch ms.
 """
 
 from __future__ import annotations
@@ -56,6 +59,18 @@ LOGS = [
     ("Qwen3-shaped 6 layers", "H100", "2026-11-26-qwen3-serve-one-h100/prepare-call14.tar.xz", "decode-0-0.log"),
     ("Qwen3-shaped 6 layers", "H200", "2026-11-27-lease11-h200x2/call5-prepare/prepare.tar.xz", "decode-0-0.log"),
 ]
+# PD prefill servers (no decode graphs) started on cold caches, with the scheduler's per-iteration PDO_ITER lines
+COLD_PREFILLS = [
+    ("V2-Lite bf16", "H100", "2026-11-27-warmup-fix-h100/pd-warmupfix.tar.xz"),  # lease 9
+    ("V2-Lite bf16", "H100", "2026-11-27-lease13-h100/call5-pd/pd-warmupfix.tar.xz"),
+    ("Qwen3-shaped FP8", "H100", "2026-11-26-qwen3-serve-one-h100/prepare-call8.tar.xz"),
+    ("Qwen3-shaped FP8", "H100", "2026-11-26-qwen3-serve-one-h100/prepare-call14.tar.xz"),
+    ("Qwen3-shaped FP8", "H200", "2026-11-26-two-gpu-lease2-h200x2/call3-pd-cold-prepare/prepare.tar.xz"),
+    ("Qwen3-shaped FP8", "H200", "2026-11-26-two-gpu-lease5-h200x2/call4-qwen3-prepare-serve/prepare-serve.tar.xz"),
+    ("Qwen3-shaped FP8", "H200", "2026-11-27-lease11-h200x2/call5-prepare/prepare.tar.xz"),
+]
+_ITER = re.compile(r"PDO_ITER .*?run_ms=([0-9.]+)")
+_BATCH = re.compile(r"Prefill batch, #new-seq: (\d+), #new-token: (\d+)")
 COLD_FIRST_SIZE_S = 30.0  # a first size that long compiled its kernels (warm ones take 0.5-5 s)
 _FIRST = re.compile(r"Capturing batches \(bs=\d+[^|]*\|[^|]*\|\s+1/(\d+) \[[\d:]+<[^,]*,\s+([\d.]+)(s/it|it/s)\]")
 
@@ -78,6 +93,21 @@ def capture(text: str) -> tuple[int, float, float]:
     return len(graphs[-1]["bs"]), graphs[-1]["capture_s"], rate if m.group(3) == "s/it" else 1 / rate
 
 
+def prefill_forwards(text: str) -> list[tuple[bool, int, int, float]]:
+    """(after ready, sequences, new tokens, run_batch ms) of every prefill forward: each PDO_ITER times the batch whose
+    `Prefill batch` line follows it."""
+    out, run_ms, ready = [], None, False
+    for line in text.splitlines():
+        if "fired up and ready to roll" in line:
+            ready = True
+        elif m := _ITER.search(line):
+            run_ms = float(m.group(1))
+        elif (m := _BATCH.search(line)) and run_ms is not None:
+            out.append((ready, int(m.group(1)), int(m.group(2)), run_ms))
+            run_ms = None
+    return out
+
+
 def main() -> int:
     rows = []
     print(f"{'shape':<22} {'GPU':<5} {'sizes':>5} {'capture s':>9} {'first s':>7} {'caches':<6} log")
@@ -93,6 +123,15 @@ def main() -> int:
         print(f"  {shape:<22} {gpu:<5} cold first size {statistics.median(cold) if cold else float('nan'):6.1f} "
               f"({len(cold)} logs, {min(cold, default=float('nan')):.1f}-{max(cold, default=float('nan')):.1f}); "
               f"warm per size {statistics.median(warm) if warm else float('nan'):5.2f} ({len(warm)} logs)")
+    print("\ncold PD prefills: SGLang's warm-up forward before ready | after ready: the first three prompt forwards, then "
+          "any other >= 0.5 s (sequences x tokens = run_batch ms):")
+    for shape, gpu, archive in COLD_PREFILLS:
+        forwards = prefill_forwards(read_member(RESULTS / archive, "prefill-0-0.log"))
+        before = [f for f in forwards if not f[0]]
+        prompts = [f for f in forwards if f[0] and f[2] > 1]
+        shown = prompts[:3] + [f for f in prompts[3:] if f[3] >= 500]
+        text = " ".join(f"{n}x{t}={ms:.0f}" for _, n, t, ms in shown)
+        print(f"  {shape:<17} {gpu:<5} before {before[-1][1]}x{before[-1][2]}={before[-1][3]:.0f} | {text}  ({archive})")
     print("\nback-test start-up rows, as the planner predicts them now:")
     for r in run_backtest():
         if r.kind == "startup":
