@@ -156,6 +156,14 @@ class PDRouter:
         return {"registry_version": self.core.registry_version, "workers": sorted(self.core.dispatcher.workers),
                 "legs_in_flight": self.core.legs_in_flight()}
 
+    async def stop_admitting(self, reason: str) -> None:
+        """The service stops (`serve down`, SIGTERM): new inference requests get a 503 naming `reason`."""
+        self.core.stop_admitting(reason)
+
+    async def cut_off_in_flight(self) -> int:
+        """After a timed-out drain: end every request still held with a 503 (its legs aborted); how many."""
+        return await self.core.cut_off_in_flight()
+
     def process_id(self) -> int:
         """This replica's pid (the router benchmarks read its CPU time from /proc)."""
         return os.getpid()

@@ -16,6 +16,7 @@ plain uvicorn in tests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -71,6 +72,9 @@ class RouterCore:
         self.registry_version: int | None = None
         self.in_flight = 0  # inference requests the HTTP ingress holds now (router.max_in_flight_requests)
         self.rejected = 0
+        self.stopping: str | None = None  # why the service stops: from then on new inference requests get a 503
+        self.cut_off = asyncio.Event()  # set after the drain timed out: each request still held ends with a 503
+        self._all_answered: asyncio.Event | None = None  # set when the last cut-off request has been answered
         self.departed: dict[str, Any] = {}  # WorkerStates the registry no longer routes to, legs maybe in flight
         self._last_health_check = 0.0
 
@@ -127,7 +131,15 @@ class RouterCore:
         return counts
 
     def take_slot(self) -> None:
-        """One more inference request in flight, or HTTPError 503 past router.max_in_flight_requests (counted)."""
+        """One more inference request in flight, or HTTPError 503 (counted) while the service stops or past
+        router.max_in_flight_requests."""
+        if self.stopping is not None:
+            self.rejected += 1
+            if self.metrics is not None:
+                self.metrics.rejected("stopping")
+            raise HTTPError(503, f"{self.stopping}: the gateway takes no new requests while those in flight finish; "
+                                 "send this one to another gateway or retry once the service is back",
+                            code="shutting_down")
         limit = self.cfg.router.max_in_flight_requests
         if limit is not None and self.in_flight >= limit:
             self.rejected += 1
@@ -140,6 +152,23 @@ class RouterCore:
 
     def free_slot(self) -> None:
         self.in_flight -= 1
+        if not self.in_flight and self._all_answered is not None:
+            self._all_answered.set()
+
+    def stop_admitting(self, reason: str) -> None:
+        """The service stops: new inference requests are refused (503) and /health says so; those in flight go on."""
+        self.stopping = reason
+
+    async def cut_off_in_flight(self, wait_s: float = 10.0) -> int:
+        """End every inference request still held with a 503 (a stream: an error event, then [DONE]), which aborts
+        its legs on the engines; returns how many there were, once they are answered (at most `wait_s`)."""
+        held = self.in_flight
+        self.cut_off.set()
+        if self.in_flight:
+            self._all_answered = asyncio.Event()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._all_answered.wait(), wait_s)
+        return held
 
     # -- prompts --
 

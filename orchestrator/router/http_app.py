@@ -67,9 +67,47 @@ class InFlightLimit:
             await error_response(exc.status, exc.message, code=exc.code)(scope, receive, send)
             return
         try:
-            await self.app(scope, receive, send)
+            await _until_cut_off(self.app, scope, receive, send, core)
         finally:
             core.free_slot()
+
+
+async def _until_cut_off(app, scope, receive, send, core: RouterCore) -> None:
+    """`app`'s answer to the request, unless the service cuts it off first (`core.cut_off`: its drain timed out).
+    Then the answer is cancelled (the dispatcher aborts the request's legs on the engines) and the client still gets
+    an end, never a dropped connection: a 503 error object, or, in a stream already running, an error event and
+    [DONE] (the openai client raises it as an APIError)."""
+    response: dict[str, bool] = {}
+
+    async def tracked(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            response["sse"] = any(k == b"content-type" and v.startswith(b"text/event-stream")
+                                  for k, v in message.get("headers", []))
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            response["ended"] = True
+        await send(message)
+
+    work = asyncio.ensure_future(app(scope, receive, tracked))
+    cut = asyncio.ensure_future(core.cut_off.wait())
+    try:
+        await asyncio.wait((work, cut), return_when=asyncio.FIRST_COMPLETED)
+        cut_first = not work.done()
+    finally:
+        cut.cancel()
+        if not work.done():  # cut off, or we were cancelled ourselves
+            work.cancel()
+    if not cut_first:
+        await work  # its answer was sent, or its exception goes on
+        return
+    await asyncio.gather(work, return_exceptions=True)
+    if response.get("ended"):
+        return
+    message = f"{core.stopping or 'the service stops'}: cut off after the drain timeout, not finished"
+    if "sse" not in response:
+        await error_response(503, message, code="shutting_down")(scope, receive, send)
+        return
+    event = b"data: " + orjson.dumps(error_object(503, message, code="shutting_down")) + b"\n\ndata: [DONE]\n\n"
+    await send({"type": "http.response.body", "body": event if response["sse"] else b"", "more_body": False})
 
 
 OPEN_PATHS = frozenset({"/health"})  # a load balancer's probe needs no key (SGLang's --api-key leaves it open too)
@@ -239,6 +277,8 @@ def build_http_app() -> FastAPI:
 
     @app.get("/health")
     async def health(core: RouterCore = Depends(core_in_app_state)) -> Response:
+        if core.stopping is not None:  # a load balancer in front takes this gateway out while it drains
+            return error_response(503, f"{core.stopping}: draining, no new requests", code="shutting_down")
         counts = core.ready_counts()
         missing = [role for role, n in counts.items() if n == 0]
         if missing:

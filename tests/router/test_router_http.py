@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import httpx
@@ -369,3 +370,54 @@ def test_a_client_that_leaves_before_its_answer_frees_both_engines_at_once(ingre
     wait_until(lambda: busy_requests(pd_workers) > 0, 30, 0.05, what="the engines holding the request")
     client.close()
     wait_until(lambda: busy_requests(pd_workers) == 0, 10, 0.1, what="both engines free after the client left")
+
+
+def test_a_stopping_gateway_refuses_new_requests_and_ends_every_held_one_with_an_error(pd_workers):
+    """`serve down` / SIGTERM: from the stop on, a new inference request is a 503 (`shutting_down`) and /health says
+    so, while those in flight go on; once the drain times out, every request still held gets an end - a 503 error
+    object, or in a running stream an error event and [DONE] - and both engines are freed. Before, the gateway kept
+    admitting (a closed-loop client kept every drain busy to its timeout) and the held requests then lost their
+    connection with the torn-down router ('Server disconnected', 'Response payload is not completed')."""
+    from orchestrator.run.serving.warmup import busy_requests
+
+    ingress = Ingress(router_core(pd_workers))
+    long = {"messages": [{"role": "user", "content": "a long story"}], "max_tokens": 100_000, "ignore_eos": True}
+    got: dict[str, tuple[int, object]] = {}
+
+    def streamed() -> None:
+        with httpx.stream("POST", ingress.url + "/v1/chat/completions", json={**long, "stream": True},
+                          timeout=60) as r:
+            got["stream"] = (r.status_code, [line[6:] for line in r.iter_lines() if line.startswith("data: ")])
+
+    def answered() -> None:
+        r = httpx.post(ingress.url + "/v1/chat/completions", json=long, timeout=60)
+        got["json"] = (r.status_code, r.json())
+
+    clients = [threading.Thread(target=streamed), threading.Thread(target=answered)]
+    try:
+        for c in clients:
+            c.start()
+        wait_until(lambda: ingress.core.in_flight == 2 and busy_requests(pd_workers) >= 2, 30, 0.05,
+                   what="both requests held by the engines")
+        ingress.core.stop_admitting("stopping (test)")
+        refused = httpx.post(ingress.url + "/v1/chat/completions", json={**long, "max_tokens": 1}, timeout=30)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down", refused.text
+        assert refused.json()["error"]["message"].startswith("stopping (test): the gateway takes no new requests")
+        assert httpx.get(ingress.url + "/health", timeout=30).status_code == 503
+        assert ingress.core.in_flight == 2 and not got  # those in flight go on
+
+        loop = ingress.server.servers[0].get_loop()
+        held = asyncio.run_coroutine_threadsafe(ingress.core.cut_off_in_flight(), loop).result(timeout=30)
+        for c in clients:
+            c.join(timeout=30)
+        assert held == 2
+        status, body = got["json"]
+        assert status == 503 and body["error"]["code"] == "shutting_down", body
+        assert "cut off after the drain timeout" in body["error"]["message"], body
+        status, events = got["stream"]
+        assert status == 200 and events[-1] == "[DONE]", events[-3:]
+        assert json.loads(events[-2])["error"]["code"] == "shutting_down", events[-3:]
+        assert "choices" in json.loads(events[-3])  # tokens were streamed before the cut
+        wait_until(lambda: busy_requests(pd_workers) == 0, 10, 0.1, what="both engines free after the cut-off")
+    finally:
+        ingress.stop()

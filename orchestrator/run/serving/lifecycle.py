@@ -63,7 +63,9 @@ def run_serve(cfg: RunConfig, drain_s: float = 30.0, say: Callable[[str], None] 
                 raise BenchInterrupted(service.stop_requested)
             except (BenchInterrupted, KeyboardInterrupt):
                 service.phase = "stopping"
-                say(f"stopping ({stop_reason() or service.stop_requested or 'interrupted'}): draining in-flight requests (up to {drain_s:g} s)")
+                why = f"stopping ({stop_reason() or service.stop_requested or 'interrupted'})"
+                say(f"{why}: draining in-flight requests (up to {drain_s:g} s); the gateway refuses new ones (503)")
+                _ask_router(deployment, "stop_admitting", why, say)
                 if service.change_lock.locked():
                     say("stopping: a layout change in progress is cut off")
                 try:
@@ -72,6 +74,11 @@ def run_serve(cfg: RunConfig, drain_s: float = 30.0, say: Callable[[str], None] 
                     say(f"stopping: worker registry not readable ({type(exc).__name__}); draining the workers known "
                         "at start")
                 left = drain(endpoints, drain_s, say) if endpoints else 0
+                if left:
+                    cut = _ask_router(deployment, "cut_off_in_flight", None, say)
+                    if cut is not None:
+                        say(f"serve: {cut} request(s) held at the gateway answered with a 503 (a stream: an error "
+                            "event, then [DONE]) and aborted on the engines")
                 say("serve: tearing down the workers and the router")
                 rc = 0 if not left else 3
         say("serve: stopped; workers and router torn down" + ("" if rc != 3 else
@@ -83,3 +90,13 @@ def run_serve(cfg: RunConfig, drain_s: float = 30.0, say: Callable[[str], None] 
         service.finish(rc)
         if control is not None:
             control.close()
+
+
+def _ask_router(deployment: Deployment, method: str, arg: str | None, say: Callable[[str], None]):
+    """Call the router replica's `method` (stopping: a router that is gone or hung only costs that step)."""
+    try:
+        call = getattr(deployment.router(), method)
+        return (call.remote(arg) if arg is not None else call.remote()).result(timeout_s=30)
+    except Exception as exc:
+        say(f"stopping: the router did not answer {method} ({type(exc).__name__}); going on")
+        return None
