@@ -69,11 +69,14 @@ def _bench_work(cfg: RunConfig) -> str:
   WORK_RC=${PIPESTATUS[0]}"""
 
 
-# `serve+goodput` joins as one more entry: `serve` as a Ray job, then the contest's goodput client against its
-# gateway, the verdict from the client's exit code.
+# `serve+goodput` joins as one more entry: `serve --detach` on the head, then `goodput --url` (the contest's AIPerf
+# command) against its gateway, `serve down`, the verdict from goodput's exit code.
 WORKS: dict[str, Callable[[RunConfig], str]] = {"bench": _bench_work}
-PLANNED_WORKS = {"serve+goodput": "not available yet: `pd-orchestrator serve` exists, a goodput client command "
-                 "(AIPerf's fixed closed-loop run) does not; use --then bench"}
+SERVE_BY_HAND = ("in a job script of your own: `pd-orchestrator serve --config X --detach` on the Ray head, then "
+                 "`pd-orchestrator goodput --config X --url <its gateway>` (the contest's AIPerf command), then "
+                 "`pd-orchestrator serve down` (docs/serving.md)")
+PLANNED_WORKS = {"serve+goodput": "not available yet: `pd-orchestrator serve` and `goodput` exist, their job step "
+                 f"does not; run them {SERVE_BY_HAND}"}
 
 
 # ---- what differs per scheduler -------------------------------------------------------------------------
@@ -180,6 +183,10 @@ def check(cfg: RunConfig, opts: JobOptions) -> None:
     if opts.then not in WORKS:
         why = PLANNED_WORKS.get(opts.then, f"choose one of {', '.join(WORKS)}")
         raise JobScriptError(f"--then {opts.then}: {why}")
+    if opts.then == "bench" and cfg.benchmark.kind == "closed_loop":
+        raise JobScriptError(f"--then bench: benchmark.kind=closed_loop, which bench refuses (it runs a prompt "
+                             "batch), so the job would fail after Ray bring-up and prepare; measure the closed loop "
+                             f"{SERVE_BY_HAND}, or set benchmark.kind: batch")
     if cfg.cluster.num_nodes != 2:
         raise JobScriptError(f"cluster.num_nodes={cfg.cluster.num_nodes}: the job script brings up 2 nodes "
                              "(a prefill node as the Ray head and a decode node); set cluster.num_nodes: 2")

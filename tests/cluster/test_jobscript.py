@@ -95,7 +95,11 @@ def test_walltime_rounds_up_to_whole_minutes():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--then", "serve+goodput"], "--then serve+goodput: not available yet: `pd-orchestrator serve` exists, a goodput"),
+    (["--then", "serve+goodput"], "--then serve+goodput: not available yet: `pd-orchestrator serve` and `goodput` "
+     "exist, their job step does not; run them in a job script of your own"),
+    # the 2026 preset's closed loop: bench refuses it at job time, after Ray bring-up and prepare had run
+    (["--config", str(REPO / "configs" / "qwen3-pd-2026.yaml")], "--then bench: benchmark.kind=closed_loop, which "
+     "bench refuses"),
     (["--then", "train"], "--then train: choose one of bench"),
     (["--launcher", "mpirun"], "--launcher mpirun: Slurm jobs launch with srun"),
     (["--iface", "eth0; rm -rf /"], "--iface 'eth0; rm -rf /': an interface name"),
