@@ -6,6 +6,7 @@ brings up the config's deployment unless --url is given.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -247,13 +248,59 @@ def _cmd_goodput(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"--concurrency {args.concurrency!r}: give positive integers, e.g. --concurrency 8,16,32", file=sys.stderr)
         return 2
+    problem = bad_load_flag(args)
+    if problem is not None:
+        print(f"goodput: {problem}", file=sys.stderr)
+        return 2
     out_dir = Path(args.out or Path(cfg.benchmark.result_dir) / f"goodput-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     with deployment_url(cfg, args.url) as url:
         load = closed_load(cfg, args, url, concurrencies[0])
-        rows = run_goodput(tool, load, concurrencies, out_dir, say=lambda line: print(line, flush=True))
+        problem = gateway_problem(load, args.url is not None)
+        if problem is not None:
+            print(f"goodput: {problem}", file=sys.stderr)
+            return 2
+        try:
+            rows = run_goodput(tool, load, concurrencies, out_dir, say=lambda line: print(line, flush=True))
+        except RuntimeError as exc:  # AIPerf failed: its own log says why
+            print(f"goodput: {str(exc).splitlines()[0]}; its log: {out_dir}/c<N>/aiperf.out", file=sys.stderr)
+            return 1
     print(verdict_line(rows))
     print(f"results: {out_dir / 'goodput.json'}")
     return 0 if any(r.clears_gate for r in rows) else 1
+
+
+# goodput's load flags that AIPerf refuses (after minutes building its dataset) unless positive; the warm-up and the
+# grace may be 0
+POSITIVE_LOAD_FLAGS = ("isl", "osl", "window_s", "num_dataset_entries", "ttft_ms", "itl_ms")
+NON_NEGATIVE_LOAD_FLAGS = ("warmup_s", "grace_s")
+
+
+def bad_load_flag(args: argparse.Namespace) -> str | None:
+    """The first load flag given out of its range, as a one-line error naming it, else None."""
+    for name in POSITIVE_LOAD_FLAGS + NON_NEGATIVE_LOAD_FLAGS:
+        value = getattr(args, name)
+        if value is not None and (value <= 0 if name in POSITIVE_LOAD_FLAGS else value < 0):
+            flag = "--" + name.replace("_", "-")
+            return f"{flag} {value:g}: give a number {'above' if name in POSITIVE_LOAD_FLAGS else 'of at least'} 0"
+    return None
+
+
+def gateway_problem(load: ClosedLoad, given: bool) -> str | None:
+    """Why the gateway at load.url cannot take AIPerf's requests (it does not answer, or refuses GET /v1/models),
+    else None: AIPerf itself would send every request of its run into the error and end in a traceback."""
+    import httpx
+
+    url = load.url if "://" in load.url else f"http://{load.url}"
+    where = f"--url {load.url}" if given else f"the gateway {load.url}"
+    headers = {"Authorization": f"Bearer {load.api_key}"} if load.api_key else {}
+    try:
+        r = httpx.get(url.rstrip("/") + "/v1/models", headers=headers, timeout=10)
+    except httpx.HTTPError as exc:
+        return (f"{where} does not answer ({type(exc).__name__}: {exc}); start the gateway (`pd-orchestrator serve "
+                "--config X --detach` prints its URL) or fix --url")
+    if r.status_code != 200:
+        return f"{where}: GET /v1/models answered {r.status_code} ({r.text[:200].strip()}); is it an OpenAI gateway?"
+    return None
 
 
 def closed_load(cfg: RunConfig, args: argparse.Namespace, url: str, concurrency: int) -> ClosedLoad:
@@ -270,7 +317,8 @@ def closed_load(cfg: RunConfig, args: argparse.Namespace, url: str, concurrency:
                       warmup_s=pick(args.warmup_s, b.warmup_s), window_s=pick(args.window_s, b.window_s),
                       grace_s=pick(args.grace_s, b.grace_s), num_dataset_entries=args.num_dataset_entries,
                       ttft_ms=pick(args.ttft_ms, b.slo.ttft_ms), itl_ms=pick(args.itl_ms, b.slo.itl_ms),
-                      min_good_fraction=b.slo.min_good_fraction, random_seed=seed)
+                      min_good_fraction=b.slo.min_good_fraction, random_seed=seed,
+                      api_key=os.environ.get(cfg.router.api_key_env) if cfg.router.api_key_env else None)
 
 
 def _register_goodput(sub: argparse._SubParsersAction) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.cli import build_parser
 from orchestrator.cli.args import config_from_args
 from orchestrator.cli.serving import closed_load
@@ -49,3 +51,30 @@ def test_goodput_gate_is_the_configs_min_good_fraction():
     summary = ProfileSummary(100, 0, 1000.0, 0.92, 920.0, {}, {}, 4000, 200, {})
     assert GoodputRow(8, summary, Path("."), 0.90).clears_gate
     assert not GoodputRow(8, summary, Path("."), 0.95).clears_gate
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--isl", "-5"], "goodput: --isl -5: give a number above 0"),
+    (["--window-s", "0"], "goodput: --window-s 0: give a number above 0"),
+    (["--grace-s", "-1"], "goodput: --grace-s -1: give a number of at least 0"),
+    (["--url", "http://127.0.0.1:1"], "goodput: --url http://127.0.0.1:1 does not answer (ConnectError"),
+])
+def test_a_load_aiperf_cannot_run_is_one_line_before_aiperf_starts(tmp_path, capsys, argv, says):
+    """AIPerf refused these only after building its dataset (a pydantic box), or sent every request of its run into
+    a connection error for the whole window; goodput then died in a traceback."""
+    from orchestrator.cli import main
+
+    argv = ["--url", "http://127.0.0.1:9", *argv] if "--url" not in argv else argv
+    rc = main(["goodput", "--config", QWEN, "--concurrency", "2", "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith(says) and "\n" not in err, err
+    assert not (tmp_path / "out").exists()  # AIPerf (the real one, .venv-aiperf) was not started
+
+
+def test_goodput_sends_the_gateways_api_key(monkeypatch):
+    """A gateway with router.api_key_env answers 401 to a request without the key: AIPerf gets it (--api-key)."""
+    monkeypatch.setenv("PDO_TEST_KEY", "s3cret")
+    load = _load("--set", "router.api_key_env=PDO_TEST_KEY")
+    cmd = profile_command(AiperfTool(Path("/bin/aiperf"), Path("/tok")), load, Path("/out"))
+    assert _flag(cmd, "--api-key") == "s3cret"
+    assert _load().api_key is None
