@@ -280,3 +280,20 @@ def test_failure_counters_start_at_zero_for_every_reason_the_router_can_give():
     source = "\n".join(p.read_text() for p in Path(failures.__file__).parent.glob("*.py"))
     raised = set(re.findall(r'LegFailure\("(\w+)"', source)) | set(re.findall(r'DispatchError\(\s*f?"(\w+): ', source))
     assert raised and raised <= set(KNOWN_FAILURE_REASONS), raised - set(KNOWN_FAILURE_REASONS)
+
+
+def test_every_exported_metric_is_in_the_docs_table():
+    """A user reads docs/observability.md's tables to write queries: each metric our exporters serve is a row there,
+    with its type (pdorch_requests_rejected_total was served and in no table)."""
+    from pathlib import Path
+
+    rows = {}
+    for line in (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and cells[1].startswith("`pdorch_"):
+            for name in cells[1].replace("`", "").split(" / "):
+                rows[name] = cells[2]
+    for metrics in (RouterMetrics("run", "1PxTP8/1DxTP8"), BenchMetrics("run", "1PxTP8/1DxTP8", 420)):
+        for family in metrics.registry.collect():
+            name = family.name + ("_total" if family.type == "counter" else "")
+            assert rows.get(name) == family.type, (name, family.type, rows.get(name))
