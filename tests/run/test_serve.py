@@ -147,3 +147,32 @@ def test_serve_detached_goodput_live_pd_change_under_load_and_down(ray_cluster, 
     assert "drained: no request in flight" in finished.stdout and "serve: stopped" in finished.stdout, finished.stdout
     gone = cli(env, "serve", "status", timeout=60)
     assert gone.returncode == 1 and "no service runs" in gone.stderr, gone.stdout + gone.stderr
+
+
+def test_serve_down_while_the_engines_start_stops_it_without_a_traceback(ray_cluster, tmp_path):
+    """`serve down` (a SIGTERM to itself while starting) lands while the service waits for its engines, inside Ray's
+    C code, which hands our handler's BenchInterrupted back as a SystemError: serve died in that traceback instead of
+    stopping as it does once serving."""
+    cfg = load_config(ROOT / "configs" / "qwen3-pd-2026.yaml", [
+        "engine.sim.startup_s=300", f"router.port={free_port()}", "benchmark.deadline_s=600",
+        f"benchmark.result_dir={tmp_path}"])
+    path = tmp_path / "serve.yaml"
+    path.write_text(dump_config(cfg))
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.gcs_address, "PD_ORCHESTRATOR_SERVE_DIR": str(tmp_path / "svc")}
+    service = subprocess.Popen([sys.executable, "-m", "orchestrator", "serve", "--config", str(path)], cwd=ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def placed() -> bool:
+            out = cli(env, "serve", "status", "--json", timeout=120)  # fails until the service's socket is up
+            return out.returncode == 0 and "workers-decode-0-1" in json.loads(out.stdout)["applications"]
+
+        wait_until(placed, 120, 1.0, what="the service placed, its engines starting")
+        assert status(env)["phase"] == "starting"
+        down = cli(env, "serve", "down", timeout=300)
+        out = service.communicate(timeout=300)[0]
+    finally:
+        if service.poll() is None:
+            service.kill()
+    assert service.returncode == 0 and "Traceback" not in out, out
+    assert "stopping (received SIGTERM)" in out and "serve: stopped" in out, out
+    assert down.returncode == 0, down.stdout + down.stderr

@@ -61,7 +61,11 @@ def run_serve(cfg: RunConfig, drain_s: float = 30.0, say: Callable[[str], None] 
                     time.sleep(0.5)
                     check_stop()
                 raise BenchInterrupted(service.stop_requested)
-            except (BenchInterrupted, KeyboardInterrupt):
+            except (BenchInterrupted, KeyboardInterrupt, Exception) as exc:
+                # our signal handler's BenchInterrupted, raised inside Ray's C code during placement or the readiness
+                # wait, comes back mangled (a SystemError): still the stop it was
+                if not isinstance(exc, (BenchInterrupted, KeyboardInterrupt)) and not stop_reason():
+                    raise
                 service.phase = "stopping"
                 why = f"stopping ({stop_reason() or service.stop_requested or 'interrupted'})"
                 say(f"{why}: draining in-flight requests (up to {drain_s:g} s); the gateway refuses new ones (503)")
