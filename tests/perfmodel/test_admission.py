@@ -71,3 +71,28 @@ def test_aggregated_admission_charges_this_batchs_earlier_admissions_their_max_n
 def test_a_role_outside_the_three_is_refused() -> None:
     with pytest.raises(ValueError, match="role='router'; allowed: aggregated, prefill, decode"):
         ServerLimits("router", 100, 1, 10)
+
+
+def test_pd_decode_extra_request_slots_follow_sglangs_per_dp_worker_rule() -> None:
+    # SGLang 0.5.17 pd_disaggregation_hook: --max-running-requests // --dp-size <= 32 -> 2x that per worker extra
+    def slots(max_running: int, dp_size: int, given: bool = True) -> int:
+        return ServerLimits("decode", 10**6, max_running, 8192, max_running_set=given, dp_size=dp_size).decode_request_slots
+
+    assert slots(32, 1) == 32 + 1 + 64
+    assert slots(64, 1) == 64 + 1  # one worker of 64: no extra slots
+    assert slots(256, 8) == 256 + 1 + 512  # eight DP-attention workers of 32 each: 2 x 32 extra each
+    assert slots(264, 8) == 264 + 1  # 33 per worker: none
+    assert slots(32, 1, given=False) == 32 + 1  # only when --max-running-requests is given
+
+
+def test_the_planners_decode_limits_carry_sglangs_dp_size() -> None:
+    from orchestrator.config.model_presets import DEEPSEEK_R1
+    from orchestrator.perfmodel.costmodel import EngineCostModel
+    from orchestrator.perfmodel.gpus import gpu_spec
+    from orchestrator.perfmodel.scheduling.limits import server_limits
+
+    decode = EngineCostModel(arch=DEEPSEEK_R1, gpu=gpu_spec("H200"), role="decode", tp=8, dp=8, dp_attention=True,
+                             quantization="w4a8", max_running_requests=256)
+    limits = server_limits(decode)
+    assert limits.dp_size == 8 and limits.max_running == 256
+    assert limits.decode_request_slots == 256 + 1 + 512

@@ -46,16 +46,18 @@ class SchedulerLimits:
     role: Role = "aggregated"  # aggregated | prefill (KV held until release) | decode (KV pre-allocated)
     page_size: int = 1
     max_running_set: bool = False  # --max-running-requests given
+    dp_size: int = 1  # SGLang's --dp-size (PD decode's extra request slots are decided per worker)
 
     @classmethod
     def of(cls, limits: ServerLimits, time_scale: float) -> SchedulerLimits:
         """The planner's limits of the same server (perfmodel/scheduling server_limits), paced by `time_scale`."""
         return cls(limits.max_running, limits.kv_capacity_tokens, limits.chunked_prefill_tokens, time_scale,
-                   limits.role, limits.page_size, limits.max_running_set)
+                   limits.role, limits.page_size, limits.max_running_set, limits.dp_size)
 
     def model_limits(self) -> ServerLimits:
         return ServerLimits(self.role, self.kv_capacity_tokens, self.max_running_requests,
-                            self.chunked_prefill_tokens, self.page_size, self.max_running_set)
+                            self.chunked_prefill_tokens, self.page_size, self.max_running_set,
+                            dp_size=self.dp_size)
 
 
 @dataclass

@@ -56,6 +56,7 @@ class ServerLimits:
     chunked_prefill_tokens: int
     page_size: int = 1
     max_running_set: bool = False  # --max-running-requests given (PD decode: extra request slots when <= 32)
+    dp_size: int = 1  # SGLang's --dp-size (DP-attention ranks x replicas): the <= 32 extra-slot rule is per worker
     reserved_decode_tokens: int = NUM_RESERVED_DECODE_TOKENS
     # DP-attention ranks: each chunks its own requests at chunked_prefill_tokens / ranks (SGLang divides
     # --chunked-prefill-size by the DP size with DP attention, server_args.py), the forward holds all ranks' chunks
@@ -68,9 +69,11 @@ class ServerLimits:
     @property
     def decode_request_slots(self) -> int:
         """A PD decode server's request slots: max_running + 1, and 2 x max_running more for requests still in transfer
-        when --max-running-requests is given and at most 32 (SGLang 0.5.17 arg_groups/pd_disaggregation_hook.py sets
-        disaggregation_decode_extra_slots so, per DP worker; model_executor/pool_configurator.py adds it and 1)."""
-        extra = 2 * self.max_running if self.max_running_set and self.max_running <= 32 else 0
+        when --max-running-requests is given and each DP worker's share (max_running // dp_size) is at most 32
+        (SGLang 0.5.17 arg_groups/pd_disaggregation_hook.py sets disaggregation_decode_extra_slots to twice the
+        worker's share; each worker's req_to_token pool adds it, mem_cache/kv_cache_configurator.py)."""
+        per_worker = self.max_running // max(1, self.dp_size)
+        extra = 2 * self.max_running if self.max_running_set and per_worker <= 32 else 0
         return self.max_running + 1 + extra
 
 
@@ -83,6 +86,7 @@ def server_limits(cost: Any, kv_capacity_tokens: int | None = None) -> ServerLim
         chunked_prefill_tokens=cost.chunked_prefill_tokens,
         page_size=cost.page_size,
         max_running_set=cost.max_running_requests is not None,
+        dp_size=cost.attn_dp * cost.replicas,
         prefill_ranks=cost.attn_dp,
     )
 
