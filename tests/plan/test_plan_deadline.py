@@ -208,3 +208,21 @@ def test_a_fresh_machine_s_warm_up_carries_the_pd_prefill_s_first_prompt_compile
     # the line naming the other caches' total moves the compile with them
     assert f"with warm caches the total is {warm.total_s:.0f} s" in cold.table()
     assert f"with cold caches the total is {cold.total_s:.0f} s" in warm.table()
+
+
+def test_the_report_phase_the_committed_sglang_bench_logs_show():
+    """bench's wall after its measured run (results, plots, metrics scrape, stopping the servers) in the 15 SGLang
+    runs on lent GPUs that exited 0 (benchmarks/report_phase.py, raw output 2026-11-27-report-phase): median 22.0 s;
+    in call 11's archive results and plots took 2 s of it and SGLang's SIGTERM came 4 s after the run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("report_phase", ROOT / "benchmarks/report_phase.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    runs = script.all_runs()
+    assert len(runs) == 15 and {r["prompts"] for r in runs} == {1000}
+    assert script.median_report_s() == pytest.approx(22.0, abs=0.05)
+    assert min(r["report"] for r in runs) == pytest.approx(15.56) and max(r["report"] for r in runs) == pytest.approx(23.39)
+    events = dict((event, stamp) for stamp, event in script.breakdown())
+    assert events["file last written: result.json"] == "04:10:36" and events["file last written: report.html"] == "04:10:38"
+    assert any(e.startswith("SGLang: SIGTERM") and s == "04:10:40" for e, s in events.items())
