@@ -241,6 +241,25 @@ def test_every_memory_row_is_what_its_server_log_shows() -> None:
             assert spec["running"] in _logged_batches(log[:died.start()] if died else log), spec["id"]
 
 
+def test_the_runtime_overheads_1_gib_is_the_top_of_what_the_memory_rows_logs_leave_for_it() -> None:
+    """free_after_start = reserve - held before the weights - (1 GiB + graph buffers): each logged start's measured
+    "available_gpu_mem" minus that prediction says what the 1 GiB stands for there (everything else as modelled).
+    The 8 distinct starts of the memory rows leave 0.30-1.01 GiB for it: 1 GiB is their top, so the headroom check
+    errs to refusing (activations.py runtime_overhead_bytes)."""
+    starts = {}
+    for spec in load_dataset()["runs"]:
+        if spec["kind"] != "memory":
+            continue
+        cfg = load_config(ROOT / spec["config"], list(spec.get("set", [])), paths_from=ROOT)
+        role, _, group = next(g for g in cfg.layout.groups() if g[0] == spec["role"])
+        model = cost_model_for(cfg, role, group, sglang_version=spec.get("sglang_version"))
+        logged, predicted = spec["measured"]["free_after_init_gb"], model.free_after_start_bytes() / 2**30
+        starts[(logged, round(predicted, 2))] = 1.0 - (logged - predicted)  # rows of one start share both figures
+    implied = sorted(starts.values())
+    assert len(implied) == 8
+    assert implied[0] == pytest.approx(0.30, abs=0.02) and implied[-1] == pytest.approx(1.01, abs=0.02)
+
+
 def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
     """The total token throughput a measured row's raw file records: SGLang's result block in a .txt/.log, the
     `total_tok_s` of a summary .json, or (k x (prompt + output tokens)) / the client's wall time of one point of a

@@ -99,7 +99,8 @@ class ActivationTerms(MemoryTerms):
         return max(self.prefill_activation_bytes(), self.eager_decode_bytes(self.decode_batch_per_rank(running)))
 
     def runtime_overhead_bytes(self) -> float:
-        """Memory outside the static pool once started: 1 GiB (CUDA context, NCCL, allocator slack) +
+        """Memory outside the static pool once started: 1 GiB (CUDA context, NCCL, allocator slack: the 8 logged starts
+        of the back-test's memory rows leave 0.30-1.01 GiB for it, tests/perfmodel/test_backtest.py, so 1 GiB is their top) +
         the decode graphs' buffers (triton: the fp32 split-KV buffer and KV-index buffer sized for the
         largest captured graph batch; SGLang's own 2 MiB per graph batch size otherwise)."""
         context = self.context_length or self.arch.max_position_embeddings
