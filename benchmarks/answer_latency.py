@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE  # noqa: E402
 from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model  # noqa: E402
 from orchestrator.perfmodel.gpus import gpu_spec  # noqa: E402
@@ -53,16 +54,16 @@ def _r1(gpu: str, **server) -> EngineCostModel:
 
 # (label, raw file, run variant, cost model of that server, in-sample)
 SERVERS = (
-    ("H100 R1 shape x6, TP 1", RESULTS / "2026-11-24-calibration-h100-r1shaped/calibration-r1s6.json", "cold-default",
+    ("H100 R1 shape x6, TP 1", RESULTS / "2026-11-24-calibration-h100-r1shaped/calibration-r1s6.json.xz", "cold-default",
      lambda: _r1("H100-SXM"), True),
     ("H100 V2-Lite x27, TP 1", RESULTS / "2026-11-24-calibration-h100-v2lite/calibration-v2lite.json", "cold-default",
      lambda: build_cost_model(DEEPSEEK_V2_LITE, "H100-SXM", "bf16", attention_backend="triton", load_format="dummy",
                               context_length=16384), True),
-    ("2xH200 R1 shape x6, TP 2", RESULTS / "2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json", "tp2",
+    ("2xH200 R1 shape x6, TP 2", RESULTS / "2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json.xz", "tp2",
      lambda: _r1("H200", tp=2, mem_fraction_static=0.7, cuda_graph_max_bs=512), False),
-    ("2xH200 R1 shape x6, PP 2", RESULTS / "2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json", "pp2",
+    ("2xH200 R1 shape x6, PP 2", RESULTS / "2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json.xz", "pp2",
      lambda: _r1("H200", pp=2, mem_fraction_static=0.7, cuda_graph_max_bs=512), False),
-    ("2xH200 R1 shape x6, DP-attn 2 + EP 2", RESULTS / "2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json",
+    ("2xH200 R1 shape x6, DP-attn 2 + EP 2", RESULTS / "2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json.xz",
      "dpattn2-ep2", lambda: _r1("H200", tp=2, dp=2, ep=2, dp_attention=True, mem_fraction_static=0.7,
                                 cuda_graph_max_bs=512), False),
 )
@@ -75,7 +76,7 @@ def _model(label: str) -> EngineCostModel:
 
 
 def _run(path: Path, variant: str) -> dict:
-    return next(r for r in json.loads(path.read_text())["runs"] if r["variant"] == variant)
+    return next(r for r in json.loads(read_text(path))["runs"] if r["variant"] == variant)
 
 
 def forward_parts(model: EngineCostModel, prompt: int) -> tuple[float, float]:

@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model  # noqa: E402
 from orchestrator.perfmodel.scheduling.limits import server_limits  # noqa: E402
 from orchestrator.perfmodel.scheduling.steps import burst_prefill  # noqa: E402
@@ -41,10 +42,10 @@ from orchestrator.plan.backtest.dataset import DATASET, load_dataset  # noqa: E4
 from orchestrator.plan.backtest.predict import predict_row  # noqa: E402
 
 CALL = ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call3-calibration"
-RAW = CALL / "calibration-twogpu-b.json"
+RAW = CALL / "calibration-twogpu-b.json.xz"
 LOGS = CALL / "logs-twogpu-b.tar.xz"
 LOG_MEMBER = "twogpu-b/server-twogpu-dpattn2-ep2.log"
-TP2_RAW = ROOT / "benchmarks/results/2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json"  # another host
+TP2_RAW = ROOT / "benchmarks/results/2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json.xz"  # another host
 ROWS = (("h200x2-r1s6-dpattn2-ep2-decode-128x256", "decode", 128, 256),
         ("h200x2-r1s6-dpattn2-ep2-decode-512x256", "decode", 512, 256),
         ("h200x2-r1s6-dpattn2-ep2-long-16x8192", "context", 16, 8192))
@@ -102,7 +103,7 @@ def log_terms(prefills) -> dict:
 
 
 def main() -> int:
-    raw = json.loads(RAW.read_text())
+    raw = json.loads(read_text(RAW))
     run = next(r for r in raw["runs"] if r["variant"] == "dpattn2-ep2")
     model = server_model(run, "H200", 6)
     lines = log_lines()
@@ -143,7 +144,7 @@ def main() -> int:
         print()
     print("the harness's send spread, both two-GPU files (wall - latency median / max, ms; decode and context points):")
     for path, variant in ((TP2_RAW, "tp2"), (RAW, "dpattn2-ep2")):
-        other = next(r for r in json.loads(path.read_text())["runs"] if r["variant"] == variant)
+        other = next(r for r in json.loads(read_text(path))["runs"] if r["variant"] == variant)
         cells = [f"{p['batch_size']}x{p['context_tokens']} {(p['client']['wall_s'] - p['client']['latency_s_median']) * 1e3:.0f}"
                  f"/{(p['client']['wall_s'] - p['client']['latency_s_max']) * 1e3:.0f}"
                  for p in other["decode"] + other["context"] if p["batch_size"] >= 32]

@@ -20,19 +20,20 @@ import json
 import math
 from pathlib import Path
 
+from orchestrator.compressed import read_text
 from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks/results"
-DP = RESULTS / "2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json"
-TP2 = RESULTS / "2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json"
+DP = RESULTS / "2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json.xz"
+TP2 = RESULTS / "2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json.xz"
 PADDING = RESULTS / "2026-11-26-context-graph-padding-h100/calibration-r1s6-graphpad.json"
-PADDING_2GPU = RESULTS / "2026-11-26-two-gpu-lease3-h100x2/call3-tp1-eager-graphpad/calibration-r1s6-graphpad.json"
-LEASE4 = RESULTS / "2026-11-26-two-gpu-lease4-h100x2/call6-r1-lease4/calibration-r1s6-lease4.json"
+PADDING_2GPU = RESULTS / "2026-11-26-two-gpu-lease3-h100x2/call3-tp1-eager-graphpad/calibration-r1s6-graphpad.json.xz"
+LEASE4 = RESULTS / "2026-11-26-two-gpu-lease4-h100x2/call6-r1-lease4/calibration-r1s6-lease4.json.xz"
 CONTEXT_RUNS = [  # (label, raw file, variant, GPU SMs, query heads per GPU, requests per GPU at batch 16)
-    ("H200 TP1 (one-GPU machine)", RESULTS / "2026-11-26-dummy-routing-h200/call2/calibration-dummy-graphs.json",
+    ("H200 TP1 (one-GPU machine)", RESULTS / "2026-11-26-dummy-routing-h200/call2/calibration-dummy-graphs.json.xz",
      "dummy-graphs", 132, 128, 16),
-    ("H100 TP1 (one-GPU machine)", RESULTS / "2026-11-24-calibration-h100-r1shaped/calibration-r1s6.json",
+    ("H100 TP1 (one-GPU machine)", RESULTS / "2026-11-24-calibration-h100-r1shaped/calibration-r1s6.json.xz",
      "cold-default", 132, 128, 16),
     ("H200 TP2 (two-GPU machine)", TP2, "tp2", 132, 64, 16),
     ("H200 DP-attn 2 rank (two-GPU machine)", DP, "dpattn2-ep2", 132, 128, 8),
@@ -54,7 +55,7 @@ HEAD_TILE = 16  # BLOCK_H
 
 
 def _run(path: Path, variant: str) -> dict:
-    return next(r for r in json.loads(path.read_text())["runs"] if r["variant"] == variant)
+    return next(r for r in json.loads(read_text(path))["runs"] if r["variant"] == variant)
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -122,7 +122,7 @@ CHECKS = (  # (label, archive, member, tp)
      "pd/scrape/device-h200x2-local-1p1d-set-7b8b71-20261126-125512-4b3d1f/decode-0-0.log", 1),
     ("aggregated TP2 (lease 1 call 2)", LEASE1 / "call2-pd-agg/agg-tp2.tar.xz", "agg-tp2/scrape/aggregated-0-0.log", 2),
 )
-R1_TP2_EAGER = LEASE2 / "call5-calibration/calibration-twogpu-extra.json"
+R1_TP2_EAGER = LEASE2 / "call5-calibration/calibration-twogpu-extra.json.xz"
 
 
 def log_intervals(text: str) -> list[tuple[int, int, float, bool]]:
@@ -161,7 +161,7 @@ def checks() -> None:
                   f"(launch {model.eager_launch_s(running) * 1e3:5.1f}; {errors[-1]:+.0%})")
         if errors:
             print(f"  {label}: mean error {statistics.mean(errors):+.0%} over {len(errors)} intervals")
-    raw = json.loads(R1_TP2_EAGER.read_text())
+    raw = json.loads(read_text(R1_TP2_EAGER))
     run = next(r for r in raw["runs"] if r["variant"] == "tp2-eager")
     shape = replace(DEEPSEEK_R1, num_hidden_layers=6, first_k_dense_replace=3)
     model = build_cost_model(shape, "H200", "fp8", attention_backend="triton", load_format="dummy", tp=2,

@@ -5,7 +5,7 @@ pipeline.decode_round_s takes it at m = pp, and their mean at m = 1), c0 and c1 
 residual of each point with the shipped constants (pipeline.decode_round_s).
 
 Usage (repo root; no GPU):
-  .venv/bin/python benchmarks/pp_round_cost.py benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json
+  .venv/bin/python benchmarks/pp_round_cost.py benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json.xz
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.compressed import read_text
 from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 from orchestrator.perfmodel.from_raw import gpu_key
 from orchestrator.perfmodel.parallel import pipeline
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("raw", type=Path, help="calibration-twogpu.json with a pp2 run")
     args = ap.parse_args(argv)
-    raw = json.loads(args.raw.read_text())
+    raw = json.loads(read_text(args.raw))
     runs = [r for r in raw["runs"] if r.get("variant") == "pp2" and r.get("decode")]
     if not runs:
         print(f"{args.raw}: no pp2 decode points", file=sys.stderr)

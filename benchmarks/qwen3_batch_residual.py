@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from benchmarks.qwen3_layer_count import PROBE_SERVER, QWEN3, measured_points, model_step_s  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model, cost_model_for  # noqa: E402
@@ -53,7 +54,7 @@ GRIDS: dict[str, dict[int, tuple[Path | None, Path | str]]] = {  # GPU -> layers
     "H200": {6: (LEASE11_LAYERS, "gpu0/calibration-q3l6-lease11.json"),
              12: (LEASE11_LAYERS, "gpu1/calibration-q3l12-lease11.json")},
 }
-LONE_H100 = RESULTS / "2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json"
+LONE_H100 = RESULTS / "2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json.xz"
 SERVES = {  # the two-H200 closed loop's serve archives (decode-0-0.log inside)
     "lease 2": RESULTS / "2026-11-26-two-gpu-lease2-h200x2/call4-pd-serve/serve.tar.xz",
     "lease 5": RESULTS / "2026-11-26-two-gpu-lease5-h200x2/call4-qwen3-prepare-serve/prepare-serve.tar.xz",
@@ -68,7 +69,7 @@ CANDIDATE_BATCHES = (16, 64, 128, 256)
 def raw_of(source: tuple[Path | None, Path | str]) -> dict:
     archive, path = source
     if archive is None:
-        return json.loads(Path(path).read_text())
+        return json.loads(read_text(path))
     with tarfile.open(archive) as tar:
         stream = tar.extractfile(str(path))
         assert stream is not None
@@ -119,7 +120,7 @@ def section_grids() -> dict[str, dict[int, tuple[float, float]]]:
 
 def section_context() -> None:
     print(f"2. Lease 3's lone 6-layer H100 grid ({LONE_H100.relative_to(ROOT)}): measured - model (ms) by context")
-    rows = json.loads(LONE_H100.read_text())["runs"][0]["decode"]
+    rows = json.loads(read_text(LONE_H100))["runs"][0]["decode"]
     by: dict[tuple[int, int], tuple[float, float]] = {}
     for row in rows:
         if row.get("step_ms_median") and row.get("cuda_graph"):

@@ -46,6 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.plan.closedloop import client  # noqa: E402
@@ -65,8 +66,8 @@ RUNS = [  # (label, archive, AIPerf folder in it, config, GPU, lone grid, gatewa
     ("H100 shared, sglang-router", "2026-11-26-qwen3-serve-one-h100/router-call10.tar.xz", "goodput-sglang-router",
      "configs/device-h100x1-qwen3-serve.yaml", "H100-SXM", "H100", False),
 ]
-LONE = {"H200": "2026-11-26-qwen3-h200-lone/call2-profile/calibration-qwen3-l6.json",
-        "H100": "2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json"}
+LONE = {"H200": "2026-11-26-qwen3-h200-lone/call2-profile/calibration-qwen3-l6.json.xz",
+        "H100": "2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json.xz"}
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default: one `Decode batch` line per 40 decode steps
 DECODE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] Decode batch, #running-req: (\d+)")
 OSL, ISL_CONTEXT = 200, 4096
@@ -138,7 +139,7 @@ def content_bytes_per_token(total: int) -> float:
 
 def lone_step_ms(gpu_kind: str, batch: float) -> float:
     """The lone graphed grid's step at `batch` and context 4,096, linear in batch between its measured points."""
-    raw = json.loads((RESULTS / LONE[gpu_kind]).read_text())
+    raw = json.loads(read_text(RESULTS / LONE[gpu_kind]))
     points = sorted((p["batch_size"], p["step_ms_median"]) for p in raw["runs"][0]["decode"]
                     if p["context_tokens"] == ISL_CONTEXT and p.get("step_ms_median"))
     return float(np.interp(batch, [b for b, _ in points], [s for _, s in points]))

@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.perfmodel.server.forward import ATTENTION_BACKEND_SPEED, WEIGHT_READ_EFFICIENCY  # noqa: E402
@@ -67,7 +68,7 @@ def logged_steps(archives: list[str]) -> dict[int, list[tuple[float, float]]]:
     return out
 
 
-LONE = ("benchmarks/results/2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json",
+LONE = ("benchmarks/results/2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json.xz",
         "benchmarks/backtest/configs/qwen3-l6-lone.yaml", "H100-SXM")
 
 
@@ -105,7 +106,7 @@ PARTS = ("attention+dense", "experts (uniform)", "lm head", "kv", "attention wai
 
 def lone_grid() -> None:
     raw, cfg_path, gpu = LONE
-    points = json.loads((ROOT / raw).read_text())["runs"][0]["decode"]
+    points = json.loads(read_text(ROOT / raw))["runs"][0]["decode"]
     print(f"H100, the lone graphed server ({raw}; conditions {cfg_path}), ms")
     print(f"{'batch':>5} {'ctx':>5} {'measured':>8} {'model':>6} {'error':>7} " + " ".join(f"{p:>17}" for p in PARTS)
           + f" {'measured - model':>16}")

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/qwen3_h200_lone_read.py
 
-Measured: benchmarks/results/2026-11-26-qwen3-h200-lone/call2-profile/calibration-qwen3-l6.json (the `profile` phase
+Measured: benchmarks/results/2026-11-26-qwen3-h200-lone/call2-profile/calibration-qwen3-l6.json.xz (the `profile` phase
 of scripts/device/qwen3_probe.sh; step = batch / logged gen throughput, median per point). Predicted before the run:
 benchmarks/results/2026-11-26-qwen3-h200-lone-predicted/output.txt (368c625): the planner's step on the H200's lent
 floor, and the same step with the H100's per-step floor (the alternative hypothesis). Model now: the planner's step
@@ -20,16 +20,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from benchmarks.qwen3_decode_terms import LONE, model_terms  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-MEASURED = RESULTS / "2026-11-26-qwen3-h200-lone" / "call2-profile" / "calibration-qwen3-l6.json"
+MEASURED = RESULTS / "2026-11-26-qwen3-h200-lone" / "call2-profile" / "calibration-qwen3-l6.json.xz"
 PREDICTED = RESULTS / "2026-11-26-qwen3-h200-lone-predicted" / "output.txt"
 
 
 def steps(path: Path) -> dict[tuple[int, int], float | None]:
     """(batch, context) -> the graphed decode step in ms (None where no step was logged at the whole batch)."""
-    points = json.loads(path.read_text())["runs"][0]["decode"]
+    points = json.loads(read_text(path))["runs"][0]["decode"]
     return {(p["batch_size"], p["context_tokens"]): p["step_ms_median"] for p in points}
 
 

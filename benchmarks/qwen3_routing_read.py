@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 
@@ -118,16 +119,22 @@ def expert_bytes_per_layer(config: str, gpu: str) -> tuple[float, int, int, int]
 
 
 LONE_CONFIG = "benchmarks/backtest/configs/qwen3-l6-lone.yaml"
+RAW_NAME = "calibration-qwen3-l6.json"  # the probe's name for it (scripts/device/qwen3_probe.sh)
+
+
+def raw_file(folder: Path) -> Path | None:
+    """The probe's raw calibration file in `folder`: as the device wrote it, or committed xz-compressed."""
+    return next((p for p in (folder / RAW_NAME, folder / f"{RAW_NAME}.xz") if p.is_file()), None)
 
 
 def grid(folder: Path) -> list[dict]:
     """The lone server's decode points: batch, context, step ms, graph, client tok/s ((prompt + output) / wall), and
     the planner's step now (benchmarks/backtest/configs/qwen3-l6-lone.yaml on the raw file's GPU, the KV of B
     requests at C + 50 tokens: the middle of the 100 steps)."""
-    raw_path = folder / "calibration-qwen3-l6.json"
-    if not raw_path.is_file():
+    raw_path = raw_file(folder)
+    if raw_path is None:
         return []
-    raw = json.loads(raw_path.read_text())
+    raw = json.loads(read_text(raw_path))
     gpu = next((v for k, v in GPU_KEYS.items() if k in str(raw.get("gpu", {}).get("name"))), None)
     model = None
     if gpu is not None:
@@ -152,7 +159,9 @@ RECORDED_ROWS = [("decode", 4, 4096), ("decode", 16, 4096), ("decode", 64, 1024)
 def backtest_rows(folder: Path, evidence_dir: str, bound_set: str) -> str:
     """runs.yaml rows (and their batches) for RECORDED_ROWS from the raw file, as text to paste; a point the run
     did not measure is named in a comment, not invented."""
-    raw = json.loads((folder / "calibration-qwen3-l6.json").read_text())
+    raw_path = raw_file(folder)
+    assert raw_path is not None, folder
+    raw = json.loads(read_text(raw_path))
     run = raw["runs"][0]
     gpu_name = raw["gpu"]["name"]
     key = next((v for k, v in GPU_KEYS.items() if k in gpu_name), None)
@@ -186,7 +195,7 @@ def backtest_rows(folder: Path, evidence_dir: str, bound_set: str) -> str:
         total = round((tokens_in + tokens_out) / seconds)
         rows.append("\n".join([
             f"  - id: {slug}-{name}-lone", "    kind: throughput", "    source: measured",
-            f"    evidence: {evidence_dir}calibration-qwen3-l6.json ({what})", f"    raw_point: {raw_point}",
+            f"    evidence: {evidence_dir}{raw_path.name} ({what})", f"    raw_point: {raw_point}",
             "    date: 2026-11-26", f"    machine: {machine}",
             f"    conditions: one {key}, Qwen3-235B-A22B layer shape 6 layers FP8, dummy weights, triton, mem 0.70, graphs 1..256, "
             f"chunked prefill 8192, {k} x {length}-token prompts at once, {tokens_out // k} out",
@@ -280,10 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if not a.folder.is_dir():
         p.error(f"{a.folder}: not a folder; give the probe's results folder")
-    if not any((a.folder / f).is_file() for f in ("routing.json", "qwen3-probe.tar.xz", "calibration-qwen3-l6.json")):
+    if not any((a.folder / f).is_file() for f in ("routing.json", "qwen3-probe.tar.xz")) and raw_file(a.folder) is None:
         p.error(f"{a.folder}: holds none of routing.json, qwen3-probe.tar.xz, calibration-qwen3-l6.json")
     if a.backtest_rows:
-        if not (a.folder / "calibration-qwen3-l6.json").is_file():
+        if raw_file(a.folder) is None:
             p.error(f"--backtest-rows: {a.folder} has no calibration-qwen3-l6.json")
         print(backtest_rows(a.folder, a.backtest_rows, a.bound_set))
         return 0

@@ -25,15 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config.model_presets import DEEPSEEK_R1  # noqa: E402
 from orchestrator.observe.report import TOTAL_THROUGHPUT_LABEL, total_throughputs  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
 from orchestrator.perfmodel.parallel.collectives import HOPPER  # noqa: E402
 
 LEASE3 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease3-h100x2"
-TP1 = LEASE3 / "call3-tp1-eager-graphpad/calibration-r1s6-tp1-eager.json"
-TP2 = LEASE3 / "call2-tp2-eager/calibration-twogpu-eager.json"
-TP2_LEASE2 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease2-h200x2/call5-calibration/calibration-twogpu-extra.json"
+TP1 = LEASE3 / "call3-tp1-eager-graphpad/calibration-r1s6-tp1-eager.json.xz"
+TP2 = LEASE3 / "call2-tp2-eager/calibration-twogpu-eager.json.xz"
+TP2_LEASE2 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease2-h200x2/call5-calibration/calibration-twogpu-extra.json.xz"
 PD_LOG, AGG_LOG = LEASE3 / "call4-pd/main-pd.log", LEASE3 / "call5-agg/main-agg.log"
 PREDICTED = ROOT / "benchmarks/results/2026-11-26-lease3-predicted/predicted.json"
 PD_ROW, AGG_ROW = "h100x2-v2lite-pd-product-mem065-lease3", "h100x2-v2lite-agg-tp2-mem080-product-lease3"
@@ -43,7 +44,7 @@ LAYERS = 6  # the R1 layer shape's count in both servers
 
 def points(path: Path, variant: str) -> dict[tuple[str, int, int, int], dict]:
     """(measure, batch, context, repeat) -> the raw row, for the decode and context points of one run."""
-    run = next(r for r in json.loads(path.read_text())["runs"] if r["variant"] == variant)
+    run = next(r for r in json.loads(read_text(path))["runs"] if r["variant"] == variant)
     return {(m, r["batch_size"], r["context_tokens"], r.get("repeat", 0)): r
             for m in ("decode", "context") for r in run.get(m) or []}
 

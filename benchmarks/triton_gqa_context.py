@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config.model_presets import MODEL_PRESETS  # noqa: E402
 from orchestrator.perfmodel.gpus import gpu_spec  # noqa: E402
 from orchestrator.perfmodel.server.forward import WEIGHT_READ_EFFICIENCY  # noqa: E402
@@ -38,9 +39,9 @@ GRIDS = [
     ("lease 14, 48 layers, TP 4", LEASE14 / "call6-probe48/calibration-q3l48-tp4ep4-lease14.json", "H200", 48, 4),
     ("lease 14, 12 layers, TP 4", LEASE14 / "call5-probe12/calibration-q3l12-tp4ep4-lease14.json", "H200", 12, 4),
     ("lease 3 lone H100, 6 layers, TP 1",
-     RESULTS / "2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json", "H100-SXM", 6, 1),
+     RESULTS / "2026-11-26-two-gpu-lease3-h100x2/call6-qwen3-probe/calibration-qwen3-l6.json.xz", "H100-SXM", 6, 1),
     ("lone H200, 6 layers, TP 1",
-     RESULTS / "2026-11-26-qwen3-h200-lone/call2-profile/calibration-qwen3-l6.json", "H200", 6, 1),
+     RESULTS / "2026-11-26-qwen3-h200-lone/call2-profile/calibration-qwen3-l6.json.xz", "H200", 6, 1),
 ]
 CALIBRATION_GRIDS = (0, 1)  # the 94- and 48-layer files
 CALIBRATION_BATCH_MAX = 12
@@ -50,7 +51,7 @@ DECODE_STEPS_HALF = 50  # calibrate single runs 100 steps a point: the median re
 def rows(path: Path) -> dict[tuple[int, int, int], tuple[float, int]]:
     """(batch, context, repeat) -> (step s, tokens a request holds mid-point) of the graphed decode rows."""
     out = {}
-    for run in json.loads(path.read_text())["runs"]:
+    for run in json.loads(read_text(path))["runs"]:
         for r in run.get("decode") or []:
             if r.get("step_ms_median") and not r.get("skipped") and r.get("cuda_graph"):
                 batch = int(r.get("running_batch") or r["batch_size"])

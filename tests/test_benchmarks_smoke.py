@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks import kv_transfer, ordering, pyspy_summary
+from orchestrator.compressed import read_text
 from orchestrator.config import load_config
 from orchestrator.plan.memory.preflight import check_layout_fits
 from orchestrator.plan.simulation.simulate import synthetic_batch
@@ -225,7 +226,7 @@ def test_qwen3_decode_terms_splits_every_lone_grid_step_into_parts_that_add_up(c
 
     qwen3_decode_terms.lone_grid()
     out = capsys.readouterr().out
-    raw = json.loads((ROOT / qwen3_decode_terms.LONE[0]).read_text())["runs"][0]["decode"]
+    raw = json.loads(read_text(ROOT / qwen3_decode_terms.LONE[0]))["runs"][0]["decode"]
     rows = [line for line in out.splitlines() if line.strip() and line.split()[0].isdigit()]
     assert len(rows) == len(raw) == 24
     assert f"routed experts read at {expert_stream_share('H100-SXM', shipped_profiles()):.3f}" in out

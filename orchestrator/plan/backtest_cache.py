@@ -53,7 +53,7 @@ def named_files(dataset: Path) -> list[Path]:
         if row.get("config"):
             names.add(ROOT / row["config"])
         evidence = str(row.get("evidence", "")).split()
-        if evidence and evidence[0].endswith(".json"):
+        if evidence and evidence[0].endswith((".json", ".json.xz")):  # a raw file committed as is or xz-compressed
             names.add(ROOT / evidence[0])
     return sorted(names)
 

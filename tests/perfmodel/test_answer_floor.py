@@ -92,7 +92,7 @@ def test_the_shipped_answer_latency_is_what_the_in_sample_calibration_files_give
     assert {p["server"] for p in points} == {"H100 R1 shape x6, TP 1", "H100 V2-Lite x27, TP 1"}  # in-sample only
     assert gpu_spec("H100-SXM").answer_latency_s == pytest.approx(measured, abs=0.05e-3)
     # and the out-of-sample TP 2 lone prompts it was not fitted on land within 5 %
-    tp2 = module.lone_points("tp2", ROOT / "benchmarks/results/2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json",
+    tp2 = module.lone_points("tp2", ROOT / "benchmarks/results/2026-11-26-two-gpu-tp2-h200x2/calibration-twogpu-tp2.json.xz",
                              "tp2", _r1_tp2())
     short = [p for p in tp2 if p["prompt"] <= 1024]
     assert len(short) == 2

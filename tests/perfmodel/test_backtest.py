@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.compressed import read_text
 from orchestrator.config import load_config
 from orchestrator.observe.report import total_throughputs
 from orchestrator.perfmodel import sglang_defaults as sgd
@@ -120,8 +121,8 @@ def test_every_throughput_row_is_a_full_run_or_a_calibration_point_by_what_it_is
         if spec["kind"] != "throughput":
             continue
         evidence = ROOT / spec["evidence"].split()[0]
-        calibration = evidence.suffix == ".json" and evidence.is_file() and \
-            json.loads(evidence.read_text()).get("schema") == "pdo-calibration-raw/1"
+        calibration = evidence.name.endswith((".json", ".json.xz")) and evidence.is_file() and \
+            json.loads(read_text(evidence)).get("schema") == "pdo-calibration-raw/1"
         assert rows[spec["id"]].scope == ("point" if calibration and "raw_point" in spec else "run"), spec["id"]
     for rid in ("h200x2-v2lite-pd-1p1d-ours", "h200x2-v2lite-agg-dp2", "h100x16-r1-tp16-batch-caps-1024",
                 "h100x16-r1-tp16-organisers-baseline", "h200x16-r1-tp8-pp2-dpattn2-team", "h200x8-r1-tp8-gpustack",
@@ -266,10 +267,11 @@ def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
     calibration raw file (`point`: its run variant, measure, batch and context; a prefill point: its concurrency and
     prompt length, over its median latency); None when the evidence is not such a file in the repository."""
     path = ROOT / evidence.split()[0]
-    if not path.is_file() or path.suffix not in (".txt", ".log", ".json"):
+    suffix = path.with_suffix("").suffix if path.suffix == ".xz" else path.suffix  # committed raw files may be NAME.xz
+    if not path.is_file() or suffix not in (".txt", ".log", ".json"):
         return None
-    if path.suffix == ".json":
-        raw = json.loads(path.read_text())
+    if suffix == ".json":
+        raw = json.loads(read_text(path))
         if raw.get("schema") == "pdo-calibration-raw/1" and point is not None:
             run = next(r for r in raw["runs"] if r["variant"] == point["variant"])
             if point["measure"] == "prefill":  # k prompts of L tokens, one output token each: the last answer's latency
@@ -282,7 +284,7 @@ def _raw_total_tok_s(evidence: str, point: dict | None = None) -> float | None:
             client = row["client"]
             return (client["input_tokens"] + client["completion_tokens"]) / client["wall_s"]
         return float(raw["total_tok_s"])
-    totals = total_throughputs(path.read_text())
+    totals = total_throughputs(read_text(path))
     if point is not None and "block" in point:  # a log holding several runs' result blocks: the row names its own
         return totals[point["block"] - 1]
     assert len(totals) == 1, f"{evidence}: {len(totals)} result blocks, the row cannot say which it is"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.dp_attention_rows import RAW, log_lines, main, point_prefills
+from orchestrator.compressed import read_text
 from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 from orchestrator.perfmodel.scheduling.limits import server_limits
 from orchestrator.perfmodel.scheduling.steps import burst_prefill
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dp_run() -> dict:
-    return next(r for r in json.loads(RAW.read_text())["runs"] if r["variant"] == "dpattn2-ep2")
+    return next(r for r in json.loads(read_text(RAW))["runs"] if r["variant"] == "dpattn2-ep2")
 
 
 def test_every_burst_the_dp_attention_server_logged_starts_with_one_request():
@@ -55,7 +56,7 @@ def test_a_burst_of_long_prompts_puts_the_dp_ranks_one_chunk_out_of_phase_as_the
     # then in every forward one rank continues its prompt while the other starts the next
     assert all(chunks == [(0, 4096), (4096, 4096)] for chunks in cost.chunks[1:-1])
     assert cost.chunks[-1] == [(4096, 4096)] and len(forwards) == 17  # the log: 16 prefill results per rank
-    measured_s = 10.0398 - 99 * 7.199e-3  # the point's client wall less its decode steps (calibration-twogpu-b.json)
+    measured_s = 10.0398 - 99 * 7.199e-3  # the point's client wall less its decode steps (calibration-twogpu-b.json.xz)
     assert sum(f.duration_s for f in forwards) == pytest.approx(measured_s, rel=0.05)  # not fitted: 9.22 vs 9.33 s
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.compressed import read_text
 from orchestrator.config import load_config
 from orchestrator.config.model_presets import DEEPSEEK_R1, DEEPSEEK_V2_LITE
 from orchestrator.perfmodel.costmodel import cost_model_for
@@ -70,7 +71,7 @@ def test_the_pp_iteration_cost_reproduces_the_two_gpu_pp2_decode_points_it_was_f
 
     from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 
-    raw = json.loads((ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json").read_text())
+    raw = json.loads(read_text(ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json.xz"))
     run = next(r for r in raw["runs"] if r["variant"] == "pp2")
     model = server_model(run, "H200", 6)
     errors = []
@@ -142,7 +143,7 @@ def test_a_tp2_rank_and_a_dp_attention_rank_walk_the_same_kv_tiles_as_measured()
 
     # batch 16 at 8,192 tokens: TP 2 walks 16 requests x 4 head tiles, a DP-attention 2 rank 8 x 8 (SGLang's grid)
     assert kv_grid([8242] * 16, 64, 132) == kv_grid([8242] * 8, 128, 132)
-    runs = {path: next(r for r in json.loads(path.read_text())["runs"] if r["variant"] == variant)
+    runs = {path: next(r for r in json.loads(read_text(path))["runs"] if r["variant"] == variant)
             for path, variant in ((TP2, "tp2"), (DP, "dpattn2-ep2"))}
     measured, modelled = [], []
     for run in runs.values():
@@ -191,7 +192,7 @@ def test_dp_attention_prefill_reproduces_the_two_gpu_points_it_was_not_fitted_on
 
     from orchestrator.perfmodel.parallel.two_gpu_vs_model import chunked_prefill_s, server_model
 
-    raw = json.loads((ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json").read_text())
+    raw = json.loads(read_text(ROOT / "benchmarks/results/2026-11-26-two-gpu-h200x2/call3-calibration/calibration-twogpu-b.json.xz"))
     run = next(r for r in raw["runs"] if r["variant"] == "dpattn2-ep2")
     model = server_model(run, "H200", 6)
     assert model.chunked_prefill_tokens == 8192  # the flag; the server logged each rank's 4,096
@@ -213,7 +214,7 @@ def test_every_two_gpu_calibration_layout_has_its_server_model_and_the_script_co
 
     assert set(LAYOUT_FIELDS) == set(LAYOUTS)
     lease2 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease2-h200x2"
-    raw = json.loads(next(lease2.rglob("calibration-twogpu*.json")).read_text())
+    raw = json.loads(read_text(next(lease2.rglob("calibration-twogpu*.json.xz"))))
     eager = server_model(next(r for r in raw["runs"] if r["variant"] == "tp2-eager"), "H200", 6)
     assert eager.graph_batch_sizes() == [] and eager.decode_runs_eager(1)  # --disable-cuda-graph
     assert main([str(lease2)]) == 0

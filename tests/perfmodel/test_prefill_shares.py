@@ -21,7 +21,7 @@ H200_RUN = ROOT / "benchmarks/results/2026-11-26-dummy-routing-h200/call2"
 
 
 def test_the_log_gives_each_forward_its_requests_and_time() -> None:
-    raw = json.loads((H200_RUN / "calibration-dummy-graphs.json").read_text())
+    raw = json.loads(read_text(H200_RUN / "calibration-dummy-graphs.json.xz"))
     log = read_text(H200_RUN / "server-dummy-graphs-dummy-graphs.log.xz")  # committed compressed
     points = forwards(raw, log, "dummy-graphs")
     fresh = [p for p in points if p.per_request == [[8192, 0]]]  # context point 16 x 8192: one prompt per forward

@@ -28,10 +28,10 @@ LEASE11_LAYERS = ROOT / "benchmarks/results/2026-11-27-lease11-h200x2/call6-serv
 # profile -> (raw file, its run whose server log timed the prefill forwards, that log: a file or (tarball, member))
 SHIPPED = {
     "h200-r1-shaped-6l-fp8-sglang0.5.17.json": (
-        PROBE / "call2/calibration-dummy-graphs.json", "dummy-graphs", PROBE / "call2/server-dummy-graphs-dummy-graphs.log.xz"),
-    "h200-r1-shaped-6l-fp8-random-gates-sglang0.5.17.json": (PROBE / "call1/calibration-random-graphs.json", None, None),
+        PROBE / "call2/calibration-dummy-graphs.json.xz", "dummy-graphs", PROBE / "call2/server-dummy-graphs-dummy-graphs.log.xz"),
+    "h200-r1-shaped-6l-fp8-random-gates-sglang0.5.17.json": (PROBE / "call1/calibration-random-graphs.json.xz", None, None),
     "h100-r1-shaped-6l-fp8-sglang0.5.17.json": (
-        H100_RUN / "calibration-r1s6.json", "cold-default", (H100_RUN / "logs-r1.tar.xz", "r1/server-r1s6-cold-default.log")),
+        H100_RUN / "calibration-r1s6.json.xz", "cold-default", (H100_RUN / "logs-r1.tar.xz", "r1/server-r1s6-cold-default.log")),
     # lease 8's layer-count profiles (purpose layer-count: they split the fixed time, calibrate no server)
     **{f"h100-r1-shaped-{n}l-fp8-sglang0.5.17-lease8.json": (LEASE8 / f"calibration-r1s{n}-lease8.json.xz", None, None)
        for n in (4, 5, 6)},

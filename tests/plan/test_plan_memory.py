@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.compressed import read_text
 from orchestrator.config import config_from_dict, load_config
 from orchestrator.plan.memory.preflight import check_layout_fits, require_fit
 from orchestrator.plan.memory.report import DOES_NOT_FIT, FITS, LITTLE_KV, LayoutDoesNotFit
@@ -357,7 +358,7 @@ def test_the_fraction_a_refusal_suggests_passes_the_check_and_one_step_above_it_
 
 
 # --- pipeline stages: SGLang's layer split, the heaviest stage sets every stage's KV budget -------------------------
-LEASE2_PP2 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease2-h200x2/call5-calibration/calibration-twogpu-extra.json"
+LEASE2_PP2 = ROOT / "benchmarks/results/2026-11-26-two-gpu-lease2-h200x2/call5-calibration/calibration-twogpu-extra.json.xz"
 
 
 def test_pp_stages_hold_their_own_layers_and_the_heaviest_sets_every_stages_kv_as_the_lease_logged() -> None:
@@ -369,7 +370,7 @@ def test_pp_stages_hold_their_own_layers_and_the_heaviest_sets_every_stages_kv_a
 
     from orchestrator.perfmodel.parallel.two_gpu_vs_model import server_model
 
-    raw = json.loads(LEASE2_PP2.read_text())
+    raw = json.loads(read_text(LEASE2_PP2))
     run = next(r for r in raw["runs"] if r["variant"] == "pp2-tail")
     model = server_model(run, "H200", 6)
     assert model.stage_layers() == [(3, 0), (0, 3)]

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 # One stage iteration's fixed cost and its cost per request of the micro-batch, beyond the stage's forward: the
 # least-squares fit of round = pp x (stage(B / m) + ITERATION_S + ITERATION_PER_REQUEST_S x B / m) on the six PP2
 # decode points (batch 1-256, 256-token prompts, CUDA graphs) of two H200s,
-# benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json, with the stage forward
+# benchmarks/results/2026-11-26-two-gpu-h200x2/call1-calibration/calibration-twogpu.json.xz, with the stage forward
 # the H200 R1-shaped profile's; derivation and residuals (RMS 6 %): benchmarks/pp_round_cost.py, output in
 # benchmarks/results/2026-11-26-pp-round-cost/output.txt. That run's PP2 rows are in-sample since. Kept when each stage
 # got its own layers (hpp): on the per-stage forwards the RMS is 6.0 % (benchmarks/results/2026-11-26-pp-stages/pp-round-cost/).

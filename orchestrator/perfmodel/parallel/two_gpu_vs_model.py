@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.compressed import read_text
 from orchestrator.config.model_presets import DEEPSEEK_R1
 from orchestrator.perfmodel.costmodel import EngineCostModel, build_cost_model
 from orchestrator.perfmodel.from_raw import gpu_key
@@ -33,12 +34,13 @@ LAYOUT_FIELDS: dict[str, dict[str, Any]] = {
 
 
 def _find(root: Path, name: str) -> list[Path]:
-    return sorted(root.rglob(name))
+    """Files named `name` under root, also where they are committed xz-compressed (NAME.xz)."""
+    return sorted([*root.rglob(name), *root.rglob(f"{name}.xz")])
 
 
 def collectives_table(path: Path, gpu: str) -> list[str]:
     """collectives.json's NCCL times next to collectives.py's, message by message."""
-    data = json.loads(path.read_text())
+    data = json.loads(read_text(path))
     links = collectives.link_figures(gpu_spec(gpu))
     lines = [f"collectives ({path}): {data['info'].get('device')}, NCCL {data['info'].get('nccl')}, "
              f"{data['info'].get('world')} ranks; measured us / model us (error)"]
@@ -79,7 +81,7 @@ def chunked_prefill_s(model: EngineCostModel, k: int, length: int) -> float:
 
 def layout_tables(path: Path) -> list[str]:
     """Each layout run of a calibration-twogpu*.json: its decode steps and prefill latencies next to the model's."""
-    raw = json.loads(path.read_text())
+    raw = json.loads(read_text(path))
     gpu = gpu_key(raw["gpu"]["name"])
     layers = int(raw["model"]["config"]["num_hidden_layers"])
     lines = [f"\nlayouts ({path}): {raw['gpu']['name']}, R1 layer shape x {layers} layers"]
@@ -121,7 +123,7 @@ def vs_model_report(results: Path) -> list[str]:
     raws = _find(results, "calibration-twogpu*.json")
     if not raws:
         raise FileNotFoundError(f"{results}: no calibration-twogpu*.json under it")
-    gpu = gpu_key(json.loads(raws[0].read_text())["gpu"]["name"])
+    gpu = gpu_key(json.loads(read_text(raws[0]))["gpu"]["name"])
     lines: list[str] = []
     for path in _find(results, "collectives.json"):
         lines += collectives_table(path, gpu)

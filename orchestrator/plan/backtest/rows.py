@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from orchestrator.compressed import read_text
 from orchestrator.plan.backtest.dataset import ROOT, BacktestError
 
 
@@ -84,10 +85,10 @@ def throughput_scope(row: dict) -> str:
 @lru_cache(maxsize=64)
 def _schema_of(evidence_path: str) -> str | None:
     path = ROOT / evidence_path
-    if path.suffix != ".json" or not path.is_file():
+    if not path.name.endswith((".json", ".json.xz")) or not path.is_file():
         return None
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(read_text(path))
     except (OSError, ValueError):
         return None
     return raw.get("schema") if isinstance(raw, dict) else None
