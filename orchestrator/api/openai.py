@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.api.generate import SGLANG_DEFAULT_MAX_NEW_TOKENS, Port, Room
 
@@ -32,19 +32,76 @@ class SglangExtras(BaseModel):
     bootstrap_room: Room | list[Room | None] | None = None
 
 
-class CompletionBody(SglangExtras):
+# OpenAI fields a PD pair behind /generate does not serve: a client that sets one gets a 400 naming it, not an answer
+# that silently lacks what it asked for (logprobs: null, no tool calls, free text instead of JSON)
+UNSERVED = ("logprobs", "top_logprobs", "echo", "logit_bias", "tools", "tool_choice", "functions", "function_call",
+            "response_format", "suffix", "best_of")
+# sampling fields passed to SGLang's /generate as they are (OpenAI's, and SGLang's extra ones)
+PASSED_SAMPLING = ("temperature", "top_p", "stop", "top_k", "min_p", "frequency_penalty", "presence_penalty",
+                   "repetition_penalty", "stop_token_ids")
+
+
+def _asks_for_something(name: str, value: Any) -> bool:
+    """Whether an unserved field asks for behaviour (its OpenAI no-op values pass)."""
+    if name == "response_format":
+        return isinstance(value, dict) and value.get("type", "text") != "text"
+    if name in ("tool_choice", "function_call"):
+        return value not in (None, "none")
+    if name == "best_of":
+        return value not in (None, 1)
+    return value not in (None, False, 0, "", [], {})
+
+
+class OpenAISampling(SglangExtras):
+    """The sampling fields both OpenAI routes take and SGLang applies, and the ones refused (UNSERVED)."""
+
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+    seed: int | None = None
+    logprobs: Any = None
+    top_logprobs: Any = None
+    echo: Any = None
+    logit_bias: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    response_format: Any = None
+    suffix: Any = None
+    best_of: Any = None
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_disabled_or_positive(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("must be -1 (disabled) or at least 1, got 0")
+        return value
+
+    @field_validator(*UNSERVED)
+    @classmethod
+    def _refuse_unserved(cls, value: Any, info: Any) -> Any:
+        if _asks_for_something(info.field_name, value):
+            raise ValueError("not served by this gateway (it returns text only: no logprobs, tools or JSON "
+                             "mode); leave the field out")
+        return value
+
+
+class CompletionBody(OpenAISampling):
     """OpenAI `/v1/completions` (the fields engines act on; unknown ones are accepted and ignored)."""
 
     model: str | None = None
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=1, description="only n=1: PD rooms per sample are not worth the risk")
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    seed: int | None = None
 
 
 class ChatMessage(BaseModel):
@@ -59,20 +116,16 @@ class ChatMessage(BaseModel):
         return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
 
 
-class ChatBody(SglangExtras):
+class ChatBody(OpenAISampling):
     """OpenAI `/v1/chat/completions` (text content only)."""
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=0)
     max_completion_tokens: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    seed: int | None = None
 
 
 def requested_max_tokens(body: CompletionBody | ChatBody) -> int | None:
@@ -85,7 +138,7 @@ def requested_max_tokens(body: CompletionBody | ChatBody) -> int | None:
 def sampling_params(body: CompletionBody | ChatBody, max_new_tokens: int) -> dict[str, Any]:
     """SGLang `/generate` sampling parameters for an OpenAI body (unset fields stay at SGLang's defaults)."""
     sp: dict[str, Any] = {"max_new_tokens": max_new_tokens}
-    for key in ("temperature", "top_p", "stop"):
+    for key in PASSED_SAMPLING:
         value = getattr(body, key)
         if value is not None:
             sp[key] = value

@@ -61,6 +61,16 @@ def test_a_body_that_is_not_json_is_a_400_saying_so(ingress, path):
     ("/v1/chat/completions", {"messages": [{"content": "x"}]}, "messages.0.role", "required, not sent"),
     ("/v1/completions", {"prompt": "x", "max_tokens": 1.5}, "max_tokens", "integer"),
     ("/v1/completions", {"prompt": "x", "ignore_eos": "sometimes"}, "ignore_eos", "valid boolean"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs",
+     "not served by this gateway"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+     "tools", "not served by this gateway"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "response_format": {"type": "json_object"}}, "response_format", "not served"),
+    ("/v1/completions", {"prompt": "x", "echo": True}, "echo", "not served by this gateway"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 2}, "logprobs", "not served by this gateway"),
+    ("/v1/completions", {"prompt": "x", "frequency_penalty": 3}, "frequency_penalty", "less than or equal to 2"),
+    ("/v1/completions", {"prompt": "x", "top_k": 0}, "top_k", "-1 (disabled) or at least 1"),
 ])
 def test_a_missing_or_mistyped_field_is_a_400_naming_it(ingress, path, body, field, says):
     error = openai_error(httpx.post(ingress.url + path, json=body, timeout=30), 400)
