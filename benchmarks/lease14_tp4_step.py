@@ -17,6 +17,9 @@
               is read against the model of its own server's attention backend (`derived.attention_backend`), and raw
               files of one host, layer count and context at two backends (lease 16's FA3 and Triton arms) or with and
               without FlashInfer's all-reduce fusion are set side by side point by point (`ab`)
+    read RAW20.json RAW40.json   lease 17: two layer counts of one server setup give the line F(L) = a + b.L and the
+              gap F(L) - the model's fixed part at each; gap(20) / gap(40) read per layer (<= 0.65), per step (>= 0.85)
+              or between
 
     python3 benchmarks/manifest.py record --out benchmarks/results/2026-11-27-lease14-predicted --stdout output.txt -- \\
         .venv/bin/python benchmarks/lease14_tp4_step.py predict --json benchmarks/results/2026-11-27-lease14-predicted/predicted.json
@@ -47,6 +50,7 @@ PRESET = ROOT / "configs/qwen3-pd-2026.yaml"
 QWEN3 = MODEL_PRESETS["qwen3-235b-a22b-fp8"]
 GPU = "H100-SXM"
 DECODE_STEPS = 100  # orchestrator/calibrate/single.py: each decode point runs 100 greedy steps
+GAP_FLOOR_S = 0.2e-3  # lease 17, registered: a gap at the larger layer count under 0.2 ms is not split
 BOUND = 0.15  # registered: the model's tok/s (batch / step) within +-15 % of the measured
 # the probe's server (the plan's flags + calibrate single's BASE_FLAGS), SGLang's defaults otherwise
 PROBE_SERVER: dict[str, Any] = {"tp": 4, "ep": 4, "mem_fraction_static": 0.90, "max_running_requests": 256,
@@ -236,13 +240,11 @@ def read(raw_paths: list[Path]) -> int:
         fits = [fit for fit in fits if (fit[5], fit[6]) == ("triton", True)]
     if len({fit[1] for fit in fits}) < 2:
         return 0
-    gpu = fits[0][0]
+    gpu, tp, (model_step_s, model_layer_s) = fits[0][0], fits[0][10], fits[0][11]
     step_s, layer_s = line([(layers, f) for _, layers, f, *_ in fits])
-    cal = probe_model(gpu).calibration
-    assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None
-    print(f"split over {sorted(fit[1] for fit in fits)} layers at TP 4 x EP 4 on {gpu}: {step_s * 1e3:.3f} ms per step + "
-          f"{layer_s * 1e6:.1f} us per layer (the model's split of this GPU, TP 1 counts: {cal.graph_step_s * 1e3:.3f} ms + "
-          f"{cal.graph_layer_s * 1e6:.1f} us); F holds what the model's all-reduce term misprices")
+    print(f"split over {sorted(fit[1] for fit in fits)} layers at TP {tp} x EP {tp} on {gpu}: {step_s * 1e3:.3f} ms per step + "
+          f"{layer_s * 1e6:.1f} us per layer (the model's split of this server: {model_step_s * 1e3:.3f} ms + "
+          f"{model_layer_s * 1e6:.1f} us); F holds what the model's all-reduce term misprices")
     for _, layers, fixed, spread, *_ in sorted(fits, key=lambda f: f[1]):
         off = fixed - (step_s + layers * layer_s)
         print(f"  {layers} layers: F {fixed * 1e3:.3f} ms, the line {(step_s + layers * layer_s) * 1e3:.3f} ms, off by {off * 1e3:+.3f} ms "
@@ -251,7 +253,36 @@ def read(raw_paths: list[Path]) -> int:
     for context in contexts:  # added after the run: the split of each context's F alone
         per_step_s, per_layer_s = line([(f[1], f[4][context]) for f in fits])
         print(f"  context {context} alone: {per_step_s * 1e3:.3f} ms per step + {per_layer_s * 1e6:.1f} us per layer")
+    if len(fits) == 2:
+        short, long = sorted(fits, key=lambda f: f[1])
+        gap_split(short, long, contexts)
     return 0
+
+
+def gap_class(ratio: float) -> str:
+    """Lease 17's registered classes of gap(L / 2) / gap(L) (benchmarks/results/2026-11-27-lease17-predicted/): a gap
+    paid once per layer halves with the layers, one paid once per step stays."""
+    if ratio <= 0.65:
+        return "(a) PER LAYER"
+    if ratio >= 0.85:
+        return "(b) PER STEP"
+    return "(c) BETWEEN"
+
+
+def gap_split(short: tuple, long: tuple, contexts: list[int]) -> None:
+    """The gap F(L) - the model's fixed part at two layer counts of one server setup (lease 17: 20 and 40 layers):
+    its ratio read against the registered classes, over all graphed rows and per context."""
+    for name, gap_short, gap_long in [("all rows", short[2] - short[9], long[2] - long[9])] + [
+            (f"context {c}", short[4][c] - short[9], long[4][c] - long[9]) for c in contexts]:
+        head = (f"gap {name}: F - the model's fixed part {gap_short * 1e3:+.3f} ms at {short[1]} layers, "
+                f"{gap_long * 1e3:+.3f} ms at {long[1]}")
+        if gap_long <= max(2 * max(short[3], long[3]), GAP_FLOOR_S):
+            print(f"{head}; no gap to split at {long[1]} layers (not over twice the repeats' median spread nor "
+                  f"{GAP_FLOOR_S * 1e3:.1f} ms)")
+            continue
+        ratio = gap_short / gap_long
+        print(f"{head}; gap({short[1]}) / gap({long[1]}) = {ratio:.2f}: {gap_class(ratio)} "
+              f"(registered: <= 0.65 per layer, >= 0.85 per step, between otherwise)")
 
 
 def ab_pairs(fits: list[tuple]) -> list[tuple[tuple, tuple]]:
@@ -372,7 +403,8 @@ def server_setup(raw: dict) -> tuple[str, bool]:
 
 def read_one(raw_path: Path) -> tuple | None:
     """One raw file against the model at its own layer count, GPU and attention backend:
-    (gpu, layers, F, repeats' median spread, F per context)."""
+    (gpu, layers, F, repeats' median spread, F per context, backend, fusion off, point medians, modelled terms,
+    the model's fixed part, TP, the model's fixed split (per step, per layer) in seconds)."""
     raw = json.loads(raw_path.read_text())
     gpu = gpu_key(raw["gpu"]["name"])
     config = raw["model"]["config"]
@@ -456,7 +488,9 @@ def read_one(raw_path: Path) -> tuple | None:
           + ", ".join(f"{c}: {v * 1e3:.3f} ms" for c, v in per_context.items()))
     medians = {k: statistics.median(v) for k, v in by_point.items()}
     modelled = {(b, c): terms(model, b, b * (c + DECODE_STEPS // 2)) for b, c in medians}
-    return gpu, layers, f94, spread, per_context, backend, fusion_off, medians, modelled
+    cal = model.calibration
+    assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None
+    return gpu, layers, f94, spread, per_context, backend, fusion_off, medians, modelled, model_f, tp, (cal.graph_step_s, cal.graph_layer_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,3 +82,33 @@ def test_fa3_predictions_price_the_probe_as_the_planners_own_fa3_decode_worker()
     assert result["server"]["attention_backend"] == "fa3"
     for p in result["points"]:
         assert p["attention_wait"] == 0.0 and abs(p["step"] - p["preset_decode_ms"]) < 1e-3
+
+
+LEASE17_PLAN = lease14.ROOT / "benchmarks/calibration/plans/lease17-qwen3-tp2-ep2-fa3.json"
+
+
+def _tp2_raw(tmp_path, layers: int, extra_ms: float) -> str:
+    """Lease 17's server (TP 2 x EP 2, 32 / 2 heads, FA3) at `layers` layers: the model's own steps plus `extra_ms`."""
+    model = lease14.probe_model("H200", layers, "fa3", tp=2, heads=(32, 2))
+    rows = [{"batch_size": b, "running_batch": b, "context_tokens": c, "kv_tokens_median": kv, "cuda_graph": True,
+             "step_ms_median": model.decode_step_s(b, kv) * 1e3 + extra_ms, "repeat": rep}
+            for b, c, kv in lease14.points(LEASE17_PLAN) for rep in (0, 1)]
+    flags = ["--tp-size", "2", "--attention-backend", "fa3", "--enforce-disable-flashinfer-allreduce-fusion"]
+    raw = {"gpu": {"name": "NVIDIA H200"},
+           "model": {"config": {"num_hidden_layers": layers, "num_attention_heads": 32, "num_key_value_heads": 2}},
+           "runs": [{"flags": flags, "derived": {"attention_backend": "fa3", "tp_size": 2}, "decode": rows}]}
+    path = tmp_path / f"q3l{layers}-{extra_ms}.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def test_a_gap_that_halves_with_the_layers_reads_per_layer_and_one_that_stays_reads_per_step(tmp_path, capsys) -> None:
+    assert lease14.main(["read", _tp2_raw(tmp_path, 20, 0.65), _tp2_raw(tmp_path, 40, 1.3)]) == 0
+    out = capsys.readouterr().out
+    assert "split over [20, 40] layers at TP 2 x EP 2 on H200" in out
+    assert "gap all rows: F - the model's fixed part +0.650 ms at 20 layers, +1.300 ms at 40" in out
+    assert "gap(20) / gap(40) = 0.50: (a) PER LAYER" in out
+    assert lease14.main(["read", _tp2_raw(tmp_path, 20, 1.3), _tp2_raw(tmp_path, 40, 1.3)]) == 0
+    assert "gap(20) / gap(40) = 1.00: (b) PER STEP" in capsys.readouterr().out
+    assert lease14.main(["read", _tp2_raw(tmp_path, 20, 0.0), _tp2_raw(tmp_path, 40, 0.0)]) == 0
+    assert "no gap to split at 40 layers" in capsys.readouterr().out

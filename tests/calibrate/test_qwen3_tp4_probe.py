@@ -114,6 +114,13 @@ def test_lease16_plans_are_lease14s_points_with_fa3_and_the_fusion_arm_differs_o
     assert server.rindex("--attention-backend fa3") > server.index("--attention-backend triton")  # the plan's flag wins
 
 
+def test_lease17_plan_is_lease16s_two_gpu_fa3_server_at_fewer_batches() -> None:
+    (lease16,) = json.loads((ROOT / "benchmarks/calibration/plans/lease16-qwen3-tp2-ep2-fa3.json").read_text())
+    (lease17,) = json.loads((ROOT / "benchmarks/calibration/plans/lease17-qwen3-tp2-ep2-fa3.json").read_text())
+    assert lease17["flags"] == lease16["flags"] and lease17["decode_contexts"] == lease16["decode_contexts"]
+    assert set(lease17["decode_batches"]) < set(lease16["decode_batches"]) and lease17["repeats"] == lease16["repeats"]
+
+
 def test_slim_archive_refuses_an_fa3_wheel_without_flash_ops_before_unpacking_anything(tmp_path) -> None:
     done = subprocess.run(["bash", str(ROOT / "scripts/device/slim_site_archive.sh"), str(tmp_path / "none.tar.xz"),
                            str(tmp_path / "out.tar.xz")], capture_output=True, text=True,
