@@ -19,7 +19,9 @@
 #           (orchestrator/calibrate/twogpu.py; TWOGPU_LAYOUTS picks a subset when 600 s do not hold all three)
 #   pd      one-GPU PD on the V2-Lite shape: page 1 (PAGE_SIZES), loads under each sender mode of the NIXL patch
 #           (PD_MODES, default base,coalesce,shard,coalesce+shard), per-request KV timelines, top-k logprobs
-#           across modes (PD_ARGS=--no-agg skips the aggregated reference)
+#           across modes (PD_ARGS=--no-agg skips the aggregated reference). PD_MODEL=qwen3 takes the Qwen3-235B-A22B
+#           FP8 layer instead (models/qwen3-235b-a22b-fp8-l6: GQA, 64 query / 4 KV heads, K and V buffers per layer) at
+#           PD_LAYERS layers (default 6); DRY_RUN=1 prints the model and the harness command and starts nothing
 # Compile caches: if .device/cache/caches.tar.xz exists (carry it), it is unpacked before the phase (a fresh
 # machine then skips the ~70 s of kernel compiles); SAVE_CACHES=1 writes $OUT/caches.tar.xz after it.
 # BUDGET (s, default 540) bounds the harness; everything it measured is saved as it goes. SITE_ARCHIVE picks another
@@ -27,10 +29,39 @@
 set -u
 PHASE=${1:?usage: calibrate.sh v2lite|r1|pd|twogpu}
 REPO=$(pwd)
+PD_MODEL=${PD_MODEL:-v2lite}; PD_LAYERS=${PD_LAYERS:-6}
+case $PD_MODEL in
+  v2lite) PD_CONFIG=models/deepseek-v2-lite/config.json ;;
+  qwen3) PD_CONFIG=models/qwen3-235b-a22b-fp8-l6/config.json ;;
+  *) echo "calibrate.sh: PD_MODEL='$PD_MODEL': use v2lite (DeepSeek-V2-Lite) or qwen3 (Qwen3-235B-A22B FP8 layer)" >&2; exit 2 ;;
+esac
+case $PD_LAYERS in ''|*[!0-9]*|0) echo "calibrate.sh: PD_LAYERS='$PD_LAYERS': a whole number of layers >= 1, e.g. PD_LAYERS=12" >&2; exit 2 ;; esac
+write_pd_model() {  # $1 = model dir: PD_MODEL's config; qwen3 at PD_LAYERS layers
+  mkdir -p "$1" && python3 - "$PD_CONFIG" "$PD_MODEL" "$PD_LAYERS" "$1/config.json" <<'PYEOF'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+if sys.argv[2] == "qwen3":
+    cfg["num_hidden_layers"] = cfg["max_window_layers"] = int(sys.argv[3])
+json.dump(cfg, open(sys.argv[4], "w"), indent=1)
+PYEOF
+}
+pd_command() {  # $1 = model dir, $2 = out dir, $3 = seconds
+  echo python3 -m orchestrator.calibrate pd --model-path $1 --out $2 --budget-s $3 \
+    --page-sizes ${PAGE_SIZES:-1} --loads-per-mode ${PD_LOADS:-2} --modes ${PD_MODES:-base,coalesce,shard,coalesce+shard} \
+    ${PD_ARGS:-}
+}
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  [ $PHASE = pd ] || { echo "calibrate.sh: DRY_RUN=1 is for the pd phase" >&2; exit 2; }
+  D=$(mktemp -d); trap 'rm -rf $D' EXIT
+  write_pd_model $D/model || exit 1
+  python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print('model:', c['architectures'][0], c['num_hidden_layers'], 'layers, KV heads', c.get('num_key_value_heads'), ', kv_lora_rank', c.get('kv_lora_rank'))" $D/model/config.json
+  echo "harness: $(pd_command '$W/models/pd' '$D' '<budget>')"
+  exit 0
+fi
 OUT=${OUT:-/tmp/calib_out}; mkdir -p "$OUT"
 # manifest.json: the command with the settings it read; pass PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0|1 in the run() command
 # (the lent machine's copy has no .git). A second call into the same $OUT adds its command (--append).
-python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|TWOGPU_LAYOUTS|PD_[A-Z_]*|PAGE_SIZES|SINGLE_ARGS|R1_FLAGS|SITE_ARCHIVE|SAVE_CACHES|BENCH_ARGS|AGG_CFG|PD_CFG)=' | sort | tr '\n' ' ')bash scripts/device/calibrate.sh $*" >/dev/null \
+python3 benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|TWOGPU_LAYOUTS|PD_[A-Z_]*|PAGE_SIZES|SINGLE_ARGS|R1_FLAGS|SITE_ARCHIVE|SITE_PARTS|SITE_SPLIT_DIR|SAVE_CACHES|BENCH_ARGS|AGG_CFG|PD_CFG)=' | sort | tr '\n' ' ')bash scripts/device/calibrate.sh $*" >/dev/null \
   || echo "manifest.json not written" >&2
 SITE=${SITE_DIR:-/root/site}; W=${WORK_DIR:-/root/calib}; mkdir -p $W
 START=$(date +%s); BUDGET=${BUDGET:-540}
@@ -78,9 +109,8 @@ r1)   # SINGLE_ARGS as in v2lite, e.g. "--plan-json benchmarks/calibration/plans
   # (2026-11-24, H100: with pure defaults the Triton MLA backend's CUDA-graph buffer, max_bs 256 x 128 heads x
   #  256 KV splits x 512 x fp32 = 16 GiB, OOMs at start-up; a split tile of 256 caps the splits at 16384/256 = 64)
 pd)
-  python3 -m orchestrator.calibrate pd --model-path $W/models/v2lite --out $D --budget-s $(( $(left) - 25 )) \
-    --page-sizes ${PAGE_SIZES:-1} --loads-per-mode ${PD_LOADS:-2} --modes ${PD_MODES:-base,coalesce,shard,coalesce+shard} \
-    ${PD_ARGS:-} ;;
+  write_pd_model $W/models/pd || { el "model config not written"; exit 1; }
+  $(pd_command $W/models/pd $D $(( $(left) - 25 ))) ;;
 twogpu)   # two GPUs of one node (nvidia-h100-x2 / nvidia-h200-x2; issue 29 runs it): TP2, DP-attention 2 + EP2, PP2
   # the raw JSON reaches $OUT every 10 s (a call cut at its limit still returns what was measured); the harness
   # gets SIGINT at the budget, so its finally blocks stop the server (it runs in its own session and would
