@@ -1,7 +1,7 @@
 """Lease 18 (issue 25): KV transfer of a Qwen3-shaped (GQA, FP8 weights) PD pair vs page size and layer count.
 
     python benchmarks/lease18_kv.py predict [--json OUT]      # the planner's per-request KV time at every grid point
-    python benchmarks/lease18_kv.py read RAW.json[.xz] ...    # measured vs each registered prediction, class verdicts
+    python benchmarks/lease18_kv.py read RAW.json[.xz] ... [--hkv PREDICTED]   # measured vs each registered prediction
 
 The grid: `calibrate pd` (scripts/device/calibrate.sh pd, PD_MODEL=qwen3) with prefill on GPU 0 and decode on GPU 1, FA3,
 page sizes PAGES, layer counts LAYERS, 96 requests at once with prompt lengths U[256, 2048) (the harness's seed, so the
@@ -196,22 +196,41 @@ def depth_corr(logs: Path, page: int) -> float | None:
     return rank_corr([float(r["depth"]) for r in base], [r["queue"] for r in base])
 
 
-def read(paths: list[Path], gpu: str) -> int:
+def hkv_predictions(path: Path, gpu: str) -> dict[tuple[int, int], dict]:
+    """(layers, page) -> hkv's mechanism's point (`benchmarks/kv_mechanism.py predict` JSON lines under '### GPU')."""
+    out, current = {}, None
+    for line in path.read_text().splitlines():
+        if line.startswith("### "):
+            current = line[4:].strip()
+        elif line.startswith("{") and current == gpu:
+            p = json.loads(line)
+            out[(p["layers"], p["page_size"])] = p
+    return out
+
+
+def read(paths: list[Path], gpu: str, hkv: Path | None = None) -> int:
     raws = [_load(p) for p in paths]
     got = points(raws)
     pred = {(p["layers"], p["page"]): p for p in predict()["points"] if p["gpu"] == gpu}
+    mech = hkv_predictions(hkv, gpu) if hkv else {}
     print(f"measured ({gpu}) vs the planner (main's kv_transfer_s); ms, median over loads of per-load p50 / p90")
     print("| layers | page | mode | loads | descs/req | enqueued -> decode sees | queue | NIXL (last chunk) | NIXL all chunks "
-          "| decode notice | KV computed -> decode sees | send delay | model p50 | measured p50 / model |")
-    print("|---:|---:|---|---:|---:|---|---|---|---|---|---|---|---:|---:|")
+          "| decode notice | KV computed -> decode sees | send delay | model p50 | measured p50 / model "
+          "| hkv p50 / p90 | measured p50 / hkv |")
+    print("|---:|---:|---|---:|---:|---|---|---|---|---|---|---|---:|---:|---|---:|")
     for (L, page, mode), r in sorted(got.items()):
         m = pred.get((L, page))
         cells = " | ".join(f"{r[k][0]} / {r[k][1]}" for k in ("ready_to_seen", "queue", "worker", "worker_all",
                                                               "decode_notice", "computed_to_seen", "send_delay"))
         mp = m["kv_transfer_ms_p50"] if m else None
         x = ratio(r["ready_to_seen"][0], mp)
+        h = mech.get((L, page))
+        hp = h["ready_to_seen"]["p50"] if h else None
+        hx = ratio(r["ready_to_seen"][0], hp)
+        hcell = f"{hp} / {h['ready_to_seen']['p90']}" if h else ""
         print(f"| {L} | {page} | {mode} | {r['loads']} | {r['descs']} | {cells} | {mp} | "
-              f"{'' if x is None else f'{x:.1f}x'} |")
+              f"{'' if x is None else f'{x:.1f}x'} | {hcell} | "
+              f"{'' if hx is None else f'{hx:.2f}x'} |")
     print("\nclass: descriptors (base, p50 page 1 / page 64)")
     for L in sorted({k[0] for k in got}):
         a, b = got.get((L, 1, "base")), got.get((L, 64, "base"))
@@ -252,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     rd = sub.add_parser("read", help="measured vs the registered predictions, class verdicts")
     rd.add_argument("raw", nargs="+", type=Path, help="calibration-pd JSON (.json or .json.xz), logs-*.tar.xz beside it")
     rd.add_argument("--gpu", choices=GPUS, default="H100-SXM", help="the GPU the lease came as (the prediction's)")
+    rd.add_argument("--hkv", type=Path, help="hkv's registered predictions (predicted-hkv.txt)")
     a = p.parse_args(argv)
     if a.cmd == "predict":
         res = predict()
@@ -259,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.json:
             a.json.write_text(json.dumps(res, indent=1) + "\n")
         return 0
-    return read(a.raw, a.gpu)
+    return read(a.raw, a.gpu, a.hkv)
 
 
 if __name__ == "__main__":

@@ -48,3 +48,10 @@ def test_read_of_lease_s5s_two_gpu_v2_lite_file(capsys) -> None:
     assert "| 27 | 1 | base | 3 | 32888.2 | 8.3 / 12.624 | 2.532 / 6.212 |" in out
     assert "27 layers page 1: queues [1], share 0.31, base/shard 1.36" in out
     assert "-> mixed" in out and "D = None -> not measured" in out
+
+
+def test_hkvs_registered_points_are_read_per_gpu() -> None:
+    path = ROOT / "benchmarks/results/2026-11-27-lease18-predicted/predicted-hkv.txt"
+    h100, h200 = kv.hkv_predictions(path, "H100-SXM"), kv.hkv_predictions(path, "H200")
+    assert set(h100) == set(h200) == {(L, p) for L in (6, 12) for p in (1, 16, 64)}
+    assert h100[(6, 1)]["ready_to_seen"]["p50"] == 9.46 and h200[(12, 64)]["ready_to_seen"]["p50"] == 11.36
