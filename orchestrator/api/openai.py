@@ -93,15 +93,24 @@ class OpenAISampling(SglangExtras):
         return value
 
 
+def _budget_at_least_one(value: int | None) -> int | None:
+    # OpenAI refuses a zero budget (and SGLang's /v1/completions does); chat's 0 would fall back to the default
+    if value is not None and value < 1:
+        raise ValueError(f"must be at least 1 (OpenAI's minimum), got {value}; leave it out for the default budget")
+    return value
+
+
 class CompletionBody(OpenAISampling):
     """OpenAI `/v1/completions` (the fields engines act on; unknown ones are accepted and ignored)."""
 
     model: str | None = None
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(None, ge=0)
+    max_tokens: int | None = None
     n: int = Field(1, ge=1, le=1, description="only n=1: PD rooms per sample are not worth the risk")
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+
+    _max_tokens_at_least_one = field_validator("max_tokens")(_budget_at_least_one)
 
 
 class ChatMessage(BaseModel):
@@ -121,16 +130,18 @@ class ChatBody(OpenAISampling):
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=0)
-    max_completion_tokens: int | None = Field(None, ge=0)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
     n: int = Field(1, ge=1, le=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
 
+    _budgets_at_least_one = field_validator("max_tokens", "max_completion_tokens")(_budget_at_least_one)
+
 
 def requested_max_tokens(body: CompletionBody | ChatBody) -> int | None:
     """The completion budget the body asks for (chat: `max_completion_tokens` wins, as in SGLang), or None."""
-    if isinstance(body, ChatBody) and body.max_completion_tokens:
+    if isinstance(body, ChatBody) and body.max_completion_tokens is not None:
         return body.max_completion_tokens
     return body.max_tokens
 

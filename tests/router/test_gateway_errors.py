@@ -71,6 +71,13 @@ def test_a_body_that_is_not_json_is_a_400_saying_so(ingress, path):
     ("/v1/completions", {"prompt": "x", "logprobs": 2}, "logprobs", "not served by this gateway"),
     ("/v1/completions", {"prompt": "x", "frequency_penalty": 3}, "frequency_penalty", "less than or equal to 2"),
     ("/v1/completions", {"prompt": "x", "top_k": 0}, "top_k", "-1 (disabled) or at least 1"),
+    # OpenAI refuses a zero budget (400, "Expected a value >= 1"), as SGLang's /v1/completions does; it was answered
+    # with one token
+    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "max_tokens", "at least 1"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens",
+     "at least 1"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0},
+     "max_completion_tokens", "at least 1"),
 ])
 def test_a_missing_or_mistyped_field_is_a_400_naming_it(ingress, path, body, field, says):
     error = openai_error(httpx.post(ingress.url + path, json=body, timeout=30), 400)

@@ -90,6 +90,8 @@ def test_chat_stream_frames_like_sglang(aggregated):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "min_tokens": 5},
      "min_tokens (5)"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "max_tokens"),
+    # SGLang 0.5.17's CompletionRequest: "max_tokens must be positive"
+    ("/v1/completions", {"prompt": [1, 2], "max_tokens": 0}, "max_tokens"),
     ("/v1/completions", {"prompt": ""}, "Prompt cannot be empty"),
     ("/v1/completions", {"max_tokens": 3}, "prompt: required"),
     ("/v1/completions", "not json", "not valid JSON"),
