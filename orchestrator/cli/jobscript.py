@@ -1,6 +1,7 @@
-"""`pd-orchestrator jobscript --scheduler slurm|pbs --config X [--then bench] [--bundle DIR]`: a batch job script
-(printed) that brings up the labelled 2-node Ray cluster on the allocation, runs `prepare` and the work, and
-collects the results; with --bundle, a contest submission folder around it."""
+"""`pd-orchestrator jobscript --scheduler slurm|pbs --config X [--then bench|serve+goodput] [--bundle DIR]`: a batch
+job script (printed) that brings up the labelled 2-node Ray cluster on the allocation, runs `prepare` and the work,
+and collects the results; with --bundle, a contest submission folder around it. Its walltime and what it is made of
+go to stderr."""
 
 from __future__ import annotations
 
@@ -11,7 +12,19 @@ from pathlib import Path
 
 from orchestrator.cli.args import add_config_args, config_from_args
 from orchestrator.cluster.bundle import write_bundle
-from orchestrator.cluster.jobscript import DEFAULT_MARGIN_S, PBS_LAUNCHERS, PLANNED_WORKS, SCHEDULERS, WORKS, JobOptions, render
+from orchestrator.cluster.jobscript import (
+    DEFAULT_DRAIN_S,
+    DEFAULT_MARGIN_S,
+    DEFAULT_STARTUP_S,
+    PBS_LAUNCHERS,
+    SCHEDULERS,
+    WORKS,
+    JobOptions,
+    JobScriptError,
+    parse_walltime,
+    render,
+    walltime_line,
+)
 from orchestrator.observe.report import git_sha
 
 
@@ -24,14 +37,21 @@ def _generated_by(args: argparse.Namespace) -> str:
 
 def _cmd_jobscript(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    try:
+        max_walltime_s = None if args.max_walltime is None else parse_walltime(args.max_walltime)
+    except ValueError:
+        raise JobScriptError(f"--max-walltime {args.max_walltime!r}: give the scheduler's limit as HH:MM:SS "
+                             "(or minutes), e.g. --max-walltime 02:00:00") from None
     opts = JobOptions(
         scheduler=args.scheduler, then=args.then, iface=args.iface, margin_s=args.margin_s,
+        startup_s=args.startup_s, drain_s=args.drain_s, max_walltime_s=max_walltime_s,
         gpus_per_node=args.gpus_per_node, cpus_per_node=args.cpus_per_node, partition=args.partition,
         account=args.account, launcher=args.launcher, ray_port=args.ray_port, dashboard_port=args.dashboard_port,
         python=args.python or sys.executable, python_in_submit_dir=bool(args.bundle and not args.python),
         run_subdir="results" if args.bundle else "pdo-runs", generated_by=_generated_by(args),
     )
     text = render(cfg, opts, git_sha=git_sha())
+    print(f"jobscript: {walltime_line(cfg, opts)}", file=sys.stderr)
     if not args.bundle:
         sys.stdout.write(text)
         return 0
@@ -48,13 +68,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_args(p)
     p.add_argument("--scheduler", required=True, choices=SCHEDULERS)
     p.add_argument("--then", default="bench", metavar="WORK",
-                   help=f"the work after prepare: {', '.join(WORKS)} "
-                   f"(planned: {', '.join(PLANNED_WORKS)})")
+                   help=f"the work after prepare: {' or '.join(WORKS)} (serve, the contest's AIPerf goodput per "
+                   "declared N against its gateway, serve down; a benchmark.kind: closed_loop config)")
     p.add_argument("--iface", default="auto",
                    help="fabric interface whose IPv4 address each node's Ray uses (auto: ib*, else the default "
                    "route's interface; PDO_IFACE overrides at job time)")
     p.add_argument("--margin-s", type=float, default=DEFAULT_MARGIN_S,
                    help="walltime beyond benchmark.deadline_s for Ray bring-up, prepare and collecting results")
+    p.add_argument("--startup-s", type=float, default=DEFAULT_STARTUP_S,
+                   help="serve+goodput: walltime for Ray bring-up, prepare and serve until ready (also serve's "
+                   "--ready-timeout-s; PDO_READY_TIMEOUT_S overrides at job time)")
+    p.add_argument("--drain-s", type=float, default=DEFAULT_DRAIN_S,
+                   help="serve+goodput: serve's --drain-s on `serve down` (PDO_DRAIN_S overrides at job time)")
+    p.add_argument("--max-walltime", metavar="HH:MM:SS", default=None,
+                   help="the scheduler's limit for your queue: a job whose walltime exceeds it is refused here")
     p.add_argument("--gpus-per-node", type=int, default=None,
                    help="GPUs to request per node (default cluster.gpus_per_node; 0 for the simulated engine)")
     p.add_argument("--cpus-per-node", type=int, default=None, help="CPUs to request per node (and give Ray)")

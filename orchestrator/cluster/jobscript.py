@@ -24,6 +24,13 @@ TEMPLATE = Path(__file__).resolve().parents[1] / "data" / "jobscript" / "job.sh.
 SCHEDULERS = ("slurm", "pbs")
 PBS_LAUNCHERS = ("pbsdsh", "mpirun")
 DEFAULT_MARGIN_S = 900.0  # walltime beyond the deadline: Ray bring-up, prepare (cold compile caches), collect
+# serve+goodput: Ray bring-up, prepare and serve until ready (the organisers' H100 reference was ready ~4.5-5 min after
+# job start, ../shared/notes/contest-2026.md; cold compile caches in prepare take longer)
+DEFAULT_STARTUP_S = 1200.0
+DEFAULT_DRAIN_S = 30.0  # serve's own --drain-s default
+# AIPerf's own start-up per N before its warm-up phase: it builds the 12,800-prompt dataset (~38 s for 0.12.0 at ISL
+# 4000, shared notes) and starts its workers
+AIPERF_START_S = 120.0
 
 
 class JobScriptError(ConfigError):
@@ -39,6 +46,9 @@ class JobOptions:
     then: str = "bench"
     iface: str = "auto"
     margin_s: float = DEFAULT_MARGIN_S
+    startup_s: float = DEFAULT_STARTUP_S  # serve+goodput: Ray bring-up + prepare + serve until ready
+    drain_s: float = DEFAULT_DRAIN_S  # serve+goodput: serve's drain on `serve down`
+    max_walltime_s: float | None = None  # the scheduler's limit the user gave: a longer job is refused
     gpus_per_node: int | None = None  # None: cluster.gpus_per_node for real engines, 0 (no request) for the sim
     cpus_per_node: int | None = None
     partition: str | None = None  # Slurm partition / PBS queue
@@ -69,14 +79,64 @@ def _bench_work(cfg: RunConfig) -> str:
   WORK_RC=${PIPESTATUS[0]}"""
 
 
-# `serve+goodput` joins as one more entry: `serve --detach` on the head, then `goodput --url` (the contest's AIPerf
-# command) against its gateway, `serve down`, the verdict from goodput's exit code.
-WORKS: dict[str, Callable[[RunConfig], str]] = {"bench": _bench_work}
-SERVE_BY_HAND = ("in a job script of your own: `pd-orchestrator serve --config X --detach` on the Ray head, then "
-                 "`pd-orchestrator goodput --config X --url <its gateway>` (the contest's AIPerf command), then "
-                 "`pd-orchestrator serve down` (docs/serving.md)")
-PLANNED_WORKS = {"serve+goodput": "not available yet: `pd-orchestrator serve` and `goodput` exist, their job step "
-                 f"does not; run them {SERVE_BY_HAND}"}
+# `serve --detach` returns once every PD pair is warmed and the gateway answers (its ready line), or when serve failed
+# or was not ready within the start-up budget; the service's state file names its PID and gateway.
+SERVE_GOODPUT_WORK = r"""
+  SERVE_DIR=$RUN_DIR/serve                      # serve's state file, control socket and log (<name>.log)
+  SERVE_NAME=@SERVE_NAME@
+  PDO_READY_TIMEOUT_S=${PDO_READY_TIMEOUT_S:-@STARTUP_S@}
+  PDO_DRAIN_S=${PDO_DRAIN_S:-@DRAIN_S@}
+  read -ra GOODPUT_ARGS <<< "${PDO_GOODPUT_ARGS:-}"   # e.g. "--window-s 20" while exploring; empty for the score
+  service_field() { "$PDO_PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])'     "$SERVE_DIR/$SERVE_NAME.json" "$1" 2>/dev/null; }
+  stop_work() {  # drain and stop the service this job started: `serve down`, then its session by PID if still there
+    [ -n "${SERVE_PID:-}" ] || SERVE_PID=$(service_field pid)
+    [ -n "$SERVE_PID" ] && [ -z "${SERVE_STOPPED:-}" ] || return 0
+    SERVE_STOPPED=1
+    log "serve down (pid $SERVE_PID; drain at most $PDO_DRAIN_S s)"
+    "$PDO_PYTHON" -m orchestrator serve down --state-dir "$SERVE_DIR" --name "$SERVE_NAME"       --timeout-s "$(awk -v d="$PDO_DRAIN_S" 'BEGIN { printf "%d", d + 300 }')" 2>&1 | tee -a "$RUN_DIR/logs/serve-down.log"
+    SERVE_DOWN_RC=${PIPESTATUS[0]}
+    if ! wait_pids 60 "$SERVE_PID"; then  # `serve down` returns with the last line; the process exits after it
+      log "serve (pid $SERVE_PID) still runs 60 s after serve down: SIGTERM, then SIGKILL, to its session"
+      kill -TERM -- "-$SERVE_PID" 2>/dev/null
+      wait_pids 30 "$SERVE_PID" || kill -KILL -- "-$SERVE_PID" 2>/dev/null
+    fi
+  }
+  log "serve: starting (ready within $PDO_READY_TIMEOUT_S s, else the job stops)"
+  "$PDO_PYTHON" -m orchestrator serve --config "$RUN_DIR/config.yaml" --state-dir "$SERVE_DIR" --detach     --ready-timeout-s "$PDO_READY_TIMEOUT_S" --drain-s "$PDO_DRAIN_S" 2>&1 | tee "$RUN_DIR/logs/serve-up.log"
+  SERVE_RC=${PIPESTATUS[0]}
+  SERVE_PID=$(service_field pid)
+  GATEWAY=$(service_field gateway)
+  T_READY=$(now)
+  log "serve: exit $SERVE_RC after $(seconds "$T_PREPARE" "$T_READY") s; gateway ${GATEWAY:-none}"
+  if [ "$SERVE_RC" = 0 ] && [ -n "$GATEWAY" ]; then
+    "$PDO_PYTHON" -m orchestrator goodput --config "$RUN_DIR/config.yaml" --url "$GATEWAY" --out "$RUN_DIR/goodput"       "${GOODPUT_ARGS[@]}" 2>&1 | tee "$RUN_DIR/logs/goodput.log"
+    WORK_RC=${PIPESTATUS[0]}
+  else
+    log "ERROR: serve did not come up; goodput is not run (see $RUN_DIR/logs/serve-up.log and $SERVE_DIR/$SERVE_NAME.log)"
+    WORK_RC=$SERVE_RC; [ "$WORK_RC" = 0 ] && WORK_RC=1
+  fi
+  T_GOODPUT=$(now)
+  stop_work
+  [ -f "$RUN_DIR/goodput/goodput.json" ] && cp "$RUN_DIR/goodput/goodput.json" "$RUN_DIR/goodput.json"
+  printf -v WORK_JSON ', "serve_exit": %s, "serve_ready_s": %s, "goodput_s": %s, "serve_down_exit": %s' \
+    "$SERVE_RC" "$(seconds "$T_PREPARE" "$T_READY")" "$(seconds "$T_READY" "$T_GOODPUT")" "${SERVE_DOWN_RC:-null}"
+""".strip("\n")
+
+
+def _serve_goodput_work(cfg: RunConfig, opts: JobOptions) -> str:
+    """`serve --detach` on the head, then `goodput --url` (the contest's closed-loop AIPerf command per declared N)
+    against its gateway, then `serve down` (drain, teardown; by PID if it does not answer); the verdict is goodput's
+    exit code."""
+    return (SERVE_GOODPUT_WORK.replace("@SERVE_NAME@", shlex.quote(cfg.name))
+            .replace("@STARTUP_S@", f"{opts.startup_s:.0f}").replace("@DRAIN_S@", f"{opts.drain_s:g}"))
+
+
+# one entry per --then value: the bash of section 6 (it sets WORK_RC, may define stop_work and WORK_JSON)
+WORKS: dict[str, Callable[[RunConfig, JobOptions], str]] = {
+    "bench": lambda cfg, opts: _bench_work(cfg), "serve+goodput": _serve_goodput_work}
+WORK_DOCS = {"bench": "bench through `ray job submit`; its verdict read from the job's driver exit code",
+             "serve+goodput": "serve --detach (ready = every PD pair warmed), goodput --url (the contest's AIPerf "
+                              "command), serve down; the verdict is goodput's exit code"}
 
 
 # ---- what differs per scheduler -------------------------------------------------------------------------
@@ -88,9 +148,50 @@ def wall_deadline_s(cfg: RunConfig) -> float:
 
 
 def walltime(cfg: RunConfig, margin_s: float) -> str:
-    """HH:MM:SS of the deadline plus the bring-up margin, rounded up to a whole minute."""
-    minutes = math.ceil((wall_deadline_s(cfg) + margin_s) / 60)
+    """HH:MM:SS of the deadline plus the bring-up margin, rounded up to a whole minute (a bench job)."""
+    return hhmmss(wall_deadline_s(cfg) + margin_s)
+
+
+def hhmmss(seconds: float) -> str:
+    """Seconds as a scheduler's HH:MM:SS, rounded up to a whole minute."""
+    minutes = math.ceil(seconds / 60)
     return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
+def aiperf_run_s(cfg: RunConfig) -> float:
+    """One declared N's AIPerf command: its own start-up, then warm-up, window and grace (wall seconds)."""
+    b = cfg.benchmark
+    return AIPERF_START_S + b.warmup_s + b.window_s + b.grace_s
+
+
+def job_seconds(cfg: RunConfig, opts: JobOptions) -> tuple[float, str]:
+    """(walltime seconds before rounding, what they are made of) for opts.then's job."""
+    if opts.then != "serve+goodput":
+        return wall_deadline_s(cfg) + opts.margin_s, (
+            f"benchmark.deadline_s {wall_deadline_s(cfg):g} s + margin {opts.margin_s:g} s (--margin-s)")
+    ns = list(cfg.benchmark.concurrency)
+    total = opts.startup_s + len(ns) * aiperf_run_s(cfg) + opts.drain_s + opts.margin_s
+    return total, (f"start-up budget {opts.startup_s:g} s (--startup-s) + {len(ns)} AIPerf run(s) "
+                   f"(N={','.join(map(str, ns))}) x {aiperf_run_s(cfg):g} s (AIPerf start {AIPERF_START_S:g} + "
+                   f"warm-up {cfg.benchmark.warmup_s:g} + window {cfg.benchmark.window_s:g} + grace "
+                   f"{cfg.benchmark.grace_s:g}) + drain {opts.drain_s:g} s + margin {opts.margin_s:g} s (--margin-s)")
+
+
+def walltime_line(cfg: RunConfig, opts: JobOptions) -> str:
+    """The job's walltime and its parts, one line (printed at generation, and in the script's header)."""
+    total, parts = job_seconds(cfg, opts)
+    return f"walltime {hhmmss(total)} = {parts}"
+
+
+def parse_walltime(text: str) -> float:
+    """A scheduler limit as given (HH:MM:SS, H:MM, or minutes) in seconds; ValueError if it is none of them."""
+    parts = text.strip().split(":")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(text)
+    if len(parts) == 1:
+        return 60.0 * int(parts[0])
+    values = [int(p) for p in parts] + [0] * (3 - len(parts))
+    return 3600.0 * values[0] + 60.0 * values[1] + values[2]
 
 
 def _job_name(cfg: RunConfig, limit: int) -> str:
@@ -99,7 +200,7 @@ def _job_name(cfg: RunConfig, limit: int) -> str:
 
 def _slurm_resources(cfg: RunConfig, opts: JobOptions, gpus: int) -> list[str]:
     lines = [f"--job-name={_job_name(cfg, 64)}", "--nodes=2", "--ntasks-per-node=1", "--exclusive",
-             f"--time={walltime(cfg, opts.margin_s)}", "--output=pdo-%x-%j.out"]
+             f"--time={hhmmss(job_seconds(cfg, opts)[0])}", "--output=pdo-%x-%j.out"]
     if gpus:
         lines.insert(3, f"--gpus-per-node={gpus}")
     if opts.cpus_per_node:
@@ -112,7 +213,7 @@ def _pbs_resources(cfg: RunConfig, opts: JobOptions, gpus: int) -> list[str]:
     chunk = "select=2" + (f":ncpus={opts.cpus_per_node}" if opts.cpus_per_node else "") + (
         f":ngpus={gpus}" if gpus else "") + ":mpiprocs=1"
     lines = [f"-N {_job_name(cfg, 15)}", f"-l {chunk}", "-l place=scatter:excl",
-             f"-l walltime={walltime(cfg, opts.margin_s)}", "-j oe"]
+             f"-l walltime={hhmmss(job_seconds(cfg, opts)[0])}", "-j oe"]
     lines += [f"-q {opts.partition}"] * bool(opts.partition) + [f"-A {opts.account}"] * bool(opts.account)
     return [f"#PBS {line}" for line in lines]
 
@@ -181,12 +282,29 @@ def check(cfg: RunConfig, opts: JobOptions) -> None:
     if opts.scheduler not in SCHEDULERS:
         raise JobScriptError(f"--scheduler {opts.scheduler}: choose one of {', '.join(SCHEDULERS)}")
     if opts.then not in WORKS:
-        why = PLANNED_WORKS.get(opts.then, f"choose one of {', '.join(WORKS)}")
-        raise JobScriptError(f"--then {opts.then}: {why}")
+        raise JobScriptError(f"--then {opts.then}: choose one of {', '.join(WORKS)}")
     if opts.then == "bench" and cfg.benchmark.kind == "closed_loop":
-        raise JobScriptError(f"--then bench: benchmark.kind=closed_loop, which bench refuses (it runs a prompt "
+        raise JobScriptError("--then bench: benchmark.kind=closed_loop, which bench refuses (it runs a prompt "
                              "batch), so the job would fail after Ray bring-up and prepare; measure the closed loop "
-                             f"{SERVE_BY_HAND}, or set benchmark.kind: batch")
+                             "with --then serve+goodput, or set benchmark.kind: batch")
+    if opts.then == "serve+goodput" and cfg.benchmark.kind != "closed_loop":
+        raise JobScriptError(f"--then serve+goodput: benchmark.kind={cfg.benchmark.kind} is not a serving config "
+                             "(goodput runs the closed-loop AIPerf command of benchmark.kind: closed_loop, as in "
+                             "configs/qwen3-pd-2026.yaml); run a prompt batch with --then bench")
+    env = cfg.router.api_key_env
+    if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
+        raise JobScriptError(f"router.api_key_env={env!r}: the job exports it by name; give an environment "
+                             "variable name such as PDO_API_KEY")
+    for name, value in (("--startup-s", opts.startup_s), ("--drain-s", opts.drain_s), ("--margin-s", opts.margin_s)):
+        if value < 0:
+            raise JobScriptError(f"{name} {value:g}: give seconds of at least 0")
+    if opts.max_walltime_s is not None:
+        total, parts = job_seconds(cfg, opts)
+        if math.ceil(total / 60) * 60 > opts.max_walltime_s:
+            fewer = (", declare fewer N (--set 'benchmark.concurrency=[32]')" if opts.then == "serve+goodput"
+                     else "")
+            raise JobScriptError(f"--max-walltime {hhmmss(opts.max_walltime_s)}: the job needs {hhmmss(total)} "
+                                 f"({parts}); lower --startup-s / --margin-s{fewer}, or ask the scheduler for more")
     if cfg.cluster.num_nodes != 2:
         raise JobScriptError(f"cluster.num_nodes={cfg.cluster.num_nodes}: the job script brings up 2 nodes "
                              "(a prefill node as the Ray head and a decode node); set cluster.num_nodes: 2")
@@ -236,7 +354,10 @@ def render(cfg: RunConfig, opts: JobOptions, git_sha: str | None = None) -> str:
         "CONFIG_YAML": config_yaml,
         "NODE_LIST": SLURM_NODES if slurm else PBS_NODES,
         "LAUNCH": LAUNCHERS[launcher],
-        "WORK": WORKS[opts.then](cfg),
+        "WORK": WORKS[opts.then](cfg, opts),
+        "WORK_DOC": WORK_DOCS[opts.then],
+        "WALLTIME_LINE": walltime_line(cfg, opts),
+        "API_KEY_ENV": cfg.router.api_key_env or "",
     }
     text = TEMPLATE.read_text()
     # the config goes in last: its text is data, never scanned for placeholders

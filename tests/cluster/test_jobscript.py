@@ -6,6 +6,7 @@ The scripts really run in tests/multihost/test_batch_jobs.py (Slurm in network n
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import tarfile
 from pathlib import Path
@@ -89,18 +90,75 @@ def test_pbs_script_uses_pbs_resources_nodefile_and_launcher(tmp_path):
     assert '"$PDO_MPIRUN" -np 1 --host "$node"' in mpirun and "pbsdsh -n" not in mpirun
 
 
+def test_serve_goodput_job_serves_measures_then_stops_the_service(tmp_path, capsys):
+    """The 2026 contest's job: serve until ready, goodput against its gateway, serve down, goodput's verdict; its
+    walltime is the start-up budget + one AIPerf command per declared N + the drain + the margin, printed."""
+    assert main(["jobscript", "--scheduler", "slurm", "--config", QWEN3_PRESET, "--then", "serve+goodput",
+                 "--startup-s", "600", "--margin-s", "300", "--set", "benchmark.concurrency=[32]",
+                 "--set", "router.api_key_env=CONTEST_KEY", "--max-walltime", "00:30:00"]) == 0
+    captured = capsys.readouterr()
+    text = captured.out
+    _bash_n(text, tmp_path)
+    # 600 s + 1 x (120 s AIPerf start + 60 warm-up + 120 window + 30 grace) + 30 s drain + 300 s margin = 21 min
+    line = ("walltime 00:21:00 = start-up budget 600 s (--startup-s) + 1 AIPerf run(s) (N=32) x 330 s (AIPerf start "
+            "120 + warm-up 60 + window 120 + grace 30) + drain 30 s + margin 300 s (--margin-s)")
+    assert captured.err.strip() == f"jobscript: {line}"
+    assert "#SBATCH --time=00:21:00" in text and f"# {line}" in text and "#SBATCH --gpus-per-node=8" not in text
+    # prepare, then serve until its ready line, goodput at its gateway, serve down; the verdict is goodput's
+    order = [text.index(piece) for piece in (
+        "-m orchestrator prepare", '-m orchestrator serve --config "$RUN_DIR/config.yaml" --state-dir "$SERVE_DIR" '
+        "--detach", '-m orchestrator goodput --config "$RUN_DIR/config.yaml" --url "$GATEWAY"', "WORK_RC=${PIPESTATUS[0]}",
+        "T_GOODPUT=$(now)\n  stop_work\n", "# ---- 7. collect")]
+    assert order == sorted(order), order
+    assert "PDO_READY_TIMEOUT_S=${PDO_READY_TIMEOUT_S:-600}" in text and "PDO_DRAIN_S=${PDO_DRAIN_S:-30}" in text
+    assert 'serve down --state-dir "$SERVE_DIR" --name "$SERVE_NAME"' in text and "SERVE_NAME=qwen3-pd-2026" in text
+    # on any exit (scancel, walltime, a failure) the service is stopped before Ray, by `serve down` then its PID
+    cleanup = text[text.index("cleanup() {"):text.index("trap cleanup EXIT")]
+    assert cleanup.index("stop_work") < cleanup.index("stopping Ray on every node")
+    assert 'kill -TERM -- "-$SERVE_PID"' in text and "ray stop" not in text.replace("never `ray stop`", "")
+    # the gateway's key: named, checked at job start, handed to the raylets in a mode-600 file, never written out
+    assert "API_KEY_ENV=CONTEST_KEY" in text and "(umask 077; printf '%s' \"${!API_KEY_ENV}\" > \"$RUN_DIR/api-key\")" in text
+    assert "ray job submit" not in text
+
+
+def test_the_readme_contest_job_command_writes_the_job_it_describes(tmp_path, capsys, monkeypatch):
+    """README's 2026 contest command, as typed there, writes a serve+goodput job with the walltime the README says."""
+    readme = (REPO / "README.md").read_text()
+    (line,) = [x for x in readme.splitlines() if x.startswith("pd-orchestrator jobscript ") and "serve+goodput" in x]
+    words = shlex.split(line)
+    assert words[-2:] == [">", "job.sh"]
+    monkeypatch.chdir(REPO)
+    assert main(words[1:-2]) == 0
+    captured = capsys.readouterr()
+    _bash_n(captured.out, tmp_path)
+    walltime_s = captured.err.split("walltime ", 1)[1].split()[0]
+    assert f"here\n{walltime_s}" in readme or f"here {walltime_s}" in readme, walltime_s
+    assert "#SBATCH --gpus-per-node=8" in captured.out and "-m orchestrator goodput" in captured.out
+
+
 def test_walltime_rounds_up_to_whole_minutes():
     assert walltime(sim_config({"benchmark.deadline_s": 420}), 900) == "00:22:00"
     assert walltime(sim_config({"benchmark.deadline_s": 3600}), 1) == "01:01:00"
 
 
+QWEN3_PRESET = str(REPO / "configs" / "qwen3-pd-2026.yaml")
+
+
 @pytest.mark.parametrize(("args", "message"), [
-    (["--then", "serve+goodput"], "--then serve+goodput: not available yet: `pd-orchestrator serve` and `goodput` "
-     "exist, their job step does not; run them in a job script of your own"),
+    # a prompt batch is no serving workload: goodput's AIPerf command is benchmark.kind: closed_loop's
+    (["--then", "serve+goodput"], "--then serve+goodput: benchmark.kind=batch is not a serving config"),
     # the 2026 preset's closed loop: bench refuses it at job time, after Ray bring-up and prepare had run
-    (["--config", str(REPO / "configs" / "qwen3-pd-2026.yaml")], "--then bench: benchmark.kind=closed_loop, which "
-     "bench refuses"),
-    (["--then", "train"], "--then train: choose one of bench"),
+    (["--config", QWEN3_PRESET], "--then bench: benchmark.kind=closed_loop, which bench refuses (it runs a prompt "
+     "batch), so the job would fail after Ray bring-up and prepare; measure the closed loop with --then serve+goodput"),
+    # 1200 s start-up + 5 x (120 + 60 + 120 + 30) s of AIPerf + 30 s drain + 900 s margin = 63 min > 60
+    (["--config", QWEN3_PRESET, "--then", "serve+goodput", "--max-walltime", "01:00:00"],
+     "--max-walltime 01:00:00: the job needs 01:03:00 (start-up budget 1200 s (--startup-s) + 5 AIPerf run(s)"),
+    # a bench job: benchmark.deadline_s 300 s + 900 s margin = 20 min
+    (["--max-walltime", "19"], "--max-walltime 00:19:00: the job needs 00:20:00 (benchmark.deadline_s 300 s + margin"),
+    (["--max-walltime", "2h"], "--max-walltime '2h': give the scheduler's limit as HH:MM:SS"),
+    (["--config", QWEN3_PRESET, "--then", "serve+goodput", "--set", "router.api_key_env=MY-KEY"],
+     "router.api_key_env='MY-KEY': the job exports it by name"),
+    (["--then", "train"], "--then train: choose one of bench, serve+goodput"),
     (["--launcher", "mpirun"], "--launcher mpirun: Slurm jobs launch with srun"),
     (["--iface", "eth0; rm -rf /"], "--iface 'eth0; rm -rf /': an interface name"),
     (["--set", "cluster.num_nodes=4"], "cluster.num_nodes=4: the job script brings up 2 nodes"),

@@ -25,7 +25,8 @@ import pytest
 
 from orchestrator.cluster.netns.lab import NETNS_DIR, NetnsLab
 from orchestrator.cluster.netns.leftovers import cleanup_leftovers
-from orchestrator.config import dump_config
+from orchestrator.cluster.ports import free_port
+from orchestrator.config import dump_config, load_config
 from tests.support import sim_config, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(420)]
@@ -266,45 +267,126 @@ exec nsenter --net="/run/netns/$netns" /bin/bash -c \
 """
 
 
+def _run_pbs_job(lab: NetnsLab, tmp_path: Path, script_text: str, ray_tmp: Path,
+                 job_env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
+    """Run a generated PBS script as the mother superior (node-a) does, with the PBS_* variables of job 4242 and the
+    pbsdsh stand-in: (the run, its submit dir, the pbsdsh tasks as 'netns command' lines)."""
+    submit_dir = tmp_path / "submit"
+    submit_dir.mkdir()
+    script = submit_dir / "job.sh"
+    script.write_text(script_text)
+    bin_dir, netns_map = tmp_path / "bin", tmp_path / "netns-map"
+    bin_dir.mkdir()
+    netns_map.mkdir()
+    (bin_dir / "pbsdsh").write_text(PBSDSH_STANDIN)
+    (bin_dir / "pbsdsh").chmod(0o755)
+    for role in NODES:
+        (netns_map / role).write_text(lab.hosts[role].netns)
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("node-a\nnode-b\n")
+    pbsdsh_log = tmp_path / "pbsdsh.log"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SLURM_"))},
+           "PATH": f"{bin_dir}:{os.environ['PATH']}", "PBS_JOBID": "4242.pbs-lab", "PBS_O_WORKDIR": str(submit_dir),
+           "PBS_NODEFILE": str(nodefile), "PDO_RAY_TMP": str(ray_tmp), "PDO_TEST_NETNS_MAP": str(netns_map),
+           "PDO_TEST_PBSDSH_LOG": str(pbsdsh_log), **(job_env or {})}
+    # the mother superior (first node of the job) runs the script
+    done = subprocess.run([*_enter(lab, "node-a"), "bash", str(script)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=360)
+    tasks = pbsdsh_log.read_text().splitlines() if pbsdsh_log.exists() else []
+    return done, submit_dir, tasks
+
+
+def _nodes_left_with_nothing(lab: NetnsLab) -> None:
+    for role in NODES:
+        wait_until(lambda role=role: not _others_on_node(lab, role, set()), 30,
+                   what=f"{role} running nothing (left: {_others_on_node(lab, role, set())})")
+
+
 def test_pbs_script_starts_each_raylet_on_its_own_node_and_runs_a_valid_bench(tmp_path):
     cleanup_leftovers()
     ray_tmp = Path(tempfile.mkdtemp(prefix="pdo-pb-", dir="/tmp"))
     with NetnsLab() as lab:
-        submit_dir = tmp_path / "submit"
-        submit_dir.mkdir()
-        script = submit_dir / "job.sh"
-        script.write_text(_jobscript(_job_config(tmp_path, "pbsjob"), "pbs"))  # --iface auto: eth0 in the lab
-        bin_dir, netns_map = tmp_path / "bin", tmp_path / "netns-map"
-        bin_dir.mkdir()
-        netns_map.mkdir()
-        (bin_dir / "pbsdsh").write_text(PBSDSH_STANDIN)
-        (bin_dir / "pbsdsh").chmod(0o755)
-        for role in NODES:
-            (netns_map / role).write_text(lab.hosts[role].netns)
-        nodefile = tmp_path / "nodefile"
-        nodefile.write_text("node-a\nnode-b\n")
-        pbsdsh_log = tmp_path / "pbsdsh.log"
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SLURM_"))},
-               "PATH": f"{bin_dir}:{os.environ['PATH']}", "PBS_JOBID": "4242.pbs-lab", "PBS_O_WORKDIR": str(submit_dir),
-               "PBS_NODEFILE": str(nodefile), "PDO_RAY_TMP": str(ray_tmp), "PDO_TEST_NETNS_MAP": str(netns_map),
-               "PDO_TEST_PBSDSH_LOG": str(pbsdsh_log)}
-        # the mother superior (first node of the job) runs the script
-        done = subprocess.run([*_enter(lab, "node-a"), "bash", str(script)], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=360)
+        # --iface auto: eth0 in the lab
+        done, submit_dir, tasks = _run_pbs_job(lab, tmp_path, _jobscript(_job_config(tmp_path, "pbsjob"), "pbs"),
+                                               ray_tmp)
         output = done.stdout + done.stderr
         print(f"PBS job output (tail):\n{output[-2500:]}")
         assert done.returncode == 0, output[-4000:]
         timings = _check_run_dir(submit_dir / "pdo-runs" / "4242", lab, output, iface="auto")
         print(f"PBS timings: {timings}")
         # every task went through pbsdsh -n: the head's raylet in node-a's namespace, the worker's in node-b's
-        tasks = pbsdsh_log.read_text().splitlines()
-        where = {line.split()[0]: [] for line in tasks}
+        where: dict[str, list[str]] = {line.split()[0]: [] for line in tasks}
         for line in tasks:
             where[line.split()[0]].append(line)
         assert any(" head" in t for t in where[lab.hosts["node-a"].netns]), tasks
         assert any(" worker " in t for t in where[lab.hosts["node-b"].netns]), tasks
         assert not any(" worker " in t for t in where[lab.hosts["node-a"].netns]), tasks
-        for role in NODES:
-            wait_until(lambda role=role: not _others_on_node(lab, role, set()), 30,
-                       what=f"{role} running nothing (left: {_others_on_node(lab, role, set())})")
+        _nodes_left_with_nothing(lab)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+# ---- the 2026 contest's job: serve, the closed-loop AIPerf goodput, serve down ------------------------------
+
+GOODPUT_N = 4
+
+
+def _serving_config(tmp_path: Path, name: str) -> Path:
+    """The 2026 preset cut to one prefill and one decode TP4 server (sim, time scale 0.05) and a 6 s closed loop at
+    N = 4; the gateway keyed by $PDO_TEST_GATEWAY_KEY."""
+    cfg = load_config(REPO / "configs" / "qwen3-pd-2026.yaml", [
+        f"name={name}", "rules=null", "layout.prefill.0.count=1", "layout.decode.0.count=1",
+        "engine.sim.startup_s=0", "engine.sim.time_scale=0.05", "transfer.ucx.net_devices=eth0",
+        "transfer.ucx.tls=tcp", f"router.port={free_port()}", "router.api_key_env=PDO_TEST_GATEWAY_KEY",
+        f"benchmark.concurrency=[{GOODPUT_N}]", "benchmark.input_tokens=256", "benchmark.output_tokens=16",
+        "benchmark.warmup_s=0", "benchmark.window_s=6", "benchmark.grace_s=10", "benchmark.deadline_s=300"])
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(dump_config(cfg))
+    return path
+
+
+def test_pbs_serve_goodput_job_measures_every_request_and_leaves_nothing_running(tmp_path):
+    """The contest's deliverable as a user submits it: `jobscript --then serve+goodput`, run as PBS runs it. The job
+    brings up Ray on both hosts, starts serve (its ready line: every PD pair warmed), runs the real AIPerf closed loop
+    against the gateway with the key from the job's environment, stops serve with `serve down`, and leaves goodput's
+    result with every request's record (completed, or failed with its reason), serve's and the engines' logs, and no
+    process on either host."""
+    cleanup_leftovers()
+    ray_tmp = Path(tempfile.mkdtemp(prefix="pdo-pg-", dir="/tmp"))
+    with NetnsLab() as lab:
+        script = _jobscript(_serving_config(tmp_path, "servejob"), "pbs", "--then", "serve+goodput")
+        done, submit_dir, _ = _run_pbs_job(lab, tmp_path, script, ray_tmp, {
+            "PDO_TEST_GATEWAY_KEY": "job-key-4242", "PDO_GOODPUT_ARGS": "--num-dataset-entries 64"})
+        output = done.stdout + done.stderr
+        print(f"PBS serve+goodput job output (tail):\n{output[-3000:]}")
+        run_dir = submit_dir / "pdo-runs" / "4242"
+        assert done.returncode == 0, output[-5000:]
+        report = json.loads((run_dir / "goodput.json").read_text())
+        (row,) = report["rows"]
+        assert row["concurrency"] == GOODPUT_N and row["requests"] > 0 and row["errors"] == 0, row
+        # AIPerf's per-request records: each one completed (its output tokens, as AIPerf's Qwen tokenizer counts the
+        # text, and its latency), or failed with its reason
+        records = [json.loads(line) for line in (run_dir / "goodput" / f"c{GOODPUT_N}" / "profile_export.jsonl")
+                   .read_text().splitlines() if line.strip()]
+        assert len(records) >= row["requests"], (len(records), row)
+        for record in records:
+            error = record.get("error")
+            if error:
+                assert error.get("message"), record
+            else:
+                metrics = record["metrics"]
+                assert metrics["output_sequence_length"]["value"] > 0 and metrics["request_latency"]["value"] > 0, \
+                    record
+        timings = json.loads((run_dir / "timings.json").read_text())
+        assert timings["work"] == "serve+goodput" and timings["work_exit"] == 0, timings
+        assert timings["serve_exit"] == 0 and timings["serve_down_exit"] == 0 and timings["serve_ready_s"] > 0
+        serve_log = (run_dir / "serve" / "servejob.log").read_text()
+        assert "ready: OpenAI gateway" in serve_log and "serve: stopped" in serve_log, serve_log[-2000:]
+        assert "drained: no request in flight" in (run_dir / "logs" / "serve-down.log").read_text()
+        assert not (run_dir / "serve" / "servejob.json").exists(), "serve's state file outlived the service"
+        engine_logs = {p.name for p in (run_dir / "logs").rglob("pd-engines/*/*.log")}
+        assert any(n.startswith("prefill") for n in engine_logs) and any(n.startswith("decode") for n in engine_logs), \
+            engine_logs
+        assert not (run_dir / "ray-token").exists() and not (run_dir / "api-key").exists()
+        assert "job-key-4242" not in output + script
+        _nodes_left_with_nothing(lab)  # serve, its engines and both raylets are gone
     shutil.rmtree(ray_tmp, ignore_errors=True)
