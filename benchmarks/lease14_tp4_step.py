@@ -106,6 +106,17 @@ def terms(model: EngineCostModel, batch: int, kv_tokens: int) -> dict[str, float
     return {"step": step, **parts, "experts_hit_per_gpu": model._experts_hit_fraction(batch) * QWEN3.n_routed_experts / model.ep}
 
 
+def pricing(model: EngineCostModel) -> str:
+    """Which profiles price the server's graphed step and why (its own layer shape's, another model's with the same
+    per-GPU shard, or the GPU's lent floor)."""
+    cal = model.calibration
+    assert cal is not None and cal.graph_step_s is not None and cal.graph_layer_s is not None
+    split = f"fixed split {cal.graph_step_s * 1e3:.3f} ms + {cal.graph_layer_s * 1e6:.1f} us per layer"
+    source = (f"from the layer counts {', '.join(map(str, cal.floor_counts))} of the Qwen3 layer on this GPU's host"
+              if cal.floor_counts else "the GPU's lent cross-shape floor (no layer-count profile of this shape)")
+    return f"{split}, {source}" + (f"; {cal.shard_note()}" if cal.shard_lender else "")
+
+
 def points(plan_path: Path | None = None) -> list[tuple[int, int, int]]:
     """(batch, context per request, KV tokens mid-way through the point's 100 steps) of every decode point, in order."""
     v = plan(plan_path)
@@ -163,7 +174,7 @@ def predict(gpu: str = GPU, backend: str = "triton", plan_path: Path | None = No
             "kv_capacity_tokens": probe.kv_capacity_tokens(), "preset_kv_capacity_tokens": preset.kv_capacity_tokens(),
             "graphs": probe.graph_batch_sizes(),
             "fixed_split": {"per_step_ms": round(cal.graph_step_s * 1e3, 4), "per_layer_us": round(cal.graph_layer_s * 1e6, 2)},
-            "bound": BOUND, "points": rows,
+            "calibration": pricing(probe), "bound": BOUND, "points": rows,
             "prefill": [{**r, "model_s": round(r["model_s"], 4)} for r in prefill_predictions(probe)]}
 
 
@@ -172,6 +183,8 @@ def print_predictions(result: dict) -> None:
     tp = result["server"]["tp"]
     print(f"== {result['gpu']}, {result['layers']} layers, heads {result['heads'][0]} / {result['heads'][1]}, TP {tp} x EP {tp} "
           f"(the probe's server: {result['server']})")
+    if "calibration" in result:
+        print(f"calibration: {result['calibration']}")
     print(f"fixed time: {split['per_step_ms']} ms per step + {split['per_layer_us']} us per layer "
           f"-> {split['per_step_ms'] + result['layers'] * split['per_layer_us'] / 1e3:.2f} ms")
     print(f"KV capacity: the probe {result['kv_capacity_tokens']:,} tokens (the preset's decode worker "
@@ -418,6 +431,7 @@ def read_one(raw_path: Path) -> tuple | None:
     decode, prefill = measured(raw)
     print(f"on {gpu} ({raw['gpu']['name']}), {layers} layers, heads {heads[0]} / {heads[1]}, TP {tp} x EP {tp}, attention {backend}, FlashInfer all-reduce "
           f"fusion {'off' if fusion_off else 'ON'}: {len(decode)} decode rows, {len(prefill)} prefill rows")
+    print(f"calibration: {pricing(model)}")
     print(f"{'batch':>5} {'ctx':>5} {'rep':>3} {'graph':>5} {'measured ms':>11} {'model ms':>8} {'step err':>8} {'tok/s err':>9} {'in bound':>8} {'F ms':>8}")
     fixed, inside, graphed = [], 0, [r for r in decode if r["graph"]]
     by_point: dict[tuple[int, int], list[float]] = {}

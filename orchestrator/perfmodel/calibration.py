@@ -106,6 +106,10 @@ class Calibration:
     # the layer counts of this shape's own layer-count profiles on this GPU that graph_step_s / graph_layer_s were split
     # from (calibration_lookup.lent_floor_split); (): the floor is lent from profiles of other shapes
     floor_counts: tuple[int, ...] = ()
+    # a model no profile measured, priced by the profiles of another model whose layout gives a GPU the same layer shard
+    # (calibration_lookup.find_calibration, perfmodel/shard.py): which model, at which layout, and the shard; None:
+    # this model's own profiles (or none)
+    shard_lender: str | None = None
 
     def transfer_latency_s(self, page_size: int) -> float | None:
         """Mean measured per-request KV transfer time at this page size (log-linear between sizes)."""
@@ -143,6 +147,12 @@ class Calibration:
         if self.routing_lender is None or load_format != "dummy":
             return None
         return f"dummy-weight expert routing from {self.routing_lender} (the same layer shape; {self.profile} measured none)"
+
+    def shard_note(self) -> str | None:
+        """Where another model's profiles price this one (the same per-GPU layer shard): which and why; else None."""
+        if self.shard_lender is None:
+            return None
+        return f"priced by {self.shard_lender}; no profile measured this model's own layer"
 
     def describe(self) -> str:
         parts = [f"profile {self.profile} ({self.gpu}, {self.layers} layers, SGLang {self.sglang_version})"]

@@ -26,6 +26,7 @@ from orchestrator.perfmodel.calibration import (
 from orchestrator.perfmodel.gpus import GB, gpu_spec
 from orchestrator.perfmodel.profile import CalibrationProfile, ProfileModel, find_profile, shipped_profiles, shipped_routing_curves
 from orchestrator.perfmodel.server.engine_cost_model import EngineCostModel
+from orchestrator.perfmodel.shard import shard_stand_in
 from orchestrator.perfmodel.weights import experts_hit_fraction
 
 
@@ -91,12 +92,23 @@ def _prefill_fit(profile: CalibrationProfile, at_profile: EngineCostModel, layer
 
 def find_calibration(
     gpu: str, arch: ModelArchitecture, quantization: str, profiles: list[CalibrationProfile] | None = None,
-    load_format: str | None = "dummy",
+    load_format: str | None = "dummy", attention_tp: int = 1, ep: int = 1,
 ) -> Calibration | None:
     """The shipped profile's calibration for this GPU and layer shape; else the same shape on another GPU (with this
     GPU's process start); else a profile of another shape on this GPU, whose start-up figures only apply (its process
-    start, graph capture per size and layer and cold compile: no figure of this shape's kernels exists)."""
+    start, graph capture per size and layer and cold compile: no figure of this shape's kernels exists).
+
+    A model no profile or routing curve measured (an exact match wins) whose layout (attention TP, EP) gives a GPU the
+    per-GPU layer shard a measured model gives it at some layout (perfmodel/shard.py: lease 17's 32 / 2-head probe at
+    TP 2 holds the 16 query / 1 KV heads of Qwen3-235B at TP 4) takes that model's calibration, saying so
+    (Calibration.shard_lender)."""
     everything = profiles if profiles is not None else shipped_profiles()
+    if not _measured(arch, quantization, everything):
+        measured = [a for a in MODEL_PRESETS.values() if _measured(a, quantization, everything)]
+        stand_in = shard_stand_in(arch, quantization, attention_tp, ep, measured)
+        if stand_in is not None:
+            cal = find_calibration(gpu, stand_in.arch, quantization, everything, load_format)
+            return None if cal is None else replace(cal, shard_lender=stand_in.describe())
     pool = [p for p in everything if p.purpose == "calibration"]  # layer-count profiles only split the fixed time
     cal = _find_calibration(gpu, arch, quantization, pool, load_format, everything)
     if cal is None:
@@ -122,6 +134,12 @@ def find_calibration(
     if floor is not None:  # this layer shape's own measured floor for its roofline forwards
         cal = replace(cal, floor_step_s=floor[0], floor_layer_s=floor[1])
     return split_fixed_time(cal, arch, quantization, everything)
+
+
+def _measured(arch: ModelArchitecture, quantization: str, profiles: list[CalibrationProfile]) -> bool:
+    """Does any profile (of any purpose) or routing curve measure `arch`'s own layer shape in this weight format?"""
+    return any(p.model.matches(arch, quantization) for p in profiles) or any(
+        c.model.matches(arch, quantization) for c in _routing_curves())
 
 
 @lru_cache(maxsize=1)

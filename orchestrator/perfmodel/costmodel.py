@@ -96,7 +96,10 @@ def build_cost_model(
         server = {**spec_fields(spec), **server}
     hardware = gpu_spec(gpu, gpu_memory_gb)
     load_format = server.get("load_format")
-    calibration = (find_calibration(hardware.name, arch, quantization, load_format=load_format)
+    tp, dp = server.get("tp") or 1, server.get("dp") or 1
+    attention_tp = tp // dp if server.get("dp_attention") and dp > 1 else tp
+    calibration = (find_calibration(hardware.name, arch, quantization, load_format=load_format,
+                                    attention_tp=attention_tp, ep=server.get("ep") or 1)
                    if calibrated and gpu != "cpu-fast" else None)
     return EngineCostModel(arch=arch, gpu=hardware, quantization=quantization, calibration=calibration, **server)
 

@@ -12,7 +12,7 @@ from orchestrator.cli.args import config_from_args
 from orchestrator.cli.plan.backtest import cmd_backtest, cmd_closed_loop_backtest
 from orchestrator.cli.plan.bands import error_band_of, no_band_text
 from orchestrator.cli.plan.closed_loop import cmd_plan_closed_loop
-from orchestrator.cli.plan.placement import print_lent_routing, print_placement
+from orchestrator.cli.plan.placement import print_lent_calibration, print_placement
 from orchestrator.config import RunConfig
 from orchestrator.plan.backtest.band import EAGER, ErrorBand, eager_class
 from orchestrator.plan.compare import MEASURED, SIM_ENGINE, find_real_run
@@ -95,7 +95,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             budget = predict_deadline(cfg, batch, gpu=gpu, disk_gb_s=args.disk_gb_s, jit_cached=not args.jit_cold)
             print(f"deadline budget ({LABEL} on {gpu}, engine={cfg.engine.kind}):")
             print(budget.table())
-            print_lent_routing(cfg, gpu)
+            print_lent_calibration(cfg, gpu)
             if note := priced_pairing_note(cfg):
                 print(f"  {note}")
             print()

@@ -1,5 +1,6 @@
 """The lines both plans print before their prediction: the layout against the declared cluster (what bench checks at
-placement), and a group's lent expert-routing curve."""
+placement), and what a group's forwards borrow: another model's profiles (the same per-GPU shard), a lent expert-routing
+curve."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from orchestrator.config import RunConfig
 from orchestrator.perfmodel.costmodel import cost_model_for
 
 
-def print_lent_routing(cfg: RunConfig, gpu: str) -> None:
-    """A group whose expert reads follow another profile's dummy-weight routing curve says so (lent_routing_note)."""
+def print_lent_calibration(cfg: RunConfig, gpu: str) -> None:
+    """A group priced by another model's profiles (Calibration.shard_note), or whose expert reads follow another
+    profile's dummy-weight routing curve (lent_routing_note), says so."""
     for role, i, group in cfg.layout.groups():
-        if note := cost_model_for(cfg, role, group, gpu=gpu).lent_routing_note():
-            print(f"  layout.{role}.{i}: {note}")
+        model = cost_model_for(cfg, role, group, gpu=gpu)
+        shard = model.calibration.shard_note() if model.calibration is not None else None
+        for note in (shard, model.lent_routing_note()):
+            if note:
+                print(f"  layout.{role}.{i}: {note}")
 
 
 def print_placement(cfg: RunConfig) -> bool:

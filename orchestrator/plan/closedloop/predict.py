@@ -190,7 +190,8 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
         if cal is None:
             out.append(f"layout.{role}.{i}: no calibration profile (roofline cost model)")
         elif not cal.shape_matches:
-            source = (f"this shape's own layer counts {', '.join(map(str, cal.floor_counts))} on this GPU's host"
+            whose = "the lending model's" if cal.shard_lender else "this shape's own"
+            source = (f"{whose} layer counts {', '.join(map(str, cal.floor_counts))} on this GPU's host"
                       if cal.floor_counts else "its shipped profiles of other shapes")
             floor = ("; graphed decode steps on this GPU's measured fixed costs "
                      f"({cal.graph_step_s * 1e3:.2f} ms per step + {cal.graph_layer_s * 1e6:.0f} us per layer, from "
@@ -202,8 +203,9 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
             out.append(f"layout.{role}.{i}: forwards from the roofline cost model{floor}{shares}; start-up figures from {cal.profile}")
         else:
             out.append(f"layout.{role}.{i}: forwards timed by the measured profile {cal.profile}")
-        if routing := model.lent_routing_note():
-            out[-1] += f"; {routing}"
+        for note in (cal.shard_note() if cal is not None else None, model.lent_routing_note()):
+            if note:
+                out[-1] += f"; {note}"
         if cfg.benchmark.closed_loop and model.load_format == "dummy" and role != "prefill":  # the loop's one chain
             out[-1] += (f"; a decode step of this loop's identical greedy requests on dummy weights routes as at most "
                         f"{DUMMY_GREEDY_CYCLE_TOKENS} tokens (perfmodel/weights.decode_routing_tokens)")
