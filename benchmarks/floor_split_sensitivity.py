@@ -19,8 +19,8 @@ from orchestrator.plan.backtest.predict import run_backtest
 _find = costmodel.find_calibration
 
 
-def _split_floor(gpu, arch, quantization, profiles=None, load_format="dummy"):
-    cal = _find(gpu, arch, quantization, profiles, load_format)
+def _split_floor(gpu, arch, quantization, profiles=None, load_format="dummy", attention_tp=1, ep=1):
+    cal = _find(gpu, arch, quantization, profiles, load_format, attention_tp, ep)
     if cal is None or cal.decode is None or cal.layers == arch.num_hidden_layers:
         return cal
     step = gpu_spec(cal.gpu).step_overhead_s
