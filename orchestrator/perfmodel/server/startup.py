@@ -22,9 +22,11 @@ class StartupTerms(MemoryTerms):
     """Seconds until the server could answer (before warm-up), by phase."""
 
     def startup_breakdown_s(
-        self, load_format: str | None = "dummy", disk_gb_s: float = 2.0, jit_cached: bool = True
+        self, load_format: str | None = "dummy", disk_gb_s: float = 2.0, jit_cached: bool = True,
+        graph_sizes: int | None = None,
     ) -> dict[str, float]:
-        """Start-up phases in seconds: init, weights, KV allocation, CUDA graphs, JIT (cold or warm caches).
+        """Start-up phases in seconds: init, weights, KV allocation, CUDA graphs, JIT (cold or warm caches);
+        graph_sizes: how many decode graphs a server given its own list (--cuda-graph-bs) captured, else SGLang's.
 
         Graph capture = batch sizes x layers x the warm per-(size, layer) cost; with cold caches the first size
         compiles the kernels once (where a profile's cold log showed it; else a compile per size), a server without
@@ -36,7 +38,7 @@ class StartupTerms(MemoryTerms):
             node_bytes = checkpoint_bytes(self.arch, self.quantization) / (self.nnodes if self.pp > 1 else 1)
             weights_s = node_bytes / (disk_gb_s * GB)
         st = self.calibration.startup if self.calibration is not None else None
-        sizes = len(self.graph_batch_sizes())
+        sizes = len(self.graph_batch_sizes()) if graph_sizes is None else graph_sizes
         per_bs_layer = (st.graph_bs_layer_s if st and st.graph_bs_layer_s is not None else self.gpu.graph_capture_per_bs_layer_s)
         graphs = sizes * self.arch.num_hidden_layers * per_bs_layer
         if not jit_cached and sizes:
