@@ -54,6 +54,7 @@ class StartupCoeffs:
     graph_bs_cold_s: float | None  # extra per batch size with empty compile caches (beyond the first, if known)
     jit_cold_s: float | None  # other cold-cache cost (first forwards, DeepGEMM)
     graph_once_cold_s: float | None = None  # the compile the first captured size pays once with empty caches
+    kv_alloc_s: float | None = None  # the KV pool's allocation, the median of the profile's measured starts
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,8 @@ def fit_prefill_shares(points: Sequence[tuple[float, float, float, float]]) -> P
 def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float, graph_sizes: int) -> StartupCoeffs:
     """Start-up coefficients from the profile's cold and warm starts (None where no run shows them)."""
     layers = profile.model.num_hidden_layers
+    measured_kv = [r.kv_alloc_s for r in profile.startup if r.kv_alloc_s is not None]
+    kv_alloc_s = statistics.median(measured_kv) if measured_kv else kv_alloc_s
     warm = [r for r in profile.startup if r.caches == "warm"]
     cold = [r for r in profile.startup if r.caches == "cold"]
 
@@ -317,7 +320,8 @@ def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float
             jit.append(r.ready_s - process_s - weights_s - kv_alloc_s - graphs)
     jit_cold = max(0.0, statistics.median(jit)) if jit else None
     return StartupCoeffs(process_s=process_s, graph_bs_layer_s=graph_bs_layer, graph_bs_cold_s=graph_bs_cold,
-                         jit_cold_s=jit_cold, graph_once_cold_s=graph_once_cold)
+                         jit_cold_s=jit_cold, graph_once_cold_s=graph_once_cold,
+                         kv_alloc_s=statistics.median(measured_kv) if measured_kv else None)
 
 
 def runtime_overhead_gb(profile: CalibrationProfile, gpu_memory_gb: float) -> float | None:

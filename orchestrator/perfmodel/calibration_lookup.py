@@ -96,7 +96,9 @@ def find_calibration(
 ) -> Calibration | None:
     """The shipped profile's calibration for this GPU and layer shape; else the same shape on another GPU (with this
     GPU's process start); else a profile of another shape on this GPU, whose start-up figures only apply (its process
-    start, graph capture per size and layer and cold compile: no figure of this shape's kernels exists).
+    start, graph capture per size and layer and cold compile: no figure of this shape's kernels exists). A profile
+    without start-up runs takes the process start from this GPU's profile that has them and the capture, compile and
+    cold JIT from its shape's start-ups on another GPU where there are some (R1 on H200: the R1-shaped H100 ones).
 
     A model no profile or routing curve measured (an exact match wins) whose layout (attention TP, EP) gives a GPU the
     per-GPU layer shard a measured model gives it at some layout (perfmodel/shard.py: lease 17's 32 / 2-head probe at
@@ -156,9 +158,13 @@ def _find_calibration(
     if profile is not None:
         cal = calibration_for(profile, arch, quantization)
         lender = next((p for p in same_gpu if p.startup and p is not profile), None)
-        if not profile.startup and lender is not None:  # start-up and memory: host and image, not layer shape
+        if not profile.startup and lender is not None:  # the process start and memory: host and image, not layer shape
             lent = _startup_only(lender.model_dump_json(), arch, quantization)
-            cal = replace(cal, startup=lent.startup, runtime_overhead_gb=cal.runtime_overhead_gb or lent.runtime_overhead_gb)
+            startup = lent.startup
+            shape = next((p for p in pool if p.startup and p.gpu.name != gpu and p.model.matches(arch, quantization)), None)
+            if shape is not None:  # capture, its compile and other cold JIT from the shape's own start-ups elsewhere
+                startup = replace(calibration_for(shape, arch, quantization).startup, process_s=startup.process_s)
+            cal = replace(cal, startup=startup, runtime_overhead_gb=cal.runtime_overhead_gb or lent.runtime_overhead_gb)
         return cal
     others = sorted((p for p in pool if p.model.matches(arch, quantization)),
                     key=lambda p: p.model.real_like != (load_format != "dummy"))

@@ -29,7 +29,11 @@ class GpuSpec:
     cross_node_latency_s: float = 30e-6  # one small all-reduce / send across nodes
     transfer_latency_s: float = 2e-3  # KV transfer handshake + per-request bookkeeping
     engine_init_s: float = 30.0  # python imports, NCCL init, tokenizer, HTTP server
-    kv_alloc_s: float = 2.0
+    # SGLang's kv_cache_allocation where no profile measured it: the median of the 146 committed dummy-weight starts
+    # (0.00-0.07 s, pools of 1.4-117 GiB; benchmarks/startup_capture_by_shape.py, output
+    # benchmarks/results/2026-11-27-startup-terms/); a profile's own median comes first (StartupCoeffs.kv_alloc_s). It
+    # grows with the pool (~0.3 ms per GiB, r = 0.80), not priced: 0.04 s at 100 GiB, under the logs' 0.01 s stamps
+    kv_alloc_s: float = 0.01
     # Share of datasheet HBM at which the fused-MoE kernel streams routed experts (None: efficiency_decode's): the
     # median of (expert bytes more) / (time more) between the dummy-weight and randomised-gate R1-shaped H200 profiles
     # (calibration_lookup.expert_stream_share, 12 points); H100 takes it on the same die and kernel (HBM3 not measured)
@@ -58,7 +62,9 @@ class GpuSpec:
     # benchmarks/results/2026-11-26-answer-latency/. Token ids in and out (no text); a host's figure, as above.
     answer_latency_s: float = 6.1e-3
     activation_headroom_check: bool = True  # False on the cpu-fast test profile ("everything fits")
-    dummy_init_gb_s: float = 200.0  # generating random weights on the GPU
+    # generating random weights on the GPU (load_format dummy): the median of weight bytes / SGLang's load_weight over
+    # the same 146 starts, 3.6-59 GiB per GPU (quartiles 88-138 GB/s, range 11-218; the same output as kv_alloc_s)
+    dummy_init_gb_s: float = 103.7
     sm_count: int = 132  # streaming multiprocessors (H100 SXM and H200: 132); caps SGLang's triton MLA KV splits
     # What memory_gb holds beyond the memory SGLang finds free when it starts loading the weights on a GPU of its own
     # (its pool is a fraction of that free memory, MemoryTerms.free_at_load_bytes): the driver's capacity below the

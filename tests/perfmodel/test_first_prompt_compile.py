@@ -67,3 +67,26 @@ def test_only_a_server_without_decode_graphs_pays_it_and_only_on_cold_caches() -
     assert decode.first_prompt_compile_s(jit_cached=False) == 0.0
     agg = load_config(ROOT / "configs/device-h100x1-agg.yaml")
     assert cost_model_for(agg, "aggregated", agg.layout.aggregated[0]).first_prompt_compile_s(jit_cached=False) == 0.0
+
+
+def test_block_fp8_prefills_pay_no_first_prompt_compile_and_bf16_ones_do() -> None:
+    """Over every cold PD prefill log on record (benchmarks/startup_capture_by_shape.py COLD_PREFILLS): the bf16 V2-Lite
+    ones spent >= 10 s on their first prompt forward after ready, none of the block-FP8 Qwen3-shaped ones spent 1.5 s on
+    any of their first three; the model charges the compile by weight format accordingly."""
+    from benchmarks.startup_capture_by_shape import COLD_PREFILLS, RESULTS as LOGS, prefill_forwards, read_member
+
+    first: dict[str, list[float]] = {"bf16": [], "FP8": []}
+    for shape, _, archive in COLD_PREFILLS:
+        prompts = [f for f in prefill_forwards(read_member(LOGS / archive, "prefill-0-0.log")) if f[0] and f[2] > 1]
+        first["FP8" if "FP8" in shape else "bf16"].append(max(f[3] for f in prompts[:3]) / 1000)
+    assert len(first["FP8"]) == 5 and len(first["bf16"]) == 2
+    assert min(first["bf16"]) >= 10 and max(first["FP8"]) < 1.5
+    qwen3 = load_config(ROOT / "configs/device-h100x1-qwen3-serve.yaml")
+    fp8 = cost_model_for(qwen3, "prefill", qwen3.layout.prefill[0])
+    assert fp8.quantization == "fp8" and not fp8.graph_batch_sizes()
+    assert fp8.first_prompt_compile_s(jit_cached=False) == 0.0
+    v2lite = load_config(ROOT / "configs/device-h100x1-1p1d.yaml")
+    bf16 = cost_model_for(v2lite, "prefill", v2lite.layout.prefill[0])
+    assert bf16.quantization == "bf16"
+    assert bf16.first_prompt_compile_s(jit_cached=False) == pytest.approx(
+        COLD_FIRST_PROMPT_COMPILE_S + COLD_SECOND_SHAPE_COMPILE_S)

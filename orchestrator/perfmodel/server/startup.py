@@ -16,6 +16,13 @@ from orchestrator.perfmodel.weights import checkpoint_bytes
 # at 1 x 8,192, then 2,315 ms at 1 x 64); tests/perfmodel/test_first_prompt_compile.py reads both logs back.
 COLD_FIRST_PROMPT_COMPILE_S = 10.685
 COLD_SECOND_SHAPE_COMPILE_S = 2.662
+# Weight formats whose Triton kernels take one config at every token count, so the warm-up forward before ready builds
+# what later prompts run: SGLang 0.5.17's block-FP8 defaults (moe_runner/triton_utils/fused_moe_triton_config.py
+# get_default_config, block_shape branch; kernels/ops/quantization/fp8_kernel.py w8a8_block_fp8_matmul) do not depend
+# on M, where the unquantized fused-MoE default switches at M > E (V2-Lite's 4-token warm-up builds only the small
+# one). The five cold Qwen3-shaped FP8 prefills ran their first prompt forwards in 0.03-1.26 s
+# (benchmarks/startup_capture_by_shape.py, COLD_PREFILLS); W4A8 and AWQ have no such log and keep the compile.
+NO_FIRST_PROMPT_COMPILE = frozenset({"fp8"})
 
 
 class StartupTerms(MemoryTerms):
@@ -59,15 +66,16 @@ class StartupTerms(MemoryTerms):
         return {
             "init": init,
             "weights": weights_s,
-            "kv_alloc": self.gpu.kv_alloc_s,
+            "kv_alloc": st.kv_alloc_s if st and st.kv_alloc_s is not None else self.gpu.kv_alloc_s,
             "cuda_graphs": graphs,
             "jit": jit,
         }
 
     def first_prompt_compile_s(self, jit_cached: bool = True) -> float:
         """Seconds a server's first two prompt forwards after ready spend compiling: on cold caches, a server without
-        decode graphs (whose capture would have built the kernels); 0 on warm caches or with decode graphs."""
-        if jit_cached or self.graph_batch_sizes():
+        decode graphs (whose capture would have built the kernels) in a weight format whose kernels change config with
+        the token count; 0 on warm caches, with decode graphs, or in block FP8."""
+        if jit_cached or self.graph_batch_sizes() or self.quantization in NO_FIRST_PROMPT_COMPILE:
             return 0.0
         return COLD_FIRST_PROMPT_COMPILE_S + COLD_SECOND_SHAPE_COMPILE_S
 
