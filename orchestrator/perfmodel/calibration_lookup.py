@@ -160,11 +160,11 @@ def _find_calibration(
         lender = next((p for p in same_gpu if p.startup and p is not profile), None)
         if not profile.startup and lender is not None:  # the process start and memory: host and image, not layer shape
             lent = _startup_only(lender.model_dump_json(), arch, quantization)
-            startup = lent.startup
-            shape = next((p for p in pool if p.startup and p.gpu.name != gpu and p.model.matches(arch, quantization)), None)
-            if shape is not None:  # capture, its compile and other cold JIT from the shape's own start-ups elsewhere
-                startup = replace(calibration_for(shape, arch, quantization).startup, process_s=startup.process_s)
-            cal = replace(cal, startup=startup, runtime_overhead_gb=cal.runtime_overhead_gb or lent.runtime_overhead_gb)
+            lent_startup = lent.startup
+            elsewhere = next((p for p in pool if p.startup and p.gpu.name != gpu and p.model.matches(arch, quantization)), None)
+            if elsewhere is not None:  # capture, its compile and other cold JIT from the shape's own start-ups elsewhere
+                lent_startup = replace(calibration_for(elsewhere, arch, quantization).startup, process_s=lent_startup.process_s)
+            cal = replace(cal, startup=lent_startup, runtime_overhead_gb=cal.runtime_overhead_gb or lent.runtime_overhead_gb)
         return cal
     others = sorted((p for p in pool if p.model.matches(arch, quantization)),
                     key=lambda p: p.model.real_like != (load_format != "dummy"))
