@@ -68,6 +68,17 @@ LOGS = [
     ("Qwen3-shaped 6 layers", "H100", "2026-11-26-qwen3-serve-one-h100/prepare-call8.tar.xz", "decode-0-0.log"),
     ("Qwen3-shaped 6 layers", "H100", "2026-11-26-qwen3-serve-one-h100/prepare-call14.tar.xz", "decode-0-0.log"),
     ("Qwen3-shaped 6 layers", "H200", "2026-11-27-lease11-h200x2/call5-prepare/prepare.tar.xz", "decode-0-0.log"),
+    # one shape at several layer counts on one host (layer-count probes): does capture grow with the layers?
+    ("R1-shaped 3 layers probe", "H100", "2026-11-27-lease8-r1-layers-h100/call3/layer-probe.tar.xz", "server-r1s3-lease8-layers.log"),
+    ("R1-shaped 5 layers probe", "H100", "2026-11-27-lease8-r1-layers-h100/call3/layer-probe.tar.xz", "server-r1s5-lease8-layers.log"),
+    ("R1-shaped 6 layers probe", "H100", "2026-11-27-lease8-r1-layers-h100/call2/layer-probe.tar.xz", "server-r1s6-lease8-layers.log"),
+    ("Qwen3-shaped 6 layers probe", "H100", "2026-11-27-lease12-h100/call3-probe/layer-probe.tar.xz", "server-q3l6-lease11-qwen3-layers.log"),
+    ("Qwen3-shaped 12 layers probe", "H100", "2026-11-27-lease12-h100/call4-probe12/layer-probe.tar.xz", "server-q3l12-lease11-qwen3-layers.log"),
+    ("Qwen3 TP4xEP4 12 layers", "H200", "2026-11-27-lease14-h200x4/call5-probe12/qwen3-tp4-probe.tar.xz", "server-q3l12-tp4ep4-lease14-q3-94l-tp4-ep4.log"),
+    ("Qwen3 TP4xEP4 48 layers", "H200", "2026-11-27-lease14-h200x4/call6-probe48/qwen3-tp4-probe.tar.xz", "server-q3l48-tp4ep4-lease14-q3-94l-tp4-ep4.log"),
+    ("Qwen3 TP4xEP4 94 layers", "H200", "2026-11-27-lease14-h200x4/call4-probe94/qwen3-tp4-probe.tar.xz", "server-q3l94-tp4ep4-lease14-q3-94l-tp4-ep4.log"),
+    ("32/2-head TP2xEP2 20 layers", "H200", "2026-11-27-lease17-h200x2/call9-l20/qwen3-tp4-probe.tar.xz", "server-q3l20-tp2ep2-lease17-fa3-q3-tp2-ep2-fa3-lease17.log"),
+    ("32/2-head TP2xEP2 40 layers", "H200", "2026-11-27-lease17-h200x2/call10-l40/qwen3-tp4-probe.tar.xz", "server-q3l40-tp2ep2-lease17-fa3-q3-tp2-ep2-fa3-lease17.log"),
 ]
 # PD prefill servers (no decode graphs) started on cold caches, with the scheduler's per-iteration PDO_ITER lines
 COLD_PREFILLS = [
@@ -187,17 +198,17 @@ def r1_h200_cold() -> list[tuple[str, int, float, float, dict[str, float], str]]
 
 def main() -> int:
     rows = []
-    print(f"{'shape':<22} {'GPU':<5} {'sizes':>5} {'capture s':>9} {'first s':>7} {'caches':<6} log")
+    print(f"{'shape':<28} {'GPU':<5} {'sizes':>5} {'capture s':>9} {'first s':>7} {'caches':<6} log")
     for shape, gpu, archive, member in LOGS:
         sizes, whole, first = capture(read_member(RESULTS / archive, member))
         caches = "cold" if first >= COLD_FIRST_SIZE_S else "warm"
         rows.append((shape, gpu, sizes, whole, first, caches))
-        print(f"{shape:<22} {gpu:<5} {sizes:>5} {whole:>9.2f} {first:>7.2f} {caches:<6} {archive} {member}")
+        print(f"{shape:<28} {gpu:<5} {sizes:>5} {whole:>9.2f} {first:>7.2f} {caches:<6} {archive} {member}")
     print("\nmedian cold first size (the compile paid once) and warm capture per size, seconds:")
     for shape, gpu in sorted({(r[0], r[1]) for r in rows}):
         cold = [r[4] for r in rows if r[:2] == (shape, gpu) and r[5] == "cold"]
         warm = [r[3] / r[2] for r in rows if r[:2] == (shape, gpu) and r[5] == "warm"]
-        print(f"  {shape:<22} {gpu:<5} cold first size {statistics.median(cold) if cold else float('nan'):6.1f} "
+        print(f"  {shape:<28} {gpu:<5} cold first size {statistics.median(cold) if cold else float('nan'):6.1f} "
               f"({len(cold)} logs, {min(cold, default=float('nan')):.1f}-{max(cold, default=float('nan')):.1f}); "
               f"warm per size {statistics.median(warm) if warm else float('nan'):5.2f} ({len(warm)} logs)")
     print("\ncold PD prefills: SGLang's warm-up forward before ready | after ready: the first three prompt forwards, then "
