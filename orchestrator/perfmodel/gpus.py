@@ -27,7 +27,9 @@ class GpuSpec:
     layer_overhead_s: float
     collective_latency_s: float = 10e-6  # one small all-reduce inside a node
     cross_node_latency_s: float = 30e-6  # one small all-reduce / send across nodes
-    transfer_latency_s: float = 2e-3  # KV transfer handshake + per-request bookkeeping
+    # A NIXL transfer worker's post + wait of one KV chunk beyond its bytes (server/kv_transfer.py, fitted on 807 chunks
+    # of two H200s of one host: benchmarks/results/2026-11-27-kv-mechanism/); a host's figure, taken for every GPU here
+    kv_chunk_s: float = 1.28e-3
     engine_init_s: float = 30.0  # python imports, NCCL init, tokenizer, HTTP server
     # SGLang's kv_cache_allocation where no profile measured it: the median of the 146 committed dummy-weight starts
     # (0.00-0.07 s, pools of 1.4-117 GiB; benchmarks/startup_capture_by_shape.py, output
@@ -109,7 +111,7 @@ GPU_SPECS: dict[str, GpuSpec] = {
     "cpu-fast": GpuSpec(
         name="cpu-fast", memory_gb=4096, bf16_tflops=1e6, fp8_tflops=2e6, hbm_tb_s=1e4,
         nvlink_gb_s=1e6, ib_gb_s=1e6, step_overhead_s=0.5e-3, layer_overhead_s=0.0,
-        collective_latency_s=0.0, cross_node_latency_s=0.0, transfer_latency_s=0.2e-3,
+        collective_latency_s=0.0, cross_node_latency_s=0.0, kv_chunk_s=0.2e-3,
         engine_init_s=0.3, kv_alloc_s=0.0, jit_cold_s=0.0,
         jit_warm_s=0.0, dummy_init_gb_s=1e6, graph_capture_per_bs_layer_s=0.0, graph_compile_cold_per_bs_s=0.0,
         eager_launch_step_s=0.0, eager_launch_layer_s=0.0, eager_launch_per_request_s=0.0, answer_latency_s=0.0,

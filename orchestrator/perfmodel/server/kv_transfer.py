@@ -1,32 +1,59 @@
-"""KV transfer time of one request from a prefill server to a decode server (KvTransferTerms): link time and the
-measured per-request delay."""
+"""KV transfer time of one request from a prefill server to a decode server (KvTransferTerms), by SGLang 0.5.17's
+NIXL mechanism: one transfer worker posts a request's KV chunk by chunk, each chunk a list of descriptors (one per
+page per layer per KV buffer), and waits until NIXL reports it done.
+
+What a decode waits for beyond this worker time is scheduled by the planner's simulation
+(plan/simulation/simulate.py), not priced here: the prefill's overlap loop sends a batch's KV one forward late
+(the send delay), a prefill's transfers to one decode server share one worker (SGLang's queue = sum(decode ports)
+% 4), the decode sees the KV on its next scheduler iteration, and the prefill frees it on its next poll (once per
+forward batch: what SGLang's kv_transfer_latency_ms mostly measures). Where the constants come from:
+benchmarks/results/2026-11-27-kv-mechanism/ (kv_worker_fit.py over the PDO_NIXL lines of
+benchmarks/results/2026-11-24-kv-transfer-h100-s5, call 2: V2-Lite shape, prefill and decode on two H200s of one
+host, 807 chunks, SGLang's prepped path and a coalesced one with ~1,000x fewer descriptors).
+"""
 
 from __future__ import annotations
+
+import math
 
 from orchestrator.perfmodel.gpus import GB
 from orchestrator.perfmodel.server.memory import MemoryTerms
 
+# Per descriptor: the same fit gives -3.0 ns (SGLang's prepped path alone: +9 ns): no cost the data resolve, so 0.
+KV_DESCRIPTOR_S = 0.0
+# Bytes of a chunk over NVLink through NIXL/UCX (cuda_ipc): 118 GB/s in that fit, 0.262 of the 450 GB/s per
+# direction of NVLink 4 (gpus.py), far below the 0.8 share of the collectives (ServerShape.comm_efficiency).
+KV_NVLINK_SHARE = 0.262
+# SGLang 0.5.17's transfer queues per prefill scheduler (one worker thread each; SGLANG_DISAGGREGATION_QUEUE_SIZE).
+KV_TRANSFER_QUEUES = 4
+
 
 class KvTransferTerms(MemoryTerms):
-    """Seconds to move one request's KV latent prefill -> decode."""
+    """Seconds one transfer worker spends moving one request's KV prefill -> decode."""
 
     def kv_transfer_s(self, num_tokens: int, same_node: bool) -> float:
-        """Moving one request's KV latent prefill -> decode: link time + the per-request delay."""
-        return self.kv_transfer_link_s(num_tokens, same_node) + self.kv_transfer_delay_s()
+        """One request's KV on one worker: its chunks' fixed cost, its descriptors, its bytes on the link."""
+        return self.kv_transfer_fixed_s(num_tokens) + self.kv_transfer_link_s(num_tokens, same_node)
+
+    def kv_transfer_fixed_s(self, num_tokens: int) -> float:
+        """The worker's time beyond the bytes: per chunk (post + wait: gpus.GpuSpec.kv_chunk_s, the same least squares
+        over the 807 chunks, whatever their descriptor count) and per descriptor."""
+        return self.kv_chunks(num_tokens) * self.gpu.kv_chunk_s + self.kv_descriptors(num_tokens) * KV_DESCRIPTOR_S
 
     def kv_transfer_link_s(self, num_tokens: int, same_node: bool) -> float:
-        """Link time of one request's KV latent over NVLink (same node) or one GPU's IB rail."""
-        link_gb_s = self.gpu.nvlink_gb_s if same_node else self.gpu.ib_gb_s
-        nbytes = num_tokens * self.kv_bytes_per_gpu_token()  # each rank sends its share on its own rail
-        return nbytes / (link_gb_s * GB * self.comm_efficiency)
+        """Link time of one request's KV: NVLink (same node) at the NIXL share measured on it; one GPU's IB rail at
+        comm_efficiency (the KV path over IB was not measured here)."""
+        link_b_s = self.gpu.nvlink_gb_s * GB * KV_NVLINK_SHARE if same_node else self.gpu.ib_gb_s * GB * self.comm_efficiency
+        return num_tokens * self.kv_bytes_per_gpu_token() / link_b_s  # each rank sends its share on its own rail
 
-    def kv_transfer_delay_s(self) -> float:
-        """Per-request time of a KV transfer beyond the link time, overlapping other transfers: SGLang's
-        measured mean transfer latency at this page size (per-descriptor cost, handshakes, queueing on the
-        transfer threads), scaled by layers; else the GPU's fixed handshake figure."""
-        cal = self.calibration
-        if cal is not None and cal.shape_matches:
-            measured = cal.transfer_latency_s(self.page_size)
-            if measured is not None:
-                return measured * self.arch.num_hidden_layers / cal.layers
-        return self.gpu.transfer_latency_s
+    def kv_chunks(self, num_tokens: int) -> float:
+        """Chunks one request's KV is sent in: one per forward batch its prompt spans (expected value for a prompt
+        placed at random in the --chunked-prefill-size batches: 1 + (tokens - 1) / chunk)."""
+        return 1.0 + (num_tokens - 1) / self.prefill_chunk_tokens()
+
+    def kv_descriptors(self, num_tokens: int) -> int:
+        """NIXL descriptors of one request on one rank on SGLang's prepped path: pages x the rank's layers x KV
+        buffers per layer (MLA latent: 1; GQA: K and V)."""
+        pages = math.ceil(num_tokens / self.page_size)
+        layers = math.ceil(self.arch.num_hidden_layers / self.pp) + (1 if self.speculative is not None else 0)
+        return pages * layers * (1 if self.arch.is_mla else 2)

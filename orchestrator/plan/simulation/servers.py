@@ -14,7 +14,7 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
@@ -53,6 +53,9 @@ class SimServer:
     link_free_s: float = 0.0  # the decode server's receive link (KV transfers queue on it)
     overlap: bool = False  # PD prefill in SGLang's overlap loop: a batch's KV is sent after the next forward
     held: list[SimRequest] | None = None  # PD prefill: KV computed, waiting for the running forward to end
+    kv_workers_free_s: dict[int, float] = field(default_factory=dict)  # PD prefill: transfer queue -> its worker free
+    polls_transfers: bool = False  # PD prefill (SGLang): frees a sent request's KV on its loop's next poll
+    unpolled: list[SimRequest] = field(default_factory=list)  # transfers done, waiting for that poll
     gpu: TimeSlicedGpu | None = None  # the GPU it time-slices with other servers, if it shares one
     step_in_flight: Step | None = None  # on a shared GPU: the forward whose end the GPU re-times
     decode_steps: int = 0  # decode forwards started, and those past the largest CUDA graph (eager)
@@ -81,7 +84,8 @@ def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | 
         overlap = role == "prefill" and overlap_loop and cfg.engine.kind == "sglang"
         for replica in range(group.count):
             steps = StepScheduler(server_limits(model), model, overlap_launch=overlap_loop)
-            out.append(SimServer(f"{role}-{index}-{replica}", role, node, model, steps, overlap=overlap))
+            out.append(SimServer(f"{role}-{index}-{replica}", role, node, model, steps, overlap=overlap,
+                                 polls_transfers=role == "prefill" and cfg.engine.kind == "sglang"))
     return out
 
 

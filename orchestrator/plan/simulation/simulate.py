@@ -43,6 +43,7 @@ from orchestrator.perfmodel.scheduling.request_bounds import never_runs
 from orchestrator.perfmodel.scheduling.steps import Forward, Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.perfmodel.costmodel import cost_model_for
+from orchestrator.perfmodel.server.kv_transfer import KV_TRANSFER_QUEUES
 from orchestrator.plan.simulation.runs import LABEL, DecodeSteps, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
 from orchestrator.plan.simulation.servers import Pairing, SimRequest, SimServer, layout_servers
 
@@ -241,6 +242,10 @@ class Simulation:
         for req in server.held or ():  # the batch before this one: its result waited for this forward to end
             self.send_kv(server, req)
         server.held = None
+        for req in server.unpolled:  # transfers done during this forward: its loop's poll sees them now
+            assert req.prefill_seq is not None
+            server.steps.release(req.prefill_seq)
+        server.unpolled = []
         self.turn(server)
         if server.overlap and server.busy:
             server.held = computed  # sent when the forward just launched ends
@@ -249,19 +254,30 @@ class Simulation:
                 self.send_kv(server, req)
 
     def send_kv(self, prefill: SimServer, req: SimRequest) -> None:
+        """The request's KV joins the prefill's transfer queue for its decode server (SGLang's queue = sum(decode ports)
+        % 4: one queue per decode server here, up to KV_TRANSFER_QUEUES), whose one worker moves one request at a time;
+        its bytes also queue on the decode's receive link, shared with other prefills."""
         decode = req.decode
         assert decode is not None and prefill.model is not None, "PD requests are paired with a decode server on submit"
         same_node = prefill.node == decode.node != "all"
-        transfer = prefill.model.kv_transfer_link_s(req.prompt_len, same_node=same_node)
-        start = max(self.now, decode.link_free_s)
-        decode.link_free_s = start + transfer  # bytes queue on the link; the per-request delay overlaps
-        self.at(start + transfer + prefill.model.kv_transfer_delay_s(), self.kv_landed, prefill, decode, req)
+        queue = self.decode.index(decode) % KV_TRANSFER_QUEUES
+        start = max(self.now, prefill.kv_workers_free_s.get(queue, 0.0))
+        link_start = max(start, decode.link_free_s)
+        decode.link_free_s = link_start + prefill.model.kv_transfer_link_s(req.prompt_len, same_node=same_node)
+        done = decode.link_free_s + prefill.model.kv_transfer_fixed_s(req.prompt_len)
+        prefill.kv_workers_free_s[queue] = done
+        self.at(done, self.kv_landed, prefill, decode, req)
 
     def kv_landed(self, prefill: SimServer, decode: SimServer, req: SimRequest) -> None:
+        """The decode takes the request on its next scheduler turn; the prefill frees its KV when its loop next polls
+        the transfers (SGLang: once per loop iteration, i.e. when its running forward ends; at once when idle)."""
         assert req.prefill_seq is not None and req.seq is not None
-        prefill.steps.release(req.prefill_seq)
         decode.steps.submit(req.seq)
         self.kick(decode)
+        if prefill.polls_transfers and prefill.busy:
+            prefill.unpolled.append(req)
+            return
+        prefill.steps.release(req.prefill_seq)
         self.kick(prefill)  # freed KV may unblock its queue
 
     def run(self, batch: Sequence[tuple[int, int]], max_concurrency: int | None) -> float:
