@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
-import math
 import statistics
 import sys
 import tarfile
@@ -61,7 +59,11 @@ CALLS = {"call2 (2 x H200, NVLink)": "logs-pd-call2-h200x2.tar.xz", "call1 (1 x 
 def _logs(name: str) -> tuple[str, str]:
     """(prefill log, decode log) of a call's page-1 pair."""
     with tarfile.open(S5 / name) as tar:
-        texts = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.name.endswith(".log")}
+        texts = {}
+        for member in tar.getmembers():
+            f = tar.extractfile(member) if member.name.endswith(".log") else None
+            if f is not None:
+                texts[member.name] = f.read().decode()
     pre = next(t for n, t in texts.items() if "prefill" in n)
     dec = next(t for n, t in texts.items() if "decode" in n)
     return pre, dec
@@ -111,7 +113,7 @@ def predict_parts(prefill: EngineCostModel, decode: EngineCostModel, prompts: li
     seen = [q + w + n for q, w, n in zip(queue, worker, notice)]
     forward_ms = prefill.prefill_time_s([median_prompt] * per_batch) * 1e3
     parts = {"queue": queue, "worker": worker, "decode_notice": notice, "ready_to_seen": seen}
-    out = {k: {"p50": round(_pct(v, 0.5), 2), "p90": round(_pct(v, 0.9), 2)} for k, v in parts.items()}
+    out: dict[str, object] = {k: {"p50": round(_pct(v, 0.5), 2), "p90": round(_pct(v, 0.9), 2)} for k, v in parts.items()}
     out["send_delay_ms"] = round(forward_ms, 1)
     out["requests_per_prefill_batch"] = per_batch
     out["worker_busy_per_batch_ms"] = round(per_batch * statistics.mean(worker), 2)
