@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from orchestrator.perfmodel.gpus import GB
+from orchestrator.perfmodel.parallel import collectives
 from orchestrator.perfmodel.server.memory import MemoryTerms
 
 # Per descriptor: the same fit gives -3.0 ns (SGLang's prepped path alone: +9 ns): no cost the data resolve, so 0.
@@ -41,10 +42,13 @@ class KvTransferTerms(MemoryTerms):
         return self.kv_chunks(num_tokens) * self.gpu.kv_chunk_s + self.kv_descriptors(num_tokens) * KV_DESCRIPTOR_S
 
     def kv_transfer_link_s(self, num_tokens: int, same_node: bool) -> float:
-        """Link time of one request's KV: NVLink (same node) at the NIXL share measured on it; one GPU's IB rail at
-        comm_efficiency (the KV path over IB was not measured here)."""
-        link_b_s = self.gpu.nvlink_gb_s * GB * KV_NVLINK_SHARE if same_node else self.gpu.ib_gb_s * GB * self.comm_efficiency
-        return num_tokens * self.kv_bytes_per_gpu_token() / link_b_s  # each rank sends its share on its own rail
+        """Link time of one request's KV, each rank its share on its own link: NVLink (same node) at the NIXL share
+        measured on it; across nodes one NDR NIC's point-to-point rate as published for nccl-tests (collectives.HOPPER
+        inter_p2p_bw, 48 GB/s: the KV path over IB was not measured here)."""
+        nbytes = num_tokens * self.kv_bytes_per_gpu_token()
+        if same_node:
+            return nbytes / (self.gpu.nvlink_gb_s * GB * KV_NVLINK_SHARE)
+        return nbytes / collectives.link_figures(self.gpu, self.comm_efficiency).inter_p2p_bw
 
     def kv_chunks(self, num_tokens: int) -> float:
         """Chunks one request's KV is sent in: one per forward batch its prompt spans (expected value for a prompt

@@ -34,6 +34,9 @@ class ServerShape:
     kv_dtype_bytes: int = 2  # SGLang's kv_cache_dtype=auto keeps the latent in bf16
     chunked_prefill_tokens: int | None = None  # None: SGLang's default --chunked-prefill-size
     context_length: int | None = None
+    # share of the GpuSpec link rates a collective reaches, for a GPU without published figures (collectives.link_figures:
+    # H100 / H200 take the nccl-tests figures themselves, ring all-reduce busbw 368 of NVLink's 450 GB/s, NVIDIA/nccl
+    # issue 1455 and nccl-tests issue 212); the KV path has its own, measured (server/kv_transfer.KV_NVLINK_SHARE)
     comm_efficiency: float = 0.8
     sglang_version: str = "0.5.17"
     cuda_graph_max_bs: int | None = None  # --cuda-graph-max-bs; None: SGLang's default for GPU and TP
