@@ -53,7 +53,10 @@ def test_the_overlap_loop_holds_a_batchs_kv_until_the_next_forward_ends():
     held, sent = simulate_run(overlap, burst, max_concurrency=None), simulate_run(no_overlap, burst, max_concurrency=None)
     forward_s = cost_model_for(overlap, "prefill", overlap.layout.prefill[0]).prefill_time_s([4000, 4000])
     assert min(held.ttft_s) == pytest.approx(min(sent.ttft_s) + forward_s, rel=0.05)
-    assert max(held.ttft_s) == pytest.approx(max(sent.ttft_s), abs=0.1 * forward_s)  # the last batch has no next one
+    # the last batch has no next one, but its KV joins the held batch's on the one transfer worker, behind its two
+    worker_s = cost_model_for(overlap, "prefill", overlap.layout.prefill[0]).kv_transfer_s(4000, same_node=False)
+    late_s = max(held.ttft_s) - max(sent.ttft_s)  # that wait, then the decode's next turn (within one of its steps)
+    assert 2 * worker_s - 1e-9 <= late_s <= 2 * worker_s + 0.1 * forward_s
 
 
 @pytest.mark.parametrize("gpu", ["H100-SXM", "H200"])
