@@ -1,7 +1,11 @@
 """Grafana dashboards as code: `python dashboards/build.py` rewrites dashboards/*.json from this file.
 
-Three dashboards, all on one Prometheus datasource variable:
-run overview (our `pdorch_` metrics) | engines (SGLang's own `sglang:` metrics per worker) | cluster (Ray nodes).
+Four dashboards, all on one Prometheus datasource variable:
+run overview (the `bench` job: phase, deadline, progress, plus the router's request panels) | serving (the `serve`
+gateway: the same request panels, ITL and the 2026 goodput SLA) | engines (SGLang's own `sglang:` metrics per worker) |
+cluster (Ray nodes). Each dashboard's tags say which command feeds it (`bench`, `serve`): a panel is only on a
+dashboard whose every tagged command exports its series (tests/observe/test_serve_scrape.py and
+test_prometheus_e2e.py evaluate every panel against a real Prometheus for each).
 tests/test_dashboards.py checks the JSON on disk equals what this builds, so edit here, then rebuild.
 """
 
@@ -85,12 +89,13 @@ def _query_var(name: str, label: str, query: str, multi: bool) -> dict:
     }
 
 
-def _dashboard(uid: str, title: str, description: str, panels: list[Panel], variables: list[dict]) -> dict:
+def _dashboard(uid: str, title: str, description: str, panels: list[Panel], variables: list[dict],
+               fed_by: tuple[str, ...]) -> dict:
     return {
         "uid": uid,
         "title": title,
         "description": description,
-        "tags": ["pd-orchestrator"],
+        "tags": ["pd-orchestrator", *fed_by],
         "editable": True,
         "graphTooltip": 1,
         "timezone": "browser",
@@ -115,27 +120,10 @@ def _quantiles(metric: str, selector: str, by: str = "") -> list[tuple[str, str]
     ]
 
 
-def run_overview() -> dict:
-    """Phase, deadline, projection, throughput per phase, request states, latencies, failures."""
+def _request_panels() -> list[Panel]:
+    """The router's per-request panels: fed by every request it routes, from `bench`'s batch or the HTTP gateway."""
     rate = "[$__rate_interval]"
-    panels = [
-        Panel("Phase", "stat", [("{{phase}}", f"max by (phase) (pdorch_phase{{{RUN}}}) == 1")], w=4, h=5,
-              description="The phase the benchmark job is in."),
-        Panel("Elapsed vs deadline", "gauge",
-              [("elapsed", f"max(pdorch_elapsed_seconds{{{RUN}}}) / max(pdorch_deadline_seconds{{{RUN}}})")],
-              unit="percentunit", w=5, h=5, thresholds=[("green", None), ("orange", 0.8), ("red", 1.0)],
-              description="Share of the wall budget used, all phases included."),
-        Panel("Projected finish", "stat",
-              [("projected", f"max(pdorch_projected_finish_seconds{{{RUN}}})"),
-               ("deadline", f"max(pdorch_deadline_seconds{{{RUN}}})")],
-              unit="s", w=5, h=5, description="Elapsed + remaining output tokens at the current rate."),
-        Panel("Slack at projected finish", "stat",
-              [("slack", f"max(pdorch_deadline_seconds{{{RUN}}}) - max(pdorch_projected_finish_seconds{{{RUN}}})")],
-              unit="s", w=5, h=5, thresholds=[("red", None), ("green", 0)],
-              description="Positive: on track. Negative: will miss the deadline by that much."),
-        Panel("Prompts done", "stat",
-              [("done", f"max(pdorch_bench_done_prompts{{{RUN}}}) / max(pdorch_bench_planned_prompts{{{RUN}}})")],
-              unit="percentunit", w=5, h=5),
+    return [
         Panel("Token throughput per phase", "timeseries",
               [("prefill (input) tok/s", f"sum(rate(pdorch_input_tokens_total{{{RUN}}}{rate}))"),
                ("decode (output) tok/s", f"sum(rate(pdorch_output_tokens_total{{{RUN}}}{rate}))"),
@@ -162,9 +150,76 @@ def run_overview() -> dict:
               [("{{reason}}", f"sum by (reason) (increase(pdorch_requests_failed_total{{{RUN}}}{rate}))")],
               w=12, h=5),
     ]
+
+
+def run_overview() -> dict:
+    """The bench job: phase, deadline, projection, prompts done; then the router's request panels."""
+    panels = [
+        Panel("Phase", "stat", [("{{phase}}", f"max by (phase) (pdorch_phase{{{RUN}}}) == 1")], w=4, h=5,
+              description="The phase the benchmark job is in."),
+        Panel("Elapsed vs deadline", "gauge",
+              [("elapsed", f"max(pdorch_elapsed_seconds{{{RUN}}}) / max(pdorch_deadline_seconds{{{RUN}}})")],
+              unit="percentunit", w=5, h=5, thresholds=[("green", None), ("orange", 0.8), ("red", 1.0)],
+              description="Share of the wall budget used, all phases included."),
+        Panel("Projected finish", "stat",
+              [("projected", f"max(pdorch_projected_finish_seconds{{{RUN}}})"),
+               ("deadline", f"max(pdorch_deadline_seconds{{{RUN}}})")],
+              unit="s", w=5, h=5, description="Elapsed + remaining output tokens at the current rate."),
+        Panel("Slack at projected finish", "stat",
+              [("slack", f"max(pdorch_deadline_seconds{{{RUN}}}) - max(pdorch_projected_finish_seconds{{{RUN}}})")],
+              unit="s", w=5, h=5, thresholds=[("red", None), ("green", 0)],
+              description="Positive: on track. Negative: will miss the deadline by that much."),
+        Panel("Prompts done", "stat",
+              [("done", f"max(pdorch_bench_done_prompts{{{RUN}}}) / max(pdorch_bench_planned_prompts{{{RUN}}})")],
+              unit="percentunit", w=5, h=5),
+        *_request_panels(),
+    ]
     return _dashboard(
-        "pdorch-run", "PD run overview", "One benchmark run of pd-orchestrator against its deadline.", panels,
+        "pdorch-run", "PD run overview", "One `bench` run of pd-orchestrator against its deadline (the phase, "
+        "deadline and prompt panels come from the bench driver: under `serve`, open the serving dashboard).", panels,
         [_query_var("run_id", "Run", "label_values(pdorch_deadline_seconds, run_id)", multi=False)],
+        fed_by=("bench",),
+    )
+
+
+def serving() -> dict:
+    """The `serve` gateway: request rate and outcomes, the 2026 goodput SLA, then the router's request panels."""
+    rate = "[$__rate_interval]"
+    sla = "TTFT <= 3 s and ITL <= 20 ms, the 2026 contest's AIPerf goodput SLA, judged per streamed request"
+    panels = [
+        Panel("Requests per second", "timeseries",
+              [("completed", f"sum(rate(pdorch_requests_completed_total{{{RUN}}}{rate}))"),
+               ("failed", f"sum(rate(pdorch_requests_failed_total{{{RUN}}}{rate}))"),
+               ("rejected (503)", f"sum(rate(pdorch_requests_rejected_total{{{RUN}}}{rate}))")], w=8,
+              description="Rejected: refused at the gateway before routing (queue full, or draining on stop)."),
+        Panel("Good request fraction", "timeseries",
+              [("good / judged", f"sum(rate(pdorch_sla_good_requests_total{{{RUN}}}{rate})) / "
+                                 f"sum(rate(pdorch_sla_judged_requests_total{{{RUN}}}{rate}))")],
+              unit="percentunit", w=8, thresholds=[("red", None), ("green", 0.9)],
+              description=f"{sla}. The contest counts a point only at >= 0.90."),
+        Panel("Output tok/s: all and good", "timeseries",
+              [("all", f"sum(rate(pdorch_output_tokens_total{{{RUN}}}{rate}))"),
+               ("good (the score)", f"sum(rate(pdorch_sla_good_output_tokens_total{{{RUN}}}{rate}))")], w=8,
+              description=f"Good: output tokens of the requests within the SLA ({sla})."),
+        Panel("ITL (inter-token latency)", "timeseries", _quantiles("pdorch_itl_seconds", RUN), unit="s", w=12,
+              description="Per streamed request: (e2e - TTFT) / (output tokens - 1), AIPerf's definition; "
+                          "the SLA line is 20 ms."),
+        Panel("Rejections by reason", "timeseries",
+              [("{{reason}}", f"sum by (reason) (increase(pdorch_requests_rejected_total{{{RUN}}}{rate}))")],
+              w=12, description="queue_full: router.max_in_flight_requests reached; stopping: the service drains."),
+        *_request_panels(),
+        Panel("Serve replicas healthy per application", "timeseries",
+              [("{{application}}", 'sum by (application) (ray_serve_deployment_replica_healthy'
+                                   '{application=~"pd-router|workers-.*"})')], w=24,
+              description="Ray Serve's own health gauge (job `ray`): the router and one application per worker "
+                          "replica. Not filtered by run: Ray's series carry no run_id (one service per Ray cluster)."),
+    ]
+    return _dashboard(
+        "pdorch-serve", "PD serving (gateway)", "A `serve` service's OpenAI gateway: every request routed, its "
+        "latencies and the 2026 goodput SLA. Wall-clock seconds (a simulated engine's time_scale is not undone).",
+        panels,
+        [_query_var("run_id", "Run", "label_values(pdorch_requests_completed_total, run_id)", multi=False)],
+        fed_by=("serve",),
     )
 
 
@@ -210,6 +265,7 @@ def engines() -> dict:
         [_query_var("run_id", "Run", "label_values(sglang:num_running_reqs, run_id)", multi=False),
          _query_var("worker", "Worker", 'label_values(sglang:num_running_reqs{run_id="$run_id"}, worker)',
                     multi=True)],
+        fed_by=("bench", "serve"),
     )
 
 
@@ -232,10 +288,12 @@ def cluster() -> dict:
     return _dashboard(
         "pdorch-cluster", "PD cluster (Ray nodes)", "Ray node metrics of the cluster a run uses.", panels,
         [_query_var("node", "Node", "label_values(ray_node_cpu_utilization, instance)", multi=True)],
+        fed_by=("bench", "serve"),
     )
 
 
-DASHBOARDS = {"run-overview.json": run_overview, "engines.json": engines, "cluster.json": cluster}
+DASHBOARDS = {"run-overview.json": run_overview, "serving.json": serving, "engines.json": engines,
+              "cluster.json": cluster}
 
 
 def build_all() -> dict[str, str]:

@@ -42,6 +42,15 @@ LATENCY_BUCKETS_S = (
 # each starts at 0, so a dashboard's failures-by-reason panel shows 0 for a run without failures, not nothing.
 # http_<status> and other words still get their own series when they happen.
 KNOWN_FAILURE_REASONS = ("timeout", "connect", "aborted", "error", "empty", "bad_json", "no_worker", "deadline")
+# The gateway's refusals (orchestrator/router/core.py), each started at 0 like the failure reasons.
+KNOWN_REJECT_REASONS = ("queue_full", "stopping")
+
+# The 2026 contest's goodput SLA (AIPerf `--goodput "time_to_first_token:3000 inter_token_latency:20"`): a request is
+# good when its TTFT and its inter-token latency, (e2e - TTFT) / (output tokens - 1), are both within these.
+SLA_TTFT_S = 3.0
+SLA_ITL_S = 0.020
+# ITL buckets resolve the 20 ms line (the latency buckets jump from 10 to 25 ms).
+ITL_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 class RouterMetrics:
@@ -84,6 +93,23 @@ class RouterMetrics:
             PREFIX + "e2e_seconds", "End-to-end request latency, router-side.", base,
             buckets=LATENCY_BUCKETS_S, registry=reg,
         )
+        self.itl_seconds = Histogram(
+            PREFIX + "itl_seconds", "Inter-token latency of each streamed request: (e2e - TTFT) / (output tokens - 1).",
+            base, buckets=ITL_BUCKETS_S, registry=reg,
+        )
+        # AIPerf's goodput, counted at the gateway: judged = streamed requests with >= 2 output tokens (their ITL is
+        # defined), good = those within SLA_TTFT_S and SLA_ITL_S; rate() of good output tokens is the contest's score.
+        self.sla_judged_requests = Counter(
+            PREFIX + "sla_judged_requests", "Completed streamed requests with a TTFT and an ITL to judge.", base,
+            registry=reg,
+        )
+        self.sla_good_requests = Counter(
+            PREFIX + "sla_good_requests", f"Judged requests with TTFT <= {SLA_TTFT_S:g} s and ITL <= {SLA_ITL_S:g} s.",
+            base, registry=reg,
+        )
+        self.sla_good_output_tokens = Counter(
+            PREFIX + "sla_good_output_tokens", "Generated tokens of the good requests.", base, registry=reg,
+        )
         self.kv_wait_seconds = Histogram(
             PREFIX + "kv_wait_seconds", "Send until the prefill leg answered (prefill + KV transfer).", base,
             buckets=LATENCY_BUCKETS_S, registry=reg,
@@ -99,6 +125,10 @@ class RouterMetrics:
         self._child(self.requests_completed)
         for reason in KNOWN_FAILURE_REASONS:
             self._child(self.requests_failed, reason)
+        for reason in KNOWN_REJECT_REASONS:
+            self._child(self.requests_rejected, reason)
+        for counter in (self.sla_judged_requests, self.sla_good_requests, self.sla_good_output_tokens):
+            self._child(counter)
 
     def _child(self, metric, *values: str):
         """`metric`'s series for this run's labels plus `values`, looked up once: prometheus_client's
@@ -151,6 +181,19 @@ class RouterMetrics:
         ):
             if value is not None:
                 self._child(histogram).observe(value)
+        self._judge_sla(result)
+
+    def _judge_sla(self, result: RequestResult) -> None:
+        """ITL and the SLA counters of a completed request (AIPerf's definitions); skipped without a TTFT."""
+        n = result.completion_tokens
+        if result.ttft_s is None or result.e2e_s is None or n < 2:
+            return
+        itl_s = max(result.e2e_s - result.ttft_s, 0.0) / (n - 1)
+        self._child(self.itl_seconds).observe(itl_s)
+        self._child(self.sla_judged_requests).inc()
+        if result.ttft_s <= SLA_TTFT_S and itl_s <= SLA_ITL_S:
+            self._child(self.sla_good_requests).inc()
+            self._child(self.sla_good_output_tokens).inc(n)
 
     def rejected(self, reason: str) -> None:
         """Count a request refused at the gateway (e.g. `queue_full`: router.max_in_flight_requests reached)."""

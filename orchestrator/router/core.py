@@ -240,7 +240,7 @@ class RouterCore:
                 track.failed(f"stream from {relay.pair.decode.name} ended without its final event")
             else:
                 ttft_s = relay.first_byte_at - track.started if relay.first_byte_at is not None else None
-                track.answered(last, relay.pair, ttft_s=ttft_s)
+                track.answered(last, relay.pair, ttft_s=ttft_s, kv_wait_s=relay.kv_wait_s)
 
         relay.on_close = on_close
         return relay

@@ -42,18 +42,20 @@ def test_dashboard_json_on_disk_is_what_the_builder_makes():
 
 def test_dashboards_cover_the_issue_panels_and_are_templated():
     dashboards = load_dashboards()
-    assert set(dashboards) == {"run-overview.json", "engines.json", "cluster.json"}
+    assert set(dashboards) == {"run-overview.json", "serving.json", "engines.json", "cluster.json"}
     exprs = " ".join(q.expr for q in dashboard_queries(dashboards))
     for metric in (
         "pdorch_phase", "pdorch_deadline_seconds", "pdorch_elapsed_seconds", "pdorch_projected_finish_seconds",
         "pdorch_input_tokens_total", "pdorch_output_tokens_total", "pdorch_requests_in_flight",
-        "pdorch_requests_failed_total", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+        "pdorch_requests_failed_total", "pdorch_requests_rejected_total", "pdorch_itl_seconds",
+        "pdorch_sla_good_requests_total", "pdorch_sla_judged_requests_total", "pdorch_sla_good_output_tokens_total",
+        "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
         "sglang:gen_throughput", "sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_decode_transfer_queue_reqs",
         "sglang:kv_transfer_latency_ms", "sglang:kv_transfer_speed_gb_s", "sglang:kv_transfer_total_mb",
         "ray_node_cpu_utilization", "ray_node_gpus_utilization",
     ):
         assert metric in exprs, f"no panel shows {metric}"
-    for name in ("run-overview.json", "engines.json"):
+    for name in ("run-overview.json", "serving.json", "engines.json"):
         variables = {v["name"] for v in dashboards[name]["templating"]["list"]}
         assert "run_id" in variables
         for q in dashboard_queries({name: dashboards[name]}):
@@ -318,9 +320,11 @@ def test_push_error_never_shows_the_token(grafana):
 
 def test_provisioning_tree_points_grafana_at_the_dashboards(tmp_path):
     written = write_provisioning(tmp_path, "http://prom.example:9090")
-    assert {p.name for p in written} >= {"run-overview.json", "engines.json", "cluster.json", "pd-orchestrator.yaml"}
+    assert {p.name for p in written} >= {"run-overview.json", "serving.json", "engines.json", "cluster.json",
+                                        "pd-orchestrator.yaml"}
     ds = yaml.safe_load((tmp_path / "provisioning/datasources/pd-orchestrator.yaml").read_text())
     assert ds["datasources"][0]["url"] == "http://prom.example:9090"
     providers = yaml.safe_load((tmp_path / "provisioning/dashboards/pd-orchestrator.yaml").read_text())
     dash_dir = Path(providers["providers"][0]["options"]["path"])
-    assert sorted(p.name for p in dash_dir.glob("*.json")) == ["cluster.json", "engines.json", "run-overview.json"]
+    assert sorted(p.name for p in dash_dir.glob("*.json")) == ["cluster.json", "engines.json", "run-overview.json",
+                                                                 "serving.json"]

@@ -105,6 +105,42 @@ def test_completed_requests_count_tokens_per_phase_and_worker(exporter):
     assert value(samples, "pdorch_worker_outstanding_requests", role="decode", worker="decode-0/0") == 4
 
 
+def test_streamed_requests_are_judged_against_the_2026_goodput_sla_as_aiperf_does(exporter):
+    """ITL = (e2e - TTFT) / (tokens - 1); good = TTFT <= 3 s and ITL <= 20 ms; a request without a TTFT (not
+    streamed) or with one token (no ITL) is not judged; good output tokens add up the good requests' tokens."""
+    registry, exp = exporter
+    router = RouterMetrics(**RUN, registry=registry)
+
+    def done(ttft_s, e2e_s, tokens):
+        router.completed(RequestResult(index=0, status="ok", prompt_len=10, output_len=tokens,
+                                       completion_tokens=tokens, ttft_s=ttft_s, e2e_s=e2e_s,
+                                       prefill_worker="prefill-0/0", decode_worker="decode-0/0"))
+
+    done(0.5, 0.5 + 0.019 * 199, 200)  # ITL 19 ms: good
+    done(2.9, 2.9 + 0.021 * 199, 200)  # ITL 21 ms: not good
+    done(3.1, 3.1 + 0.010 * 99, 100)   # TTFT 3.1 s: not good
+    done(0.1, 0.12, 2)                 # ITL 20 ms on the line: good
+    done(None, 1.0, 50)                # not streamed: no TTFT, not judged
+    done(0.2, 0.2, 1)                  # one token: no ITL, not judged
+    samples = scrape(exp.address)
+    assert value(samples, "pdorch_sla_judged_requests_total") == 4
+    assert value(samples, "pdorch_sla_good_requests_total") == 2
+    assert value(samples, "pdorch_sla_good_output_tokens_total") == 202
+    assert value(samples, "pdorch_itl_seconds_count") == 4
+    assert value(samples, "pdorch_itl_seconds_bucket", le="0.02") == 3  # 19, 10 and 20 ms; 21 ms is above the line
+    assert value(samples, "pdorch_requests_completed_total") == 6
+
+
+def test_gateway_rejections_start_at_zero_per_reason(exporter):
+    """So a serving dashboard's rejection panels show 0, not nothing, before the first 503."""
+    registry, exp = exporter
+    router = RouterMetrics(**RUN, registry=registry)
+    router.rejected("stopping")
+    samples = scrape(exp.address)
+    assert value(samples, "pdorch_requests_rejected_total", reason="queue_full") == 0
+    assert value(samples, "pdorch_requests_rejected_total", reason="stopping") == 1
+
+
 def test_aggregated_requests_count_on_the_aggregated_worker():
     router = RouterMetrics(run_id="r1", layout="agg:1AxTP16")
     router.completed(ok_result(0, 40, 8, prefill=None, decode="aggregated-0/0"))

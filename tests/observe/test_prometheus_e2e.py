@@ -5,7 +5,7 @@ BenchMetrics + LiveView; exporters + engines listed in a file_sd JSON; Debian's 
 through `monitor.prometheus_up`. The test then asks Prometheus's HTTP API what a dashboard would.
 Two Ray tests use the session cluster: the cluster dashboard against Ray's own SD file, and the user's
 path — `monitor up`, then `pd-orchestrator bench` in a process of its own — after which every panel of
-every dashboard is evaluated for that run.
+every dashboard tagged `bench` is evaluated for that run.
 """
 
 from __future__ import annotations
@@ -223,13 +223,18 @@ def test_deadline_gauges_exist_and_say_the_run_made_it(observed_run):
     assert phases["done"] == 1 and sum(phases.values()) == 1
 
 
+def bench_dashboards() -> dict[str, dict]:
+    """The dashboards that say a `bench` run feeds them (tag `bench`); serve's are tests/observe/test_serve_scrape.py's."""
+    return {name: d for name, d in load_dashboards().items() if "bench" in d.get("tags", [])}
+
+
 def test_every_dashboard_expression_returns_data(observed_run):
     run = observed_run
     needs_ray = {"cluster.json"}  # Ray's node metrics: no Ray cluster in this test (see docs/observability.md)
     values = {"run_id": RUN_ID, "worker": ".*", "node": ".*"}
     empty = []
     checked = 0
-    for q in dashboard_queries(load_dashboards()):
+    for q in dashboard_queries(bench_dashboards()):
         if q.dashboard in needs_ray:
             continue
         expr = expand_macros(q.expr, values, RATE_WINDOW)
@@ -383,7 +388,7 @@ def test_monitor_up_sees_a_bench_run_and_every_panel_has_data(ray_driver, make_s
         wait_until(lambda: prom.query('ray_node_cpu_utilization{job="ray"}'), 60, 0.2, "Ray node metrics")
         values = {"run_id": run_id, "worker": ".*", "node": ".*"}
         empty, checked = [], 0
-        for q in dashboard_queries(load_dashboards()):
+        for q in dashboard_queries(bench_dashboards()):
             if "ray_node_gpus_" in q.expr or "ray_node_gram_" in q.expr:
                 continue  # no GPUs on this machine: Ray exports no GPU series (docs/observability.md)
             checked += 1

@@ -285,6 +285,9 @@ def test_http_requests_feed_the_router_metrics_like_the_batch_api(pd_workers):
     assert value("pdorch_output_tokens_total", role="decode", worker=decode) == sent_output_tokens
     assert value("pdorch_e2e_seconds_count") == 5
     assert value("pdorch_ttft_seconds_count") == 1  # known only when streamed
+    assert value("pdorch_kv_wait_seconds_count") == 5  # the stream's prefill leg answered beside it: counted too
+    # the streamed request (4 tokens) has an ITL and is judged against the goodput SLA; the others have no TTFT
+    assert value("pdorch_itl_seconds_count") == value("pdorch_sla_judged_requests_total") == 1
     for state in ("queued", "prefill", "transferring", "decoding"):
         assert value("pdorch_requests_in_flight", state=state) == 0, state
 

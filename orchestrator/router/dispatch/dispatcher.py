@@ -87,7 +87,8 @@ class PDDispatcher(PairAttempts):
 
     async def _open_stream_once(self, body: dict, pair: Pair, timeout_s: float, attempt: int) -> StreamRelay:
         rid = self._new_rid()
-        deadline = time.monotonic() + timeout_s
+        sent_at = time.monotonic()
+        deadline = sent_at + timeout_s
         sent, prefill_task = self._start_legs(body, pair, rid, timeout_s)
         w = pair.decode
         self.leg_start(w, pair.decode_tokens)
@@ -108,4 +109,4 @@ class PDDispatcher(PairAttempts):
                 resp.release()
             await self._attempt_failed(exc, pair, rid, prefill_task, None)
             raise
-        return StreamRelay(self, resp, pair, rid, prefill_task, deadline, attempt)
+        return StreamRelay(self, resp, pair, rid, prefill_task, deadline, attempt, sent_at)

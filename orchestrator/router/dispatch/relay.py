@@ -38,7 +38,7 @@ class StreamRelay:
     """
 
     def __init__(self, dispatcher: LegBook, resp: aiohttp.ClientResponse, pair: Pair, rid: str,
-                 prefill_task: asyncio.Task | None, deadline: float, attempts: int):
+                 prefill_task: asyncio.Task | None, deadline: float, attempts: int, sent_at: float | None = None):
         self.status = resp.status
         self.attempts = attempts
         self.pair = pair
@@ -50,6 +50,7 @@ class StreamRelay:
         self._closed = False
         self.tail = b""  # the stream's last bytes: its final event carries the totals
         self.first_byte_at: float | None = None  # time.monotonic()
+        self.sent_at = sent_at  # time.monotonic() when this attempt's legs were sent
         self.on_close: Callable[["StreamRelay", bool], None] | None = None  # (relay, completed)
         if prefill_task is not None:
             prefill_task.add_done_callback(self._on_prefill_done)
@@ -61,6 +62,15 @@ class StreamRelay:
             if self.pair.prefill is not None:
                 self._d.mark_suspect(self.pair.prefill)
             self._d.abort_in_background(self.pair.decode, self.rid)
+
+    @property
+    def kv_wait_s(self) -> float | None:
+        """Send -> the prefill leg answered (prefill + KV transfer), as the non-streamed path counts it; None until
+        the prefill leg has answered, or without one (aggregated)."""
+        task = self._prefill_task
+        if self.sent_at is None or task is None or not task.done() or task.cancelled() or task.exception():
+            return None
+        return task.result() - self.sent_at
 
     async def chunks(self) -> AsyncIterator[bytes]:
         failed = False

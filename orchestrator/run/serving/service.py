@@ -89,7 +89,7 @@ class Service:
     def status(self) -> dict:
         """What `serve status` shows: gateway, uptime, layout, workers per role with state and request counts, the
         pair warm-ups, the layout changes, Serve's applications."""
-        base = {"name": self.cfg.name, "phase": self.phase, "gateway": self.gateway, "model": self.cfg.model.name,
+        base = {"name": self.cfg.name, "run_id": self.run_id, "phase": self.phase, "gateway": self.gateway, "model": self.cfg.model.name,
                 "simulated": self.cfg.simulated, "layout": self.cfg.layout.describe(),
                 "uptime_s": round(time.time() - self.started_at, 1),
                 "ready_after_s": round(self.ready_at - self.started_at, 1) if self.ready_at else None,
