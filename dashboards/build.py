@@ -208,11 +208,6 @@ def serving() -> dict:
               [("{{reason}}", f"sum by (reason) (increase(pdorch_requests_rejected_total{{{RUN}}}{rate}))")],
               w=12, description="queue_full: router.max_in_flight_requests reached; stopping: the service drains."),
         *_request_panels(),
-        Panel("Serve replicas healthy per application", "timeseries",
-              [("{{application}}", 'sum by (application) (ray_serve_deployment_replica_healthy'
-                                   '{application=~"pd-router|workers-.*"})')], w=24,
-              description="Ray Serve's own health gauge (job `ray`): the router and one application per worker "
-                          "replica. Not filtered by run: Ray's series carry no run_id (one service per Ray cluster)."),
     ]
     return _dashboard(
         "pdorch-serve", "PD serving (gateway)", "A `serve` service's OpenAI gateway: every request routed, its "

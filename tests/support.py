@@ -401,3 +401,26 @@ class ChatLoad:
         self.stop.set()
         for t in self.threads:
             t.join(timeout=120)
+
+
+class Prom:
+    """Prometheus HTTP API calls the dashboards would make (query_range's step: the tests' 0.25 s scrape interval)."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        params = {"query": expr, **({"time": at} if at is not None else {})}
+        body = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=10).json()
+        assert body["status"] == "success", f"{expr}: {body}"
+        return body["data"]["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 0.25) -> list[dict]:
+        params = {"query": expr, "start": start, "end": end, "step": step}
+        body = httpx.get(f"{self.url}/api/v1/query_range", params=params, timeout=10).json()
+        assert body["status"] == "success", f"{expr}: {body}"
+        return body["data"]["result"]
+
+    def scalar(self, expr: str, at: float | None = None) -> float | None:
+        result = self.query(expr, at)
+        return float(result[0]["value"][1]) if result else None

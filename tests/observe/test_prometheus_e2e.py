@@ -37,7 +37,7 @@ from orchestrator.records import BenchRequest
 from orchestrator.router.batch import run_batch
 from orchestrator.router.dispatch.dispatcher import PDDispatcher
 from orchestrator.router.dispatch.settings import DispatchSettings
-from tests.support import SimServer, sim_config, start_servers, wait_until
+from tests.support import Prom, SimServer, sim_config, start_servers, wait_until
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -59,29 +59,6 @@ def sim_run_config():
                        "engine.sim.faults": {"decode": {"error_rate": DECODE_ERROR_RATE, "seed": 7}},
                        "benchmark.deadline_s": 120, "benchmark.num_prompts": NUM_PROMPTS},
                       prefill=[{"tp": 8}], decode=[{"tp": 8}])
-
-
-class Prom:
-    """Prometheus HTTP API calls the dashboards would make."""
-
-    def __init__(self, url: str):
-        self.url = url
-
-    def query(self, expr: str, at: float | None = None) -> list[dict]:
-        params = {"query": expr, **({"time": at} if at is not None else {})}
-        body = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=10).json()
-        assert body["status"] == "success", f"{expr}: {body}"
-        return body["data"]["result"]
-
-    def query_range(self, expr: str, start: float, end: float, step: float = SCRAPE_S) -> list[dict]:
-        params = {"query": expr, "start": start, "end": end, "step": step}
-        body = httpx.get(f"{self.url}/api/v1/query_range", params=params, timeout=10).json()
-        assert body["status"] == "success", f"{expr}: {body}"
-        return body["data"]["result"]
-
-    def scalar(self, expr: str, at: float | None = None) -> float | None:
-        result = self.query(expr, at)
-        return float(result[0]["value"][1]) if result else None
 
 
 @dataclass

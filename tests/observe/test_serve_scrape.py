@@ -21,8 +21,7 @@ import pytest
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import dump_config, load_config
 from orchestrator.observe.dashboards import dashboard_queries, expand_macros, load_dashboards
-from tests.observe.test_prometheus_e2e import Prom
-from tests.support import ChatLoad, qwen3_sim_config, wait_until
+from tests.support import ChatLoad, Prom, qwen3_sim_config, wait_until
 
 pytestmark = [
     pytest.mark.ray,
