@@ -410,13 +410,13 @@ class Prom:
         self.url = url
 
     def query(self, expr: str, at: float | None = None) -> list[dict]:
-        params = {"query": expr, **({"time": at} if at is not None else {})}
+        params: dict[str, str | float] = {"query": expr, **({"time": at} if at is not None else {})}
         body = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=10).json()
         assert body["status"] == "success", f"{expr}: {body}"
         return body["data"]["result"]
 
     def query_range(self, expr: str, start: float, end: float, step: float = 0.25) -> list[dict]:
-        params = {"query": expr, "start": start, "end": end, "step": step}
+        params: dict[str, str | float] = {"query": expr, "start": start, "end": end, "step": step}
         body = httpx.get(f"{self.url}/api/v1/query_range", params=params, timeout=10).json()
         assert body["status"] == "success", f"{expr}: {body}"
         return body["data"]["result"]

@@ -64,7 +64,7 @@ def test_prometheus_scrapes_a_running_serve_and_every_serving_panel_has_data(ray
     path.write_text(dump_config(cfg))
     ray_sd = wait_until(lambda: sorted(str(p) for p in Path(ray_cluster.root_dir).glob(
         "head*/prom_metrics_service_discovery.json") if json.loads(p.read_text() or "[]")), 60, 0.2,
-        "Ray's prom_metrics_service_discovery.json")
+        "Ray's prom_metrics_service_discovery.json")  # generous timeouts: polls, they cost nothing when met
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.gcs_address, "PD_ORCHESTRATOR_SERVE_DIR": str(tmp_path / "svc")}
     prom = Prom(f"http://127.0.0.1:{port}")
     up = cli(env, "monitor", "up", "--config", str(path), "--ray-sd-file", ray_sd[0], timeout=60)
@@ -84,7 +84,7 @@ def test_prometheus_scrapes_a_running_serve_and_every_serving_panel_has_data(ray
 
         # the gateway's router replica and both engines, listed by `serve` itself; a scrape happened when up == 1
         wait_until(lambda: (t := scraped()) >= {"prefill", "decode"} and any(c.startswith("router-") for c in t),
-                   60, 0.1, "Prometheus to scrape the gateway and both engines")
+                   120, 0.1, "Prometheus to scrape the gateway and both engines")
         completed = f'sum(pdorch_requests_completed_total{{run_id="{run_id}"}})'
         with ChatLoad(gateway, users=4, tokens=32) as load:
             wait_until(lambda: (prom.scalar(completed) or 0) >= 40 and not load.failed, 120, 0.2,
@@ -92,10 +92,10 @@ def test_prometheus_scrapes_a_running_serve_and_every_serving_panel_has_data(ray
         assert not load.failed, load.failed
         # the streams that ended after the last scrape: wait for the final count, so every panel sees the whole load
         wait_until(lambda: (prom.scalar(f'sum(pdorch_sla_judged_requests_total{{run_id="{run_id}"}})') or 0)
-                   >= load.completed, 30, 0.1, "every streamed chat judged against the SLA in Prometheus")
-        wait_until(lambda: prom.query('ray_node_cpu_utilization{job="ray"}'), 60, 0.2, "Ray node metrics")
+                   >= load.completed, 60, 0.1, "every streamed chat judged against the SLA in Prometheus")
+        wait_until(lambda: prom.query('ray_node_cpu_utilization{job="ray"}'), 120, 0.2, "Ray node metrics")
         wait_until(lambda: prom.query('ray_serve_deployment_replica_healthy{job="ray", application="pd-router"}'),
-                   60, 0.2, "Ray Serve's replica health of the service's router")
+                   120, 0.2, "Ray Serve's replica health of the service's router")
 
         values = {"run_id": run_id, "worker": ".*", "node": ".*"}
         empty, checked = [], 0
