@@ -5,7 +5,7 @@
 
 The grid: `calibrate pd` (scripts/device/calibrate.sh pd, PD_MODEL=qwen3) with prefill on GPU 0 and decode on GPU 1, FA3,
 page sizes PAGES, layer counts LAYERS, 96 requests at once with prompt lengths U[256, 2048) (the harness's seed, so the
-lengths are known here), 32 output tokens. The model's per-request KV time (`kv_transfer_s`: link + per-request delay)
+lengths are known here), 32 output tokens. The model's per-request KV time (`kv_transfer_s`: the transfer worker's chunks + bytes)
 runs from SGLang's enqueue of the last chunk to the decode holding the KV: the measured `ready_to_seen` (enqueued ->
 decode sees, orchestrator/calibrate/kvtimeline.py). The overlap loop's wait before the enqueue (`send_delay`) is the
 simulator's held batch, not this term.
@@ -76,11 +76,11 @@ def descriptors(length: int, layers: int, page: int) -> int:
 def predict_point(gpu: str, layers: int, page: int, lengths: list[int]) -> dict[str, Any]:
     m = server(gpu, layers, page)
     per = [1e3 * m.kv_transfer_s(n, same_node=True) for n in lengths]
-    cal = m.calibration
-    source = ("calibration transfer latency" if cal is not None and cal.shape_matches
-              and cal.transfer_latency_s(page) is not None else "gpu.transfer_latency_s (fallback)")
+    # the per-request part beyond the bytes: the transfer worker's chunks (and descriptors, at no measured cost) since
+    # the KV mechanism of 2026-11-27; main registered the 2 ms fallback here before the lease (lease18-predicted/)
+    source = "worker: chunks x kv_chunk_s + descriptors x KV_DESCRIPTOR_S"
     return {"gpu": gpu, "layers": layers, "page": page, "delay_source": source,
-            "delay_ms": round(1e3 * m.kv_transfer_delay_s(), 4),
+            "delay_ms": round(statistics.mean(1e3 * m.kv_transfer_fixed_s(n) for n in lengths), 4),
             "link_ms_mean": round(statistics.mean(1e3 * m.kv_transfer_link_s(n, True) for n in lengths), 4),
             "kv_transfer_ms_p50": round(statistics.median(per), 4), "kv_transfer_ms_mean": round(statistics.mean(per), 4),
             "kv_bytes_per_token": m.kv_bytes_per_gpu_token(),
