@@ -12,7 +12,10 @@ import asyncio
 import contextlib
 import json
 import random
+import os
 import re
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -58,6 +61,12 @@ def copy_sglang_source(targets, dest: Path) -> None:
 
 # suite -> outcome -> cases: filled by the tests as they run, so the summary counts what really ran
 CASE_LOG: dict[str, Counter] = defaultdict(Counter)
+
+
+def run_device_script(script: Path, tmp_path: Path, *args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
+    """A scripts/device/ probe script run without a GPU: this interpreter as its PYTHON, its OUT and WORK_DIR under tmp_path."""
+    full = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "WORK_DIR": str(tmp_path / "work"), **env}
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=cwd, env=full)
 
 
 def log_case(suite: str, outcome: str) -> None:

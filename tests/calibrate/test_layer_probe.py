@@ -4,22 +4,20 @@ profiles, the grid), and the plan file it reads."""
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import run_device_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts/device/layer_probe.sh"
 PLAN = ROOT / "benchmarks/calibration/plans/lease8-layer-grid.json"
 
 
-def _probe(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "WORK_DIR": str(tmp_path / "work"), **env}
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, env=full)
+_probe = functools.partial(run_device_script, SCRIPT)
 
 
 def test_help_quotes_both_run_calls_of_the_lease(tmp_path) -> None:

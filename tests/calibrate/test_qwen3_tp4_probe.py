@@ -4,24 +4,24 @@ plan file it reads."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+
+from tests.support import run_device_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts/device/qwen3_tp4_probe.sh"
 PLAN = ROOT / "benchmarks/calibration/plans/lease14-qwen3-tp4-ep4.json"
 
 
-def _probe(tmp_path: Path, *args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "WORK_DIR": str(tmp_path / "work"), **env}
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, env=full)
+_probe = functools.partial(run_device_script, SCRIPT)
 
 
 def test_dry_run_starts_one_94_layer_server_over_four_gpus_with_the_organisers_decode_flags(tmp_path) -> None:

@@ -10,11 +10,32 @@ import sys
 from pathlib import Path
 
 from orchestrator.cli import main
-from orchestrator.config import load_config
+from orchestrator.config import RunConfig, load_config
 from orchestrator.rules import check_config, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = str(ROOT / "configs/default.yaml")
+
+
+BEHIND_MODEL = {"behind_model": True, "host_lost_s": 26.8}
+
+
+def _earlier_run_of_the_default(result_dir: Path, count: int = 1000, e2e_s: float = 5.0) -> tuple[RunConfig, list[dict]]:
+    """The default config with its results in result_dir, and `count` finished requests of one shape, all sent at 0."""
+    cfg = load_config(DEFAULT, [f"benchmark.result_dir={result_dir}"])
+    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
+                "ttft_s": 1.0, "e2e_s": e2e_s, "sent_at": 0.0, "done_at": e2e_s} for i in range(count)]
+    return cfg, records
+
+
+def _write_earlier_run(result_dir: Path, cfg: RunConfig, records: list[dict], simulation: dict | None = None) -> None:
+    """run-1/result.json under result_dir: a VALID bench of cfg that lasted until its last request was done."""
+    result = {"verdict": "VALID", "duration_s": max(r["done_at"] for r in records), "total_s": 200.0,
+              "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}
+    if simulation is not None:
+        result["simulation"] = simulation
+    (result_dir / "run-1").mkdir(exist_ok=True)
+    (result_dir / "run-1" / "result.json").write_text(json.dumps(result))
 
 
 def test_plan_search_on_the_embedded_default_states_the_rules_and_writes_compliant_configs(tmp_path, capsys) -> None:
@@ -180,13 +201,7 @@ def test_the_console_entry_point_runs_compare() -> None:
 
 
 def test_plan_shows_predicted_vs_an_earlier_run_of_the_layout_and_flags_each_disagreement(tmp_path, capsys) -> None:
-    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
-    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
-                "ttft_s": 1.0, "e2e_s": 5.0, "sent_at": 0.0, "done_at": 5.0} for i in range(1000)]
-    (tmp_path / "run-1").mkdir()
-    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
-        {"verdict": "VALID", "duration_s": 5.0, "total_s": 200.0,
-         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    _write_earlier_run(tmp_path, *_earlier_run_of_the_default(tmp_path))
     assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", f"benchmark.result_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     # the default's engine is simulated: its run is a sim-engine run, never "measured"
@@ -203,13 +218,7 @@ def test_plan_shows_predicted_vs_an_earlier_run_of_the_layout_and_flags_each_dis
 def test_a_sim_engine_run_that_fell_behind_its_cost_model_is_not_called_a_disagreement(tmp_path, capsys) -> None:
     """A bench of the sim on a busy host says it fell behind the cost model; plan says that, not that the prediction
     is outside its back-test band (the band is of GPU runs; this run timed the host)."""
-    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
-    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
-                "ttft_s": 1.0, "e2e_s": 5.0, "sent_at": 0.0, "done_at": 5.0} for i in range(1000)]
-    (tmp_path / "run-1").mkdir()
-    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
-        {"verdict": "VALID", "duration_s": 5.0, "total_s": 200.0, "simulation": {"behind_model": True, "host_lost_s": 26.8},
-         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    _write_earlier_run(tmp_path, *_earlier_run_of_the_default(tmp_path), simulation=BEHIND_MODEL)
     assert main(["plan", "--config", DEFAULT, "--synthetic", "--set", f"benchmark.result_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     assert "sim-engine run (bench on the simulated engine)" in out and "(throughput error -" in out
@@ -220,22 +229,15 @@ def test_a_sim_engine_run_that_fell_behind_its_cost_model_is_not_called_a_disagr
 def test_compare_gives_no_prediction_error_for_a_sim_engine_run_that_fell_behind_its_cost_model(tmp_path, capsys) -> None:
     """compare decides as plan does (Measured.behind_model_note): such a run timed the busy host, so its row gets the
     reason in a note instead of a "pred err" (plan's test above has the same run)."""
-    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
-    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
-                "ttft_s": 1.0, "e2e_s": 5.0, "sent_at": 0.0, "done_at": 5.0} for i in range(1000)]
-    (tmp_path / "run-1").mkdir()
-    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
-        {"verdict": "VALID", "duration_s": 5.0, "total_s": 200.0, "simulation": {"behind_model": True, "host_lost_s": 26.8},
-         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    cfg, records = _earlier_run_of_the_default(tmp_path)
+    _write_earlier_run(tmp_path, cfg, records, simulation=BEHIND_MODEL)
     assert main(["compare", "--synthetic", "--configs", DEFAULT, "--set", f"benchmark.result_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     (sim_engine,) = [line for line in out.splitlines() if line.startswith("default ") and " sim-engine " in line]
     assert not sim_engine.endswith("%"), out  # the pred err column is empty
     assert "fell behind the cost model (its host lost 26.8 s of engine steps)" in out
     # the same run without behind_model keeps its error
-    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
-        {"verdict": "VALID", "duration_s": 5.0, "total_s": 200.0,
-         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    _write_earlier_run(tmp_path, cfg, records)
     assert main(["compare", "--synthetic", "--configs", DEFAULT, "--set", f"benchmark.result_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     (sim_engine,) = [line for line in out.splitlines() if line.startswith("default ") and " sim-engine " in line]
@@ -244,13 +246,7 @@ def test_compare_gives_no_prediction_error_for_a_sim_engine_run_that_fell_behind
 
 def test_compare_labels_an_earlier_run_of_the_simulated_engine_sim_engine_never_measured(tmp_path, capsys) -> None:
     """A bench run on the sim engine measured no GPU: `compare` says so in the words `plan` uses (issue 22)."""
-    cfg = load_config(DEFAULT, [f"benchmark.result_dir={tmp_path}"])
-    records = [{"index": i, "status": "ok", "prompt_len": 10, "output_len": 100, "completion_tokens": 100,
-                "ttft_s": 1.0, "e2e_s": 20.0, "sent_at": 0.0, "done_at": 20.0} for i in range(50)]
-    (tmp_path / "run-1").mkdir()
-    (tmp_path / "run-1" / "result.json").write_text(json.dumps(
-        {"verdict": "VALID", "duration_s": 20.0, "total_s": 200.0,
-         "metadata": {"config": cfg.model_dump(mode="json")}, "results": records}))
+    _write_earlier_run(tmp_path, *_earlier_run_of_the_default(tmp_path, count=50, e2e_s=20.0))
     assert main(["compare", "--synthetic", "--configs", DEFAULT, "--set", f"benchmark.result_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.startswith("default ")]
