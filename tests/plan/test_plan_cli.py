@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Iterator
+
+import pytest
 
 from orchestrator.cli import main
 from orchestrator.config import RunConfig, load_config
@@ -289,6 +296,50 @@ def test_plan_search_prints_the_error_band_under_its_ranking_when_the_config_s_o
     ranking = out[out.index("  # layout + knobs"):]
     assert f"\nback-test error band of the ranked throughputs: {band.text()} (`plan --backtest`)\n" in ranking
     assert out.count("back-test error band") == 1
+
+
+@contextlib.contextmanager
+def _idle_gil_holder(hold_s: float) -> Iterator[None]:
+    """A thread that keeps taking the GIL and sleeping with it held (a libc call through PyDLL does not release it):
+    the code under test stalls on the wall clock without spending this process's CPU time."""
+    libc = ctypes.PyDLL(None)
+    stop = threading.Event()
+
+    def hold() -> None:
+        while not stop.is_set():
+            libc.usleep(int(hold_s * 1e6))
+            stop.wait(0.001)  # lets the code under test take the GIL back
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        holder.join()
+
+
+@pytest.mark.parametrize("argv", [
+    # three configs: their simulations take most of compare's CPU time, not the batch it samples first
+    ["compare", "--synthetic", "--configs", DEFAULT, str(ROOT / "configs/h200-1p1d-tp8.yaml"),
+     str(ROOT / "configs/h100-agg-tp16.yaml"), "--set", "benchmark.num_prompts=200"],
+    ["plan", "--config", str(ROOT / "configs/device-h100x1-agg.yaml"), "--synthetic", "--search", "--top", "1",
+     "--tune-top", "0"],
+], ids=["compare", "plan-search"])
+def test_compare_and_plan_search_print_the_cpu_seconds_they_spent_not_the_wall_time(argv, capsys) -> None:
+    """Their "N s of CPU" is this process's CPU time: with the GIL held idle 10 ms of every ~15 the wall clock runs
+    well past the CPU time, and the figure stays within the CPU time the whole command took (on the old code, which
+    printed the wall time, it did not)."""
+    from orchestrator.plan.backtest.band import error_band
+
+    error_band()  # the back-test band both print, computed before the clocks start (cached for this process)
+    started_cpu_s, started_wall_s = time.process_time(), time.monotonic()
+    with _idle_gil_holder(0.01):
+        assert main(argv) == 0
+    spent_cpu_s, spent_wall_s = time.process_time() - started_cpu_s, time.monotonic() - started_wall_s
+    (printed,) = re.findall(r"([0-9.]+) s of CPU", capsys.readouterr().out)
+    assert spent_wall_s > 1.5 * spent_cpu_s  # the stall took hold
+    assert float(printed) <= spent_cpu_s + 0.05, (printed, spent_cpu_s, spent_wall_s)
 
 
 def test_rules_none_checks_no_profile(capsys) -> None:
