@@ -140,3 +140,43 @@ def test_the_prefill_log_command_rewrites_the_shipped_forwards_from_the_compress
     copy.write_text((PROFILES / name).read_text())
     assert main([str(raw), str(log), "--variant", str(variant), "--profile", str(copy)]) == 0
     assert json.loads(copy.read_text())["prefill"] == _profile(name)["prefill"]
+
+
+# what a profile's raw/command/notes name: a repo-rooted file or folder, or a raw file relative to its raw folder; a name
+# right after an archive's (`logs-r1.tar.xz r1/x.log`, `layers.tar: gpu0/x.json`, `tar xJf a.tar.xz -C /tmp r1/x.log`) is a
+# member of that archive
+_AFTER_ARCHIVE = re.compile(r":?\s+(?:-C \S+\s+)?")
+_REPO_ROOTS = ("benchmarks/", "scripts/", "orchestrator/", "configs/", "models/")
+_NAMED = re.compile(r"(?<![\w./<-])((?:%s)(?:[\w.-]+/)*[\w.-]*|(?:[\w.-]+/)*[\w.-]+\.(?:json|log|txt|tar|xz)\b)"
+                    % "|".join(_REPO_ROOTS))
+
+
+def _named_files(profile: dict) -> list[tuple[str, str | None]]:
+    """(path, archive member or None) for every file the profile's own text names."""
+    named: list[tuple[str, str | None]] = []
+    for text in [profile.get("raw", ""), profile.get("command", ""), *profile.get("notes", [])]:
+        matches = list(_NAMED.finditer(text))
+        for i, m in enumerate(matches):
+            previous = matches[i - 1] if i else None
+            if (previous and previous[1].endswith((".tar", ".tar.xz"))
+                    and _AFTER_ARCHIVE.fullmatch(text, previous.end(), m.start())):
+                named[-1] = (named[-1][0], m[1])
+            elif not m[1].startswith("/"):
+                named.append((m[1], None))
+    return named
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROFILES.glob("*.json")))
+def test_every_raw_file_a_profile_names_is_in_the_tree(name: str) -> None:
+    """Its notes' commands and sources name files as committed (`.json.xz`, not the `.json` the device wrote), so they
+    run and open as written; an archive member named after its archive is in that archive."""
+    profile = _profile(name)
+    raw_dir = ROOT / profile["raw"]
+    named = _named_files(profile)
+    assert named, name
+    for path, member in named:
+        where = ROOT / path if path.startswith(_REPO_ROOTS) else raw_dir / path
+        assert where.exists(), f"{name} names {path}: no {where.relative_to(ROOT)}"
+        if member is not None:
+            with tarfile.open(where) as tar:
+                assert member in tar.getnames(), f"{name} names {member} in {path}: not a member"
