@@ -180,3 +180,13 @@ def test_every_raw_file_a_profile_names_is_in_the_tree(name: str) -> None:
         if member is not None:
             with tarfile.open(where) as tar:
                 assert member in tar.getnames(), f"{name} names {member} in {path}: not a member"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROFILES.glob("*-lease*.json")))
+def test_a_lease_s_profile_is_named_for_that_lease_only(name: str) -> None:
+    """The lease in the file name is the one in the profile's and its model's names (lease 12's H100 counts were
+    once named lease11, layer_probe.sh's label for its Qwen3 servers)."""
+    (lease,) = re.findall(r"-(lease\d+)\.json$", name)
+    profile = _profile(name)
+    for label in (profile["name"], profile["model"]["name"]):
+        assert re.findall(r"lease\d+", label) == [lease], (name, label)
