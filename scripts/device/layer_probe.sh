@@ -12,18 +12,20 @@
 # One device call on GPU 0 (PROBE_GPU) after the sglang site parts (this script stages a carried part with
 # site_lib.sh and exits 0 while the other part is still missing, as qwen3_probe.sh does):
 #   run(kind="nvidia-h100-x1", carry=[".device/site-split/site.tar.xz.part00"], timeout_s=120, command="set -o pipefail;
-#       export PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0; BUDGET=560 bash scripts/device/layer_probe.sh 4 6 5 3 2>&1 | tee $OUT/main-stage.log")
+#       export PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0; PROBE_TAG=lease8 BUDGET=560 bash scripts/device/layer_probe.sh 4 6 5 3 2>&1 | tee $OUT/main-stage.log")
 #   run(carry=[".device/site-split/site.tar.xz.part01"], timeout_s=600, command="set -o pipefail;
-#       export PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0; BUDGET=560 bash scripts/device/layer_probe.sh 4 6 5 3 2>&1 | tee $OUT/main-probe.log")
-# Back in $OUT (at most 8 files): manifest.json, calibration-r1s<L>-lease8.json per count (pdo-calibration-raw/1,
+#       export PDO_GIT_COMMIT=<sha> PDO_GIT_DIRTY=0; PROBE_TAG=lease8 BUDGET=560 bash scripts/device/layer_probe.sh 4 6 5 3 2>&1 | tee $OUT/main-probe.log")
+# Back in $OUT (at most 8 files): manifest.json, calibration-r1s<L>-<PROBE_TAG>.json per count (pdo-calibration-raw/1,
 # copied every 10 s, so a call cut off keeps what was measured), layer-probe.tar.xz (server logs, env.txt), the
 # caller's tee'd log. Then: python -m orchestrator.perfmodel.from_raw <raw> --raw-dir <folder> --out <profile>.
 # SHAPE=qwen3 (lease 11): the same per count with models/qwen3-235b-a22b-fp8-l6/config.json (Qwen3-235B-A22B's layer,
-# every layer MoE), servers q3l<L>-lease11, the plan benchmarks/calibration/plans/lease11-qwen3-layer-grid.json (its own
+# every layer MoE), servers q3l<L>-<PROBE_TAG>, the plan benchmarks/calibration/plans/lease11-qwen3-layer-grid.json (its own
 # flags: the lone Qwen3 grid's), counts 1..20 (a Qwen3 FP8 layer is ~2.5 GB); read by benchmarks/qwen3_layer_count.py.
-# `--dry-run` checks the arguments and settings and prints each server's flags and points (no GPU, nothing started).
+# PROBE_TAG (required, letters and digits, e.g. PROBE_TAG=lease13): the lease that runs the probe; each server and raw
+# file is named <TAG><L>-<PROBE_TAG> (lease 8's were r1s<L>-lease8, leases 11 and 12's q3l<L>-lease11).
+# `--dry-run` checks the arguments and settings and prints each server's name, flags and points (no GPU, nothing started).
 set -u
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 DRY=0; LAYERS=()
 die() { echo "layer_probe.sh: $*" >&2; exit 2; }
 for arg in "$@"; do
@@ -38,17 +40,22 @@ done
 [ ${#LAYERS[@]} -ge 1 ] || die "no layer count given; e.g. layer_probe.sh 4 6 (the first pays the cold compile)"
 SHAPE=${SHAPE:-r1}
 case $SHAPE in
-  r1) BASE=benchmarks/calibration/r1-shaped/config.json; TAG=r1s; SUFFIX=lease8; DENSE=3; MAXL=12
+  r1) BASE=benchmarks/calibration/r1-shaped/config.json; TAG=r1s; DENSE=3; MAXL=12
       DEFAULT_PLAN=benchmarks/calibration/plans/lease8-layer-grid.json; MIN_BUDGET=240
       COLD="R1-shaped start alone took 196 s (2026-11-24)"
       FLAGS="--flag=--trust-remote-code --flag=--triton-attention-split-tile-size --flag=256"
       LIMIT="1..12 fit one GPU (R1 FP8 MoE layer ~11.3 GB; H100: <= 6)" ;;
-  qwen3) BASE=models/qwen3-235b-a22b-fp8-l6/config.json; TAG=q3l; SUFFIX=lease11; DENSE=0; MAXL=20
+  qwen3) BASE=models/qwen3-235b-a22b-fp8-l6/config.json; TAG=q3l; DENSE=0; MAXL=20
       DEFAULT_PLAN=benchmarks/calibration/plans/lease11-qwen3-layer-grid.json; MIN_BUDGET=150; FLAGS=""
       COLD="Qwen3-shaped start with graphs took 65 s (lease 3)"
       LIMIT="1..20 fit one H100 (Qwen3 FP8 layer ~2.5 GB)" ;;
   *) die "SHAPE='$SHAPE': r1 (lease 8's R1-shaped layer) or qwen3 (Qwen3-235B-A22B's layer)" ;;
 esac
+case ${PROBE_TAG:-} in
+  '') die "PROBE_TAG is not set: name the lease that runs the probe, e.g. PROBE_TAG=lease13 (servers and raw files carry it)" ;;
+  *[!A-Za-z0-9]*) die "PROBE_TAG='$PROBE_TAG': letters and digits only, e.g. PROBE_TAG=lease13" ;;
+esac
+SUFFIX=$PROBE_TAG
 # an R1 FP8 MoE layer is ~11.3 GB and a dense one ~0.7 GB: 12 layers (~107 GB) is the most one H200 holds beside its KV
 for n in "${LAYERS[@]}"; do
   [ "$n" -ge 1 ] && [ "$n" -le $MAXL ] || die "layer count $n: $LIMIT"
@@ -90,7 +97,7 @@ if [ $DRY = 1 ]; then
   echo "layer_probe.sh dry run: layers ${LAYERS[*]} on GPU $GPU, BUDGET=$BUDGET s, results in \$OUT (work dir $W)"
   for n in "${LAYERS[@]}"; do
     write_model $n $D/models/$TAG$n && write_plan $state $D/plan-$TAG$n.json || rc=1
-    moe=$(( n > DENSE ? n - DENSE : 0 )); echo "== $TAG$n: $n layers ($(( n < DENSE ? n : DENSE )) dense + $moe MoE), $state caches"
+    moe=$(( n > DENSE ? n - DENSE : 0 )); echo "== $TAG$n-$SUFFIX: $n layers ($(( n < DENSE ? n : DENSE )) dense + $moe MoE), $state caches"
     $PY $(single_args $n $BUDGET $D) --dry-run || rc=1
     state=warm
   done
@@ -99,7 +106,7 @@ fi
 
 REPO=$(pwd); START=$(date +%s)
 mkdir -p "$OUT"
-$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|PLAN|PROBE_GPU|PORT|SHAPE)=' | sort | tr '\n' ' ')bash scripts/device/layer_probe.sh $*" >/dev/null \
+$PY benchmarks/manifest.py write --append --out "$OUT" --command "$(env | grep -E '^(BUDGET|PLAN|PROBE_GPU|PROBE_TAG|PORT|SHAPE)=' | sort | tr '\n' ' ')bash scripts/device/layer_probe.sh $*" >/dev/null \
   || echo "manifest.json not written" >&2
 el() { echo "[layers t+$(( $(date +%s) - START ))s] $*"; }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }

@@ -17,14 +17,15 @@
 #                 4,16,32) on prepare's caches, then the layer probe with what the call has left (CALL_BUDGET, default
 #                 585 s, less 15 s; skipped under LAYERS_MIN_S, default 150)
 #   layers        the layer probe alone (LAYERS_BUDGET s)
-# Knobs: BUDGET (prepare / serve, s), CONC, LAYERS_GPU0 (default "6 3"), LAYERS_GPU1 (default "12 9"), DRY_RUN=1 (print
+# Knobs: PROBE_TAG (required by the layer phases: layer_probe.sh's), BUDGET (prepare / serve, s), CONC, LAYERS_GPU0 (default "6 3"), LAYERS_GPU1 (default "12 9"), DRY_RUN=1 (print
 # what each phase would run, start nothing). Back in $OUT: prepare.tar.xz / serve.tar.xz (serve_one_gpu.sh's archives:
 # plan, prepare report, serve log, AIPerf exports per N, goodput.json, every engine log with the patch's per-request
-# times, /metrics scrapes), layers.tar (per GPU: the probe's manifest, calibration-q3l<L>-lease11.json per count,
+# times, /metrics scrapes), layers.tar (per GPU: the probe's manifest, calibration-q3l<L>-<PROBE_TAG>.json per count,
 # layer-probe.tar.xz; rewritten every 10 s, so a call cut off keeps what was measured), manifest.json.
 set -u
 PHASE=${1:?usage: qwen3_pair_lease.sh stage|join|prepare|serve-layers|layers}
 case $PHASE in stage|join|prepare|serve-layers|layers) ;; *) echo "qwen3_pair_lease.sh: unknown phase '$PHASE' (stage|join|prepare|serve-layers|layers)" >&2; exit 2 ;; esac
+case $PHASE in serve-layers|layers) [ -n "${PROBE_TAG:-}" ] || { echo "qwen3_pair_lease.sh: PROBE_TAG is not set: the lease that runs the layer probe, e.g. PROBE_TAG=lease13 (layer_probe.sh names its servers with it)" >&2; exit 2; } ;; esac
 HERE=$(dirname "$0")
 START=$(date +%s); CALL_BUDGET=${CALL_BUDGET:-585}
 LAYERS_GPU0=${LAYERS_GPU0:-6 3}; LAYERS_GPU1=${LAYERS_GPU1:-12 9}; LAYERS_MIN_S=${LAYERS_MIN_S:-150}

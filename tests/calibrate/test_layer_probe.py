@@ -17,7 +17,7 @@ SCRIPT = ROOT / "scripts/device/layer_probe.sh"
 PLAN = ROOT / "benchmarks/calibration/plans/lease8-layer-grid.json"
 
 
-_probe = functools.partial(run_device_script, SCRIPT)
+_probe = functools.partial(run_device_script, SCRIPT, PROBE_TAG="lease13")
 
 
 def test_help_quotes_both_run_calls_of_the_lease(tmp_path) -> None:
@@ -33,8 +33,8 @@ def test_dry_run_starts_one_server_per_count_in_order_on_the_six_layer_profiles_
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
     heads = [line for line in done.stdout.splitlines() if line.startswith("== ")]
-    assert heads == ["== r1s4: 4 layers (3 dense + 1 MoE), cold caches", "== r1s6: 6 layers (3 dense + 3 MoE), warm caches",
-                     "== r1s3: 3 layers (3 dense + 0 MoE), warm caches"]
+    assert heads == ["== r1s4-lease13: 4 layers (3 dense + 1 MoE), cold caches", "== r1s6-lease13: 6 layers (3 dense + 3 MoE), warm caches",
+                     "== r1s3-lease13: 3 layers (3 dense + 0 MoE), warm caches"]
     servers = [line for line in done.stdout.splitlines() if line.startswith("server layers")]
     assert len(servers) == 3
     for line in servers:
@@ -60,6 +60,8 @@ def test_the_plan_keeps_sglangs_defaults_and_measures_graphed_steps_only() -> No
     (["4"], {"BUDGET": "200"}, "BUDGET=200: a cold R1-shaped start"),
     (["4"], {"PROBE_GPU": "0,1"}, "PROBE_GPU='0,1': one GPU index"),
     (["4"], {"PLAN": "nope.json"}, "PLAN=nope.json: no such plan file"),
+    (["4"], {"PROBE_TAG": ""}, "PROBE_TAG is not set: name the lease that runs the probe, e.g. PROBE_TAG=lease13"),
+    (["4"], {"PROBE_TAG": "lease 13"}, "PROBE_TAG='lease 13': letters and digits only"),
 ])
 def test_bad_arguments_are_refused_naming_the_argument(tmp_path, args, env, message) -> None:
     done = _probe(tmp_path, "--dry-run", *args, **env)
@@ -71,7 +73,7 @@ def test_qwen3_shape_writes_qwen3_counts_with_the_lone_grids_flags(tmp_path) -> 
     done = _probe(tmp_path, "--dry-run", "6", "12", SHAPE="qwen3")
     assert done.returncode == 0, done.stderr
     heads = [line for line in done.stdout.splitlines() if line.startswith("== ")]
-    assert heads == ["== q3l6: 6 layers (0 dense + 6 MoE), cold caches", "== q3l12: 12 layers (0 dense + 12 MoE), warm caches"]
+    assert heads == ["== q3l6-lease13: 6 layers (0 dense + 6 MoE), cold caches", "== q3l12-lease13: 12 layers (0 dense + 12 MoE), warm caches"]
     servers = [line for line in done.stdout.splitlines() if line.startswith("server ")]
     assert len(servers) == 2 and all("--trust-remote-code" not in line and "--cuda-graph-bs-decode 1 2 4 8 16 32 64 128 256" in line
                                      for line in servers)

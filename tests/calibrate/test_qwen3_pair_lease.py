@@ -18,12 +18,18 @@ def _lease(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProces
 
 
 def test_dry_run_names_each_phase_and_one_count_list_per_gpu(tmp_path) -> None:
-    done = _lease(tmp_path, "serve-layers", DRY_RUN="1", LAYERS_GPU0="6", LAYERS_GPU1="12 9")
+    done = _lease(tmp_path, "serve-layers", DRY_RUN="1", LAYERS_GPU0="6", LAYERS_GPU1="12 9", PROBE_TAG="lease13")
     assert done.returncode == 0, done.stderr
     assert "CONC=4,16,32 BUDGET=400 bash scripts/device/serve_two_gpu.sh serve" in done.stdout
     assert [line for line in done.stdout.splitlines() if line.startswith("== ")] == [
-        "== q3l6: 6 layers (0 dense + 6 MoE), cold caches", "== q3l12: 12 layers (0 dense + 12 MoE), cold caches",
-        "== q3l9: 9 layers (0 dense + 9 MoE), warm caches"]
+        "== q3l6-lease13: 6 layers (0 dense + 6 MoE), cold caches", "== q3l12-lease13: 12 layers (0 dense + 12 MoE), cold caches",
+        "== q3l9-lease13: 9 layers (0 dense + 9 MoE), warm caches"]
+
+
+def test_the_layer_phases_refuse_a_call_without_a_probe_tag(tmp_path) -> None:
+    for phase in ("serve-layers", "layers"):
+        done = _lease(tmp_path, phase, DRY_RUN="1", PROBE_TAG="")
+        assert done.returncode == 2 and "PROBE_TAG is not set" in done.stderr, done.stderr
 
 
 def test_an_unknown_phase_is_refused_naming_the_phases(tmp_path) -> None:
