@@ -39,7 +39,7 @@ def _make_metrics(cfg: RunConfig, run_id: str) -> tuple[RouterMetrics, Any]:
     from orchestrator.observe.file_sd import serve_metrics
     from orchestrator.observe.metrics import RouterMetrics
 
-    metrics = RouterMetrics(run_id, cfg.layout.describe())
+    metrics = RouterMetrics(run_id, cfg.layout.describe(), slo=cfg.benchmark.slo)
     try:
         replica = serve.get_replica_context().replica_id.unique_id
     except Exception:  # outside Serve (uvicorn tests): one router per process

@@ -17,6 +17,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from orchestrator.config.benchmark import SloConfig
 from orchestrator.phases import BEFORE_PLACEMENT, Phase
 from orchestrator.records import RequestResult
 
@@ -45,10 +46,6 @@ KNOWN_FAILURE_REASONS = ("timeout", "connect", "aborted", "error", "empty", "bad
 # The gateway's refusals (orchestrator/router/core.py), each started at 0 like the failure reasons.
 KNOWN_REJECT_REASONS = ("queue_full", "stopping")
 
-# The 2026 contest's goodput SLA (AIPerf `--goodput "time_to_first_token:3000 inter_token_latency:20"`): a request is
-# good when its TTFT and its inter-token latency, (e2e - TTFT) / (output tokens - 1), are both within these.
-SLA_TTFT_S = 3.0
-SLA_ITL_S = 0.020
 # ITL buckets resolve the 20 ms line (the latency buckets jump from 10 to 25 ms).
 ITL_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -56,7 +53,10 @@ ITL_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.05, 0.1,
 class RouterMetrics:
     """Request-level metrics recorded by a router replica: states, outcomes, tokens, latencies."""
 
-    def __init__(self, run_id: str, layout: str, registry: CollectorRegistry | None = None):
+    def __init__(self, run_id: str, layout: str, registry: CollectorRegistry | None = None, slo: SloConfig | None = None):
+        # the SLO the good-request counters judge by: the run config's benchmark.slo, the one `goodput` judges by
+        # (its defaults are the 2026 contest's, AIPerf `--goodput "time_to_first_token:3000 inter_token_latency:20"`)
+        self.slo = slo if slo is not None else SloConfig()
         self.registry = registry if registry is not None else CollectorRegistry()
         self._base = {"run_id": run_id, "layout": layout}
         base = list(self._base)
@@ -98,14 +98,14 @@ class RouterMetrics:
             base, buckets=ITL_BUCKETS_S, registry=reg,
         )
         # AIPerf's goodput, counted at the gateway: judged = streamed requests with >= 2 output tokens (their ITL is
-        # defined), good = those within SLA_TTFT_S and SLA_ITL_S; rate() of good output tokens is the contest's score.
+        # defined), good = those within self.slo; rate() of good output tokens is the contest's score.
         self.sla_judged_requests = Counter(
             PREFIX + "sla_judged_requests", "Completed streamed requests with a TTFT and an ITL to judge.", base,
             registry=reg,
         )
         self.sla_good_requests = Counter(
-            PREFIX + "sla_good_requests", f"Judged requests with TTFT <= {SLA_TTFT_S:g} s and ITL <= {SLA_ITL_S:g} s.",
-            base, registry=reg,
+            PREFIX + "sla_good_requests", f"Judged requests with TTFT <= {self.slo.ttft_ms:g} ms and ITL <= "
+            f"{self.slo.itl_ms:g} ms (the run config's benchmark.slo).", base, registry=reg,
         )
         self.sla_good_output_tokens = Counter(
             PREFIX + "sla_good_output_tokens", "Generated tokens of the good requests.", base, registry=reg,
@@ -191,7 +191,7 @@ class RouterMetrics:
         itl_s = max(result.e2e_s - result.ttft_s, 0.0) / (n - 1)
         self._child(self.itl_seconds).observe(itl_s)
         self._child(self.sla_judged_requests).inc()
-        if result.ttft_s <= SLA_TTFT_S and itl_s <= SLA_ITL_S:
+        if result.ttft_s * 1e3 <= self.slo.ttft_ms and itl_s * 1e3 <= self.slo.itl_ms:  # as `goodput` compares
             self._child(self.sla_good_requests).inc()
             self._child(self.sla_good_output_tokens).inc(n)
 

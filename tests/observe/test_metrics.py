@@ -8,9 +8,10 @@ import time
 import urllib.request
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.config.benchmark import SloConfig
 from orchestrator.observe.file_sd import (
     ENGINE_JOB,
     TargetFile,
@@ -129,6 +130,24 @@ def test_streamed_requests_are_judged_against_the_2026_goodput_sla_as_aiperf_doe
     assert value(samples, "pdorch_itl_seconds_count") == 4
     assert value(samples, "pdorch_itl_seconds_bucket", le="0.02") == 3  # 19, 10 and 20 ms; 21 ms is above the line
     assert value(samples, "pdorch_requests_completed_total") == 6
+
+
+def test_the_good_request_counters_judge_by_the_configs_slo_and_say_it_in_their_help(exporter):
+    """A config with another benchmark.slo (here TTFT <= 1 s, ITL <= 50 ms) gets counters that judge by it, as
+    `goodput` does (ms compared as ms), not by the 2026 defaults: each request below flips under the other SLO."""
+    registry, exp = exporter
+    router = RouterMetrics(**RUN, registry=registry, slo=SloConfig(ttft_ms=1000, itl_ms=50))
+    for ttft_s, itl_s in ((1.5, 0.010), (0.5, 0.030), (0.9, 0.060)):  # 2026 SLO: good, not good, not good
+        router.completed(RequestResult(index=0, status="ok", prompt_len=10, output_len=11, completion_tokens=11,
+                                       ttft_s=ttft_s, e2e_s=ttft_s + itl_s * 10,
+                                       prefill_worker="prefill-0/0", decode_worker="decode-0/0"))
+    samples = scrape(exp.address)
+    assert value(samples, "pdorch_sla_judged_requests_total") == 3
+    assert value(samples, "pdorch_sla_good_requests_total") == 1  # the 0.5 s / 30 ms one only
+    assert value(samples, "pdorch_sla_good_output_tokens_total") == 11
+    families = text_string_to_metric_families(generate_latest(registry).decode())
+    (help_text,) = [f.documentation for f in families if f.name == "pdorch_sla_good_requests"]
+    assert "TTFT <= 1000 ms and ITL <= 50 ms" in help_text
 
 
 def test_gateway_rejections_start_at_zero_per_reason(exporter):
