@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ray import serve
 from ray.serve.api import RunTarget
@@ -163,15 +164,19 @@ class PlacementError(RuntimeError):
     """A Serve application failed to deploy or its replicas could not be placed in time."""
 
 
-def deploy(cfg: RunConfig, run_id: str, timeout_s: float, with_router: bool = True, per_replica: bool = False) -> None:
+def deploy(cfg: RunConfig, run_id: str, timeout_s: float, with_router: bool = True, per_replica: bool = False,
+           on_step: Callable[[str], None] | None = None) -> None:
     """Deploy worker apps (and the router), returning once every replica is constructed; `per_replica`: one
-    application per replica (`serve`), else one per group.
+    application per replica (`serve`), else one per group. `on_step(name)` is called as "serve start" and
+    "replicas" end (bench's placement steps).
 
     Replicas return from __init__ right after launching their engine, so this measures placement;
     engine readiness is the router's `wait_ready`. Unplaceable replicas (no GPUs left on a labelled
     node) would wait forever, so we poll Serve's status with a timeout and report what is pending.
     """
     start_serve(cfg)
+    if on_step is not None:
+        on_step("serve start")
     if per_replica:
         targets = build_replica_apps(cfg, run_id, replica_apps(cfg))
     else:
@@ -179,6 +184,8 @@ def deploy(cfg: RunConfig, run_id: str, timeout_s: float, with_router: bool = Tr
     if with_router:
         targets.append(RunTarget(target=build_app(cfg, run_id), name=ROUTER_APP, route_prefix=None))
     run_targets(targets, timeout_s)
+    if on_step is not None:
+        on_step("replicas")
 
 
 def run_targets(targets: list[RunTarget], timeout_s: float) -> None:

@@ -133,6 +133,7 @@ class LocalCluster:
         self.state: LocalClusterState | None = None
         self.gpus: dict[str, list[str]] = {}
         self.env = dict(env or {})  # more environment for every raylet (e.g. RAY_AUTH_TOKEN)
+        self.alive_at: dict[str, float] = {}  # role -> time.time() its raylet was listed alive (bench's placement steps)
 
     # Where each raylet runs. Here: this machine, cluster.local.bind_host. NamespaceCluster
     # (cluster/netns/ray_cluster.py) runs each one on its own network-namespace host instead.
@@ -167,6 +168,7 @@ class LocalCluster:
         split = local.gpu_split == "auto"
         self.gpus = gpu_slices(machine_gpus(), self.cluster.gpus_per_node, [roles.prefill, roles.decode]) if split else {}
         root = Path(tempfile.mkdtemp(prefix="pdo-ray-", dir="/tmp"))  # short: Ray's socket paths must fit
+        self.alive_at = {}
         state = LocalClusterState(
             gcs_address=f"{host}:{gcs_port}",
             dashboard_url=f"http://{host}:{dashboard_port}",
@@ -209,6 +211,7 @@ class LocalCluster:
             self.state.save(self.state_path)
             try:
                 self._wait(lambda: self._alive_node_count() >= alive_after, timeout_s, f"node {role} alive")
+                self.alive_at[role] = time.time()
                 return
             except NodeExited as exited:
                 if exited.pid != self.state.nodes[-1].pid:

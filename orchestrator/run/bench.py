@@ -21,7 +21,7 @@ from orchestrator.observe.metrics import BenchMetrics
 from orchestrator.observe.report import rules_lines
 from orchestrator.phases import Phase
 from orchestrator.records import BenchRequest, RequestResult
-from orchestrator.run.bench_record import BenchResult, PhaseClock, record_result, rules_verdict
+from orchestrator.run.bench_record import BenchResult, PhaseClock, record_result, rules_verdict, steps_line
 from orchestrator.run.bench_warmup import run_warmup, warmup_failures
 from orchestrator.run.deployment import Deployment, with_free_router_port
 from orchestrator.run.driver import BenchInterrupted, signals_deferred, signals_raise, stop_reason, stream_batch
@@ -136,6 +136,8 @@ def run_bench(
             with clock.phase(Phase.PLACEMENT, quiet):
                 nodes = deployment.place()
                 _export_driver_metrics(cfg, run_id, metrics)
+            if not quiet:
+                print(f"{'':12}placement: {steps_line(clock, deployment.steps)}", file=sys.stderr, flush=True)
             router = deployment.router()
             with clock.phase(Phase.ENGINE_START, quiet):
                 endpoints = deployment.wait_ready()
@@ -173,7 +175,7 @@ def run_bench(
         finally:
             with signals_deferred(), clock.phase(Phase.REPORT, True):
                 result = record_result(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s,
-                                       lgt, model if reason is None else None, pacing)
+                                       lgt, model if reason is None else None, pacing, deployment.steps)
                 _write_html_report(result)
             deployment.close()
     return result

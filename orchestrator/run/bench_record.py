@@ -32,7 +32,7 @@ from orchestrator.observe.report import (
 )
 from orchestrator.phases import Phase
 from orchestrator.records import RequestResult
-from orchestrator.run.deployment import job_path
+from orchestrator.run.deployment import PlacementStep, job_path
 from orchestrator.run.driver import complete_results
 from orchestrator.run.fidelity import SimFidelity, fidelity
 
@@ -177,8 +177,23 @@ def engine_label(cfg: RunConfig) -> str:
 
 
 
+def placement_steps(clock: PhaseClock, steps: list[PlacementStep]) -> list[dict]:
+    """Placement's steps (Deployment.steps) on the phases' clock: seconds from job start (simulated seconds when
+    time_scale != 1), as result.json's metadata.placement_steps."""
+    def on_clock(t: float) -> float:
+        return round((t - clock.started_at) / clock.time_scale, 3)
+
+    return [{"name": s.name, "start_s": on_clock(s.start), "end_s": on_clock(s.end),
+             "duration_s": round((s.end - s.start) / clock.time_scale, 3)} for s in steps]
+
+
+def steps_line(clock: PhaseClock, steps: list[PlacementStep]) -> str:
+    """One line of where placement's time went, e.g. "prefill raylet 5.1 s, decode raylet 3.1 s, ..."."""
+    return ", ".join(f"{s['name']} {s['duration_s']:.1f} s" for s in placement_steps(clock, steps))
+
+
 def record_result(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt,
-            model=None, pacing=None) -> BenchResult:
+            model=None, pacing=None, steps: list[PlacementStep] | None = None) -> BenchResult:
     if requests and len(results) != len(requests):
         got = {r.index: r for r in results}
         started = any(p.name == Phase.RUN.label for p in clock.phases)
@@ -205,6 +220,7 @@ def record_result(cfg, run_id, clock, requests, results, endpoints, nodes, reaso
         failure_reasons=failure_reasons(results),
     )
     result = BenchResult(run_id, None, summary, verdict, results, run_metadata(cfg, run_id, endpoints, nodes, clock.started_at))
+    result.metadata["placement_steps"] = placement_steps(clock, steps or [])
     result.simulation = fidelity(model, duration_s, summary.total_output_tokens,
                                  summary.total_input_tokens + summary.total_output_tokens, pacing or {})
     path = result_root(cfg.benchmark.result_dir) / run_id / "result.json"

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -49,6 +50,15 @@ def with_free_router_port(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
+@dataclass(frozen=True)
+class PlacementStep:
+    """One step of `Deployment.place`, in wall-clock seconds (time.time()): where placement's time goes."""
+
+    name: str
+    start: float
+    end: float
+
+
 class Deployment:
     """Workers + router of one run on a Ray cluster; a context manager that always tears down."""
 
@@ -62,6 +72,8 @@ class Deployment:
         self.session: ClusterSession | None = None  # the cluster connection (and the local cluster, if we started it)
         self.nodes: list = []
         self.scrape_targets: Any = None  # the ScrapeTargets actor writing metrics.file_sd_path (this handle keeps it alive)
+        self.steps: list[PlacementStep] = []  # what place() spent, step by step
+        self._placing_since = 0.0
 
     @property
     def url(self) -> str:
@@ -72,6 +84,7 @@ class Deployment:
 
     def place(self) -> list:
         """Connect, check the nodes fit, deploy workers and router; returns the cluster's nodes."""
+        self.steps, self._placing_since = [], time.time()
         import ray
 
         from deployments.app import deploy
@@ -79,18 +92,31 @@ class Deployment:
         from orchestrator.cluster.inventory import check_nodes_fit, node_inventory
         from orchestrator.cluster.registry import get_registry
 
+        self._step_done("imports")
         self.session = connect(self.cfg, self.state_path)
+        if self.session.started is not None:  # this run started the local cluster: its raylets one after the other
+            for role, alive_at in self.session.started.alive_at.items():
+                self._step_done(f"{role} raylet", alive_at)
+        self._step_done("driver attach")
         arm_signals()  # ray.init installed its own SIGTERM handler
         try:
             self.nodes = node_inventory()
             check_nodes_fit(self.cfg, self.nodes)
             ray.get(get_registry().clear.remote())  # endpoints of an earlier run on this cluster are stale
+            self._step_done("nodes + registry")
             self._list_targets()  # before the router deploys: its replicas list their exporters there
-            deploy(self.cfg, self.run_id, timeout_s=self._time_left_s(), per_replica=self.per_replica)
+            self._step_done("scrape targets")
+            deploy(self.cfg, self.run_id, timeout_s=self._time_left_s(), per_replica=self.per_replica,
+                   on_step=self._step_done)
         except BaseException:
             self.close()
             raise
         return self.nodes
+
+    def _step_done(self, name: str, at: float | None = None) -> None:
+        """Record placement step `name` as ending `at` (now), from where the previous one ended."""
+        start = self.steps[-1].end if self.steps else self._placing_since
+        self.steps.append(PlacementStep(name, start, time.time() if at is None else at))
 
     def _list_targets(self) -> None:
         """Start the run's ScrapeTargets actor: metrics.file_sd_path lists the engines and our exporters while

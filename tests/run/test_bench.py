@@ -153,6 +153,13 @@ def test_small_benchmark_end_to_end(ray_driver, make_sim_config, tmp_path):
     assert data["summary"]["total_input_tokens"] == sum(r["prompt_len"] for r in data["results"])
     assert data["summary"]["total_output_tokens"] == sum(r["completion_tokens"] for r in data["results"])
     assert [p["name"] for p in data["phases"]][:4] == ["preflight", "dataset", "placement", "engine start"]
+    # placement's steps, one after the other, fill the phase (the session's cluster is up: no raylet starts)
+    placement = next(p for p in data["phases"] if p["name"] == "placement")
+    steps = data["metadata"]["placement_steps"]
+    assert [s["name"] for s in steps] == ["imports", "driver attach", "nodes + registry", "scrape targets", "serve start", "replicas"]
+    assert all(a["end_s"] == b["start_s"] for a, b in zip(steps, steps[1:]))
+    assert steps[0]["start_s"] == pytest.approx(placement["start_s"], abs=0.05)
+    assert steps[-1]["end_s"] == pytest.approx(placement["end_s"], abs=0.5)  # the driver's exporter starts after
     assert {w["role"] for w in data["metadata"]["workers"]} == {"prefill", "decode"}
     assert all(r["prefill_worker"] and r["decode_worker"] for r in data["results"])
     assert {r["index"] for r in data["results"]} == set(range(12)), "warm-up requests never enter the results"
