@@ -29,16 +29,28 @@ AT_RISK = "at-risk"
 INVALID = "INVALID"
 
 # Fixed costs outside the engines (docs/planning.md): Ray placement groups and actor start on a running cluster (15 s:
-# the two bench runs on a cluster already up took 13.6 / 16.4 s, below); the simulated engine's figures are assumptions.
+# the two bench runs on a cluster already up took 13.6 / 16.4 s, below).
 # Report (results, plots, metrics scrape, stopping the servers): the 15 SGLang bench runs on lent GPUs that exited 0
 # spent a median 22.0 s (15.6-23.4) from the measured run's end to bench's exit, about 4 s results, plots and scrape
 # and the rest stopping SGLang and Ray (benchmarks/report_phase.py, raw output benchmarks/results/2026-11-27-report-phase/).
-PLACEMENT_S = {"sglang": 15.0, "sim": 3.0}
-# SGLang on a local cluster the run starts itself (cluster.address: local): Ray's head and worker raylets and Serve
-# start before the placement groups. The median "Phase placement" of the 13 `bench` runs through the product's local
-# cluster on lent H100 / H200 machines (28.5-42.5 s; on a cluster already up: 13.6 / 16.4 s, the 15 s above):
-# benchmarks/qwen3_startup_phases.py, benchmarks/results/2026-11-26-qwen3-startup-phases/.
-LOCAL_CLUSTER_PLACEMENT_S = 37.3
+# The simulated engine runs where bench runs, on this project's 2-core machines (developers' and CI's): its placement
+# on a cluster already up is Serve's start and the replicas' processes (the sim servers launched from them), the
+# median of 3 bench runs there, 15.1-19.0 s (benchmarks/placement_steps.py --running-cluster).
+PLACEMENT_S = {"sglang": 15.0, "sim": 17.4}
+# A local cluster the run starts itself (cluster.address: local): Ray's head and worker raylets start, one after the
+# other, before the driver attaches and Serve starts. A property of the host, not the GPU. SGLang: the median "Phase
+# placement" of the 13 `bench` runs through the product's local cluster on lent H100 / H200 machines (16-32 cores)
+# (28.5-42.5 s; on a cluster already up: 13.6 / 16.4 s, the 15 s above): benchmarks/qwen3_startup_phases.py,
+# benchmarks/results/2026-11-26-qwen3-startup-phases/. The simulated engine: the median of 5 bench runs of the
+# embedded default on the 2-core machine, each starting its own cluster (benchmarks/placement_steps.py), at a 1-minute
+# load of 4.9-6.6 (the box shared by other work, as it was for the README's first command's 49.7 s): the load
+# stretches every step, so an idle box places faster than this.
+LOCAL_CLUSTER_PLACEMENT_S = {"sglang": 37.3, "sim": 46.0}
+PLACEMENT_SOURCE = {
+    "sglang": "median of 13 bench runs on lent GPU hosts, 28.5-42.5 s",
+    "sim": "median of 5 bench runs on a shared 2-core box, 29.5-55.3 s; "
+           "benchmarks/results/2026-11-27-sim-placement-steps/",
+}
 REPORT_S = {"sglang": 22.0, "sim": 1.0}
 # SGLang's `--warmup` shape (16 random prompts of 256 in / 16 out), from bench_serving.
 SGLANG_WARMUP_SHAPE = (256, 16)
@@ -117,10 +129,10 @@ class DeadlineBudget:
 
 
 def cluster_start_s(cfg: RunConfig) -> float:
-    """What starting the local cluster adds to placement, when the run starts one for SGLang (cluster.address: local;
+    """What starting the local cluster adds to placement, when the run starts one (cluster.address: local;
     `prepare` starts it for its node checks, so its compile step's "ready after" holds none of it)."""
-    local_sglang = cfg.engine.kind == "sglang" and cfg.cluster.is_local
-    return LOCAL_CLUSTER_PLACEMENT_S - PLACEMENT_S["sglang"] if local_sglang else 0.0
+    kind = cfg.engine.kind
+    return LOCAL_CLUSTER_PLACEMENT_S[kind] - PLACEMENT_S[kind] if cfg.cluster.is_local else 0.0
 
 
 def placement_s(cfg: RunConfig) -> float:
@@ -238,7 +250,8 @@ def predict_deadline(
     run = run or simulate_run(cfg, batch, gpu=gpu)
     phases = [
         PhaseEstimate(Phase.PLACEMENT.value, placement_s(cfg), "Ray placement groups + worker actors"
-                      + (" after starting the local cluster" if cluster_start_s(cfg) else "")),
+                      + (f" after starting the local cluster ({PLACEMENT_SOURCE[kind]})" if cluster_start_s(cfg)
+                         else "")),
         PhaseEstimate(Phase.ENGINE_START.value, start_s, start_detail),
         PhaseEstimate(Phase.WARMUP.value, warm_s, f"{cfg.benchmark.warmup.policy}: {len(warm)} prompts"
                       + (f" after each server's first forward alone ({first_s:.1f} s" if first_s else "")

@@ -165,7 +165,7 @@ def predict_ready(cfg: RunConfig, gpu: str, disk_gb_s: float = 2.0, jit_cached: 
     weights = "dummy weights" if cfg.engine.sglang.load_format == "dummy" else (
         f"weights read at {disk_gb_s:g} GB/s per node" if cfg.engine.sglang.load_format is None
         else f"load format {cfg.engine.sglang.load_format}")
-    cluster_s = cluster_start_s(cfg)  # a simulated config's local cluster runs the simulation, not its deployment
+    cluster_s = 0.0 if cfg.simulated else cluster_start_s(cfg)  # a simulated config's local cluster runs the simulation, not its deployment
     return ReadyEstimate(PLACEMENT_S["sglang"] + cluster_s, warm, cold, warmup_s, pairs, jit_cached,
                          f"{gpu} with SGLang, {weights}", cluster_s)
 
