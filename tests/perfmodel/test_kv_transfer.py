@@ -66,6 +66,9 @@ def test_the_constants_are_the_fit_of_the_committed_nixl_lines() -> None:
     # ~1,000x fewer descriptors on the coalesced path, no less time
     assert fit["descriptors_median"]["prepped"] > 900 * fit["descriptors_median"]["coalesced"]
     assert fit["post_wait_ms_median"]["coalesced"] >= fit["post_wait_ms_median"]["prepped"]
+    # a batch's requests reach the queue one by one: the median gap of one result-processing pass
+    assert fit["enqueue_gaps"] > 500
+    assert kv_transfer.KV_ENQUEUE_INTERVAL_S == pytest.approx(fit["enqueue_interval_ms_median"] / 1e3, abs=5e-6)
 
 
 def _pd_pair_sim(decodes: int = 1) -> tuple[Simulation, object, list]:
@@ -90,6 +93,24 @@ def test_one_decode_servers_transfers_share_one_worker_and_queue_behind_each_oth
     assert times[0] == pytest.approx(worker_s)
     assert times[1] == pytest.approx(2 * worker_s)  # behind request 0 on the same queue
     assert times[2] == pytest.approx(worker_s)  # the other decode server's queue: its own worker
+
+
+def test_a_batchs_kv_is_enqueued_request_by_request_and_waits_only_for_what_the_worker_has_left() -> None:
+    sim, prefill, decode = _pd_pair_sim()
+    interval = kv_transfer.KV_ENQUEUE_INTERVAL_S
+    worker_s = prefill.model.kv_transfer_s(1000, same_node=False)
+    assert worker_s > interval  # 1.28 ms a chunk: the one worker is the slower side
+    reqs = [SimRequest(i, 1000, 4, prefill=prefill, decode=decode[0]) for i in range(4)]
+    sim.now = 2.0
+    sim.send_batch_kv(prefill, reqs)
+    for k, req in enumerate(reqs):
+        assert req.kv_enqueued_s == pytest.approx(2.0 + k * interval)  # as the result processing reaches it
+        assert req.kv_started_s == pytest.approx(2.0 + k * worker_s)  # when the request before it is done
+        assert req.kv_started_s - req.kv_enqueued_s == pytest.approx(k * (worker_s - interval))
+        assert req.kv_done_s == pytest.approx(2.0 + (k + 1) * worker_s)
+    late = SimRequest(9, 1000, 4, prefill=prefill, decode=decode[0])
+    sim.send_kv(prefill, late, enqueued_s=reqs[-1].kv_done_s + 1.0)  # an idle worker takes it at once
+    assert late.kv_started_s == late.kv_enqueued_s
 
 
 def test_a_busy_prefill_frees_a_sent_requests_kv_when_its_running_forward_ends() -> None:

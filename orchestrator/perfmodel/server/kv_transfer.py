@@ -4,9 +4,10 @@ page per layer per KV buffer), and waits until NIXL reports it done.
 
 What a decode waits for beyond this worker time is scheduled by the planner's simulation
 (plan/simulation/simulate.py), not priced here: the prefill's overlap loop sends a batch's KV one forward late
-(the send delay), a prefill's transfers to one decode server share one worker (SGLang's queue = sum(decode ports)
-% 4), the decode sees the KV on its next scheduler iteration, and the prefill frees it on its next poll (once per
-forward batch: what SGLang's kv_transfer_latency_ms mostly measures). Where the constants come from:
+(the send delay), request by request as its result processing reaches each (KV_ENQUEUE_INTERVAL_S apart), a
+prefill's transfers to one decode server share one worker (SGLang's queue = sum(decode ports) % 4), the decode sees
+the KV on its next scheduler iteration, and the prefill frees it on its next poll (once per forward batch: what
+SGLang's kv_transfer_latency_ms mostly measures). Where the constants come from:
 benchmarks/results/2026-11-27-kv-mechanism/ (kv_worker_fit.py over the PDO_NIXL lines of
 benchmarks/results/2026-11-24-kv-transfer-h100-s5, call 2: V2-Lite shape, prefill and decode on two H200s of one
 host, 807 chunks, SGLang's prepped path and a coalesced one with ~1,000x fewer descriptors).
@@ -27,6 +28,11 @@ KV_DESCRIPTOR_S = 0.0
 KV_NVLINK_SHARE = 0.262
 # SGLang 0.5.17's transfer queues per prefill scheduler (one worker thread each; SGLANG_DISAGGREGATION_QUEUE_SIZE).
 KV_TRANSFER_QUEUES = 4
+# A batch's requests reach the queue one by one, as the scheduler's result processing reaches each of them
+# (process_batch_result_disagg_prefill -> send_kv_chunk -> add_transfer_request): consecutive enqueues of one pass
+# 0.86 ms apart, the median of call 2's gaps under 5 ms (the trough between a pass's gaps and the next pass's; the
+# fit's PDO_NIXL lines, benchmarks/kv_mechanism.py fit). A host CPU's figure, taken for every host here.
+KV_ENQUEUE_INTERVAL_S = 0.86e-3
 
 
 class KvTransferTerms(MemoryTerms):

@@ -38,6 +38,9 @@ class SimRequest:
     decode: SimServer | None = None
     seq: Seq | None = None  # on the server that decodes it (aggregated, or PD decode)
     prefill_seq: Seq | None = None  # PD: on the prefill server
+    kv_enqueued_s: float | None = None  # PD: its KV joined the transfer queue, a worker took it, NIXL had it all
+    kv_started_s: float | None = None
+    kv_done_s: float | None = None
 
 
 @dataclass(eq=False)

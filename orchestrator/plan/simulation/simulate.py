@@ -20,6 +20,7 @@ Two SGLang/GPU mechanisms on that clock: a PD prefill in SGLang's overlap loop (
 only while processing its result, after it launched the next batch and that batch finished (the result's host copy
 waits for it): a finished batch's KV waits for the next forward when one starts at once, measured on one H100
 (docs/performance.md, "Where a request's KV transfer time goes"); `--disable-overlap-schedule` sends it at once.
+Either way the batch's requests join the transfer queue one by one, KV_ENQUEUE_INTERVAL_S apart (send_batch_kv).
 Servers sharing one GPU (a local cluster with gpu_split: off) time-slice it (perfmodel/scheduling/timeslice.py).
 
 What a client sees: every request also waits the answer latency (the servers' GpuSpec.answer_latency_s: HTTP,
@@ -43,7 +44,7 @@ from orchestrator.perfmodel.scheduling.request_bounds import never_runs
 from orchestrator.perfmodel.scheduling.steps import Forward, Step, StepCostModel, StepScheduler
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.perfmodel.costmodel import cost_model_for
-from orchestrator.perfmodel.server.kv_transfer import KV_TRANSFER_QUEUES
+from orchestrator.perfmodel.server.kv_transfer import KV_ENQUEUE_INTERVAL_S, KV_TRANSFER_QUEUES
 from orchestrator.plan.simulation.runs import LABEL, DecodeSteps, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
 from orchestrator.plan.simulation.servers import Pairing, SimRequest, SimServer, layout_servers
 
@@ -239,8 +240,7 @@ class Simulation:
                 req.first_token_s = self.now
             if seq.state == "done":
                 self.finish(req)
-        for req in server.held or ():  # the batch before this one: its result waited for this forward to end
-            self.send_kv(server, req)
+        self.send_batch_kv(server, server.held or ())  # the batch before: its result waited for this forward to end
         server.held = None
         for req in server.unpolled:  # transfers done during this forward: its loop's poll sees them now
             assert req.prefill_seq is not None
@@ -250,21 +250,29 @@ class Simulation:
         if server.overlap and server.busy:
             server.held = computed  # sent when the forward just launched ends
         else:
-            for req in computed:
-                self.send_kv(server, req)
+            self.send_batch_kv(server, computed)
 
-    def send_kv(self, prefill: SimServer, req: SimRequest) -> None:
-        """The request's KV joins the prefill's transfer queue for its decode server (SGLang's queue = sum(decode ports)
-        % 4: one queue per decode server here, up to KV_TRANSFER_QUEUES), whose one worker moves one request at a time;
-        its bytes also queue on the decode's receive link, shared with other prefills."""
+    def send_batch_kv(self, prefill: SimServer, reqs: Sequence[SimRequest]) -> None:
+        """A batch's KV is enqueued request by request as SGLang's result processing reaches each one
+        (process_batch_result_disagg_prefill -> send_kv_chunk), KV_ENQUEUE_INTERVAL_S apart, not at one instant: a
+        worker faster than that interval never builds a queue."""
+        for i, req in enumerate(reqs):
+            self.send_kv(prefill, req, self.now + i * KV_ENQUEUE_INTERVAL_S)
+
+    def send_kv(self, prefill: SimServer, req: SimRequest, enqueued_s: float | None = None) -> None:
+        """The request's KV joins the prefill's transfer queue for its decode server at `enqueued_s` (None: now;
+        SGLang's queue = sum(decode ports) % 4: one queue per decode server here, up to KV_TRANSFER_QUEUES), whose one
+        worker moves one request at a time; its bytes also queue on the decode's receive link, shared with other
+        prefills."""
         decode = req.decode
         assert decode is not None and prefill.model is not None, "PD requests are paired with a decode server on submit"
         same_node = prefill.node == decode.node != "all"
         queue = self.decode.index(decode) % KV_TRANSFER_QUEUES
-        start = max(self.now, prefill.kv_workers_free_s.get(queue, 0.0))
+        req.kv_enqueued_s = self.now if enqueued_s is None else enqueued_s
+        req.kv_started_s = start = max(req.kv_enqueued_s, prefill.kv_workers_free_s.get(queue, 0.0))
         link_start = max(start, decode.link_free_s)
         decode.link_free_s = link_start + prefill.model.kv_transfer_link_s(req.prompt_len, same_node=same_node)
-        done = decode.link_free_s + prefill.model.kv_transfer_fixed_s(req.prompt_len)
+        req.kv_done_s = done = decode.link_free_s + prefill.model.kv_transfer_fixed_s(req.prompt_len)
         prefill.kv_workers_free_s[queue] = done
         self.at(done, self.kv_landed, prefill, decode, req)
 
