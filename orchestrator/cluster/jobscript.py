@@ -68,12 +68,23 @@ class JobOptions:
 
 def _bench_work(cfg: RunConfig) -> str:
     """`bench` as a Ray job; its verdict is the driver's exit code (0 = VALID), read through the job API, since
-    `ray job submit` itself exits 1 for any failure and 0 for a job it merely saw end."""
+    `ray job submit` itself exits 1 for any failure and 0 for a job it merely saw end. On scancel/qdel the clean-up
+    stops it with `ray job stop` (SIGTERM to the driver: it stops the batch and writes the prompts that finished and
+    the ones in flight failed with their reason), then the client."""
     return """\
   SUBMISSION_ID=pdo-$JOB_ID-bench-$(date +%s)
-  "$PDO_RAY" job submit --address "$DASHBOARD" --submission-id "$SUBMISSION_ID" -- \\
-    "$PDO_PYTHON" -m orchestrator bench --config "$RUN_DIR/config.yaml" --result-dir "$RUN_DIR/runs" 2>&1 | tee "$RUN_DIR/logs/bench.log"
-  log "ray job submit exited ${PIPESTATUS[0]}; the job's own verdict:"
+  stop_bench() {  # `ray job stop`, then until the driver has written its result (atomically; it tears down after)
+    local tries=$((PDO_STEP_STOP_S * 2))
+    "$PDO_RAY" job stop --address "$DASHBOARD" --no-wait "$SUBMISSION_ID" 2>&1 | tee -a "$RUN_DIR/logs/bench-stop.log"
+    while [ "$tries" -gt 0 ] && kill -0 "$STEP_PID" 2>/dev/null; do  # the client ends with the driver
+      if ls "$RUN_DIR"/runs/*/result.json > /dev/null 2>&1; then step_term; break; fi
+      sleep 0.5; tries=$((tries - 1))
+    done
+  }
+  STEP_STOP=stop_bench
+  run_step "$RUN_DIR/logs/bench.log" "$PDO_RAY" job submit --address "$DASHBOARD" --submission-id "$SUBMISSION_ID" -- \\
+    "$PDO_PYTHON" -m orchestrator bench --config "$RUN_DIR/config.yaml" --result-dir "$RUN_DIR/runs"
+  log "ray job submit exited $?; the job's own verdict:"
   "$PDO_PYTHON" -m orchestrator.cluster.batch job-status --dashboard "$DASHBOARD" --id "$SUBMISSION_ID" \\
     | tee "$RUN_DIR/logs/job-status.log"
   WORK_RC=${PIPESTATUS[0]}"""
@@ -89,6 +100,7 @@ SERVE_GOODPUT_WORK = r"""
   read -ra GOODPUT_ARGS <<< "${PDO_GOODPUT_ARGS:-}"   # e.g. "--window-s 20" while exploring; empty for the score
   service_field() { "$PDO_PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])'     "$SERVE_DIR/$SERVE_NAME.json" "$1" 2>/dev/null; }
   stop_work() {  # drain and stop the service this job started: `serve down`, then its session by PID if still there
+    [ -f "$RUN_DIR/goodput/goodput.json" ] && cp "$RUN_DIR/goodput/goodput.json" "$RUN_DIR/goodput.json"
     [ -n "${SERVE_PID:-}" ] || SERVE_PID=$(service_field pid)
     [ -n "$SERVE_PID" ] && [ -z "${SERVE_STOPPED:-}" ] || return 0
     SERVE_STOPPED=1
@@ -102,22 +114,24 @@ SERVE_GOODPUT_WORK = r"""
     fi
   }
   log "serve: starting (ready within $PDO_READY_TIMEOUT_S s, else the job stops)"
-  "$PDO_PYTHON" -m orchestrator serve --config "$RUN_DIR/config.yaml" --state-dir "$SERVE_DIR" --detach     --ready-timeout-s "$PDO_READY_TIMEOUT_S" --drain-s "$PDO_DRAIN_S" 2>&1 | tee "$RUN_DIR/logs/serve-up.log"
-  SERVE_RC=${PIPESTATUS[0]}
+  run_step "$RUN_DIR/logs/serve-up.log" "$PDO_PYTHON" -m orchestrator serve --config "$RUN_DIR/config.yaml" \
+    --state-dir "$SERVE_DIR" --detach --ready-timeout-s "$PDO_READY_TIMEOUT_S" --drain-s "$PDO_DRAIN_S"
+  SERVE_RC=$?
   SERVE_PID=$(service_field pid)
   GATEWAY=$(service_field gateway)
   T_READY=$(now)
   log "serve: exit $SERVE_RC after $(seconds "$T_PREPARE" "$T_READY") s; gateway ${GATEWAY:-none}"
   if [ "$SERVE_RC" = 0 ] && [ -n "$GATEWAY" ]; then
-    "$PDO_PYTHON" -m orchestrator goodput --config "$RUN_DIR/config.yaml" --url "$GATEWAY" --out "$RUN_DIR/goodput"       "${GOODPUT_ARGS[@]}" 2>&1 | tee "$RUN_DIR/logs/goodput.log"
-    WORK_RC=${PIPESTATUS[0]}
+    # a stop (SIGTERM to its session: goodput and AIPerf) keeps goodput.json's rows of the N that finished
+    run_step "$RUN_DIR/logs/goodput.log" "$PDO_PYTHON" -m orchestrator goodput --config "$RUN_DIR/config.yaml" \
+      --url "$GATEWAY" --out "$RUN_DIR/goodput" "${GOODPUT_ARGS[@]}"
+    WORK_RC=$?
   else
     log "ERROR: serve did not come up; goodput is not run (see $RUN_DIR/logs/serve-up.log and $SERVE_DIR/$SERVE_NAME.log)"
     WORK_RC=$SERVE_RC; [ "$WORK_RC" = 0 ] && WORK_RC=1
   fi
   T_GOODPUT=$(now)
   stop_work
-  [ -f "$RUN_DIR/goodput/goodput.json" ] && cp "$RUN_DIR/goodput/goodput.json" "$RUN_DIR/goodput.json"
   printf -v WORK_JSON ', "serve_exit": %s, "serve_ready_s": %s, "goodput_s": %s, "serve_down_exit": %s' \
     "$SERVE_RC" "$(seconds "$T_PREPARE" "$T_READY")" "$(seconds "$T_READY" "$T_GOODPUT")" "${SERVE_DOWN_RC:-null}"
 """.strip("\n")

@@ -46,7 +46,8 @@ def best_row(rows: list[GoodputRow]) -> GoodputRow | None:
 
 def run_goodput(tool: AiperfTool, load: ClosedLoad, concurrencies: list[int], out_dir: Path,
                 say: Callable[[str], None] = print) -> list[GoodputRow]:
-    """One AIPerf run per N (in the order given), each in out_dir/c<N>; goodput.json summarises them."""
+    """One AIPerf run per N (in the order given), each in out_dir/c<N>; goodput.json summarises them, rewritten
+    after each N, so a run stopped part-way (a batch job's scancel) keeps the rows of the N that finished."""
     out_dir = Path(out_dir)
     rows: list[GoodputRow] = []
     for n in concurrencies:
@@ -56,18 +57,25 @@ def run_goodput(tool: AiperfTool, load: ClosedLoad, concurrencies: list[int], ou
         summary = run_profile(tool, point, out_dir / f"c{n}", timeout_s=budget + 600)
         rows.append(GoodputRow(n, summary, out_dir / f"c{n}", load.min_good_fraction))
         say(format_row(rows[-1]))
+        write_report(load, concurrencies, rows, out_dir)
+    return rows
+
+
+def write_report(load: ClosedLoad, concurrencies: list[int], rows: list[GoodputRow], out_dir: Path) -> None:
+    """out_dir/goodput.json: the rows so far, the scoring point among them, and the N declared but not (yet) run."""
     best = best_row(rows)
+    done = {r.concurrency for r in rows}
     report = {"aiperf_version": AIPERF_VERSION, "url": load.url, "model": load.model,
               "input_tokens": load.input_tokens, "output_tokens": load.output_tokens, "warmup_s": load.warmup_s,
               "window_s": load.window_s, "grace_s": load.grace_s, "num_dataset_entries": load.num_dataset_entries,
               "slo": {"ttft_ms": load.ttft_ms, "itl_ms": load.itl_ms, "min_good_fraction": load.min_good_fraction},
               "rows": [r.as_json() for r in rows],
+              "not_run": [n for n in concurrencies if n not in done],
               "best": None if best is None else {"concurrency": best.concurrency,
                                                  "good_output_tok_s": best.summary.good_output_tok_s},
               "largest_passing_concurrency": max((r.concurrency for r in rows if r.clears_gate), default=None)}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "goodput.json").write_text(json.dumps(report, indent=2) + "\n")
-    return rows
 
 
 def format_row(row: GoodputRow) -> str:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -65,7 +67,17 @@ def test_slurm_script_requests_the_layout_and_labels_the_nodes(tmp_path, capsys)
     prepare, submit = text.index("-m orchestrator prepare"), text.index('"$PDO_RAY" job submit')
     status = text.index("orchestrator.cluster.batch job-status")
     assert prepare < submit < status and "WORK_RC=${PIPESTATUS[0]}" in text[status:]
-    assert '--result-dir "$RUN_DIR/runs"' in text and 'cp "$RESULT" "$RUN_DIR/result.json"' in text
+    assert '--result-dir "$RUN_DIR/runs"' in text and 'cp "$result" "$RUN_DIR/result.json"' in text
+    # every long step runs in the background, so a signal reaches the trap at once; scancel stops the bench through
+    # Ray (SIGTERM to its driver, which writes what finished), then the clean-up collects before Ray is stopped
+    assert 'run_step "$RUN_DIR/logs/prepare.log" "$PDO_PYTHON" -m orchestrator prepare' in text
+    assert 'run_step "$RUN_DIR/logs/bench.log" "$PDO_RAY" job submit' in text
+    assert '"$PDO_RAY" job stop --address "$DASHBOARD" --no-wait "$SUBMISSION_ID"' in text
+    cleanup = text[text.index("cleanup() {"):text.index("trap cleanup EXIT")]
+    order = [cleanup.index(piece) for piece in ("stop_step", "stop_work", 'touch "$RUN_DIR/pids/work-stopped"',
+                                                "|| collect\n", "stopping Ray on every node")]
+    assert order == sorted(order), order
+    assert "printf 'export RAY_JOB_STOP_WAIT_TIME_S=%q" in text
     # the embedded config is the resolved one, attached to the job's own cluster (RAY_ADDRESS on the head)
     embedded = yaml.safe_load(text.split("<<'PDO_CONFIG'\n", 1)[1].split("\nPDO_CONFIG\n", 1)[0])
     expected = yaml.safe_load(dump_config(load_config(cfg_path)))
@@ -106,12 +118,13 @@ def test_serve_goodput_job_serves_measures_then_stops_the_service(tmp_path, caps
     assert "#SBATCH --time=00:21:00" in text and f"# {line}" in text and "#SBATCH --gpus-per-node=8" not in text
     # prepare, then serve until its ready line, goodput at its gateway, serve down; the verdict is goodput's
     order = [text.index(piece) for piece in (
-        "-m orchestrator prepare", '-m orchestrator serve --config "$RUN_DIR/config.yaml" --state-dir "$SERVE_DIR" '
-        "--detach", '-m orchestrator goodput --config "$RUN_DIR/config.yaml" --url "$GATEWAY"', "WORK_RC=${PIPESTATUS[0]}",
+        "-m orchestrator prepare", '-m orchestrator serve --config "$RUN_DIR/config.yaml"',
+        '--state-dir "$SERVE_DIR" --detach', '-m orchestrator goodput --config "$RUN_DIR/config.yaml"', 'WORK_RC=$?\n  else',
         "T_GOODPUT=$(now)\n  stop_work\n", "# ---- 7. collect")]
     assert order == sorted(order), order
     assert "PDO_READY_TIMEOUT_S=${PDO_READY_TIMEOUT_S:-600}" in text and "PDO_DRAIN_S=${PDO_DRAIN_S:-30}" in text
     assert 'serve down --state-dir "$SERVE_DIR" --name "$SERVE_NAME"' in text and "SERVE_NAME=qwen3-pd-2026" in text
+    assert 'run_step "$RUN_DIR/logs/serve-up.log"' in text and 'run_step "$RUN_DIR/logs/goodput.log"' in text
     # on any exit (scancel, walltime, a failure) the service is stopped before Ray, by `serve down` then its PID
     cleanup = text[text.index("cleanup() {"):text.index("trap cleanup EXIT")]
     assert cleanup.index("stop_work") < cleanup.index("stopping Ray on every node")
@@ -219,3 +232,40 @@ def test_bundle_is_a_submission_folder(tmp_path, capsys):
     assert yaml.safe_load((out / "run/config.yaml").read_text())["rules"] == "apac-hpcai-2025"
     assert "sbatch run/job.sh" in (out / "README.md").read_text()
 
+
+
+def _step_helpers(text: str) -> str:
+    """The job script's helpers from `now()` to the end of `stop_step()`: how a step runs and is stopped."""
+    start = text.index("now() {")
+    end = text.index("\n}\n", text.index("stop_step() {")) + 3
+    return text[start:end]
+
+
+def test_a_signal_reaches_the_trap_while_a_step_runs_and_the_step_gets_its_stop(tmp_path, capsys):
+    """The scheduler's SIGTERM to the batch shell only: bash runs the trap at once (not after the step returns), the
+    trap forwards the stop to the step's session, and the step's own handler runs before the shell exits."""
+    assert main(["jobscript", "--scheduler", "slurm", "--config", str(_config_file(tmp_path))]) == 0
+    step_log = tmp_path / "step.log"
+    script = tmp_path / "steps.sh"
+    script.write_text(f"""set -uo pipefail
+PDO_STEP_STOP_S=10
+{_step_helpers(capsys.readouterr().out)}
+trap 'stop_step; echo "shell: trapped"; exit 143' TERM
+run_step {step_log} bash -c 'trap "echo step: got TERM, writing what finished; exit 7" TERM; echo step: started
+  while :; do sleep 0.1; done'
+echo "shell: the step returned $?"
+""")
+    proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while "step: started" not in (step_log.read_text() if step_log.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=8)  # the step loops for ever: only the forwarded stop ends it
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and "shell: trapped" in out and "the step returned" not in out, out
+    assert "step: got TERM, writing what finished" in step_log.read_text()
+    assert time.monotonic() - signalled < 5, out

@@ -13,20 +13,24 @@ without /sys/fs/cgroup, where slurmd refuses to start).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from orchestrator.cluster.netns.lab import NETNS_DIR, NetnsLab
 from orchestrator.cluster.netns.leftovers import cleanup_leftovers
 from orchestrator.cluster.ports import free_port
 from orchestrator.config import dump_config, load_config
+from tests.multihost.benchjob import engine_urls
 from tests.support import sim_config, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(420)]
@@ -39,7 +43,7 @@ def _enter(lab: NetnsLab, role: str) -> list[str]:
     return ["nsenter", f"--net={NETNS_DIR / lab.hosts[role].netns}"]
 
 
-def _job_config(tmp_path: Path, name: str) -> Path:
+def _job_config(tmp_path: Path, name: str, overrides: dict | None = None) -> Path:
     """A 1P1D sim bench: engines on their node's address, KV by NIXL over TCP on eth0 (as tests/multihost)."""
     cfg = sim_config({
         "name": name,
@@ -49,6 +53,7 @@ def _job_config(tmp_path: Path, name: str) -> Path:
         "benchmark.num_prompts": NUM_PROMPTS,
         "benchmark.fixed_output_len": 16,
         "benchmark.deadline_s": 240,
+        **(overrides or {}),
     })
     path = tmp_path / f"{name}.yaml"
     path.write_text(dump_config(cfg))
@@ -175,12 +180,13 @@ def slurm_lab():
     shutil.rmtree(state, ignore_errors=True)
 
 
-def _sbatch(lab: NetnsLab, env: dict, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
+def _sbatch(lab: NetnsLab, env: dict, tmp_path: Path, name: str,
+            overrides: dict | None = None) -> tuple[str, Path, Path]:
     """Submit the generated script for a fresh config from the client host: (job id, submit dir, Ray tmp)."""
     submit_dir = tmp_path / "submit"
     submit_dir.mkdir()
     script = submit_dir / "job.sh"
-    script.write_text(_jobscript(_job_config(tmp_path, name), "slurm", "--iface", "eth0"))
+    script.write_text(_jobscript(_job_config(tmp_path, name, overrides), "slurm", "--iface", "eth0"))
     ray_tmp = Path(tempfile.mkdtemp(prefix="pdo-sl-", dir="/tmp"))  # short: Ray's socket paths must fit
     done = subprocess.run([*_enter(lab, "client"), "sbatch", "--parsable", str(script)],
                           env={**env, "PDO_RAY_TMP": str(ray_tmp)}, cwd=submit_dir, capture_output=True, text=True,
@@ -227,27 +233,94 @@ def test_sbatch_of_the_generated_script_runs_a_valid_bench_across_the_hosts(slur
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+CANCEL_PROMPTS = 160
+
+
+DECODE_COUNTS = ("sglang:num_requests_total", "sglang:num_running_reqs", "sglang:num_aborted_requests_total")
+
+
+def _decode_counts(lab: NetnsLab) -> dict[str, int]:
+    """The decode engine's own counts (DECODE_COUNTS: finished, running now, aborted) from its /metrics; 0 while it
+    does not answer."""
+    counts = dict.fromkeys(DECODE_COUNTS, 0)
+    for url in engine_urls(lab, "node-b"):
+        try:
+            text = lab.call("client", lambda url=url: httpx.get(url + "/metrics", timeout=2).text)
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in counts:
+                counts[name] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
 @pytest.mark.slurm
-def test_scancel_mid_bench_stops_ray_on_every_node(slurm_lab, tmp_path):
-    """The job cancelled while its bench runs (as a user's scancel or the walltime would): Slurm signals the
-    batch script and the node steps; each node's Ray session is stopped and nothing is left on either host."""
+def test_scancel_mid_bench_keeps_what_finished_collects_the_logs_and_stops_ray_on_every_node(slurm_lab, tmp_path):
+    """The job cancelled while prompts are in flight (as a user's scancel or the walltime would): the batch script's
+    trap runs at once (its bench is a background step), stops the bench through Ray (the driver's soft stop), keeps
+    the prompts that finished and fails the ones in flight with the reason, collects every node's logs (each node
+    after its own SIGTERM: Slurm starts no new step in a cancelled job), and leaves nothing running on either host."""
     lab, env, slurmds, state = slurm_lab
-    job_id, submit_dir, ray_tmp = _sbatch(lab, env, tmp_path, "canceljob")
+    job_id, submit_dir, ray_tmp = _sbatch(lab, env, tmp_path, "canceljob", {
+        # slowed x20 (as tests/multihost/benchjob.py): ~20 s of measured run, 8 prompts in flight at a time
+        "benchmark.num_prompts": CANCEL_PROMPTS, "benchmark.fixed_output_len": 64, "benchmark.max_in_flight": 8,
+        "engine.sim.time_scale": 20.0, "benchmark.deadline_s": 8})
     run_dir = submit_dir / "pdo-runs" / job_id
     try:
-        wait_until(lambda: (run_dir / "logs/bench.log").exists() or _ended(lab, env, job_id), 300, poll_s=0.5,
-                   what=f"Slurm job {job_id}'s bench to start")
-        assert _job_state(lab, env, job_id) == "RUNNING", _job_output(submit_dir, "canceljob", job_id)[-3000:]
-        # Ray is up on both hosts at this point: the processes the cancel must stop
-        assert all(_others_on_node(lab, role, {slurmds[role]}) for role in NODES)
+        def in_flight() -> tuple[int, int] | None:  # a few prompts done, others running on the decode engine
+            assert not _ended(lab, env, job_id), _job_output(submit_dir, "canceljob", job_id)[-3000:]
+            done, running, aborted = _decode_counts(lab).values()
+            return (done, running) if done >= 4 and running > 0 and not aborted else None
+
+        done_before, running = wait_until(in_flight, 300, poll_s=0.5, what=f"job {job_id}'s bench with prompts in flight")
+        assert done_before < CANCEL_PROMPTS - running
         lab.run("client", ["scancel", job_id], env=env, timeout_s=30)
-        job_state = wait_until(lambda: _ended(lab, env, job_id), 120, poll_s=0.5, what=f"job {job_id} to end")
+        cancelled_at = time.time()
+        aborted = 0  # the decode engine's own count of requests aborted in flight, read until the engine is gone
+
+        def ended() -> str | None:
+            nonlocal aborted
+            aborted = max(aborted, _decode_counts(lab)["sglang:num_aborted_requests_total"])
+            return _ended(lab, env, job_id)
+
+        job_state = wait_until(ended, 120, poll_s=0.2, what=f"job {job_id} to end")
+        ended_s = time.time() - cancelled_at
     finally:
         output = _job_output(submit_dir, "canceljob", job_id)
-        print(f"SLURM cancelled job {job_id} output (tail):\n{output[-2000:]}")
+        print(f"SLURM cancelled job {job_id} output (tail):\n{output[-3000:]}")
     assert job_state == "CANCELLED", job_state
+    # the trap ran at once (its line within 3 s of scancel, to the second) and the clean-up finished before
+    # Slurm's KillWait (30 s) SIGKILL: its last line is there
+    trapped = next(line for line in output.splitlines() if "SIGTERM: stopping the job" in line)
+    stamp = datetime.datetime.strptime(trapped.split("]")[0].removeprefix("[pdo "), "%H:%M:%S").time()
+    trapped_at = datetime.datetime.combine(datetime.datetime.now(datetime.timezone.utc).date(), stamp,
+                                           tzinfo=datetime.timezone.utc).timestamp()
+    assert -1.5 <= trapped_at - cancelled_at <= 3, (trapped, cancelled_at)
+    assert f"exit 143; run directory {run_dir}" in output and ended_s < 30, (ended_s, output[-3000:])
+    # the result: every prompt that finished before the cancel, and the ones in flight failed with the reason
+    doc = json.loads((run_dir / "result.json").read_text())
+    assert doc["verdict"] == "INVALID" and doc["reason"] == "interrupted during measured run: received SIGTERM", \
+        doc["reason"]
+    completed, failed = doc["counts"]["completed"], doc["counts"]["failed"]
+    assert done_before <= completed < CANCEL_PROMPTS and completed + failed == CANCEL_PROMPTS, doc["counts"]
+    failures = [r for r in doc["results"] if r["status"] != "ok"]
+    assert len(failures) == failed and all(r["error"] for r in failures), failures[:3]
+    assert {r["error"] for r in failures} == {"not finished: interrupted during measured run: received SIGTERM"}
+    # the stop hit requests in flight: the decode engine aborted them (the router's soft stop), and they are among
+    # the failures (result.json names a request in flight and one never sent alike: "not finished")
+    assert 0 < aborted <= failed, (aborted, failed)
+    timings = json.loads((run_dir / "timings.json").read_text())
+    assert timings["stopped_by"] == "SIGTERM" and timings["work_exit"] == 143 and timings["prepare_exit"] == 0
+    assert (run_dir / "report" / "report.html").is_file()
+    # each node collected its engine and Ray logs after its own SIGTERM
+    engine_logs = {p.name for p in (run_dir / "logs").rglob("pd-engines/*/*.log")}
+    assert any(n.startswith("prefill") for n in engine_logs) and any(n.startswith("decode") for n in engine_logs), \
+        engine_logs
+    for log in ("ray-head.log", "ray-worker.log"):
+        assert "collected the logs" in (run_dir / "logs" / log).read_text(), log
     _nodes_left_with_slurmd_only(lab, slurmds)
-    assert "node node-a: ip" in (run_dir / "logs/ray-head.log").read_text()
+    assert not (run_dir / "ray-token").exists()
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 

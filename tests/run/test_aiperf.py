@@ -154,3 +154,4 @@ def test_goodput_cli_runs_aiperf_per_concurrency_and_names_the_best(worker, tmp_
     assert report["best"]["concurrency"] == best["concurrency"] and report["largest_passing_concurrency"] == 3
     assert f"at N={best['concurrency']}" in proc.stdout.splitlines()[-2]
     assert report["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8" and report["slo"]["itl_ms"] == 20
+    assert report["not_run"] == []
