@@ -15,7 +15,6 @@ from orchestrator.cluster.bundle import write_bundle
 from orchestrator.cluster.jobscript import (
     DEFAULT_DRAIN_S,
     DEFAULT_MARGIN_S,
-    DEFAULT_STARTUP_S,
     PBS_LAUNCHERS,
     SCHEDULERS,
     WORKS,
@@ -25,6 +24,7 @@ from orchestrator.cluster.jobscript import (
     render,
     walltime_line,
 )
+from orchestrator.config import RunConfig
 from orchestrator.observe.report import git_sha
 
 
@@ -35,6 +35,29 @@ def _generated_by(args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
+# serve+goodput's default start-up budget (Ray bring-up, prepare, serve until ready): `plan`'s predicted time to ready
+# for the config, prepare's with cold compile caches (it starts the engines on empty ones) and serve's with warm ones,
+# each times the worst measured/plan ratio of that step over the one-H100 Qwen3 lease's two runs (in-sample: the only
+# runs; benchmarks/startup_budget.py -> benchmarks/results/2026-11-27-startup-budget/output.txt), plus the most Ray
+# bring-up took in the Slurm lab's jobs (same folder, bringup.txt)
+PREPARE_OVER_PLAN = 1.10
+SERVE_OVER_PLAN = 1.00
+RAY_BRINGUP_S = 28.5
+
+
+def startup_budget(cfg: RunConfig) -> tuple[float, str]:
+    """serve+goodput's default start-up budget, whole seconds, and where it comes from: `plan`'s predicted time to
+    ready for cfg on cluster.gpu with SGLang, whatever engine.kind says (a simulated job gets a real budget)."""
+    from orchestrator.plan.closedloop.predict import predict_ready
+
+    cold = predict_ready(cfg, cfg.cluster.gpu, jit_cached=False).ready_s
+    warm = predict_ready(cfg, cfg.cluster.gpu, jit_cached=True).ready_s
+    total = round(RAY_BRINGUP_S + cold * PREPARE_OVER_PLAN + warm * SERVE_OVER_PLAN)
+    return total, (f"Ray bring-up {RAY_BRINGUP_S:g} s measured + plan's time to ready on {cfg.cluster.gpu}: prepare "
+                   f"{cold:.0f} s cold x {PREPARE_OVER_PLAN:.2f} + serve {warm:.0f} s warm x {SERVE_OVER_PLAN:.2f}, the "
+                   "worst measured/plan of 2 one-H100 runs; --startup-s sets it")
+
+
 def _cmd_jobscript(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     try:
@@ -42,9 +65,11 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     except ValueError:
         raise JobScriptError(f"--max-walltime {args.max_walltime!r}: give the scheduler's limit as HH:MM:SS "
                              "(or minutes), e.g. --max-walltime 02:00:00") from None
+    startup_s, startup_source = (float(args.startup_s), "--startup-s") if args.startup_s is not None else (
+        startup_budget(cfg) if args.then == "serve+goodput" else (0.0, "--startup-s"))
     opts = JobOptions(
         scheduler=args.scheduler, then=args.then, iface=args.iface, margin_s=args.margin_s,
-        startup_s=args.startup_s, drain_s=args.drain_s, max_walltime_s=max_walltime_s,
+        startup_s=startup_s, startup_source=startup_source, drain_s=args.drain_s, max_walltime_s=max_walltime_s,
         gpus_per_node=args.gpus_per_node, cpus_per_node=args.cpus_per_node, partition=args.partition,
         account=args.account, launcher=args.launcher, ray_port=args.ray_port, dashboard_port=args.dashboard_port,
         python=args.python or sys.executable, python_in_submit_dir=bool(args.bundle and not args.python),
@@ -75,9 +100,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "route's interface; PDO_IFACE overrides at job time)")
     p.add_argument("--margin-s", type=float, default=DEFAULT_MARGIN_S,
                    help="walltime beyond benchmark.deadline_s for Ray bring-up, prepare and collecting results")
-    p.add_argument("--startup-s", type=float, default=DEFAULT_STARTUP_S,
+    p.add_argument("--startup-s", type=float, default=None,
                    help="serve+goodput: walltime for Ray bring-up, prepare and serve until ready (also serve's "
-                   "--ready-timeout-s; PDO_READY_TIMEOUT_S overrides at job time)")
+                   "--ready-timeout-s; PDO_READY_TIMEOUT_S overrides at job time); default: from plan's predicted "
+                   "time to ready for the config, scaled by measured runs (the walltime line says how)")
     p.add_argument("--drain-s", type=float, default=DEFAULT_DRAIN_S,
                    help="serve+goodput: serve's --drain-s on `serve down` (PDO_DRAIN_S overrides at job time)")
     p.add_argument("--max-walltime", metavar="HH:MM:SS", default=None,

@@ -164,7 +164,7 @@ QWEN3_PRESET = str(REPO / "configs" / "qwen3-pd-2026.yaml")
     (["--config", QWEN3_PRESET], "--then bench: benchmark.kind=closed_loop, which bench refuses (it runs a prompt "
      "batch), so the job would fail after Ray bring-up and prepare; measure the closed loop with --then serve+goodput"),
     # 1200 s start-up + 5 x (120 + 60 + 120 + 30) s of AIPerf + 30 s drain + 900 s margin = 63 min > 60
-    (["--config", QWEN3_PRESET, "--then", "serve+goodput", "--max-walltime", "01:00:00"],
+    (["--config", QWEN3_PRESET, "--then", "serve+goodput", "--startup-s", "1200", "--max-walltime", "01:00:00"],
      "--max-walltime 01:00:00: the job needs 01:03:00 (start-up budget 1200 s (--startup-s) + 5 AIPerf run(s)"),
     # a bench job: benchmark.deadline_s 300 s + 900 s margin = 20 min
     (["--max-walltime", "19"], "--max-walltime 00:19:00: the job needs 00:20:00 (benchmark.deadline_s 300 s + margin"),
@@ -269,3 +269,32 @@ echo "shell: the step returned $?"
     assert proc.returncode == 143 and "shell: trapped" in out and "the step returned" not in out, out
     assert "step: got TERM, writing what finished" in step_log.read_text()
     assert time.monotonic() - signalled < 5, out
+
+
+def test_the_default_start_up_budget_is_plans_time_to_ready_scaled_by_the_measured_runs(tmp_path, capsys):
+    """No --startup-s: the budget is plan's predicted time to ready for this config (prepare at cold caches, serve at
+    warm ones) times each step's worst measured/plan ratio, plus the measured Ray bring-up; the walltime line says so,
+    and serve's ready timeout is that budget. The factors are the ones benchmarks/startup_budget.py reads from the
+    one-H100 lease's raw output."""
+    from benchmarks import startup_budget
+    from orchestrator.cli.jobscript import PREPARE_OVER_PLAN, SERVE_OVER_PLAN
+    from orchestrator.plan.closedloop.predict import predict_ready
+
+    ratios = startup_budget.step_ratios()
+    assert startup_budget.worst_ratio(ratios["prepare"]) == PREPARE_OVER_PLAN
+    assert startup_budget.worst_ratio(ratios["serve"]) == SERVE_OVER_PLAN
+    assert main(["jobscript", "--scheduler", "slurm", "--config", QWEN3_PRESET, "--then", "serve+goodput",
+                 "--set", "engine.kind=sglang"]) == 0
+    captured = capsys.readouterr()
+    cfg = load_config(QWEN3_PRESET, ["engine.kind=sglang"])
+    cold = predict_ready(cfg, "H100-SXM", jit_cached=False).ready_s
+    warm = predict_ready(cfg, "H100-SXM", jit_cached=True).ready_s
+    budget = 28.5 + cold * PREPARE_OVER_PLAN + warm * SERVE_OVER_PLAN
+    assert f"start-up budget {budget:.0f} s (Ray bring-up 28.5 s measured + plan's time to ready on H100-SXM: " \
+           f"prepare {cold:.0f} s cold x {PREPARE_OVER_PLAN:.2f} + serve {warm:.0f} s warm x {SERVE_OVER_PLAN:.2f}" \
+        in captured.err, captured.err
+    assert f"PDO_READY_TIMEOUT_S=${{PDO_READY_TIMEOUT_S:-{budget:.0f}}}" in captured.out
+    # another GPU's prediction moves the budget with it (not a constant)
+    assert main(["jobscript", "--scheduler", "slurm", "--config", QWEN3_PRESET, "--then", "serve+goodput",
+                 "--set", "engine.kind=sglang", "--set", "cluster.gpu=H200"]) == 0
+    assert f"start-up budget {budget:.0f} s" not in capsys.readouterr().err
