@@ -94,6 +94,8 @@ class Req:
     server: str | None  # the server that decodes it (None: seen in no forward, zero decode time in the model)
     first_s: float  # first token, s from the first send
     done_s: float  # answer
+    prompt_len: int = 0  # measured only (result.json): what the context of a running request is made of
+    output_len: int = 0
 
 
 @dataclass
@@ -181,7 +183,8 @@ def read_measured(row: dict, source: str) -> Run:
                 logs[base.split("-")[0] + "-" + base.split("-")[1]] = text(name)
     ok = [r for r in result["results"] if r["status"] == "ok"]
     t0 = min(r["sent_at"] for r in ok)
-    reqs = [Req(r["decode_worker"].split("/")[0], r["sent_at"] - t0 + r["ttft_s"], r["done_at"] - t0) for r in ok]
+    reqs = [Req(r["decode_worker"].split("/")[0], r["sent_at"] - t0 + r["ttft_s"], r["done_at"] - t0, r.get("prompt_len", 0),
+                r.get("completion_tokens", 0)) for r in ok]
     graph_max = max((int(m.group(1)) for t in logs.values() if (m := _GRAPH_MAX.search(t))), default=0)
     summary = result["summary"]
     return Run(result["duration_s"], reqs, graph_max or model_graph_max(row), logs, t0,
