@@ -55,11 +55,20 @@ class ClusterConfig(Strict):
     )
     gpus_per_node: int = Field(8, ge=1, le=16)
     num_nodes: int = Field(2, ge=1)
+    single_host: bool = Field(
+        False, description="Every Ray node runs on one machine (a lent multi-GPU host with one raylet per GPU): a "
+        "prefill's KV reaches a decode on another node over NVLink, not over the network (the planner's KV link). "
+        "False: each node is its own machine.")
     local: LocalClusterConfig = LocalClusterConfig()
 
     @property
     def is_local(self) -> bool:
         return self.address == "local"
+
+    @property
+    def one_machine(self) -> bool:
+        """Every node on one machine (single_host, or one node): KV between any two servers moves over NVLink."""
+        return self.single_host or self.num_nodes == 1
 
 
 class ModelConfig(Strict):

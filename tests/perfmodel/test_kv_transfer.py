@@ -82,7 +82,7 @@ def test_one_decode_servers_transfers_share_one_worker_and_queue_behind_each_oth
     sim, prefill, decode = _pd_pair_sim(decodes=2)
     landed: list[tuple[float, int]] = []
     sim.kv_landed = lambda p, d, req: landed.append((sim.now, req.index))  # type: ignore[method-assign]
-    worker_s = prefill.model.kv_transfer_s(1000, same_node=False)
+    worker_s = prefill.model.kv_transfer_s(1000, same_node=True)  # one lent host: NVLink
     reqs = [SimRequest(i, 1000, 4, prefill=prefill, decode=decode[d]) for i, d in enumerate((0, 0, 1))]
     for req in reqs:
         sim.send_kv(prefill, req)
@@ -98,7 +98,7 @@ def test_one_decode_servers_transfers_share_one_worker_and_queue_behind_each_oth
 def test_a_batchs_kv_is_enqueued_request_by_request_and_waits_only_for_what_the_worker_has_left() -> None:
     sim, prefill, decode = _pd_pair_sim()
     interval = kv_transfer.KV_ENQUEUE_INTERVAL_S
-    worker_s = prefill.model.kv_transfer_s(1000, same_node=False)
+    worker_s = prefill.model.kv_transfer_s(1000, same_node=True)  # one lent host: NVLink
     assert worker_s > interval  # 1.28 ms a chunk: the one worker is the slower side
     reqs = [SimRequest(i, 1000, 4, prefill=prefill, decode=decode[0]) for i in range(4)]
     sim.now = 2.0
@@ -150,3 +150,28 @@ def test_a_busy_prefill_frees_a_sent_requests_kv_when_its_running_forward_ends()
     assert later, "with 24 long prompts the prefill is busy when some transfers finish"
     for i in later:  # freed at the end of the forward that was running when its KV landed
         assert freed[i] == min(t for t in prefill_forward_ends if t >= landed[i])
+
+
+def _link_seconds(config: str, overrides: list[str]) -> tuple[float, object]:
+    """A 4,000-token request's worker time on cfg's first prefill -> decode pair, and that prefill's cost model."""
+    cfg = load_config(ROOT / config, overrides, paths_from=ROOT)
+    prefill, decode, _ = layout_servers(cfg, None)
+    sim = Simulation(prefill, decode, [])
+    req = SimRequest(0, 4000, 4, prefill=prefill[0], decode=decode[0])
+    sim.send_kv(prefill[0], req)
+    assert req.kv_done_s is not None and req.kv_started_s is not None
+    return req.kv_done_s - req.kv_started_s, prefill[0].model
+
+
+@pytest.mark.parametrize(("config", "overrides", "nvlink"), [
+    ("configs/device-h200x2-1p1d.yaml", [], True),  # the lent two-GPU host: two raylets of one machine
+    ("configs/device-h200x2-local-1p1d.yaml", [], True),
+    ("configs/device-h200x2-1p1d.yaml", ["cluster.single_host=false"], False),  # two machines of one GPU each
+    ("configs/device-h200x2-1p1d.yaml", ["cluster.num_nodes=1", "cluster.gpus_per_node=2", "cluster.single_host=false",
+                                         "layout.decode.0.node_role=prefill"], True),  # one node: NVLink
+    ("configs/h200-1p1d-tp8.yaml", [], False),  # prefill node and decode node: IB
+])
+def test_the_kv_link_follows_the_placement(config, overrides, nvlink) -> None:
+    seconds, model = _link_seconds(config, overrides)
+    assert seconds == pytest.approx(model.kv_transfer_s(4000, same_node=nvlink))
+    assert seconds != pytest.approx(model.kv_transfer_s(4000, same_node=not nvlink))

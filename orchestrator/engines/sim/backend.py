@@ -75,8 +75,9 @@ class SimBackend(EngineBackend):
             "--kv-transfer", sim.kv_transfer,
             "--kv-payload", sim.kv_payload,
             "--kv-sample-bytes", str(sim.kv_sample_bytes),
-            # two local raylets share 127.0.0.1: the node role tells the cost model which link KV crosses
-            "--sim-node", f"{placement.node_ip}/{cfg.node_role(role, group)}",
+            # two local raylets share 127.0.0.1: the node role tells the cost model which link KV crosses, unless the
+            # cluster is one machine (cluster.one_machine: NVLink between every server, as the planner prices it)
+            "--sim-node", placement.node_ip if cfg.cluster.one_machine else f"{placement.node_ip}/{cfg.node_role(role, group)}",
         ]
         if cfg.model.preset:
             argv += ["--model-preset", cfg.model.preset]

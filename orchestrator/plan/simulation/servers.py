@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config import RunConfig
+from orchestrator.config.layout import WorkerGroup
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.perfmodel.scheduling.limits import Seq, server_limits
 from orchestrator.perfmodel.scheduling.steps import Step, StepScheduler
@@ -49,7 +50,7 @@ class SimServer:
 
     name: str
     role: Role
-    node: str  # role label of its node; 'all' when it spans nodes
+    node: str  # the machine it runs on (server_host): KV between two servers of one machine moves over NVLink
     model: EngineCostModel | None  # its transfers' cost; None in a one-server trace (no transfers)
     steps: StepScheduler
     busy: bool = False  # a forward is running
@@ -70,12 +71,24 @@ class SimServer:
         return self.steps.limits.kv_capacity_tokens
 
 
+ONE_HOST = "host"  # every server of a one-machine cluster
+SPANS_NODES = "all"  # a server whose group spans machines: no KV link of its own is NVLink
+
+
+def server_host(cfg: RunConfig, role: Role, group: WorkerGroup) -> str:
+    """The machine a server of `group` runs on, as the KV link sees it: the one host of a one-node or
+    `cluster.single_host` cluster (a lent multi-GPU host), else its node's role label (servers placed on the same label
+    share that node), or SPANS_NODES for a group across nodes."""
+    if cfg.cluster.one_machine:
+        return ONE_HOST
+    return cfg.node_role(role, group) if group.nnodes == 1 else SPANS_NODES
+
+
 def _servers(cfg: RunConfig, role: Role, gpu: str | None, sglang_version: str | None) -> list[SimServer]:
     out = []
     for _, index, group in [g for g in cfg.layout.groups() if g[0] == role]:
         model = cost_model_for(cfg, role, group, gpu=gpu, sglang_version=sglang_version)
-        # servers on the same role label share a node unless they span nodes (KV moves over NVLink there)
-        node = cfg.node_role(role, group) if cfg.cluster.num_nodes > 1 and group.nnodes == 1 else "all"
+        node = server_host(cfg, role, group)
         capacity = model.kv_capacity_tokens()
         if capacity <= 0:
             raise SimulationError(

@@ -46,7 +46,7 @@ from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gp
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.server.kv_transfer import KV_ENQUEUE_INTERVAL_S, KV_TRANSFER_QUEUES
 from orchestrator.plan.simulation.runs import LABEL, DecodeSteps, SimulatedRun, SimulationError, batch_shapes, synthetic_batch
-from orchestrator.plan.simulation.servers import Pairing, SimRequest, SimServer, layout_servers
+from orchestrator.plan.simulation.servers import SPANS_NODES, Pairing, SimRequest, SimServer, layout_servers
 
 __all__ = [  # the results and batch helpers live in runs.py; importers may keep using this module
     "LABEL", "SimulatedRun", "SimulationError", "client_concurrency", "batch_shapes",
@@ -266,7 +266,7 @@ class Simulation:
         prefills."""
         decode = req.decode
         assert decode is not None and prefill.model is not None, "PD requests are paired with a decode server on submit"
-        same_node = prefill.node == decode.node != "all"
+        same_node = prefill.node == decode.node != SPANS_NODES  # one machine: NVLink; else the network (IB)
         queue = self.decode.index(decode) % KV_TRANSFER_QUEUES
         req.kv_enqueued_s = self.now if enqueued_s is None else enqueued_s
         req.kv_started_s = start = max(req.kv_enqueued_s, prefill.kv_workers_free_s.get(queue, 0.0))
@@ -307,7 +307,7 @@ def one_server_trace(batch: Sequence[tuple[int, int]], cost: StepCostModel, limi
     decode_step_s): each request's Seq, with the forward of its first token and its end. A decode server
     gets each request's KV as soon as it is pre-allocated (no prefill server, no transfer).
     tests/engines/sim/test_sim_matches_plan.py runs the same trace through the simulated engine's scheduler."""
-    server = SimServer(f"{limits.role}-0-0", limits.role, "all", None, StepScheduler(limits, cost))
+    server = SimServer(f"{limits.role}-0-0", limits.role, SPANS_NODES, None, StepScheduler(limits, cost))
     if limits.role == "prefill":
         raise SimulationError("one_server_trace runs an aggregated or a decode server; a prefill's requests end at its transfer")
     sim = Simulation([], [server], [], answer_s=0.0) if limits.role == "decode" else Simulation([], [], [server], answer_s=0.0)

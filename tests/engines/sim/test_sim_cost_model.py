@@ -57,3 +57,19 @@ def test_the_sim_server_and_the_planner_build_the_same_cost_model(overrides) -> 
     for role in ("prefill", "decode"):
         group = getattr(cfg.layout, role)[0]
         assert what_the_run_sees(sim_cost_model(cfg, role, group)) == what_the_run_sees(cost_model_for(cfg, role, group))
+
+
+@pytest.mark.parametrize(("overrides", "one_link"), [
+    ([], False),  # the default's two 8-GPU nodes: each role's node is its own machine
+    (["cluster.single_host=true", "cluster.gpus_per_node=1", "layout.prefill.0.tp=1", "layout.decode.0.tp=1",
+      "model.preset=DeepSeek-V2-Lite", "model.quantization=bf16"], True),  # two raylets of one lent host
+])
+def test_the_sim_servers_share_a_kv_link_where_the_planner_prices_nvlink(overrides, one_link) -> None:
+    cfg = load_config("configs/default.yaml", overrides)
+    nodes = []
+    for role in ("prefill", "decode"):
+        placement = WorkerPlacement(role=role, group_index=0, replica_index=0, host="127.0.0.1",
+                                    advertise_host="127.0.0.1", port=30000, bootstrap_port=8998)
+        argv = SimBackend().build_launch(cfg, getattr(cfg.layout, role)[0], placement).argv
+        nodes.append(argv[argv.index("--sim-node") + 1])
+    assert (nodes[0] == nodes[1]) is one_link  # the engine's same_node: its NVLink figure
