@@ -13,6 +13,7 @@ from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.profile import shipped_profiles
 from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.plan.closedloop.client import ClosedLoopLoad, simulate_closed_loop
+from orchestrator.plan.simulation.servers import same_gpu_kv_note
 from orchestrator.plan.simulation.simulate import simulate_run
 
 ONE_GPU = "configs/device-h100x1-qwen3-serve.yaml"  # prefill + decode on one H100 (gpu_split: off)
@@ -54,7 +55,7 @@ def test_the_overlap_loop_holds_a_batchs_kv_until_the_next_forward_ends():
     forward_s = cost_model_for(overlap, "prefill", overlap.layout.prefill[0]).prefill_time_s([4000, 4000])
     assert min(held.ttft_s) == pytest.approx(min(sent.ttft_s) + forward_s, rel=0.05)
     # the last batch has no next one, but its KV joins the held batch's on the one transfer worker, behind its two
-    worker_s = cost_model_for(overlap, "prefill", overlap.layout.prefill[0]).kv_transfer_s(4000, same_node=False)
+    worker_s = cost_model_for(overlap, "prefill", overlap.layout.prefill[0]).kv_transfer_s(4000, same_node=True)  # one host
     late_s = max(held.ttft_s) - max(sent.ttft_s)  # that wait, then the decode's next turn (within one of its steps)
     assert 2 * worker_s - 1e-9 <= late_s <= 2 * worker_s + 0.1 * forward_s
 
@@ -69,3 +70,10 @@ def test_qwen3_prefill_borrows_its_gpus_fp8_prefill_shares(gpu):
     own = calibration_for(lender, measured, "fp8")
     assert (cal.efficiency_prefill, cal.efficiency_attention) == (own.efficiency_prefill, own.efficiency_attention)
     assert cal.efficiency_absorbed is None  # GQA has no absorbed-MLA path
+
+
+def test_plan_says_a_kv_hand_off_inside_one_gpu_is_not_modelled():
+    note = same_gpu_kv_note(load_config(ONE_GPU, []))
+    assert note is not None and "not modelled" in note and "one GPU" in note
+    assert same_gpu_kv_note(load_config(ONE_GPU, ["cluster.local.gpu_split=auto"])) is None  # a GPU each
+    assert same_gpu_kv_note(load_config(TWO_GPUS, [])) is None

@@ -14,7 +14,7 @@ from orchestrator.config import RunConfig
 from orchestrator.plan.memory.preflight import check_layout_fits
 from orchestrator.plan.search import PlanError
 from orchestrator.plan.simulation.runs import SimulationError
-from orchestrator.plan.simulation.servers import priced_pairing_note
+from orchestrator.plan.simulation.servers import priced_pairing_note, same_gpu_kv_note
 from orchestrator.rules import verdict_for
 
 
@@ -65,6 +65,8 @@ def cmd_plan_closed_loop(cfg: RunConfig, args: argparse.Namespace, gpu: str) -> 
         return 2
     print(prediction.table())
     if note := priced_pairing_note(cfg):
+        print(f"  {note}")
+    if note := same_gpu_kv_note(cfg):
         print(f"  {note}")
     print(prediction.verdict())
     print(prediction.ready.line())

@@ -23,7 +23,7 @@ from orchestrator.plan.memory.preflight import check_layout_fits
 from orchestrator.plan.proposals import print_search
 from orchestrator.plan.search import PlanError
 from orchestrator.plan.simulation.runs import LABEL, SimulatedRun, SimulationError, batch_shapes
-from orchestrator.plan.simulation.servers import priced_pairing_note
+from orchestrator.plan.simulation.servers import priced_pairing_note, same_gpu_kv_note
 from orchestrator.rules import verdict_for
 from orchestrator.stats import percentile
 
@@ -97,6 +97,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(budget.table())
             print_lent_calibration(cfg, gpu)
             if note := priced_pairing_note(cfg):
+                print(f"  {note}")
+            if note := same_gpu_kv_note(cfg):
                 print(f"  {note}")
             print()
             ok = budget.verdict != INVALID

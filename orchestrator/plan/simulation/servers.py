@@ -21,7 +21,7 @@ from orchestrator.config.layout import WorkerGroup
 from orchestrator.perfmodel.costmodel import EngineCostModel, cost_model_for
 from orchestrator.perfmodel.scheduling.limits import Seq, server_limits
 from orchestrator.perfmodel.scheduling.steps import Step, StepScheduler
-from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu
+from orchestrator.perfmodel.scheduling.timeslice import TimeSlicedGpu, shared_gpu_groups
 from orchestrator.plan.simulation.runs import SimulationError
 from orchestrator.records import Role
 
@@ -185,3 +185,14 @@ def priced_pairing_compare_note(configs: Sequence[tuple[str, RunConfig]]) -> str
                       f"{', '.join(f'{n} {role}' for role, n in _servers_per_role(c).items())} servers)"
                       for name, c in priced)
     return f"router.policy priced as round_robin, one turn shared by both roles, for: {named}; {_MODELLED}"
+
+
+def same_gpu_kv_note(cfg: RunConfig) -> str | None:
+    """One line for `plan` where a prefill and a decode server share one GPU (a local cluster with gpu_split: off): their
+    KV hand-off is a copy inside that GPU, which the KV worker's constants do not describe. None elsewhere."""
+    if cfg.layout.mode != "pd" or not any({n.split("-")[0] for n in names} >= {"prefill", "decode"}
+                                          for names in shared_gpu_groups(cfg)):
+        return None
+    return ("KV hand-off between a prefill and a decode on one GPU: not modelled (a copy inside the GPU; on one H100 its "
+            "NIXL worker waited ~13 ms a chunk for the GPU the prefill keeps busy, 2026-11-24 call 1, no fit); priced "
+            "as the KV worker between two machines (1.28 ms a chunk + bytes at the IB figure)")
