@@ -36,6 +36,27 @@ class SloConfig(Strict):
     min_good_fraction: float = Field(0.90, gt=0, le=1, description="Gate: good requests / all requests of the "
                                      "window must reach this for the point to count.")
 
+    def admits(self, ttft_s: float, itl_s: float | None) -> bool:
+        """Whether one request is good, as AIPerf's --goodput judges it: TTFT <= ttft_ms and ITL <= itl_ms, the line
+        itself good; a request without an ITL (one output token, see inter_token_latency_s) is never good.
+
+        The thresholds are brought to seconds, not the times to ms: 2.007 s x 1e3 is 2007.0000000000002 in floats,
+        over a 2007 ms line AIPerf (integer ns against 2007 x 1e6) puts that request on; 2.007 s <= 2007 / 1e3 is it.
+        """
+        return itl_s is not None and ttft_s <= self.ttft_ms / 1e3 and itl_s <= self.itl_ms / 1e3
+
+
+def inter_token_latency_s(first_token_s: float, end_s: float, output_tokens: int) -> float | None:
+    """AIPerf's inter_token_latency of one request: (end - first token) / (output tokens - 1), None below 2 output
+    tokens (AIPerf records no value there). The two instants share one clock: from the send (TTFT and e2e), or any.
+
+    Both are taken to whole nanoseconds first, as AIPerf measures them, so a request on the SLA line stays on it:
+    (3.02 - 3.0) s is 0.020000000000000018 in floats, over the 20 ms line AIPerf puts that request on.
+    """
+    if output_tokens < 2:
+        return None
+    return (round(end_s * 1e9) - round(first_token_s * 1e9)) / (output_tokens - 1) / 1e9
+
 
 # fields of one kind only; setting one off its default under the other kind is an error, not silently ignored
 CLOSED_LOOP_FIELDS = ("input_tokens", "output_tokens", "concurrency", "warmup_s", "window_s", "grace_s", "slo")

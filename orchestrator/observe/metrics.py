@@ -17,7 +17,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from orchestrator.config.benchmark import SloConfig
+from orchestrator.config.benchmark import SloConfig, inter_token_latency_s
 from orchestrator.phases import BEFORE_PLACEMENT, Phase
 from orchestrator.records import RequestResult
 
@@ -97,11 +97,12 @@ class RouterMetrics:
             PREFIX + "itl_seconds", "Inter-token latency of each streamed request: (e2e - TTFT) / (output tokens - 1).",
             base, buckets=ITL_BUCKETS_S, registry=reg,
         )
-        # AIPerf's goodput, counted at the gateway: judged = streamed requests with >= 2 output tokens (their ITL is
-        # defined), good = those within self.slo; rate() of good output tokens is the contest's score.
+        # AIPerf's goodput, counted at the gateway: judged = streamed requests (AIPerf's request count: a one-token
+        # answer too, never good without an ITL), good = those self.slo admits; rate() of good output tokens is the
+        # contest's score.
         self.sla_judged_requests = Counter(
-            PREFIX + "sla_judged_requests", "Completed streamed requests with a TTFT and an ITL to judge.", base,
-            registry=reg,
+            PREFIX + "sla_judged_requests", "Completed streamed requests (with a TTFT) judged against the SLA; "
+            "one-token answers included, never good (no ITL), as AIPerf counts them.", base, registry=reg,
         )
         self.sla_good_requests = Counter(
             PREFIX + "sla_good_requests", f"Judged requests with TTFT <= {self.slo.ttft_ms:g} ms and ITL <= "
@@ -184,16 +185,18 @@ class RouterMetrics:
         self._judge_sla(result)
 
     def _judge_sla(self, result: RequestResult) -> None:
-        """ITL and the SLA counters of a completed request (AIPerf's definitions); skipped without a TTFT."""
-        n = result.completion_tokens
-        if result.ttft_s is None or result.e2e_s is None or n < 2:
+        """ITL and the SLA counters of a completed streamed request, by SloConfig.admits as AIPerf judges it: a
+        one-token answer is judged and never good (it has no ITL); a request without a TTFT (not streamed) is not
+        judged."""
+        if result.ttft_s is None or result.e2e_s is None:
             return
-        itl_s = max(result.e2e_s - result.ttft_s, 0.0) / (n - 1)
-        self._child(self.itl_seconds).observe(itl_s)
+        itl_s = inter_token_latency_s(result.ttft_s, result.e2e_s, result.completion_tokens)
+        if itl_s is not None:
+            self._child(self.itl_seconds).observe(itl_s)
         self._child(self.sla_judged_requests).inc()
-        if result.ttft_s * 1e3 <= self.slo.ttft_ms and itl_s * 1e3 <= self.slo.itl_ms:  # as `goodput` compares
+        if self.slo.admits(result.ttft_s, itl_s):
             self._child(self.sla_good_requests).inc()
-            self._child(self.sla_good_output_tokens).inc(n)
+            self._child(self.sla_good_output_tokens).inc(result.completion_tokens)
 
     def rejected(self, reason: str) -> None:
         """Count a request refused at the gateway (e.g. `queue_full`: router.max_in_flight_requests reached)."""

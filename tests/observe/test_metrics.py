@@ -28,6 +28,7 @@ from orchestrator.observe.metrics import (
     projected_finish,
     start_exporter,
 )
+from orchestrator.plan.closedloop.client import ClosedLoopLoad, ClosedLoopRun, RequestTiming
 from orchestrator.records import RequestResult, WorkerEndpoint
 
 RUN = {"run_id": "r1", "layout": "1PxTP8/1DxTP8"}
@@ -108,7 +109,8 @@ def test_completed_requests_count_tokens_per_phase_and_worker(exporter):
 
 def test_streamed_requests_are_judged_against_the_2026_goodput_sla_as_aiperf_does(exporter):
     """ITL = (e2e - TTFT) / (tokens - 1); good = TTFT <= 3 s and ITL <= 20 ms; a request without a TTFT (not
-    streamed) or with one token (no ITL) is not judged; good output tokens add up the good requests' tokens."""
+    streamed) is not judged; one with one token has no ITL and is judged, never good (AIPerf counts it in its request
+    count, not its good ones); good output tokens add up the good requests' tokens."""
     registry, exp = exporter
     router = RouterMetrics(**RUN, registry=registry)
 
@@ -122,9 +124,9 @@ def test_streamed_requests_are_judged_against_the_2026_goodput_sla_as_aiperf_doe
     done(3.1, 3.1 + 0.010 * 99, 100)   # TTFT 3.1 s: not good
     done(0.1, 0.12, 2)                 # ITL 20 ms on the line: good
     done(None, 1.0, 50)                # not streamed: no TTFT, not judged
-    done(0.2, 0.2, 1)                  # one token: no ITL, not judged
+    done(0.2, 0.2, 1)                  # one token: no ITL, judged, not good
     samples = scrape(exp.address)
-    assert value(samples, "pdorch_sla_judged_requests_total") == 4
+    assert value(samples, "pdorch_sla_judged_requests_total") == 5
     assert value(samples, "pdorch_sla_good_requests_total") == 2
     assert value(samples, "pdorch_sla_good_output_tokens_total") == 202
     assert value(samples, "pdorch_itl_seconds_count") == 4
@@ -148,6 +150,34 @@ def test_the_good_request_counters_judge_by_the_configs_slo_and_say_it_in_their_
     families = text_string_to_metric_families(generate_latest(registry).decode())
     (help_text,) = [f.documentation for f in families if f.name == "pdorch_sla_good_requests"]
     assert "TTFT <= 1000 ms and ITL <= 50 ms" in help_text
+
+
+def test_the_gateway_counters_and_the_planner_judge_the_same_requests_the_same_way():
+    """One rule (SloConfig.admits on AIPerf's ITL) behind both: the gateway's good-request counter and the planner's
+    predicted goodput call the same requests good, the lines themselves (TTFT 2.007 s under a 2007 ms SLO, ITL
+    (3.02 - 3.0) s under 20 ms) and a one-token answer included."""
+    slo = SloConfig(ttft_ms=2007, itl_ms=20)
+    requests = [  # (TTFT s, e2e s, output tokens), the verdict AIPerf gives it
+        (2.007, 2.007 + 0.019 * 199, 200, True),    # TTFT on the line
+        (2.0070001, 2.1, 200, False),               # TTFT just over
+        (1.0, 1.0 + 0.020 * 199, 200, True),        # ITL on the line
+        (3.0 - 1.0, 3.02 - 1.0, 2, True),           # ITL on the line, two tokens
+        (1.0, 1.0 + 0.0200001 * 199, 200, False),   # ITL just over
+        (0.2, 0.2, 1, False),                       # one token: no ITL
+    ]
+    registry = CollectorRegistry()
+    router = RouterMetrics(**RUN, registry=registry, slo=slo)
+    gateway = []
+    for ttft_s, e2e_s, tokens, _ in requests:
+        before = registry.get_sample_value("pdorch_sla_good_requests_total", RUN) or 0
+        router.completed(RequestResult(index=0, status="ok", prompt_len=10, output_len=tokens, completion_tokens=tokens,
+                                       ttft_s=ttft_s, e2e_s=e2e_s, prefill_worker="p", decode_worker="d"))
+        gateway.append(registry.get_sample_value("pdorch_sla_good_requests_total", RUN) == before + 1)
+    timings = [RequestTiming(0.0, ttft_s, e2e_s, tokens) for ttft_s, e2e_s, tokens, _ in requests]
+    run = ClosedLoopRun(ClosedLoopLoad(len(requests), 10, 200, 120, 30), timings, not_counted=0)
+    planner = [t in run.good(slo) for t in timings]
+    assert gateway == planner == [verdict for *_, verdict in requests]
+    assert registry.get_sample_value("pdorch_sla_judged_requests_total", RUN) == len(requests)
 
 
 def test_gateway_rejections_start_at_zero_per_reason(exporter):

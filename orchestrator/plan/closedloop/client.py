@@ -12,7 +12,8 @@ prefilled early in a wave waits for the rest (aggregated: its decode stalls behi
 AIPerf's phases as modelled: warm-up requests finish before the measured window opens (its phases run one after
 the other), so the window starts from idle servers with all N sent at once and the warm-up is not simulated;
 requests sent during `window_s` count if they end within `grace_s` after it; throughput is their output tokens
-over first send to last end; ITL is (end - first token) / (OSL - 1), AIPerf's inter_token_latency.
+over first send to last end; ITL is AIPerf's inter_token_latency and a request is good when the config's SloConfig
+admits it (config/benchmark.py: the gateway's counters judge by the same two).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
+from orchestrator.config.benchmark import SloConfig, inter_token_latency_s
 from orchestrator.plan.simulation.simulate import ForwardObserver, Simulation, SimulationError, shared_gpu_groups
 from orchestrator.plan.simulation.servers import Pairing, SimRequest, layout_servers
 from orchestrator.stats import percentile
@@ -57,8 +59,8 @@ class RequestTiming:
         return self.first_token_s - self.sent_s
 
     @property
-    def itl_s(self) -> float:
-        return (self.end_s - self.first_token_s) / max(self.output_tokens - 1, 1)
+    def itl_s(self) -> float | None:
+        return inter_token_latency_s(self.first_token_s, self.end_s, self.output_tokens)
 
 
 @dataclass
@@ -77,21 +79,21 @@ class ClosedLoopRun:
     def output_tok_s(self) -> float:
         return sum(r.output_tokens for r in self.requests) / self.duration_s if self.duration_s > 0 else 0.0
 
-    def good(self, ttft_ms: float, itl_ms: float) -> list[RequestTiming]:
-        return [r for r in self.requests if r.ttft_s * 1e3 <= ttft_ms and r.itl_s * 1e3 <= itl_ms]
+    def good(self, slo: SloConfig) -> list[RequestTiming]:
+        return [r for r in self.requests if slo.admits(r.ttft_s, r.itl_s)]
 
-    def good_fraction(self, ttft_ms: float, itl_ms: float) -> float:
-        return len(self.good(ttft_ms, itl_ms)) / len(self.requests) if self.requests else 0.0
+    def good_fraction(self, slo: SloConfig) -> float:
+        return len(self.good(slo)) / len(self.requests) if self.requests else 0.0
 
-    def good_output_tok_s(self, ttft_ms: float, itl_ms: float) -> float:
-        good = sum(r.output_tokens for r in self.good(ttft_ms, itl_ms))
+    def good_output_tok_s(self, slo: SloConfig) -> float:
+        good = sum(r.output_tokens for r in self.good(slo))
         return good / self.duration_s if self.duration_s > 0 else 0.0
 
     def ttft_ms(self) -> dict[str, float]:
         return _quantiles([r.ttft_s * 1e3 for r in self.requests])
 
     def itl_ms(self) -> dict[str, float]:
-        return _quantiles([r.itl_s * 1e3 for r in self.requests])
+        return _quantiles([itl_s * 1e3 for r in self.requests if (itl_s := r.itl_s) is not None])
 
     def waves(self) -> list[list[RequestTiming]]:
         """Requests grouped by send instant (to the microsecond), in send order: the lockstep waves."""

@@ -38,11 +38,11 @@ class ClosedLoopPoint:
 
     @property
     def good_output_tok_s(self) -> float:
-        return self.run.good_output_tok_s(self.slo.ttft_ms, self.slo.itl_ms)
+        return self.run.good_output_tok_s(self.slo)
 
     @property
     def good_fraction(self) -> float:
-        return self.run.good_fraction(self.slo.ttft_ms, self.slo.itl_ms)
+        return self.run.good_fraction(self.slo)
 
     @property
     def clears_gate(self) -> bool:
