@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.api.openai import ChatMessage, chat_prompt  # noqa: E402
 from orchestrator.config import RunConfig, load_config  # noqa: E402
+from orchestrator.config.benchmark import inter_token_latency_s  # noqa: E402
 from orchestrator.engines.base import WorkerPlacement  # noqa: E402
 from orchestrator.engines.sim.backend import SimBackend  # noqa: E402
 from orchestrator.engines.sim.engine import SimEngine  # noqa: E402
@@ -98,8 +99,8 @@ async def simulated_itl(cfg: RunConfig, requests: list[SimRequest]) -> tuple[flo
     steps = cfg.benchmark.output_tokens - 1
     if any(len(r.output_ids) != steps + 1 for r in requests) or scheduler.decode_steps != steps:
         raise RuntimeError(f"expected {steps} decode steps in lockstep, ran {scheduler.decode_steps}")
-    wall = statistics.median((r.finished_at - r.first_token_at) / steps for r in requests
-                             if r.finished_at is not None and r.first_token_at is not None)
+    wall = statistics.median(itl for r in requests if r.finished_at is not None and r.first_token_at is not None
+                             and (itl := inter_token_latency_s(r.first_token_at, r.finished_at, steps + 1)) is not None)
     return scheduler.modelled_busy_s / scale / steps, wall / scale
 
 

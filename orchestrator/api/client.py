@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from orchestrator.api.generate import BadRequest, GenerateBody, invalid_body_message
 from orchestrator.api.sse import json_events
+from orchestrator.config.benchmark import inter_token_latency_s
 from orchestrator.records import BenchRequest
 
 
@@ -200,9 +201,9 @@ def summarize(results: list[StreamedRequest], duration_s: float, concurrency: in
     output_tokens = sum(r.completion_tokens for r in done)
     duration = max(duration_s, 1e-9)
     tpots = [
-        (r.e2e_s - r.ttft_s) / (r.completion_tokens - 1)
-        for r in done
-        if r.completion_tokens > 1 and r.e2e_s is not None and r.ttft_s is not None
+        tpot for r in done
+        if r.e2e_s is not None and r.ttft_s is not None
+        and (tpot := inter_token_latency_s(r.ttft_s, r.e2e_s, r.completion_tokens)) is not None
     ]
     gpus = max(num_gpus, 1)
     return LevelMetrics(

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from orchestrator.config.benchmark import inter_token_latency_s
 from orchestrator.records import RequestResult
 from orchestrator.stats import percentile
 
@@ -121,11 +122,12 @@ def _field(r, name: str):
 
 
 def tpot_s(r) -> float | None:
-    """Time per output token after the first, bench_serving's definition; None below 2 tokens."""
+    """Time per output token after the first: bench_serving's TPOT, AIPerf's inter_token_latency (one definition,
+    config/benchmark.py's inter_token_latency_s); None below 2 tokens or without a TTFT."""
     ttft, e2e, tokens = _field(r, "ttft_s"), _field(r, "e2e_s"), _field(r, "completion_tokens") or 0
-    if ttft is None or e2e is None or tokens < 2:
+    if ttft is None or e2e is None:
         return None
-    return (e2e - ttft) / (tokens - 1)
+    return inter_token_latency_s(ttft, e2e, tokens)
 
 
 @dataclass

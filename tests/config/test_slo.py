@@ -12,7 +12,10 @@ import subprocess
 
 import pytest
 
+from orchestrator.api.client import StreamedRequest, summarize
 from orchestrator.config.benchmark import SloConfig, inter_token_latency_s
+from orchestrator.observe.report import tpot_s
+from orchestrator.plan.closedloop.client import RequestTiming
 from orchestrator.run.aiperf import aiperf_env, find_aiperf
 
 NS = 1e-9
@@ -97,3 +100,18 @@ def test_admits_agrees_with_aiperfs_own_goodput_judge_on_every_boundary_request(
             for (t, i), records in cases for ttft_ns, lat_ns, osl in records]
     assert ours == aiperf
     assert 0 < sum(ours) < len(ours)  # both verdicts occur
+
+
+def test_every_itl_reader_uses_the_one_definition():
+    """bench's report TPOT, the sweep client's TPOT and the planner's ITL all give a request on the 20 ms line
+    (TTFT 3.0 s, e2e 3.02 s, 2 tokens) exactly 20 ms, as inter_token_latency_s does and the float formula does not;
+    below 2 tokens none has a value."""
+    on_line = inter_token_latency_s(3.0, 3.02, 2)
+    assert on_line == 0.020 != (3.02 - 3.0) / (2 - 1)
+    assert tpot_s({"ttft_s": 3.0, "e2e_s": 3.02, "completion_tokens": 2}) == on_line
+    assert tpot_s({"ttft_s": 3.0, "e2e_s": 3.0, "completion_tokens": 1}) is None
+    streamed = [StreamedRequest(0, 10, 2, ok=True, completion_tokens=2, ttft_s=3.0, e2e_s=3.02),
+                StreamedRequest(1, 10, 1, ok=True, completion_tokens=1, ttft_s=3.0, e2e_s=3.0)]
+    assert summarize(streamed, 3.02, 2, 1).tpot.median_ms == on_line * 1e3
+    assert RequestTiming(1.0, 4.0, 4.02, 2).itl_s == on_line
+    assert RequestTiming(1.0, 4.0, 4.0, 1).itl_s is None
