@@ -65,6 +65,16 @@ def test_dashboards_cover_the_issue_panels_and_are_templated():
                if q.where.startswith("panel"))
 
 
+def test_the_serving_sla_panels_say_the_thresholds_are_the_configs_benchmark_slo():
+    """The gateway judges by the run config's benchmark.slo (SloConfig.admits), so no panel states 3 s / 20 ms as if
+    fixed: each SLA panel names the config field and gives the 2026 values as its defaults."""
+    panels = {p["title"]: p["description"] for p in load_dashboards()["serving.json"]["panels"]}
+    for title in ("Good request fraction", "Output tok/s: all and good"):
+        assert "benchmark.slo.ttft_ms" in panels[title] and "benchmark.slo.itl_ms" in panels[title], title
+        assert "defaults 3 s / 20 ms" in panels[title], title
+    assert "benchmark.slo.itl_ms (default 20 ms)" in panels["ITL (inter-token latency)"]
+
+
 def test_panel_ids_and_grid_positions_are_valid():
     for name, dash in load_dashboards().items():
         ids = [p["id"] for p in dash["panels"]]
