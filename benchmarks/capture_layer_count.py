@@ -129,8 +129,8 @@ def log_first_sizes(archive: Path) -> dict[str, float]:
     return out
 
 
-def starts_from_raw(raw_paths: list[Path], logs: Path | None) -> list[dict]:
-    firsts = log_first_sizes(logs) if logs else {}
+def starts_from_raw(raw_paths: list[Path], logs: list[Path]) -> list[dict]:
+    firsts = {name: s for archive in logs for name, s in log_first_sizes(archive).items()}
     rows = []
     for path in raw_paths:
         raw = json.loads(read_text(path))
@@ -146,7 +146,7 @@ def starts_from_raw(raw_paths: list[Path], logs: Path | None) -> list[dict]:
     return rows
 
 
-def read(raw_paths: list[Path], logs: Path | None) -> int:
+def read(raw_paths: list[Path], logs: list[Path], predicted: Path | None) -> int:
     rows = starts_from_raw(raw_paths, logs)
     print(f"{'server':<16} {'start':<6} {'layers':>6} {'sizes':>5} {'ready s':>7} {'capture s':>9} {'first s':>7} {'per size s':>10} caches")
     warm = []
@@ -159,6 +159,8 @@ def read(raw_paths: list[Path], logs: Path | None) -> int:
             warm.append((r["layers"], r["capture_s"] / r["sizes"]))
     if rows:
         print(f"GPU: {rows[0]['gpu']}")
+    if predicted is not None and rows:
+        print_errors(rows, predicted)
     counts = sorted({n for n, _ in warm})
     spreads = []
     for n in counts:
@@ -183,6 +185,28 @@ def read(raw_paths: list[Path], logs: Path | None) -> int:
     return 0
 
 
+def print_errors(rows: list[dict], predicted: Path) -> None:
+    """Each start's capture against the pre-registered forms (the warm prediction of its count, or the cold one)."""
+    gpu = "H200" if "H200" in rows[0]["gpu"] else "H100-SXM"
+    table = next(r for r in json.loads(predicted.read_text()) if r["gpu"] == gpu)
+    forms = [k.removeprefix("capture_s ") for k in table["starts"][0] if k.startswith("capture_s ")]
+    errors: dict[str, list[float]] = {f: [] for f in forms}
+    print(f"capture s against the registered forms ({gpu}; measured / predicted - 1):")
+    for r in rows:
+        cold = r["first_s"] is None or r["first_s"] >= COLD_FIRST_SIZE_S
+        if cold:
+            continue
+        pred = next(p for p in table["starts"] if p["layers"] == r["layers"] and p["caches"] == "warm")
+        cells = []
+        for f in forms:
+            err = pred[f"capture_s {f}"] / r["capture_s"] - 1
+            errors[f].append(abs(err))
+            cells.append(f"{f} {pred[f'capture_s {f}']:6.2f} ({err:+.0%})")
+        print(f"  {r['name']:<16} {r['variant']:<6} {r['capture_s']:6.2f}: " + ", ".join(cells))
+    print("  MAPE over the warm starts (predicted / measured - 1): " + ", ".join(
+        f"{f} {statistics.mean(e):.0%}" for f, e in errors.items() if e))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -190,10 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the predictions here")
     r = sub.add_parser("read")
     r.add_argument("raw", type=Path, nargs="+", help="calibration-r1s<L>-lease20.json (or .xz)")
-    r.add_argument("--logs", type=Path, help="the probe's layer-probe.tar.xz (server logs: the first size's seconds)")
+    r.add_argument("--logs", type=Path, nargs="*", default=[],
+                   help="the probe's layer-probe.tar.xz of each call (server logs: the first size's seconds)")
+    r.add_argument("--predicted", type=Path, help="the pre-registered predicted.json: each warm start against each form")
     args = ap.parse_args(argv)
     if args.cmd == "read":
-        return read(args.raw, args.logs)
+        return read(args.raw, args.logs, args.predicted)
     results = [predict("H200", [4, 10, 7]), predict("H100-SXM", [4, 6, 5])]
     for res in results:
         print_prediction(res)
