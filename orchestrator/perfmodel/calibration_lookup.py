@@ -19,6 +19,7 @@ from orchestrator.perfmodel.calibration import (
     Calibration,
     fit_decode,
     PrefillShares,
+    StartupCoeffs,
     fit_prefill_shares,
     fit_startup,
     runtime_overhead_gb,
@@ -157,31 +158,22 @@ def _find_calibration(
     profile = find_profile(gpu, arch, quantization, pool, load_format)
     if profile is not None:
         cal = calibration_for(profile, arch, quantization)
-        lender = next((p for p in same_gpu if p.startup and p is not profile), None)
-        if not profile.startup and lender is not None:  # the process start and memory: host and image, not layer shape
-            lent = _startup_only(lender.model_dump_json(), arch, quantization)
-            lent_startup = lent.startup
-            elsewhere = next((p for p in pool if p.startup and p.gpu.name != gpu and p.model.matches(arch, quantization)), None)
-            if elsewhere is not None:  # capture, its compile and other cold JIT from the shape's own start-ups elsewhere
-                lent_startup = replace(calibration_for(elsewhere, arch, quantization).startup, process_s=lent_startup.process_s)
-            cal = replace(cal, startup=lent_startup, runtime_overhead_gb=cal.runtime_overhead_gb or lent.runtime_overhead_gb)
+        if not profile.startup:  # its start-up by phase; the memory outside the pool from this GPU's start-ups
+            host = next((p for p in same_gpu if p.startup), None)
+            overhead = cal.runtime_overhead_gb or (
+                _startup_only(host.model_dump_json(), arch, quantization).runtime_overhead_gb if host else None)
+            cal = replace(cal, startup=startup_by_phase(gpu, arch, quantization, pool) or cal.startup,
+                          runtime_overhead_gb=overhead)
         return cal
     others = sorted((p for p in pool if p.model.matches(arch, quantization)),
                     key=lambda p: p.model.real_like != (load_format != "dummy"))
-    if others:  # the shape's step costs from another GPU, and its graph capture and compile; the process start from
-        # this GPU's profile (host and image). Capture and compile follow the kernels a layer shape builds, not the GPU:
-        # V2-Lite's first graph size compiled in 56-75 s on eight H100 machines, by its H200 profile's 52 s, not the
-        # R1-shaped H100 profile's 89 s, and captured warm in 10-15 s for 36 sizes, not 45 s (docs/fidelity.md,
-        # "V2-Lite's start-up on H100")
+    if others:  # the shape's step costs from another GPU; its start-up by phase
         cal = calibration_for(others[0], arch, quantization)
-        if same_gpu:
-            host = _startup_only(same_gpu[0].model_dump_json(), arch, quantization).startup
-            shape = cal.startup
-            cal = replace(cal, startup=host if shape is None else replace(shape, process_s=host.process_s))
-        return cal
+        return replace(cal, startup=startup_by_phase(gpu, arch, quantization, pool) or cal.startup)
     if not same_gpu:
         return None
     startup = _startup_only(same_gpu[0].model_dump_json(), arch, quantization)
+    startup = replace(startup, startup=startup_by_phase(gpu, arch, quantization, pool) or startup.startup)
     same_dims = next((p for p in sorted(pool, key=lambda p: p.gpu.name != gpu) if p.model.matches(arch, p.model.quantization)), None)
     if same_dims is not None:  # these layer dims measured in another weight format (R1 W4A8): that profile's graphed
         # fixed time per layer, as its own format's calibrated steps charge it at any layer count, and the expert share
@@ -397,6 +389,30 @@ def _nearest_context(steps: dict[tuple[int, int], float], point) -> float | None
     near = [(abs(c - point.context_tokens), s) for (b, c), s in steps.items()
             if b == point.batch_size and abs(c - point.context_tokens) <= 0.05 * point.context_tokens]
     return min(near)[1] if near else None
+
+
+def startup_by_phase(gpu: str, arch: ModelArchitecture, quantization: str, pool: list[CalibrationProfile]) -> StartupCoeffs | None:
+    """A server's start-up phases, each from the profiles whose start-ups share what the phase depends on: the process
+    start (imports, init, scheduler: host and image) from this GPU's start-ups, the layer shape's own first; graph
+    capture, its cold compile and the cold JIT (the kernels a layer shape builds) from the shape's own start-ups, this
+    GPU's first, else another GPU's (R1 on H200: the R1-shaped H100 ones; V2-Lite on H100: its H200 profile's). A shape
+    with no start-up anywhere takes this GPU's other shape's figures whole (no figure of its kernels exists); a GPU with
+    none, the shape's own process start. None where no profile of the pool measured a start-up.
+
+    Why by phase: V2-Lite's first graph size compiled in 56-75 s on eight H100 machines, as its H200 profile's 52 s
+    and not the R1-shaped H100 profile's 89 s, and captured warm in 10-15 s for 36 sizes, not 45 s; the three R1-shaped
+    cold starts on H200 captured as the R1-shaped H100 figures give (docs/fidelity.md, "V2-Lite's start-up on H100" and
+    "Start-up terms from the logs")."""
+    measured = [p for p in pool if p.startup]
+    shape = sorted((p for p in measured if p.model.matches(arch, quantization)), key=lambda p: p.gpu.name != gpu)
+    host = sorted((p for p in measured if p.gpu.name == gpu), key=lambda p: not p.model.matches(arch, quantization))
+    host_startup = _startup_only(host[0].model_dump_json(), arch, quantization).startup if host else None
+    if not shape:
+        return host_startup
+    own = calibration_for(shape[0], arch, quantization).startup
+    if host_startup is None or shape[0] is host[0]:
+        return own
+    return replace(own, process_s=host_startup.process_s)
 
 
 @lru_cache(maxsize=32)

@@ -13,7 +13,8 @@ import pytest
 
 from orchestrator.calibrate.logparse import startup
 from orchestrator.config import load_config
-from orchestrator.perfmodel.calibration_lookup import calibration_for
+from orchestrator.config.model_presets import MODEL_PRESETS
+from orchestrator.perfmodel.calibration_lookup import calibration_for, startup_by_phase
 from orchestrator.perfmodel.costmodel import cost_model_for
 from orchestrator.perfmodel.profile import shipped_profiles
 
@@ -112,3 +113,34 @@ def test_the_r1_shaped_cold_h200_starts_capture_like_the_r1_shaped_figures() -> 
         assert sum(phases.values()) == pytest.approx(ready, rel=0.25), what
         before = v2lite.graph_once_cold_s + (sizes - 1) * v2lite.graph_bs_cold_s + sizes * 6 * v2lite.graph_bs_layer_s
         assert before < capture_s * 2 / 3, what
+
+
+def _pool(drop: str | None = None):
+    return [p for p in shipped_profiles() if p.purpose == "calibration" and p.name != drop]
+
+
+def test_both_lendings_are_one_rule_by_phase() -> None:
+    """R1 on H200 (a profile without start-ups) and V2-Lite on H100 (no profile of the shape) get their start-up from
+    the one rule: process start by this GPU's start-ups, capture and compile by the layer shape's own."""
+    for config, gpu in (("configs/h200-1p1d-tp8.yaml", "H200"), ("configs/device-h100x1-1p1d.yaml", "H100-SXM")):
+        cfg = load_config(ROOT / config)
+        model = cost_model_for(cfg, "decode", cfg.layout.decode[0])
+        assert model.calibration.startup == startup_by_phase(gpu, model.arch, model.quantization, _pool()), config
+
+
+def test_a_gpu_without_start_ups_keeps_the_shapes_own_process_start() -> None:
+    cfg = load_config(ROOT / "configs/h200-1p1d-tp8.yaml")
+    r1 = cost_model_for(cfg, "decode", cfg.layout.decode[0])
+    profile = next(p for p in shipped_profiles() if p.name == R1S6_H100)
+    alone = startup_by_phase("H200", r1.arch, r1.quantization, _pool(drop=V2LITE_H200))
+    assert alone == calibration_for(profile, r1.arch, r1.quantization).startup
+    assert alone.process_s != _startup_of(V2LITE_H200).process_s
+
+
+def test_a_shape_without_start_ups_takes_this_gpus_figures_whole() -> None:
+    """No start-up of the layer shape anywhere (Qwen3-235B): every phase from this GPU's start-ups, another shape's."""
+    qwen3 = MODEL_PRESETS["qwen3-235b-a22b-fp8"]
+    lent = startup_by_phase("H200", qwen3, "fp8", _pool())
+    assert lent is not None and lent.graph_once_cold_s == _startup_of(V2LITE_H200).graph_once_cold_s
+    assert startup_by_phase("H100-SXM", qwen3, "fp8", _pool()).graph_once_cold_s == _startup_of(R1S6_H100).graph_once_cold_s
+    assert startup_by_phase("H200", qwen3, "fp8", []) is None
