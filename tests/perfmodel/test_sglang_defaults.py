@@ -40,6 +40,11 @@ DEFAULT_STARTS = {
     ("2026-11-24-calibration-h100-r1shaped/logs-r1-defaults-oom.tar.xz", "r1/server-r1s6-warm-default.log"): (0.835, 0.816),
     ("2026-11-24-calibration-h100-v2lite/logs-v2lite.tar.xz", "v2lite/server-v2lite-cold-default.log"): (0.835, 0.816),
     ("2026-11-24-calibration-h100-v2lite/logs-v2lite.tar.xz", "v2lite/server-v2lite-warm-default.log"): (0.835, 0.816),
+    # lease 22's (R1-shaped 4 / 8 / 12 layers on one H200, up to three starts a count; records beside the archives)
+    **{(f"2026-11-27-lease22-h200/{call}/layer-probe.tar.xz", f"./r1s{n}/server-r1s{n}-{tag}-start{k}.log"): (0.907, 0.896)
+       for call, tag, starts in (("call3-probe", "lease22", ((4, 1), (4, 2), (4, 3), (12, 1))),
+                                 ("call4-probe", "lease22c4", ((12, 1), (12, 2), (12, 3), (4, 1), (4, 2), (4, 3), (8, 1), (8, 2))))
+       for n, k in starts},
     # lease 8's layer counts (R1-shaped 3-6 layers on one H100; their records beside the archives)
     **{(f"2026-11-27-lease8-r1-layers-h100/{call}/layer-probe.tar.xz", f"./r1s{n}/server-r1s{n}-lease8-layers.log"):
        (0.835, 0.816) for call, counts in (("call2", (4, 6)), ("call3", (5, 3))) for n in counts},
