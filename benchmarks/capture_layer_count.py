@@ -129,8 +129,9 @@ def log_first_sizes(archive: Path) -> dict[str, float]:
     return out
 
 
-def starts_from_raw(raw_paths: list[Path], logs: list[Path]) -> list[dict]:
-    firsts = {name: s for archive in logs for name, s in log_first_sizes(archive).items()}
+def capture_rows(raw_paths: list[Path]) -> list[tuple[str, dict]]:
+    """Each start's decode-graph capture in the probe's raw files, with the name of its server log in the call's
+    archive (lease 20 and lease 22 read the same files; each adds what it takes from the log)."""
     rows = []
     for path in raw_paths:
         raw = json.loads(read_text(path))
@@ -139,11 +140,15 @@ def starts_from_raw(raw_paths: list[Path], logs: list[Path]) -> list[dict]:
             graphs = [g for g in (run.get("startup") or {}).get("cuda_graphs", []) if g.get("capture_s") is not None]
             if run.get("skipped") or not graphs:
                 continue
-            first = firsts.get(f"server-{raw['name']}-{run['variant']}.log")
-            rows.append({"name": raw["name"], "variant": run["variant"], "layers": layers, "ready_s": run.get("ready_after_s"),
-                         "capture_s": graphs[-1]["capture_s"], "sizes": len(graphs[-1]["bs"]), "first_s": first,
-                         "gpu": raw["gpu"]["name"]})
+            rows.append((f"server-{raw['name']}-{run['variant']}.log",
+                         {"name": raw["name"], "variant": run["variant"], "layers": layers, "ready_s": run.get("ready_after_s"),
+                          "capture_s": graphs[-1]["capture_s"], "sizes": len(graphs[-1]["bs"]), "gpu": raw["gpu"]["name"]}))
     return rows
+
+
+def starts_from_raw(raw_paths: list[Path], logs: list[Path]) -> list[dict]:
+    firsts = {name: s for archive in logs for name, s in log_first_sizes(archive).items()}
+    return [{**row, "first_s": firsts.get(log)} for log, row in capture_rows(raw_paths)]
 
 
 def read(raw_paths: list[Path], logs: list[Path], predicted: Path | None) -> int:

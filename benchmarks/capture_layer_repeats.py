@@ -39,12 +39,12 @@ from benchmarks.capture_layer_count import (  # noqa: E402
     PROFILE_LAYERS,
     R1,
     R1_SIZES,
+    capture_rows,
     line,
     outcome,
     share_fixed,
     startup_terms,
 )
-from orchestrator.compressed import read_text  # noqa: E402
 
 # lease 20's warm starts on one H200 without the one right after the cold start (capture s at 36 sizes;
 # benchmarks/results/2026-11-27-lease20-read/output.txt): 4 layers 4.49 / 5.37, 7 layers 5.33 / 5.12, 10 layers
@@ -128,19 +128,7 @@ def classes(archives: list[Path]) -> dict[str, str]:
 
 def starts(raw_paths: list[Path], archives: list[Path]) -> list[dict]:
     cls = classes(archives)
-    rows = []
-    for path in raw_paths:
-        raw = json.loads(read_text(path))
-        layers = int(raw["model"]["config"]["num_hidden_layers"])
-        for run in raw.get("runs", []):
-            graphs = [g for g in (run.get("startup") or {}).get("cuda_graphs", []) if g.get("capture_s") is not None]
-            if run.get("skipped") or not graphs:
-                continue
-            log = f"server-{raw['name']}-{run['variant']}.log"
-            rows.append({"name": raw["name"], "variant": run["variant"], "layers": layers, "ready_s": run.get("ready_after_s"),
-                         "capture_s": graphs[-1]["capture_s"], "sizes": len(graphs[-1]["bs"]),
-                         "class": cls.get(log, "no log"), "gpu": raw["gpu"]["name"]})
-    return rows
+    return [{**row, "class": cls.get(log, "no log")} for log, row in capture_rows(raw_paths)]
 
 
 def f_interval(warm: dict[int, list[float]]) -> tuple[float, float]:
