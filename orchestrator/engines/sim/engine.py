@@ -297,6 +297,16 @@ class SimEngine:
             aborted=(run.finish_reason or {}).get("type") == "abort",
         )
 
+    async def until_done(self, runs: list[Run]) -> None:
+        """Wait for `runs` to end; a handler cancelled meanwhile (its client disconnected) aborts them first, as
+        SGLang aborts a non-streamed request whose client left (it checks every SGLANG_REQUEST_STATE_WAIT_TIMEOUT,
+        4 s; the sim at once)."""
+        try:
+            await asyncio.gather(*(run.done.wait() for run in runs))
+        except asyncio.CancelledError:
+            self.abort_unfinished(runs)
+            raise
+
     def abort_unfinished(self, runs: list[Run]) -> None:
         """Abort those of `runs` still going (their client went away, as SGLang does on a disconnect)."""
         for run in runs:

@@ -169,7 +169,7 @@ class SimHttpApi:
         runs = [e.start_run(item, fate, body.stream) for item in items]
         if body.stream:
             return await self._stream(request, runs)
-        await asyncio.gather(*(run.done.wait() for run in runs))
+        await e.until_done(runs)
         for run in runs:
             if run.error is not None:
                 return sglang_error(*run.error)
@@ -327,8 +327,10 @@ async def serve(settings: SimSettings) -> None:
 
 
 async def _bind(runners: list[web.AppRunner], app: web.Application, host: str, port: int) -> None:
-    # in-flight requests (a hung one never ends) get 2 s after SIGTERM, like a server that is going away
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    # in-flight requests (a hung one never ends) get 2 s after SIGTERM, like a server that is going away;
+    # handler_cancellation: a client that disconnects cancels its handler, which aborts its request (until_done)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0,
+                           handler_cancellation=True)
     await runner.setup()
     runners.append(runner)
     await start_site(runner, host, port, backlog=2048)  # uvicorn's backlog, as SGLang; engine.allow_from enforced

@@ -361,19 +361,34 @@ def test_bad_generate_bodies_get_400_naming_the_field(aggregated, body, needle):
     assert needle in r.json()["error"]["message"]
 
 
-def test_a_stream_whose_client_goes_away_is_aborted_as_sglang_does(aggregated):
-    """The router cancels a request by closing its stream (then sends /abort_request): SGLang aborts a request
-    whose client disconnected, and so must the sim, or it counts as finished a prompt nobody received."""
+LONG_GENERATE = {"input_ids": list(range(3, 40)), "sampling_params": {"max_new_tokens": 30000, "ignore_eos": True}}
+LONG_CHAT = {"messages": [{"role": "user", "content": "a long story"}], "max_tokens": 30000, "ignore_eos": True}
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/generate", LONG_GENERATE), ("/generate", {**LONG_GENERATE, "stream": True}),
+    ("/v1/chat/completions", LONG_CHAT), ("/v1/chat/completions", {**LONG_CHAT, "stream": True}),
+])
+def test_a_request_whose_client_goes_away_is_aborted_as_sglang_does(aggregated, path, body):
+    """The router cancels a leg by closing its connection (then sends /abort_request, which finds nothing when it
+    overtakes the leg's own POST): SGLang aborts a request whose client disconnected, streamed or not
+    (tokenizer_manager's request.is_disconnected()), and so must the sim, or it generates on to max_tokens for
+    nobody and counts as finished a prompt nobody received. Non-streamed requests were run to their end (CI, stop 42:
+    a gateway test's decode leg held for minutes)."""
+    import socket
+
     before = scrape(aggregated)
-    body = {"input_ids": list(range(3, 40)), "stream": True,
-            "sampling_params": {"max_new_tokens": 30000, "ignore_eos": True}}
-    with httpx.stream("POST", f"{aggregated.url}/generate", json=body, timeout=30) as r:
-        next(r.iter_lines())  # the first chunk: the request is running; leaving the block closes the stream
 
     def counted() -> dict:
         now = scrape(aggregated)
         return {name: total(now, name) - total(before, name)
                 for name in ("sglang:num_requests_total", "sglang:num_aborted_requests_total")}
 
+    payload = json.dumps(body).encode()
+    client = socket.create_connection(("127.0.0.1", int(aggregated.url.rsplit(":", 1)[1])), timeout=30)
+    client.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    wait_until(lambda: total(scrape(aggregated), "sglang:num_running_reqs") > 0, 30, 0.05, "the request running")
+    client.close()
     wait_until(lambda: counted()["sglang:num_requests_total"] == 1, 30, 0.05, "the request to end on the server")
     assert counted()["sglang:num_aborted_requests_total"] == 1, "the disconnected request was run to its end"

@@ -81,12 +81,16 @@ class SimOpenAiApi:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await resp.prepare(request)
             frame = chat_chunks if kind == "chat" else completion_chunks
-            async for chunk in frame(self._deltas(runs), name, include_usage(body)):
-                await resp.write(chunk)
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
+            try:
+                async for chunk in frame(self._deltas(runs), name, include_usage(body)):
+                    await resp.write(chunk)
+                await resp.write(b"data: [DONE]\n\n")
+                await resp.write_eof()
+            except (ConnectionResetError, asyncio.CancelledError):  # the client went away: SGLang aborts the request
+                e.abort_unfinished(runs)
+                raise
             return resp
-        await asyncio.gather(*(run.done.wait() for run in runs))
+        await e.until_done(runs)
         for run in runs:
             if run.error is not None:
                 return openai_error(run.error[0], run.error[1], str(run.error[0]))
