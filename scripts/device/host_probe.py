@@ -171,8 +171,16 @@ def probe(args: argparse.Namespace) -> dict:
         host["gpus"], host["gpus_error"] = [], str(err)
     started = time.time()
     record: dict[str, object] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "host": host,
-              "python": python_on_cpus(cpus, args.python_s, args.window_s),
-              "cuda": {"skipped": "--no-cuda"} if args.no_cuda else cuda_launches(args.launches, args.windows, args.graph_kernels)}
+                                 "python": python_on_cpus(cpus, args.python_s, args.window_s)}
+    if args.no_cuda:
+        record["cuda"] = {"skipped": "--no-cuda"}
+    else:  # on the Python loop's first CPU, so the two rates are the same vCPU's
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpus[0]})
+        try:
+            record["cuda"] = {"cpu": cpus[0], **cuda_launches(args.launches, args.windows, args.graph_kernels)}
+        finally:
+            os.sched_setaffinity(0, before)
     record["seconds"] = round(time.time() - started, 2)
     return record
 
