@@ -87,3 +87,25 @@ def test_unpack_site_skips_the_probe_without_nvidia_smi(tmp_path: Path) -> None:
     r = _unpack(tmp_path, "/usr/bin:/bin")
     assert "rc=0" in r.stdout, r.stdout + r.stderr
     assert not (tmp_path / "out" / "host-probe.json").exists() and (tmp_path / "site" / "x").exists()
+
+
+def _probe(started: str, eager_us: float, loop_rate: float) -> dict:
+    rate = {"median": 1e6 / eager_us, "p5": 1e6 / eager_us, "p95": 1e6 / eager_us, "p95_over_p5": 1.0}
+    return {"started_at": started, "python": {"0": {"median": loop_rate}},
+            "cuda": {"cpu": 0, "eager_us_per_launch": eager_us, "graph_us_per_kernel": 1.0,
+                     "eager_launches_per_s": rate, "graph_kernels_per_s": rate}}
+
+
+def test_the_read_calls_a_launch_rate_that_follows_the_vcpu_swings(tmp_path: Path) -> None:
+    from benchmarks import host_probe_read
+
+    (tmp_path / "probes").mkdir()
+    for i, (eager, loop) in enumerate([(5.0, 1000.0), (8.0, 600.0), (5.5, 950.0), (7.0, 700.0)], 1):
+        (tmp_path / "probes" / f"probe-{i:02d}.json").write_text(json.dumps(_probe(f"t{i}", eager, loop)))
+    with tarfile.open(tmp_path / "probes.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "probes", arcname="probes")
+    lines = host_probe_read.report(host_probe_read.load_probes(tmp_path / "probes.tar.xz"))
+    assert any(line.startswith("Q-stable: eager us max / min over probes x1.60 -> SWINGS") for line in lines)
+    assert any("Spearman vs eager launches/s +1.00 -> TRACKS" in line for line in lines)
+    assert host_probe_read.stable_verdict(1.05) == "STABLE" and host_probe_read.stable_verdict(1.3) == "MIXED"
+    assert host_probe_read.track_verdict(None) == "not testable"
