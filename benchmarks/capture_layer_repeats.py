@@ -11,7 +11,9 @@ Lease 20 (benchmarks/capture_layer_count.py) was not resolved: its first warm st
     read RAW.json ... --logs TAR ...   each start's class (cold: first size >= 30 s; after-cold: the next start of
               the same call; warm: the rest), >= 3 warm starts at each extreme count, the least-squares line of the warm starts' capture per size over the
               layer count, f = a / (a + 6 b), its 90 % bootstrap interval (resampling each count's warm starts) and
-              the outcome of the registered rule (benchmarks/results/2026-11-27-lease22-predicted/README.md)
+              the outcome of the registered rule (benchmarks/results/2026-11-27-lease22-predicted/README.md);
+              --law-json FILE: where the outcome is affine, the kept warm starts as the planner's capture law
+              (orchestrator/perfmodel/profiles/capture/, perfmodel/profile.CaptureLayerLaw)
 
     python3 benchmarks/manifest.py record --out benchmarks/results/2026-11-27-lease22-predicted --stdout output.txt -- \\
         .venv/bin/python benchmarks/capture_layer_repeats.py predict --json benchmarks/results/2026-11-27-lease22-predicted/predicted.json
@@ -45,6 +47,7 @@ from benchmarks.capture_layer_count import (  # noqa: E402
     share_fixed,
     startup_terms,
 )
+from orchestrator.compressed import read_text  # noqa: E402
 
 # lease 20's warm starts on one H200 without the one right after the cold start (capture s at 36 sizes;
 # benchmarks/results/2026-11-27-lease20-read/output.txt): 4 layers 4.49 / 5.37, 7 layers 5.33 / 5.12, 10 layers
@@ -53,6 +56,7 @@ LEASE20_WARM = ((4, 4.49), (4, 5.37), (7, 5.33), (7, 5.12), (10, 6.61), (10, 6.8
 COUNTS = {"H200": ([4, 12, 8], [12, 4, 8]), "H100-SXM": ([4, 6, 5], [6, 4, 5])}  # call 3's order, call 4's
 MIN_WARM = 3  # warm starts each extreme count needs (the middle count's, any number, enter the line)
 BOOTSTRAP, INTERVAL, SEED = 2000, (0.05, 0.95), 22
+READ = "benchmarks/results/2026-11-27-lease22-read/"  # the registered read that adopted the form (its output.txt)
 
 
 def forms_per_size(gpu: str, layers: int) -> dict[str, float]:
@@ -146,7 +150,23 @@ def band(f: float) -> str:
     return "superlinear" if f < 0 else "proportional" if f <= 0.2 else "flat" if f >= 0.8 else "affine"
 
 
-def read(raw_paths: list[Path], archives: list[Path], predicted: Path | None) -> int:
+def capture_law(raw_paths: list[Path], archives: list[Path], command: str) -> dict:
+    """The planner's capture law (perfmodel/profile.CaptureLayerLaw) from the probe's raw files: the layer shape of
+    its smallest count and every warm start, as the read keeps them."""
+    rows = [r for r in starts(raw_paths, archives) if r["class"] == "warm"]
+    raw = min((json.loads(read_text(p)) for p in raw_paths), key=lambda r: r["model"]["config"]["num_hidden_layers"])
+    c = raw["model"]["config"]
+    quantization = (c.get("quantization_config") or {}).get("quant_method", "bf16")
+    shape = ("hidden_size", "num_hidden_layers", "first_k_dense_replace", "n_routed_experts", "num_experts_per_tok",
+             "moe_intermediate_size", "num_attention_heads", "kv_lora_rank", "qk_rope_head_dim")
+    folder = raw_paths[0].resolve().relative_to(ROOT).parts[:3]
+    return {"model": {"name": f"r1-shaped-{c['num_hidden_layers']}l", **{k: c[k] for k in shape}, "quantization": quantization},
+            "gpu": "H200" if "H200" in rows[0]["gpu"] else "H100-SXM", "raw": "/".join(folder) + "/",
+            "read": READ, "command": command,
+            "warm_starts": [{"layers": r["layers"], "sizes": r["sizes"], "capture_s": r["capture_s"]} for r in rows]}
+
+
+def read(raw_paths: list[Path], archives: list[Path], predicted: Path | None, law_json: Path | None = None) -> int:
     rows = starts(raw_paths, archives)
     print(f"{'server':<16} {'start':<6} {'layers':>6} {'sizes':>5} {'ready s':>7} {'capture s':>9} {'per size s':>10} class")
     for r in rows:
@@ -189,6 +209,10 @@ def read(raw_paths: list[Path], archives: list[Path], predicted: Path | None) ->
         print(f"interval spans {band(low)} .. {band(high)}: not resolved; the model keeps today's form")
         return 0
     print(f"resolved ({band(f)}): {outcome(f)}")
+    if law_json is not None and band(f) == "affine":
+        command = " ".join([".venv/bin/python", "benchmarks/capture_layer_repeats.py", *sys.argv[1:]])
+        law_json.write_text(json.dumps(capture_law(raw_paths, archives, command), indent=1) + "\n")
+        print(f"capture law: {law_json.resolve().relative_to(ROOT)}")
     return 0
 
 
@@ -220,9 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--logs", type=Path, nargs="+", required=True,
                    help="each call's layer-probe.tar.xz (server logs: each start's first size and its order in the call)")
     r.add_argument("--predicted", type=Path, help="the pre-registered predicted.json: each warm start against each form")
+    r.add_argument("--law-json", type=Path, help="where the outcome is affine: write the kept warm starts here as the "
+                   "planner's capture law (orchestrator/perfmodel/profiles/capture/)")
     args = ap.parse_args(argv)
     if args.cmd == "read":
-        return read(args.raw, args.logs, args.predicted)
+        return read(args.raw, args.logs, args.predicted, args.law_json)
     results = [predict(gpu) for gpu in COUNTS]
     for res in results:
         print_prediction(res)

@@ -55,6 +55,20 @@ class StartupCoeffs:
     jit_cold_s: float | None  # other cold-cache cost (first forwards, DeepGEMM)
     graph_once_cold_s: float | None = None  # the compile the first captured size pays once with empty caches
     kv_alloc_s: float | None = None  # the KV pool's allocation, the median of the profile's measured starts
+    graph_layers: int | None = None  # the layer count graph_bs_layer_s was measured at (the profile's)
+    # the share of a size's warm capture at graph_layers that does not grow with the layers, where a capture law of the
+    # shape was measured (calibration_lookup.with_capture_law); None: capture per size x layer, proportional
+    graph_fixed_share: float | None = None
+    graph_law: str | None = None  # what measured that share: the law's read, weight format and host
+    graph_law_layers: tuple[int, int] | None = None  # the smallest and largest layer count the law measured
+
+    def capture_layers(self, layers: int) -> float:
+        """The layer count a size's warm capture is priced at: `layers` itself (per size x layer), or under a measured
+        law f x graph_layers + (1 - f) x layers (a size's capture = the profile's x (f + (1 - f) L / L_profile))."""
+        if self.graph_fixed_share is None or self.graph_layers is None:
+            return float(layers)
+        f = self.graph_fixed_share
+        return f * self.graph_layers + (1 - f) * layers
 
 
 @dataclass(frozen=True)
@@ -321,7 +335,7 @@ def fit_startup(profile: CalibrationProfile, weights_s: float, kv_alloc_s: float
     jit_cold = max(0.0, statistics.median(jit)) if jit else None
     return StartupCoeffs(process_s=process_s, graph_bs_layer_s=graph_bs_layer, graph_bs_cold_s=graph_bs_cold,
                          jit_cold_s=jit_cold, graph_once_cold_s=graph_once_cold,
-                         kv_alloc_s=statistics.median(measured_kv) if measured_kv else None)
+                         kv_alloc_s=statistics.median(measured_kv) if measured_kv else None, graph_layers=layers)
 
 
 def runtime_overhead_gb(profile: CalibrationProfile, gpu_memory_gb: float) -> float | None:

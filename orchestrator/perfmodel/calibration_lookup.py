@@ -25,7 +25,14 @@ from orchestrator.perfmodel.calibration import (
     runtime_overhead_gb,
 )
 from orchestrator.perfmodel.gpus import GB, gpu_spec
-from orchestrator.perfmodel.profile import CalibrationProfile, ProfileModel, find_profile, shipped_profiles, shipped_routing_curves
+from orchestrator.perfmodel.profile import (
+    CalibrationProfile,
+    ProfileModel,
+    find_profile,
+    shipped_capture_laws,
+    shipped_profiles,
+    shipped_routing_curves,
+)
 from orchestrator.perfmodel.server.engine_cost_model import EngineCostModel
 from orchestrator.perfmodel.shard import shard_stand_in
 from orchestrator.perfmodel.weights import experts_hit_fraction
@@ -55,10 +62,10 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
     )
     decode = fit_decode(profile.decode, m.num_hidden_layers, lambda bs: at_profile.weight_read_s(bs) + at_profile._comm_s(bs))
     prefill = _prefill_fit(profile, at_profile, m.num_hidden_layers)
-    startup = fit_startup(
+    startup = with_capture_law(fit_startup(
         profile, weights_s=at_profile.weights_bytes_per_gpu() / (at_profile.gpu.dummy_init_gb_s * GB),
         kv_alloc_s=at_profile.gpu.kv_alloc_s, graph_sizes=len(at_profile.graph_batch_sizes()),
-    )
+    ), profile)
     return Calibration(
         profile=profile.name, gpu=profile.gpu.name, layers=m.num_hidden_layers,
         sglang_version=e.sglang_version, tp=e.tp, decode=decode,
@@ -71,6 +78,21 @@ def _calibration_cached(profile_json: str, arch: ModelArchitecture, quantization
         transfer_latency=tuple((x.page_size, x.time_s) for x in profile.transfer),
         attention_backend=e.attention_backend, kv_dtype_bytes=KV_DTYPE_BYTES.get(e.kv_cache_dtype, 2),
     )
+
+
+def with_capture_law(startup: StartupCoeffs, profile: CalibrationProfile) -> StartupCoeffs:
+    """A profile's warm capture, priced at another layer count by its layer shape's measured capture law (a shipped
+    CaptureLayerLaw of the same shape and weight format, measured on a GPU of the profile's die) where there is one:
+    a size's capture = the profile's x (f + (1 - f) L / L_profile), f = a / (a + b L_profile) of the law's line; the
+    profile keeps its level (the law's host gives the form, not the level: lease 22's registered rule). Unchanged
+    (per size x layer) where no law of the shape exists. Only the warm capture: the cold compile terms are per size."""
+    own = gpu_spec(profile.gpu.name)
+    law = next((x for x in shipped_capture_laws() if x.model.layer_shape() == profile.model.layer_shape()
+                and (gpu_spec(x.gpu).bf16_tflops, gpu_spec(x.gpu).fp8_tflops) == (own.bf16_tflops, own.fp8_tflops)), None)
+    if law is None or startup.graph_bs_layer_s is None or startup.graph_layers is None:
+        return startup
+    return replace(startup, graph_fixed_share=law.fixed_share(startup.graph_layers), graph_law_layers=law.counts(),
+                   graph_law=f"{law.read}, {law.model.quantization.upper()} on {law.gpu}")
 
 
 def _prefill_fit(profile: CalibrationProfile, at_profile: EngineCostModel, layers: int) -> PrefillShares:

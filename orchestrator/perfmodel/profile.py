@@ -276,6 +276,68 @@ def shipped_routing_curves(directory: str | Path = PROFILES_DIR / "routing") -> 
     return curves
 
 
+class CaptureStart(_Strict):
+    """One warm server start of a layer-count probe: its decode CUDA-graph capture, all sizes."""
+
+    layers: int = Field(ge=1)
+    sizes: int = Field(ge=1, description="decode graph batch sizes captured")
+    capture_s: float = Field(gt=0, description="SGLang's 'Capture ... CUDA graph end. elapsed=' of the start")
+
+
+class CaptureLayerLaw(_Strict):
+    """How a layer shape's warm decode-graph capture per size grows with the layer count, from warm starts of one host
+    at several counts (a registered lease's kept starts, written by its read from the raw files): the least-squares
+    line a + b L of capture per size. A profile of the shape keeps its own level at its own layer count; the line gives
+    the form (calibration_lookup.capture_law_share)."""
+
+    model: ProfileModel = Field(description="the layer shape (its num_hidden_layers: the probe's smallest count)")
+    gpu: str = Field(description="cost-model GPU key of the host the starts ran on")
+    raw: str = Field(description="benchmarks/results/<date>-<slug>/ the starts were read from")
+    read: str = Field(description="benchmarks/results/<date>-<slug>/ of the registered read that adopted the form")
+    command: str = Field(description="the command that wrote this file from the raw files")
+    warm_starts: list[CaptureStart] = Field(min_length=2)
+
+    @field_validator("warm_starts")
+    @classmethod
+    def _two_counts(cls, starts: list[CaptureStart]) -> list[CaptureStart]:
+        if len({s.layers for s in starts}) < 2:
+            raise ValueError("a line needs starts at two or more layer counts; add another count's warm starts")
+        return starts
+
+    def line(self) -> tuple[float, float]:
+        """(a, b) of the least-squares capture per size a + b L over the warm starts."""
+        points = [(s.layers, s.capture_s / s.sizes) for s in self.warm_starts]
+        mean_x = sum(x for x, _ in points) / len(points)
+        mean_y = sum(y for _, y in points) / len(points)
+        b = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+        return mean_y - b * mean_x, b
+
+    def fixed_share(self, reference_layers: int) -> float:
+        """f: the part of a size's capture at `reference_layers` that does not grow with the layers, a / (a + b L_ref)."""
+        a, b = self.line()
+        return a / (a + b * reference_layers)
+
+    def counts(self) -> tuple[int, int]:
+        """The smallest and largest layer count measured."""
+        layers = [s.layers for s in self.warm_starts]
+        return min(layers), max(layers)
+
+
+def shipped_capture_laws(directory: str | Path = PROFILES_DIR / "capture") -> list[CaptureLayerLaw]:
+    """Every capture law shipped in `directory`; bad content -> ProfileError naming the file and field."""
+    laws = []
+    for path in sorted(Path(directory).glob("*.json")):
+        try:
+            laws.append(CaptureLayerLaw.model_validate(json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ProfileError(f"{path}: not a readable JSON capture law ({exc})") from None
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            raise ProfileError(f"{path}: {where}: {err['msg']}") from None
+    return laws
+
+
 class ProfileError(ValueError):
     """A profile file that cannot be used: the message names the file, the field and the fix."""
 

@@ -1,6 +1,6 @@
 """The lines both plans print before their prediction: the layout against the declared cluster (what bench checks at
 placement), and what a group's forwards borrow: another model's profiles (the same per-GPU shard), a lent expert-routing
-curve."""
+curve, a graph capture figure of another layer count."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from orchestrator.perfmodel.costmodel import cost_model_for
 
 
 def print_lent_calibration(cfg: RunConfig, gpu: str) -> None:
-    """A group priced by another model's profiles (Calibration.shard_note), or whose expert reads follow another
-    profile's dummy-weight routing curve (lent_routing_note), says so."""
+    """A group priced by another model's profiles (Calibration.shard_note), whose expert reads follow another
+    profile's dummy-weight routing curve (lent_routing_note), or whose graph capture is priced at another layer count
+    than measured (capture_layers_note), says so."""
     for role, i, group in cfg.layout.groups():
         model = cost_model_for(cfg, role, group, gpu=gpu)
         shard = model.calibration.shard_note() if model.calibration is not None else None
-        for note in (shard, model.lent_routing_note()):
+        for note in (shard, model.lent_routing_note(), model.capture_layers_note()):
             if note:
                 print(f"  layout.{role}.{i}: {note}")
 

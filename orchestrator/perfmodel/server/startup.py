@@ -35,7 +35,8 @@ class StartupTerms(MemoryTerms):
         """Start-up phases in seconds: init, weights, KV allocation, CUDA graphs, JIT (cold or warm caches);
         graph_sizes: how many decode graphs a server given its own list (--cuda-graph-bs) captured, else SGLang's.
 
-        Graph capture = batch sizes x layers x the warm per-(size, layer) cost; with cold caches the first size
+        Graph capture = batch sizes x layers x the warm per-(size, layer) cost (layers: where the layer shape's capture
+        law was measured, StartupCoeffs.capture_layers); with cold caches the first size
         compiles the kernels once (where a profile's cold log showed it; else a compile per size), a server without
         decode graphs compiles them at its first forward, and the first forwards JIT-compile.
         Figures come from the matching calibration profile where it measured them, else the GPU defaults."""
@@ -47,7 +48,8 @@ class StartupTerms(MemoryTerms):
         st = self.calibration.startup if self.calibration is not None else None
         sizes = len(self.graph_batch_sizes()) if graph_sizes is None else graph_sizes
         per_bs_layer = (st.graph_bs_layer_s if st and st.graph_bs_layer_s is not None else self.gpu.graph_capture_per_bs_layer_s)
-        graphs = sizes * self.arch.num_hidden_layers * per_bs_layer
+        layers = st.capture_layers(self.arch.num_hidden_layers) if st and st.graph_bs_layer_s is not None else self.arch.num_hidden_layers
+        graphs = sizes * layers * per_bs_layer
         if not jit_cached and sizes:
             per_size = st.graph_bs_cold_s if st and st.graph_bs_cold_s is not None else self.gpu.graph_compile_cold_per_bs_s
             if st and st.graph_once_cold_s is not None:  # the first size compiles what the others reuse
@@ -70,6 +72,24 @@ class StartupTerms(MemoryTerms):
             "cuda_graphs": graphs,
             "jit": jit,
         }
+
+    def capture_layers_note(self) -> str | None:
+        """One line where the decode-graph capture is priced at another layer count than its figure was measured at:
+        by the layer shape's measured law, or (no law for the shape) proportional to the layers, extrapolated."""
+        cal = self.calibration
+        st = cal.startup if cal is not None else None
+        layers = self.arch.num_hidden_layers
+        if (cal is None or st is None or st.graph_bs_layer_s is None or st.graph_layers in (None, layers)
+                or not self.graph_batch_sizes()):
+            return None
+        measured = f"decode-graph capture at {layers} layers from a figure measured at {st.graph_layers}"
+        if st.graph_fixed_share is not None and st.graph_law_layers is not None:
+            f, (low, high) = st.graph_fixed_share, st.graph_law_layers
+            past = "" if low <= layers <= high else f"; {layers} is past its {low}-{high} layers: extrapolated along its line"
+            return (f"{measured}: per size x ({f:.2f} + {1 - f:.2f} x L / {st.graph_layers}), the warm capture law of this "
+                    f"layer shape ({st.graph_law}{past})")
+        return (f"{measured}: per size x layer, extrapolated (no capture law measured for this layer shape and weight "
+                "format; lease 22's is R1-shaped FP8)")
 
     def first_prompt_compile_s(self, jit_cached: bool = True) -> float:
         """Seconds a server's first two prompt forwards after ready spend compiling: on cold caches, a server without

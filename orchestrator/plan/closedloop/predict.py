@@ -182,7 +182,8 @@ def predict_closed_loop(cfg: RunConfig, concurrencies: Sequence[int] | None = No
 
 
 def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
-    """Per group, which measured profile times its forwards (or that none does: the roofline cost model)."""
+    """Per group, which measured profile times its forwards (or that none does: the roofline cost model), and where its
+    graph capture is priced at another layer count than measured (StartupTerms.capture_layers_note)."""
     out = []
     for role, i, group in cfg.layout.groups():
         model = cost_model_for(cfg, role, group, gpu=gpu)
@@ -209,6 +210,8 @@ def calibration_sources(cfg: RunConfig, gpu: str) -> list[str]:
         if cfg.benchmark.closed_loop and model.load_format == "dummy" and role != "prefill":  # the loop's one chain
             out[-1] += (f"; a decode step of this loop's identical greedy requests on dummy weights routes as at most "
                         f"{DUMMY_GREEDY_CYCLE_TOKENS} tokens (perfmodel/weights.decode_routing_tokens)")
+        if capture := model.capture_layers_note():
+            out.append(f"layout.{role}.{i}: {capture}")
     for names in shared_gpu_groups(cfg):
         out.append(f"{' and '.join(names)} share one GPU (cluster.local.gpu_split: off): their forwards time-slice it, "
                    "each at 1/k of the GPU while k run (perfmodel/scheduling/timeslice.py)")
