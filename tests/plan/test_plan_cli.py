@@ -93,11 +93,14 @@ def test_plan_says_whose_dummy_weight_routing_a_profile_without_one_borrows(caps
     assert f"-> VALID\n  layout.aggregated.0: {note}\n" in capsys.readouterr().out
     assert main(["plan", "--config", config, "--synthetic", "--set", "benchmark.num_prompts=16", "--gpu", "H200"]) == 0
     assert "dummy-weight expert routing" not in capsys.readouterr().out
+    capture = ("layout.aggregated.0: decode-graph capture at 61 layers from a figure measured at 6: per size x (0.47 + "
+               "0.53 x L / 6), the warm capture law of this layer shape (benchmarks/results/2026-11-27-lease22-read/, FP8 on "
+               "H200; 61 is past its 4-12 layers: extrapolated along its line)")
     assert calibration_sources(load_config(config), "H100-SXM") == [
-        f"layout.aggregated.0: forwards timed by the measured profile h100-sxm-r1s6-sglang0.5.17; {note}"]
+        f"layout.aggregated.0: forwards timed by the measured profile h100-sxm-r1s6-sglang0.5.17; {note}", capture]
     # TP16 across the nodes: no calibrated step there, its expert reads take uniform routing, so nothing is borrowed
     assert calibration_sources(load_config(ROOT / "configs/h100-agg-tp16.yaml"), "H100-SXM") == [
-        "layout.aggregated.0: forwards timed by the measured profile h100-sxm-r1s6-sglang0.5.17"]
+        "layout.aggregated.0: forwards timed by the measured profile h100-sxm-r1s6-sglang0.5.17", capture]
 
 
 def test_plan_says_it_priced_a_load_aware_policy_as_round_robin_where_the_router_has_a_choice(capsys) -> None:
