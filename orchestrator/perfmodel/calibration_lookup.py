@@ -25,14 +25,8 @@ from orchestrator.perfmodel.calibration import (
     runtime_overhead_gb,
 )
 from orchestrator.perfmodel.gpus import GB, gpu_spec
-from orchestrator.perfmodel.profile import (
-    CalibrationProfile,
-    ProfileModel,
-    find_profile,
-    shipped_capture_laws,
-    shipped_profiles,
-    shipped_routing_curves,
-)
+from orchestrator.perfmodel.profile import CalibrationProfile, ProfileModel, find_profile, shipped_capture_laws
+from orchestrator.perfmodel.profile import shipped_profiles, shipped_routing_curves
 from orchestrator.perfmodel.server.engine_cost_model import EngineCostModel
 from orchestrator.perfmodel.shard import shard_stand_in
 from orchestrator.perfmodel.weights import experts_hit_fraction

@@ -288,7 +288,7 @@ class CaptureLayerLaw(_Strict):
     """How a layer shape's warm decode-graph capture per size grows with the layer count, from warm starts of one host
     at several counts (a registered lease's kept starts, written by its read from the raw files): the least-squares
     line a + b L of capture per size. A profile of the shape keeps its own level at its own layer count; the line gives
-    the form (calibration_lookup.capture_law_share)."""
+    the form (calibration_lookup.with_capture_law)."""
 
     model: ProfileModel = Field(description="the layer shape (its num_hidden_layers: the probe's smallest count)")
     gpu: str = Field(description="cost-model GPU key of the host the starts ran on")

@@ -111,6 +111,7 @@ def test_plan_says_which_decode_steps_route_as_two_tokens():
 
     cfg = load_config(TWO_GPU, paths_from=ROOT)
     lines = calibration_sources(cfg, "H200")
-    assert [("routes as at most 2 tokens" in line) for line in lines] == [False, True]  # prefill, decode
+    assert [("routes as at most 2 tokens" in line) for line in lines] == [False, True, False]  # prefill, decode, capture
+    assert lines[2].startswith("layout.decode.0: decode-graph capture at 6 layers from a figure measured at 27")
     real = load_config(TWO_GPU, ["engine.sglang.load_format=null"], paths_from=ROOT)
     assert not any("routes as at most" in line for line in calibration_sources(real, "H200"))
