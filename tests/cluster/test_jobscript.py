@@ -6,6 +6,7 @@ The scripts really run in tests/multihost/test_batch_jobs.py (Slurm in network n
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import signal
 import subprocess
@@ -72,7 +73,7 @@ def test_slurm_script_requests_the_layout_and_labels_the_nodes(tmp_path, capsys)
     # Ray (SIGTERM to its driver, which writes what finished), then the clean-up collects before Ray is stopped
     assert 'run_step "$RUN_DIR/logs/prepare.log" "$PDO_PYTHON" -m orchestrator prepare' in text
     assert 'run_step "$RUN_DIR/logs/bench.log" "$PDO_RAY" job submit' in text
-    assert '"$PDO_RAY" job stop --address "$DASHBOARD" --no-wait "$SUBMISSION_ID"' in text
+    assert "-m orchestrator.cluster.batch job-stop --dashboard \"$DASHBOARD\" --id \"$SUBMISSION_ID\"" in text
     cleanup = text[text.index("cleanup() {"):text.index("trap cleanup EXIT")]
     order = [cleanup.index(piece) for piece in ("stop_step", "stop_work", 'touch "$RUN_DIR/pids/work-stopped"',
                                                 "|| collect\n", "stopping Ray on every node")]
@@ -100,6 +101,20 @@ def test_pbs_script_uses_pbs_resources_nodefile_and_launcher(tmp_path):
     mpirun = render(cfg, JobOptions(scheduler="pbs", launcher="mpirun"))
     _bash_n(mpirun, tmp_path)
     assert '"$PDO_MPIRUN" -np 1 --host "$node"' in mpirun and "pbsdsh -n" not in mpirun
+
+
+@pytest.mark.parametrize(("scheduler", "kill_delay_s"), [("pbs", 10), ("slurm", 30)])
+def test_a_stopped_job_ends_before_its_schedulers_sigkill(scheduler, kill_delay_s):
+    """qdel's SIGKILL comes the queue's kill_delay (PBS's default 10 s) after its SIGTERM, scancel's KillWait (30 s)
+    after: a signalled node waits for the step at most PDO_NODE_GRACE_S, gives its Ray PDO_RAY_STOP_S between SIGTERM
+    and SIGKILL, then copies its logs (~2 s), all before the scheduler's SIGKILL, which would not reach Ray (it runs in
+    its own session); the step's stop ends first, and Ray's supervisor kills a stopped driver within it."""
+    text = render(sim_config(), JobOptions(scheduler=scheduler))
+    budget = {name: int(re.search(rf"^{name}=\${{{name}:-(\d+)}}", text, re.M).group(1))  # type: ignore[union-attr]
+              for name in ("PDO_STEP_STOP_S", "PDO_JOB_STOP_WAIT_S", "PDO_NODE_GRACE_S", "PDO_RAY_STOP_S")}
+    assert budget["PDO_NODE_GRACE_S"] + budget["PDO_RAY_STOP_S"] + 2 <= kill_delay_s, budget
+    assert budget["PDO_JOB_STOP_WAIT_S"] < budget["PDO_STEP_STOP_S"] <= budget["PDO_NODE_GRACE_S"], budget
+    assert 'seq $((PDO_RAY_STOP_S * 2))' in text and "PDO_RAY_STOP_S=%q" in text  # node.sh's stop_session reads it
 
 
 def test_serve_goodput_job_serves_measures_then_stops_the_service(tmp_path, capsys):
