@@ -49,9 +49,6 @@ STOP_BUDGETS = {
     "pbs": StopBudget("PBS's kill_delay (10 s by default; qdel -W SECONDS sets it for one job)", step_stop_s=5,
                       job_stop_wait_s=4, node_grace_s=5, ray_stop_s=2),
 }
-# AIPerf's own start-up per N before its warm-up phase: it builds the 12,800-prompt dataset (~38 s for 0.12.0 at ISL
-# 4000, shared notes) and starts its workers
-AIPERF_START_S = 120.0
 
 
 class JobScriptError(ConfigError):
@@ -70,6 +67,8 @@ class JobOptions:
     startup_s: float = 0.0  # serve+goodput: Ray bring-up + prepare + serve until ready
     startup_source: str = "--startup-s"  # where startup_s came from, for the walltime line
     drain_s: float = DEFAULT_DRAIN_S  # serve+goodput: serve's drain on `serve down`
+    aiperf_s: tuple[tuple[int, float], ...] = ()  # serve+goodput: (N, seconds of its AIPerf command) per declared N
+    aiperf_source: str = ""  # how aiperf_s was sized, for the walltime line
     max_walltime_s: float | None = None  # the scheduler's limit the user gave: a longer job is refused
     gpus_per_node: int | None = None  # None: cluster.gpus_per_node for real engines, 0 (no request) for the sim
     cpus_per_node: int | None = None
@@ -195,10 +194,14 @@ def hhmmss(seconds: float) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 
-def aiperf_run_s(cfg: RunConfig) -> float:
-    """One declared N's AIPerf command: its own start-up, then warm-up, window and grace (wall seconds)."""
-    b = cfg.benchmark
-    return AIPERF_START_S + b.warmup_s + b.window_s + b.grace_s
+def aiperf_phases_s(warmup_s: float, window_s: float, grace_s: float, concurrency: int, output_tokens: int,
+                    output_tok_s: float) -> float:
+    """An AIPerf closed-loop command's timed phases: warm-up and window, each followed by the wait for the requests
+    still in flight when it ends (AIPerf waits for them before the next phase and before its results). A closed loop
+    of N requests at a throughput of output_tok_s takes N x OSL / output_tok_s per request (Little's law); that wait
+    is at most grace_s (AIPerf's --benchmark-grace-period)."""
+    latency_s = concurrency * output_tokens / output_tok_s if output_tok_s > 0 else math.inf
+    return warmup_s + window_s + 2 * min(grace_s, latency_s)
 
 
 def job_seconds(cfg: RunConfig, opts: JobOptions) -> tuple[float, str]:
@@ -207,11 +210,15 @@ def job_seconds(cfg: RunConfig, opts: JobOptions) -> tuple[float, str]:
         return wall_deadline_s(cfg) + opts.margin_s, (
             f"benchmark.deadline_s {wall_deadline_s(cfg):g} s + margin {opts.margin_s:g} s (--margin-s)")
     ns = list(cfg.benchmark.concurrency)
-    total = opts.startup_s + len(ns) * aiperf_run_s(cfg) + opts.drain_s + opts.margin_s
-    return total, (f"start-up budget {opts.startup_s:g} s ({opts.startup_source}) + {len(ns)} AIPerf run(s) "
-                   f"(N={','.join(map(str, ns))}) x {aiperf_run_s(cfg):g} s (AIPerf start {AIPERF_START_S:g} + "
-                   f"warm-up {cfg.benchmark.warmup_s:g} + window {cfg.benchmark.window_s:g} + grace "
-                   f"{cfg.benchmark.grace_s:g}) + drain {opts.drain_s:g} s + margin {opts.margin_s:g} s (--margin-s)")
+    allowance = dict(opts.aiperf_s)
+    if missing := [n for n in ns if n not in allowance]:
+        raise JobScriptError(f"no AIPerf allowance for N={','.join(map(str, missing))}: JobOptions.aiperf_s needs one "
+                             "per benchmark.concurrency (the jobscript command sizes them)")
+    aiperf = sum(allowance[n] for n in ns)
+    runs = " + ".join(f"N={n} {allowance[n]:.0f}" for n in ns)
+    return opts.startup_s + aiperf + opts.drain_s + opts.margin_s, (
+        f"start-up budget {opts.startup_s:g} s ({opts.startup_source}) + {len(ns)} AIPerf run(s) {aiperf:.0f} s "
+        f"({runs}; {opts.aiperf_source}) + drain {opts.drain_s:g} s + margin {opts.margin_s:g} s (--margin-s)")
 
 
 def walltime_line(cfg: RunConfig, opts: JobOptions) -> str:
