@@ -36,27 +36,12 @@ def _generated_by(args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
-# serve+goodput's default start-up budget (Ray bring-up, prepare, serve until ready): `plan`'s predicted time to ready
-# for the config, prepare's with cold compile caches (it starts the engines on empty ones) and serve's with warm ones,
-# each times the worst measured/plan ratio of that step over the one-H100 Qwen3 lease's two runs (in-sample: the only
-# runs; benchmarks/startup_budget.py -> benchmarks/results/2026-11-27-startup-budget/output.txt), plus the most Ray
-# bring-up took in the Slurm lab's jobs (same folder, bringup.txt)
-PREPARE_OVER_PLAN = 1.10
-SERVE_OVER_PLAN = 1.00
-RAY_BRINGUP_S = 28.5
-
-
 def startup_budget(cfg: RunConfig) -> tuple[float, str]:
-    """serve+goodput's default start-up budget, whole seconds, and where it comes from: `plan`'s predicted time to
-    ready for cfg on cluster.gpu with SGLang, whatever engine.kind says (a simulated job gets a real budget)."""
-    from orchestrator.plan.closedloop.predict import predict_ready
+    """serve+goodput's default start-up budget, whole seconds, and where it comes from (plan/closedloop/startup_budget)."""
+    from orchestrator.plan.closedloop.startup_budget import startup_budget as budget_for
 
-    cold = predict_ready(cfg, cfg.cluster.gpu, jit_cached=False).ready_s
-    warm = predict_ready(cfg, cfg.cluster.gpu, jit_cached=True).ready_s
-    total = round(RAY_BRINGUP_S + cold * PREPARE_OVER_PLAN + warm * SERVE_OVER_PLAN)
-    return total, (f"Ray bring-up {RAY_BRINGUP_S:g} s measured + plan's time to ready on {cfg.cluster.gpu}: prepare "
-                   f"{cold:.0f} s cold x {PREPARE_OVER_PLAN:.2f} + serve {warm:.0f} s warm x {SERVE_OVER_PLAN:.2f}, the "
-                   "worst measured/plan of 2 one-H100 runs; --startup-s sets it")
+    budget = budget_for(cfg)
+    return budget.total_s, f"{budget.parts()}; --startup-s sets it"
 
 
 # serve+goodput's AIPerf allowance per declared N: AIPerf's own start-up + its timed phases (aiperf_phases_s, with plan's

@@ -296,7 +296,7 @@ def test_the_default_start_up_budget_is_plans_time_to_ready_scaled_by_the_measur
     and serve's ready timeout is that budget. The factors are the ones benchmarks/startup_budget.py reads from the
     one-H100 lease's raw output."""
     from benchmarks import startup_budget
-    from orchestrator.cli.jobscript import PREPARE_OVER_PLAN, SERVE_OVER_PLAN
+    from orchestrator.plan.closedloop.startup_budget import PREPARE_OVER_PLAN, SERVE_OVER_PLAN
     from orchestrator.plan.closedloop.predict import predict_ready
 
     ratios = startup_budget.step_ratios()
