@@ -65,7 +65,7 @@ def report(probes: list[dict]) -> list[str]:
         f"P1 eager us a launch, median over {len(with_cuda)} probes: {statistics.median(eager):.2f} (registered 3-9)",
         f"P2 graph us a kernel: {statistics.median(graph):.2f} (registered 0.8-3); eager / graph x{statistics.median(eager) / statistics.median(graph):.1f} (registered >= 2)",
         f"P3 Python loop on CPU {cpu}, units/s: median {statistics.median(loop):.0f} (registered 900-1,800)",
-        f"Q-stable: eager us max / min over probes x{spread:.2f} -> {stable_verdict(spread)} (<= {STABLE_MAX} STABLE, >= {SWINGS_MIN} SWINGS)",
+        f"Q-stable: eager us max / min over probes x{spread:.3f} -> {stable_verdict(spread)} (<= {STABLE_MAX} STABLE, >= {SWINGS_MIN} SWINGS)",
         f"Q-track: CPU {cpu}'s Python rate max / min x{loop_spread:.2f}; Spearman vs eager launches/s "
         + ("n/a" if rho is None else f"{rho:+.2f}") + f" -> {track_verdict(rho)}",
     ]

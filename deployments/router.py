@@ -123,7 +123,8 @@ class PDRouter:
                                     batch_id: str | None = None) -> AsyncIterator[list[RequestResult]]:
         """Lists of RequestResults in completion order, those finished within RESULT_FLUSH_S together
         (call with a stream=True handle); the bench driver's path: one Serve item per list, not per result.
-        `stop_batch(batch_id)` ends it early: in-flight requests aborted, finished ones still sent."""
+        `stop_batch(batch_id)` ends it early: in-flight requests aborted, finished ones still sent, then every other
+        one failed as cut off in flight or never sent."""
         self._ensure_following()
         stop = self._batch_stops.setdefault(batch_id, asyncio.Event()) if batch_id else None
         try:

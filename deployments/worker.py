@@ -25,8 +25,10 @@ from orchestrator.cluster.ports import free_port
 from orchestrator.cluster.registry import get_registry
 from orchestrator.config import RunConfig
 from orchestrator.engines.allow_list import ALLOW_FROM_ENV, resolve
-from orchestrator.engines.base import EngineProcess, WorkerPlacement, engine_addresses
+from orchestrator.engines.base import EngineProcess, EngineStartTimeout, WorkerPlacement, engine_addresses
 from orchestrator.engines.registry import backend_for
+from orchestrator.engines.sglang.log_phase import startup_phase
+from orchestrator.plan.closedloop.startup_budget import engine_ready_timeout
 from orchestrator.records import Role, WorkerEndpoint
 
 logger = logging.getLogger("ray.serve")
@@ -171,7 +173,14 @@ class EngineWorker:
 
     def _await_healthy(self) -> None:
         try:
-            self.backend.wait_ready(self.engine, self.backend.startup_timeout_s(self.cfg))
+            timeout = engine_ready_timeout(self.cfg)
+            self.backend.wait_ready(self.engine, timeout.seconds)
+        except EngineStartTimeout:
+            log = Path(self.engine.log_path)
+            phase = startup_phase(log.read_text(errors="replace")) if log.is_file() else "launching (no log yet)"
+            self.start_error = timeout.error(self.name, phase, str(log))
+            logger.error("%s", self.start_error)
+            return
         except Exception as exc:  # reported through check_health and endpoint_info
             self.start_error = str(exc)
             logger.error("%s: engine failed to start: %s", self.name, exc)

@@ -19,6 +19,10 @@ class ProcessError(RuntimeError):
     """The process exited or never became ready; the message names it and ends with its log tail."""
 
 
+class ProcessTimeout(ProcessError):
+    """The process still runs but was not ready within its timeout."""
+
+
 def pid_alive(pid: int) -> bool:
     """True if `pid` runs; a zombie (exited, not yet reaped by its adopting parent) counts as gone."""
     try:
@@ -130,7 +134,7 @@ class ManagedProcess:
                 return time.time() - (self.started_at or time.time())
             time.sleep(poll_s)  # the poll interval of a readiness check
         log = f"; log {self.log_path}:\n{self.log_tail()}" if self.log_path else ""
-        raise ProcessError(f"{self.what}{' at ' + where if where else ''} not ready after {timeout_s:.0f}s{log}")
+        raise ProcessTimeout(f"{self.what}{' at ' + where if where else ''} not ready after {timeout_s:.0f}s{log}")
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, wait up to `grace_s`, then SIGKILL the group and every descendant

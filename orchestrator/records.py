@@ -42,6 +42,12 @@ class BenchRequest:
             self.prompt_len = len(self.input_ids)
 
 
+# How a stopped batch (SIGTERM/Ctrl-C to bench: scancel, qdel, a walltime) names its unfinished prompts; the driver
+# adds the stop's reason after a colon
+CUT_OFF_IN_FLIGHT = "cut off in flight"  # sent to its engines, aborted there by the stop
+NEVER_SENT = "never sent"  # still waiting for its turn (or for a pair) when the stop came
+
+
 @dataclass
 class RequestResult:
     """How one prompt ended. status 'ok' or 'failed' (with error); times are seconds."""

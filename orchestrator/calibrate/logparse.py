@@ -11,28 +11,13 @@ import re
 import statistics
 import time
 
+from orchestrator.engines.sglang.log_phase import MARKERS
+
 # `[stamp] msg`, or `[stamp DP1 PP0 TP1 EP1] msg` from a scheduler of a server with more than one rank (SGLang's
 # logger prefix; with SGLANG_LOG_MS the stamp has milliseconds)
 _TS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{1,6})?((?: [A-Z_]+\d+)*)\] (.*)$")
 _NIXL_TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) NIXL (.*)$")
 
-# phase marker -> regex on the message part of a timestamped line (first match wins)
-MARKERS = {
-    "server_args": re.compile(r"^server_args=ServerArgs\("),
-    "dist_init_begin": re.compile(r"^Init torch distributed begin"),
-    "load_weight_begin": re.compile(r"^Load weight begin"),
-    "load_weight_end": re.compile(r"^Load weight end"),
-    "kv_cache_allocated": re.compile(r"^KV Cache is allocated"),
-    "memory_pool_end": re.compile(r"^Memory pool end"),
-    "cuda_graph_begin": re.compile(r"^Capture .*CUDA graph begin"),
-    "cuda_graph_end": re.compile(r"^Capture .*CUDA graph end"),
-    "limits": re.compile(r"^max_total_num_tokens="),
-    "nixl_init": re.compile(r"NIXL KVManager initialized"),
-    "engine_timings": re.compile(r"^Engine startup timings"),
-    "uvicorn_running": re.compile(r"Uvicorn running on"),
-    "warmup_begin": re.compile(r"Start of (pd disaggregation )?warmup|Start of prefill warmup"),
-    "ready": re.compile(r"The server is fired up and ready to roll"),
-}
 # compile / JIT activity: first and last timestamp of lines matching these
 JIT_PATTERNS = {
     "deep_gemm": re.compile(r"deep_?gemm|DeepGEMM", re.I),

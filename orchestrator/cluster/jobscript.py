@@ -25,9 +25,30 @@ SCHEDULERS = ("slurm", "pbs")
 PBS_LAUNCHERS = ("pbsdsh", "mpirun")
 DEFAULT_MARGIN_S = 900.0  # walltime beyond the deadline: Ray bring-up, prepare (cold compile caches), collect
 DEFAULT_DRAIN_S = 30.0  # serve's own --drain-s default
-# AIPerf's own start-up per N before its warm-up phase: it builds the 12,800-prompt dataset (~38 s for 0.12.0 at ISL
-# 4000, shared notes) and starts its workers
-AIPERF_START_S = 120.0
+
+
+@dataclass(frozen=True)
+class StopBudget:
+    """Seconds the job's clean-up gives each part of a stop (scancel/qdel/the walltime: SIGTERM, then SIGKILL after the
+    scheduler's delay): the running step to write what it finished, Ray's job supervisor before it SIGKILLs a stopped
+    driver, a signalled node's Ray waiting for that, and its Ray between SIGTERM and SIGKILL."""
+
+    kill_delay_doc: str
+    step_stop_s: int
+    job_stop_wait_s: int
+    node_grace_s: int
+    ray_stop_s: int
+
+
+# A signalled node ends node_grace_s (at most; it goes on once the step is stopped) + ray_stop_s + its log copy after
+# the SIGTERM. Slurm: within KillWait (30 s by default; the lab's cancelled bench ended 16 s after scancel). PBS: within
+# the queue's kill_delay, 10 s by default (OpenPBS, Torque), which `qdel -W SECONDS` lengthens for one job.
+STOP_BUDGETS = {
+    "slurm": StopBudget("Slurm's KillWait (30 s by default)", step_stop_s=15, job_stop_wait_s=10, node_grace_s=15,
+                        ray_stop_s=10),
+    "pbs": StopBudget("PBS's kill_delay (10 s by default; qdel -W SECONDS sets it for one job)", step_stop_s=5,
+                      job_stop_wait_s=4, node_grace_s=5, ray_stop_s=2),
+}
 
 
 class JobScriptError(ConfigError):
@@ -46,6 +67,8 @@ class JobOptions:
     startup_s: float = 0.0  # serve+goodput: Ray bring-up + prepare + serve until ready
     startup_source: str = "--startup-s"  # where startup_s came from, for the walltime line
     drain_s: float = DEFAULT_DRAIN_S  # serve+goodput: serve's drain on `serve down`
+    aiperf_s: tuple[tuple[int, float], ...] = ()  # serve+goodput: (N, seconds of its AIPerf command) per declared N
+    aiperf_source: str = ""  # how aiperf_s was sized, for the walltime line
     max_walltime_s: float | None = None  # the scheduler's limit the user gave: a longer job is refused
     gpus_per_node: int | None = None  # None: cluster.gpus_per_node for real engines, 0 (no request) for the sim
     cpus_per_node: int | None = None
@@ -67,13 +90,14 @@ class JobOptions:
 def _bench_work(cfg: RunConfig) -> str:
     """`bench` as a Ray job; its verdict is the driver's exit code (0 = VALID), read through the job API, since
     `ray job submit` itself exits 1 for any failure and 0 for a job it merely saw end. On scancel/qdel the clean-up
-    stops it with `ray job stop` (SIGTERM to the driver: it stops the batch and writes the prompts that finished and
+    stops it through Ray's job API (SIGTERM to the driver: it stops the batch and writes the prompts that finished and
     the ones in flight failed with their reason), then the client."""
     return """\
   SUBMISSION_ID=pdo-$JOB_ID-bench-$(date +%s)
-  stop_bench() {  # `ray job stop`, then until the driver has written its result (atomically; it tears down after)
+  stop_bench() {  # Ray's job stop, then until the driver has written its result (atomically; it tears down after)
     local tries=$((PDO_STEP_STOP_S * 2))
-    "$PDO_RAY" job stop --address "$DASHBOARD" --no-wait "$SUBMISSION_ID" 2>&1 | tee -a "$RUN_DIR/logs/bench-stop.log"
+    "$PDO_PYTHON" -m orchestrator.cluster.batch job-stop --dashboard "$DASHBOARD" --id "$SUBMISSION_ID" 2>&1 \\
+      | tee -a "$RUN_DIR/logs/bench-stop.log"
     while [ "$tries" -gt 0 ] && kill -0 "$STEP_PID" 2>/dev/null; do  # the client ends with the driver
       if ls "$RUN_DIR"/runs/*/result.json > /dev/null 2>&1; then step_term; break; fi
       sleep 0.5; tries=$((tries - 1))
@@ -170,10 +194,14 @@ def hhmmss(seconds: float) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 
-def aiperf_run_s(cfg: RunConfig) -> float:
-    """One declared N's AIPerf command: its own start-up, then warm-up, window and grace (wall seconds)."""
-    b = cfg.benchmark
-    return AIPERF_START_S + b.warmup_s + b.window_s + b.grace_s
+def aiperf_phases_s(warmup_s: float, window_s: float, grace_s: float, concurrency: int, output_tokens: int,
+                    output_tok_s: float) -> float:
+    """An AIPerf closed-loop command's timed phases: warm-up and window, each followed by the wait for the requests
+    still in flight when it ends (AIPerf waits for them before the next phase and before its results). A closed loop
+    of N requests at a throughput of output_tok_s takes N x OSL / output_tok_s per request (Little's law); that wait
+    is at most grace_s (AIPerf's --benchmark-grace-period)."""
+    latency_s = concurrency * output_tokens / output_tok_s if output_tok_s > 0 else math.inf
+    return warmup_s + window_s + 2 * min(grace_s, latency_s)
 
 
 def job_seconds(cfg: RunConfig, opts: JobOptions) -> tuple[float, str]:
@@ -182,11 +210,15 @@ def job_seconds(cfg: RunConfig, opts: JobOptions) -> tuple[float, str]:
         return wall_deadline_s(cfg) + opts.margin_s, (
             f"benchmark.deadline_s {wall_deadline_s(cfg):g} s + margin {opts.margin_s:g} s (--margin-s)")
     ns = list(cfg.benchmark.concurrency)
-    total = opts.startup_s + len(ns) * aiperf_run_s(cfg) + opts.drain_s + opts.margin_s
-    return total, (f"start-up budget {opts.startup_s:g} s ({opts.startup_source}) + {len(ns)} AIPerf run(s) "
-                   f"(N={','.join(map(str, ns))}) x {aiperf_run_s(cfg):g} s (AIPerf start {AIPERF_START_S:g} + "
-                   f"warm-up {cfg.benchmark.warmup_s:g} + window {cfg.benchmark.window_s:g} + grace "
-                   f"{cfg.benchmark.grace_s:g}) + drain {opts.drain_s:g} s + margin {opts.margin_s:g} s (--margin-s)")
+    allowance = dict(opts.aiperf_s)
+    if missing := [n for n in ns if n not in allowance]:
+        raise JobScriptError(f"no AIPerf allowance for N={','.join(map(str, missing))}: JobOptions.aiperf_s needs one "
+                             "per benchmark.concurrency (the jobscript command sizes them)")
+    aiperf = sum(allowance[n] for n in ns)
+    runs = " + ".join(f"N={n} {allowance[n]:.0f}" for n in ns)
+    return opts.startup_s + aiperf + opts.drain_s + opts.margin_s, (
+        f"start-up budget {opts.startup_s:g} s ({opts.startup_source}) + {len(ns)} AIPerf run(s) {aiperf:.0f} s "
+        f"({runs}; {opts.aiperf_source}) + drain {opts.drain_s:g} s + margin {opts.margin_s:g} s (--margin-s)")
 
 
 def walltime_line(cfg: RunConfig, opts: JobOptions) -> str:
@@ -370,6 +402,11 @@ def render(cfg: RunConfig, opts: JobOptions, git_sha: str | None = None) -> str:
         "WORK_DOC": WORK_DOCS[opts.then],
         "WALLTIME_LINE": walltime_line(cfg, opts),
         "API_KEY_ENV": cfg.router.api_key_env or "",
+        "KILL_DELAY_DOC": STOP_BUDGETS[opts.scheduler].kill_delay_doc,
+        "STEP_STOP_S": str(STOP_BUDGETS[opts.scheduler].step_stop_s),
+        "JOB_STOP_WAIT_S": str(STOP_BUDGETS[opts.scheduler].job_stop_wait_s),
+        "NODE_GRACE_S": str(STOP_BUDGETS[opts.scheduler].node_grace_s),
+        "RAY_STOP_S": str(STOP_BUDGETS[opts.scheduler].ray_stop_s),
     }
     text = TEMPLATE.read_text()
     # the config goes in last: its text is data, never scanned for placeholders

@@ -140,7 +140,9 @@ class SglangEngineConfig(Strict):
     extra_args: list[str] = Field(default_factory=list, description="Passed to every server.")
     env: dict[str, str] = Field(default_factory=dict)
     disk_read_gb_s: float = Field(2.0, gt=0, description="Weight read speed of the nodes (real weights).")
-    startup_timeout_s: float = Field(600, gt=0)
+    startup_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds each server may take to become ready; null = the start-up budget from plan's "
+        "predicted time to ready (plan/closedloop/startup_budget.py), as the serve+goodput job's walltime.")
     compile_cache_dir: str = Field(
         "~/.cache/pd-orchestrator/compile",
         description="Persistent directory on every node for SGLang's JIT/compile caches (Triton, DeepGEMM, "

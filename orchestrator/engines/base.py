@@ -19,7 +19,7 @@ import httpx
 
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.config.server_spec import PdTimeouts, ServerSpec, server_spec
-from orchestrator.process import ManagedProcess, ProcessError
+from orchestrator.process import ManagedProcess, ProcessError, ProcessTimeout
 from orchestrator.records import Role
 
 
@@ -72,6 +72,10 @@ class EngineStartError(RuntimeError):
     pass
 
 
+class EngineStartTimeout(EngineStartError):
+    """The engine still runs but did not become ready within its ready timeout."""
+
+
 class EngineProcess:
     """One engine server process (a ManagedProcess) plus its launch: ready when GET /health answers 200."""
 
@@ -109,6 +113,8 @@ class EngineProcess:
 
             try:
                 took = self.process.wait_ready(healthy, timeout_s, poll_s, where=self.launch.url)
+            except ProcessTimeout as exc:
+                raise EngineStartTimeout(str(exc)) from None
             except ProcessError as exc:
                 raise EngineStartError(str(exc)) from None
         self.ready_at = time.time()
@@ -130,10 +136,6 @@ class EngineBackend(ABC):
     @abstractmethod
     def build_launch(self, cfg: RunConfig, group: WorkerGroup, placement: WorkerPlacement) -> EngineLaunch:
         """The exact command line and environment for one server (one node rank of it)."""
-
-    def startup_timeout_s(self, cfg: RunConfig) -> float:
-        """How long a server may take to become ready."""
-        return cfg.benchmark.deadline_s
 
     def pd_timeouts(self, cfg: RunConfig) -> PdTimeouts:
         """The PD waits the server is given, sized from the run's deadline."""

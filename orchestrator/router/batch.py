@@ -13,7 +13,7 @@ import contextlib
 import time
 from typing import AsyncGenerator, AsyncIterator
 
-from orchestrator.records import BenchRequest, RequestResult
+from orchestrator.records import CUT_OFF_IN_FLIGHT, NEVER_SENT, BenchRequest, RequestResult
 from orchestrator.router.dispatch.dispatcher import PDDispatcher
 from orchestrator.router.dispatch.failures import DispatchError
 from orchestrator.router.dispatch.pairs import Progress, RequestStamps
@@ -90,11 +90,12 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
     with a "deadline" error, so the lists add up to exactly len(requests) results. Result timings are the
     router's own (sent_at/done_at), so holding a result back for `flush_s` changes none of them.
 
-    Once `stop` is set (the driver was interrupted) the lists end short, keeping every request its engine
-    finished: the decode leg of every request in flight is aborted first (so nothing new finishes), then the
-    answers the engines already sent are read for up to `stop_drain_s` (a router reading hundreds of streams
-    lags the engines) and the completed ones yielded; failures after the stop (the aborted) are left out for
-    the driver to name, and requests still unanswered are cancelled (both legs aborted).
+    Once `stop` is set (the driver was interrupted) every request its engine finished is kept: the decode leg of
+    every request in flight is aborted first (so nothing new finishes), then the answers the engines already sent
+    are read for up to `stop_drain_s` (a router reading hundreds of streams lags the engines) and the completed
+    ones yielded; requests still unanswered are cancelled (both legs aborted). The last list fails every other
+    request, telling apart those sent to a pair (CUT_OFF_IN_FLIGHT) from those never sent (NEVER_SENT); the
+    driver adds why the batch was stopped.
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight={max_in_flight}: must be >= 1")
@@ -103,6 +104,8 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
     waiting = iter(requests)
     ready: list[RequestResult] = []
     in_flight: set[Progress] = set()
+    taken: dict[int, Progress] = {}  # every request a lane took, by index: whether it was sent
+    yielded: set[int] = set()
     wake = asyncio.Event()  # a result is ready, or a lane ended
     if dispatcher.metrics is not None:
         for _ in requests:  # every request not yet sent counts as queued
@@ -115,6 +118,7 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
         while not stopped() and (req := next(waiting, None)) is not None:
             progress = Progress("queued")
             in_flight.add(progress)
+            taken[req.index] = progress
             try:
                 result = await run_one(dispatcher, req, deadline_at, queued=True, progress=progress)
             finally:
@@ -164,6 +168,7 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
                 continue
             chunk, ready = ready, []
             left -= len(chunk)
+            yielded.update(r.index for r in chunk)
             yield chunk
         if stopped():
             for progress in list(in_flight):  # nothing new finishes: abort each decode leg, retry nothing
@@ -174,6 +179,7 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
             while not all(t.done() for t in [opener, *lanes]) and (wait_s := drain_until - time.monotonic()) > 0:
                 if ready:
                     chunk, ready = ready, []
+                    yielded.update(r.index for r in chunk)
                     yield chunk
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait_s):
@@ -181,6 +187,7 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
                 wake.clear()
             if ready:  # sent before cancelling the rest (which takes a while)
                 chunk, ready = ready, []
+                yielded.update(r.index for r in chunk)
                 yield chunk
     finally:
         opener.cancel()  # first: no lane starts while the others are cancelled
@@ -192,5 +199,15 @@ async def run_batch_chunks(dispatcher: PDDispatcher, requests: list[BenchRequest
         if dispatcher.metrics is not None:
             for _ in waiting:
                 dispatcher.metrics.state_change("queued", None)
-    if ready:  # stopped: requests that finished while the others were being cancelled
-        yield ready
+    if stopped():  # requests that finished while the others were being cancelled, then every other one failed
+        yielded.update(r.index for r in ready)
+        ready += [_stopped_result(req, taken.get(req.index)) for req in requests if req.index not in yielded]
+        if ready:
+            yield ready
+
+
+def _stopped_result(req: BenchRequest, progress: Progress | None) -> RequestResult:
+    """A request of a stopped batch with no result: cut off in flight if an attempt had sent it, else never sent."""
+    sent = progress is not None and progress.sent
+    return RequestResult(index=req.index, status="failed", prompt_len=req.prompt_len, output_len=req.output_len,
+                         error=CUT_OFF_IN_FLIGHT if sent else NEVER_SENT)

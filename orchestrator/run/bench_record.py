@@ -11,7 +11,7 @@ import contextlib
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -31,7 +31,7 @@ from orchestrator.observe.report import (
     write_result_json,
 )
 from orchestrator.phases import Phase
-from orchestrator.records import RequestResult
+from orchestrator.records import CUT_OFF_IN_FLIGHT, NEVER_SENT, RequestResult
 from orchestrator.run.deployment import PlacementStep, job_path
 from orchestrator.run.driver import complete_results
 from orchestrator.run.fidelity import SimFidelity, fidelity
@@ -194,6 +194,9 @@ def steps_line(clock: PhaseClock, steps: list[PlacementStep]) -> str:
 
 def record_result(cfg, run_id, clock, requests, results, endpoints, nodes, reason, duration_s, lgt,
             model=None, pacing=None, steps: list[PlacementStep] | None = None) -> BenchResult:
+    if reason:  # a stopped batch's router named its unfinished prompts (in flight or never sent); add why it stopped
+        results = [replace(r, error=f"{r.error}: {reason}") if r.error in (CUT_OFF_IN_FLIGHT, NEVER_SENT) else r
+                   for r in results]
     if requests and len(results) != len(requests):
         got = {r.index: r for r in results}
         started = any(p.name == Phase.RUN.label for p in clock.phases)
@@ -234,8 +237,6 @@ def result_root(result_dir: str | Path) -> Path:
 
 
 def _scaled(r: RequestResult, scale: float) -> RequestResult:
-    from dataclasses import replace
-
     def s(v):
         return None if v is None else v / scale
 

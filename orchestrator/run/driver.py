@@ -1,8 +1,8 @@
 """Bench driver side of a batch: stream it through the router handle, stop cleanly on Ctrl-C / SIGTERM.
 
 A signal while a batch streams stops it softly: the router is asked to stop the batch (it aborts the
-prompts in flight and sends the results it already has), the stream ends, and `BenchInterrupted` is raised
-with every finished result kept in the caller's `got`. A second signal, or a signal in any other phase,
+prompts in flight, sends the results it already has, then fails the rest as cut off in flight or never sent),
+the stream ends, and `BenchInterrupted` is raised with every result kept in the caller's `got`. A second signal, or a signal in any other phase,
 raises at once.
 """
 
@@ -15,7 +15,7 @@ import threading
 import uuid
 from typing import Callable, Iterator
 
-from orchestrator.records import BenchRequest, RequestResult
+from orchestrator.records import CUT_OFF_IN_FLIGHT, NEVER_SENT, BenchRequest, RequestResult
 
 log = logging.getLogger("pd_orchestrator.bench")
 
@@ -24,6 +24,7 @@ class BenchInterrupted(Exception):
     """Ctrl-C or SIGTERM during a run; the partial result is written with this reason."""
 
 
+STOPPED = (CUT_OFF_IN_FLIGHT, NEVER_SENT)  # how a stopped batch names the prompts it did not finish
 STOP_GRACE_S = 2.5  # the router drains a stopped batch for up to 1 s (STOP_DRAIN_S), then ends it; else cancelled
 ABORT_GRACE_S = 2.0  # after a hard cancel: the router's aborts reach the engines before teardown
 
@@ -45,7 +46,7 @@ def stream_batch(router, requests: list[BenchRequest], limit: int, deadline_at: 
             for chunk in gen:
                 for result in chunk:
                     results[result.index] = result
-                    if on_result is not None:
+                    if on_result is not None and result.error not in STOPPED:  # the live view counts what ended
                         on_result(result)
         except (KeyboardInterrupt, BenchInterrupted):  # a second signal: stop now
             _abort_in_flight(gen, wait=not stopper.asked)

@@ -255,13 +255,14 @@ def build_compile_caches(cfg: RunConfig, state_path: Path | None = None) -> list
     if cfg.simulated:
         return [Check("sim engine", True, "no JIT/compile caches to build (nothing done); the simulated start-up "
                                           "is modelled with warm caches")]
+    from orchestrator.plan.closedloop.startup_budget import engine_ready_timeout
     from orchestrator.run.bench import max_in_flight
     from orchestrator.run.deployment import Deployment, with_free_router_port
     from orchestrator.run.bench_warmup import run_warmup
     from orchestrator.workload.batch import sample_batch, warmup_batch
 
     cfg = with_free_router_port(cfg)
-    timeout_s = max(COMPILE_TIMEOUT_S, cfg.engine.sglang.startup_timeout_s)
+    timeout_s = max(COMPILE_TIMEOUT_S, engine_ready_timeout(cfg).seconds)
     deadline_at = time.time() + timeout_s
     warm = warmup_batch(cfg, cfg.benchmark.num_prompts) or sample_batch(cfg, 16)
     checks: list[Check] = []

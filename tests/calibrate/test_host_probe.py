@@ -105,7 +105,7 @@ def test_the_read_calls_a_launch_rate_that_follows_the_vcpu_swings(tmp_path: Pat
     with tarfile.open(tmp_path / "probes.tar.xz", "w:xz") as tar:
         tar.add(tmp_path / "probes", arcname="probes")
     lines = host_probe_read.report(host_probe_read.load_probes(tmp_path / "probes.tar.xz"))
-    assert any(line.startswith("Q-stable: eager us max / min over probes x1.60 -> SWINGS") for line in lines)
+    assert any(line.startswith("Q-stable: eager us max / min over probes x1.600 -> SWINGS") for line in lines)
     assert any("Spearman vs eager launches/s +1.00 -> TRACKS" in line for line in lines)
     assert host_probe_read.stable_verdict(1.05) == "STABLE" and host_probe_read.stable_verdict(1.3) == "MIXED"
     assert host_probe_read.track_verdict(None) == "not testable"

@@ -6,6 +6,7 @@ The scripts really run in tests/multihost/test_batch_jobs.py (Slurm in network n
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import signal
 import subprocess
@@ -18,7 +19,8 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.cluster.batch import FabricError, fabric_ip
-from orchestrator.cluster.jobscript import JobOptions, render, walltime
+from orchestrator.cli.jobscript import aiperf_allowance
+from orchestrator.cluster.jobscript import JobOptions, aiperf_phases_s, hhmmss, render, walltime
 from orchestrator.config import dump_config, load_config
 from tests.support import sim_config
 
@@ -72,7 +74,7 @@ def test_slurm_script_requests_the_layout_and_labels_the_nodes(tmp_path, capsys)
     # Ray (SIGTERM to its driver, which writes what finished), then the clean-up collects before Ray is stopped
     assert 'run_step "$RUN_DIR/logs/prepare.log" "$PDO_PYTHON" -m orchestrator prepare' in text
     assert 'run_step "$RUN_DIR/logs/bench.log" "$PDO_RAY" job submit' in text
-    assert '"$PDO_RAY" job stop --address "$DASHBOARD" --no-wait "$SUBMISSION_ID"' in text
+    assert "-m orchestrator.cluster.batch job-stop --dashboard \"$DASHBOARD\" --id \"$SUBMISSION_ID\"" in text
     cleanup = text[text.index("cleanup() {"):text.index("trap cleanup EXIT")]
     order = [cleanup.index(piece) for piece in ("stop_step", "stop_work", 'touch "$RUN_DIR/pids/work-stopped"',
                                                 "|| collect\n", "stopping Ray on every node")]
@@ -102,6 +104,20 @@ def test_pbs_script_uses_pbs_resources_nodefile_and_launcher(tmp_path):
     assert '"$PDO_MPIRUN" -np 1 --host "$node"' in mpirun and "pbsdsh -n" not in mpirun
 
 
+@pytest.mark.parametrize(("scheduler", "kill_delay_s"), [("pbs", 10), ("slurm", 30)])
+def test_a_stopped_job_ends_before_its_schedulers_sigkill(scheduler, kill_delay_s):
+    """qdel's SIGKILL comes the queue's kill_delay (PBS's default 10 s) after its SIGTERM, scancel's KillWait (30 s)
+    after: a signalled node waits for the step at most PDO_NODE_GRACE_S, gives its Ray PDO_RAY_STOP_S between SIGTERM
+    and SIGKILL, then copies its logs (~2 s), all before the scheduler's SIGKILL, which would not reach Ray (it runs in
+    its own session); the step's stop ends first, and Ray's supervisor kills a stopped driver within it."""
+    text = render(sim_config(), JobOptions(scheduler=scheduler))
+    budget = {name: int(re.search(rf"^{name}=\${{{name}:-(\d+)}}", text, re.M).group(1))  # type: ignore[union-attr]
+              for name in ("PDO_STEP_STOP_S", "PDO_JOB_STOP_WAIT_S", "PDO_NODE_GRACE_S", "PDO_RAY_STOP_S")}
+    assert budget["PDO_NODE_GRACE_S"] + budget["PDO_RAY_STOP_S"] + 2 <= kill_delay_s, budget
+    assert budget["PDO_JOB_STOP_WAIT_S"] < budget["PDO_STEP_STOP_S"] <= budget["PDO_NODE_GRACE_S"], budget
+    assert 'seq $((PDO_RAY_STOP_S * 2))' in text and "PDO_RAY_STOP_S=%q" in text  # node.sh's stop_session reads it
+
+
 def test_serve_goodput_job_serves_measures_then_stops_the_service(tmp_path, capsys):
     """The 2026 contest's job: serve until ready, goodput against its gateway, serve down, goodput's verdict; its
     walltime is the start-up budget + one AIPerf command per declared N + the drain + the margin, printed."""
@@ -111,11 +127,14 @@ def test_serve_goodput_job_serves_measures_then_stops_the_service(tmp_path, caps
     captured = capsys.readouterr()
     text = captured.out
     _bash_n(text, tmp_path)
-    # 600 s + 1 x (120 s AIPerf start + 60 warm-up + 120 window + 30 grace) + 30 s drain + 300 s margin = 21 min
-    line = ("walltime 00:21:00 = start-up budget 600 s (--startup-s) + 1 AIPerf run(s) (N=32) x 330 s (AIPerf start "
-            "120 + warm-up 60 + window 120 + grace 30) + drain 30 s + margin 300 s (--margin-s)")
-    assert captured.err.strip() == f"jobscript: {line}"
-    assert "#SBATCH --time=00:21:00" in text and f"# {line}" in text and "#SBATCH --gpus-per-node=8" not in text
+    # 600 s + N=32's AIPerf command (its allowance, tested below) + 30 s drain + 300 s margin
+    cfg = load_config(QWEN3_PRESET, ["benchmark.concurrency=[32]"])
+    ((n, aiperf_s),), how = aiperf_allowance(cfg)
+    walltime_s = hhmmss(600 + aiperf_s + 30 + 300)
+    line = (f"walltime {walltime_s} = start-up budget 600 s (--startup-s) + 1 AIPerf run(s) {aiperf_s:.0f} s "
+            f"(N=32 {aiperf_s:.0f}; {how}) + drain 30 s + margin 300 s (--margin-s)")
+    assert n == 32 and captured.err.strip() == f"jobscript: {line}"
+    assert f"#SBATCH --time={walltime_s}" in text and f"# {line}" in text and "#SBATCH --gpus-per-node=8" not in text
     # prepare, then serve until its ready line, goodput at its gateway, serve down; the verdict is goodput's
     order = [text.index(piece) for piece in (
         "-m orchestrator prepare", '-m orchestrator serve --config "$RUN_DIR/config.yaml"',
@@ -163,9 +182,9 @@ QWEN3_PRESET = str(REPO / "configs" / "qwen3-pd-2026.yaml")
     # the 2026 preset's closed loop: bench refuses it at job time, after Ray bring-up and prepare had run
     (["--config", QWEN3_PRESET], "--then bench: benchmark.kind=closed_loop, which bench refuses (it runs a prompt "
      "batch), so the job would fail after Ray bring-up and prepare; measure the closed loop with --then serve+goodput"),
-    # 1200 s start-up + 5 x (120 + 60 + 120 + 30) s of AIPerf + 30 s drain + 900 s margin = 63 min > 60
-    (["--config", QWEN3_PRESET, "--then", "serve+goodput", "--startup-s", "1200", "--max-walltime", "01:00:00"],
-     "--max-walltime 01:00:00: the job needs 01:03:00 (start-up budget 1200 s (--startup-s) + 5 AIPerf run(s)"),
+    # 1200 s start-up + 5 AIPerf commands (251-257 s each) + 30 s drain + 900 s margin = 57 min > 50
+    (["--config", QWEN3_PRESET, "--then", "serve+goodput", "--startup-s", "1200", "--max-walltime", "00:50:00"],
+     "--max-walltime 00:50:00: the job needs 00:57:00 (start-up budget 1200 s (--startup-s) + 5 AIPerf run(s)"),
     # a bench job: benchmark.deadline_s 300 s + 900 s margin = 20 min
     (["--max-walltime", "19"], "--max-walltime 00:19:00: the job needs 00:20:00 (benchmark.deadline_s 300 s + margin"),
     (["--max-walltime", "2h"], "--max-walltime '2h': give the scheduler's limit as HH:MM:SS"),
@@ -277,7 +296,7 @@ def test_the_default_start_up_budget_is_plans_time_to_ready_scaled_by_the_measur
     and serve's ready timeout is that budget. The factors are the ones benchmarks/startup_budget.py reads from the
     one-H100 lease's raw output."""
     from benchmarks import startup_budget
-    from orchestrator.cli.jobscript import PREPARE_OVER_PLAN, SERVE_OVER_PLAN
+    from orchestrator.plan.closedloop.startup_budget import PREPARE_OVER_PLAN, SERVE_OVER_PLAN
     from orchestrator.plan.closedloop.predict import predict_ready
 
     ratios = startup_budget.step_ratios()
@@ -298,3 +317,31 @@ def test_the_default_start_up_budget_is_plans_time_to_ready_scaled_by_the_measur
     assert main(["jobscript", "--scheduler", "slurm", "--config", QWEN3_PRESET, "--then", "serve+goodput",
                  "--set", "engine.kind=sglang", "--set", "cluster.gpu=H200"]) == 0
     assert f"start-up budget {budget:.0f} s" not in capsys.readouterr().err
+
+
+def test_each_aiperf_run_is_sized_from_its_concurrency_and_plans_throughput_scaled_by_the_measured_runs():
+    """serve+goodput's AIPerf allowance per declared N: AIPerf's own start-up at the command's 12,800 dataset entries +
+    warm-up + window + the two waits for the N requests in flight when each ends (N x OSL / plan's output tok/s at N,
+    Little's law; at most the grace), times the worst measured/predicted of the one-H100 lease's six AIPerf runs. The
+    constants are what benchmarks/aiperf_allowance.py reads from the lease's and this VM's raw files."""
+    from benchmarks import aiperf_allowance as raw
+    from orchestrator.cli import jobscript as cli
+    from orchestrator.plan.closedloop.predict import predict_closed_loop
+
+    runs, start_s, dataset_s = raw.ratios()
+    assert len(runs) == 6 and raw.worst_ratio(runs) == cli.AIPERF_OVER_PREDICTED
+    assert round(start_s, 2) == cli.AIPERF_START_S and dataset_s == cli.AIPERF_DATASET_S
+    assert cli.AIPERF_DATASET_GROWTH == (256, 12800, round(raw.local_dataset_growth()[0], 2))
+    assert cli.aiperf_start_s(256) == cli.AIPERF_START_S < cli.aiperf_start_s(12800)
+    cfg = load_config(QWEN3_PRESET, ["engine.kind=sglang", "benchmark.concurrency=[8,64]"])
+    allowance, how = cli.aiperf_allowance(cfg)
+    b = cfg.benchmark
+    for (n, seconds), point in zip(allowance, predict_closed_loop(cfg, [8, 64]).points):
+        wait_s = min(b.grace_s, n * b.output_tokens / point.output_tok_s)
+        assert n == point.concurrency and 0 < wait_s < b.grace_s, (n, wait_s)
+        assert seconds == round((cli.aiperf_start_s(12800) + b.warmup_s + b.window_s + 2 * wait_s)
+                                * cli.AIPERF_OVER_PREDICTED)
+    assert f"AIPerf start {cli.aiperf_start_s(12800):.0f} s at 12800 entries" in how and "x 1.05" in how
+    # a wait longer than the grace is cut there, as AIPerf cuts it
+    assert aiperf_phases_s(60, 120, 30, concurrency=64, output_tokens=200, output_tok_s=100) == 60 + 120 + 2 * 30
+

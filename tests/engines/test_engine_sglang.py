@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.engines.base import WorkerPlacement
+from orchestrator.engines.base import EngineStartTimeout, WorkerPlacement
 from orchestrator.engines.registry import backend_for
 from orchestrator.engines.sglang.caches import CACHE_DIRS
 from orchestrator.engines.sglang.launch import (
@@ -266,7 +266,8 @@ def test_wait_ready_names_the_url_that_never_answered():
     p = WorkerPlacement(role="decode", group_index=0, replica_index=0, host="127.0.0.1", advertise_host="127.0.0.1",
                         port=1, gpu_ids=tuple(range(8)))
     launch = SglangBackend().build_launch(cfg, cfg.layout.decode[0], p)
-    with pytest.raises(TimeoutError, match=r"http://127\.0\.0\.1:1/health"):
+    # a timeout, not a failed start: the worker answers it with the one line naming its budget and phase
+    with pytest.raises(EngineStartTimeout, match=r"http://127\.0\.0\.1:1/health"):
         wait_ready(launch, timeout_s=0.3, poll_s=0.05)
 
 

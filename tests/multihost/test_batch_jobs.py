@@ -13,10 +13,13 @@ without /sys/fs/cgroup, where slurmd refuses to start).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -306,13 +309,17 @@ def test_scancel_mid_bench_keeps_what_finished_collects_the_logs_and_stops_ray_o
     assert done_before <= completed < CANCEL_PROMPTS and completed + failed == CANCEL_PROMPTS, doc["counts"]
     failures = [r for r in doc["results"] if r["status"] != "ok"]
     assert len(failures) == failed and all(r["error"] for r in failures), failures[:3]
-    assert {r["error"] for r in failures} == {"not finished: interrupted during measured run: received SIGTERM"}
-    # the stop hit requests in flight: the decode engine aborted them (the router's soft stop), and they are among
-    # the failures (result.json names a request in flight and one never sent alike: "not finished")
-    assert 0 < aborted <= failed, (aborted, failed)
+    # the stop hit requests in flight: the decode engine aborted them (the router's soft stop), and result.json tells
+    # them apart from the prompts never sent (at most max_in_flight = 8 were in flight)
+    why = "interrupted during measured run: received SIGTERM"
+    errors = collections.Counter(r["error"] for r in failures)
+    assert set(errors) == {f"cut off in flight: {why}", f"never sent: {why}"}, errors
+    assert 0 < aborted <= errors[f"cut off in flight: {why}"] <= 8, (aborted, errors)
     timings = json.loads((run_dir / "timings.json").read_text())
     assert timings["stopped_by"] == "SIGTERM" and timings["work_exit"] == 143 and timings["prepare_exit"] == 0
-    assert (run_dir / "report" / "report.html").is_file()
+    # after a signal the job leaves the HTML report to the bench driver's own (its run folder), and each node's logs
+    # to that node
+    assert list(run_dir.glob("runs/*/report.html")) and not (run_dir / "report").exists()
     # each node collected its engine and Ray logs after its own SIGTERM
     engine_logs = {p.name for p in (run_dir / "logs").rglob("pd-engines/*/*.log")}
     assert any(n.startswith("prefill") for n in engine_logs) and any(n.startswith("decode") for n in engine_logs), \
@@ -340,10 +347,10 @@ exec nsenter --net="/run/netns/$netns" /bin/bash -c \
 """
 
 
-def _run_pbs_job(lab: NetnsLab, tmp_path: Path, script_text: str, ray_tmp: Path,
-                 job_env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
-    """Run a generated PBS script as the mother superior (node-a) does, with the PBS_* variables of job 4242 and the
-    pbsdsh stand-in: (the run, its submit dir, the pbsdsh tasks as 'netns command' lines)."""
+def _pbs_job(lab: NetnsLab, tmp_path: Path, script_text: str, ray_tmp: Path,
+             job_env: dict | None = None) -> tuple[list[str], dict, Path, Path]:
+    """How the mother superior (node-a) runs a generated PBS script, with the PBS_* variables of job 4242 and the
+    pbsdsh stand-in: (its command, its environment, its submit dir, the stand-in's log of tasks)."""
     submit_dir = tmp_path / "submit"
     submit_dir.mkdir()
     script = submit_dir / "job.sh"
@@ -363,8 +370,15 @@ def _run_pbs_job(lab: NetnsLab, tmp_path: Path, script_text: str, ray_tmp: Path,
            "PBS_NODEFILE": str(nodefile), "PDO_RAY_TMP": str(ray_tmp), "PDO_TEST_NETNS_MAP": str(netns_map),
            "PDO_TEST_PBSDSH_LOG": str(pbsdsh_log), **(job_env or {})}
     # the mother superior (first node of the job) runs the script
-    done = subprocess.run([*_enter(lab, "node-a"), "bash", str(script)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=360)
+    return [*_enter(lab, "node-a"), "bash", str(script)], env, submit_dir, pbsdsh_log
+
+
+def _run_pbs_job(lab: NetnsLab, tmp_path: Path, script_text: str, ray_tmp: Path,
+                 job_env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
+    """Run a generated PBS script to its end (_pbs_job): (the run, its submit dir, the pbsdsh tasks as 'netns command'
+    lines)."""
+    cmd, env, submit_dir, pbsdsh_log = _pbs_job(lab, tmp_path, script_text, ray_tmp, job_env)
+    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=360)
     tasks = pbsdsh_log.read_text().splitlines() if pbsdsh_log.exists() else []
     return done, submit_dir, tasks
 
@@ -394,6 +408,74 @@ def test_pbs_script_starts_each_raylet_on_its_own_node_and_runs_a_valid_bench(tm
         assert any(" head" in t for t in where[lab.hosts["node-a"].netns]), tasks
         assert any(" worker " in t for t in where[lab.hosts["node-b"].netns]), tasks
         assert not any(" worker " in t for t in where[lab.hosts["node-a"].netns]), tasks
+        _nodes_left_with_nothing(lab)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+PBS_KILL_DELAY_S = 10  # OpenPBS's (and Torque's) default kill_delay
+
+
+def test_pbs_qdel_mid_bench_keeps_what_finished_and_stops_ray_on_every_node_within_the_kill_delay(tmp_path):
+    """qdel as PBS's MoM carries it out, without a PBS server (none is packaged for Debian: no openpbs or torque
+    package here): SIGTERM to every process of the job (the script's session, whose pbsdsh tasks run node.sh on each
+    node), then SIGKILL to what is left PBS_KILL_DELAY_S later. As with scancel: the trap runs at once, the bench keeps
+    what finished and tells the rest apart, and Ray is stopped on both nodes, all before the SIGKILL (the steps' and
+    Ray's own sessions are not the job's: a SIGKILL would not reach them)."""
+    cleanup_leftovers()
+    ray_tmp = Path(tempfile.mkdtemp(prefix="pdo-pq-", dir="/tmp"))
+    with NetnsLab() as lab:
+        script = _jobscript(_job_config(tmp_path, "qdeljob", {
+            "benchmark.num_prompts": CANCEL_PROMPTS, "benchmark.fixed_output_len": 64, "benchmark.max_in_flight": 8,
+            "engine.sim.time_scale": 20.0, "benchmark.deadline_s": 8}), "pbs")
+        cmd, env, submit_dir, _ = _pbs_job(lab, tmp_path, script, ray_tmp)
+        out = tmp_path / "job.out"
+        with out.open("w") as sink:  # the job's session: what PBS signals
+            job = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            def in_flight() -> tuple[int, int] | None:
+                assert job.poll() is None, out.read_text()[-3000:]
+                done, running, aborted = _decode_counts(lab).values()
+                return (done, running) if done >= 4 and running > 0 and not aborted else None
+
+            done_before, _ = wait_until(in_flight, 300, poll_s=0.5, what="the PBS job's bench with prompts in flight")
+            os.killpg(job.pid, signal.SIGTERM)
+            qdel_at = time.time()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                job.wait(timeout=PBS_KILL_DELAY_S)
+            ended_s = time.time() - qdel_at
+            time.sleep(max(0.0, qdel_at + PBS_KILL_DELAY_S - time.time()))  # PBS's clock, not a synchronisation
+            with contextlib.suppress(ProcessLookupError):  # what is left of the job's processes (node.sh on a node)
+                os.killpg(job.pid, signal.SIGKILL)
+            rc = job.wait(timeout=30)
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait(timeout=30)
+            output = out.read_text()
+            print(f"PBS qdel'd job output (tail):\n{output[-3000:]}")
+        run_dir = submit_dir / "pdo-runs" / "4242"
+        print(f"PBS qdel: the job script ended {ended_s:.1f} s after the SIGTERM (rc {rc}; the SIGKILL came at "
+              f"{PBS_KILL_DELAY_S} s)")
+        trapped = next(line for line in output.splitlines() if "SIGTERM: stopping the job" in line)
+        stamp = datetime.datetime.strptime(trapped.split("]")[0].removeprefix("[pdo "), "%H:%M:%S").time()
+        trapped_at = datetime.datetime.combine(datetime.datetime.now(datetime.timezone.utc).date(), stamp,
+                                               tzinfo=datetime.timezone.utc).timestamp()
+        assert -1.5 <= trapped_at - qdel_at <= 3, (trapped, qdel_at)
+        doc = json.loads((run_dir / "result.json").read_text())
+        why = "interrupted during measured run: received SIGTERM"
+        assert doc["verdict"] == "INVALID" and doc["reason"] == why, doc["reason"]
+        completed, failed = doc["counts"]["completed"], doc["counts"]["failed"]
+        assert done_before <= completed < CANCEL_PROMPTS and completed + failed == CANCEL_PROMPTS, doc["counts"]
+        errors = collections.Counter(r["error"] for r in doc["results"] if r["status"] != "ok")
+        assert set(errors) == {f"cut off in flight: {why}", f"never sent: {why}"}, errors
+        assert 0 < errors[f"cut off in flight: {why}"] <= 8, errors
+        # the clean-up wrote the job's record before the SIGKILL
+        assert json.loads((run_dir / "timings.json").read_text())["stopped_by"] == "SIGTERM"
+        assert not (run_dir / "ray-token").exists()
+        # each node stopped its Ray after its own SIGTERM, and nothing of the job is left on either host
+        for log in ("ray-head.log", "ray-worker.log"):
+            assert "stopped Ray session" in (run_dir / "logs" / log).read_text(), log
         _nodes_left_with_nothing(lab)
     shutil.rmtree(ray_tmp, ignore_errors=True)
 

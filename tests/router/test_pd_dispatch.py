@@ -16,7 +16,7 @@ from typing import Callable
 import pytest
 from aiohttp import web
 
-from orchestrator.records import BenchRequest, WorkerEndpoint
+from orchestrator.records import CUT_OFF_IN_FLIGHT, NEVER_SENT, BenchRequest, WorkerEndpoint
 from orchestrator.router.batch import run_batch
 from orchestrator.router.dispatch.dispatcher import PDDispatcher
 from orchestrator.router.dispatch.failures import DispatchError
@@ -472,10 +472,16 @@ async def test_a_stopped_batch_sends_what_finished_then_ends_and_aborts_the_requ
                 stop.set()
     finally:
         await d.close()
-    assert len(got) >= 3 and all(r.status == "ok" for r in got), got
-    assert len({r.index for r in got}) == len(got) < 20
-    hung = [b["rid"] for b in decode.bodies[len(got):]]
-    assert len(hung) == 2 and sorted(decode.aborted) == sorted(hung), "the requests in flight were not aborted"
+    ok = [r for r in got if r.status == "ok"]
+    assert len(ok) >= 3 and sorted(r.index for r in got) == list(range(20)), "one result per request"
+    hung = decode.bodies[len(ok):]
+    assert len(hung) == 2 and sorted(decode.aborted) == sorted(b["rid"] for b in hung), \
+        "the requests in flight were not aborted"
+    # every other request failed, the ones the engine was running told apart from those never sent
+    failed = {r.error: {x.index for x in got if x.error == r.error} for r in got if r.status != "ok"}
+    assert set(failed) == {CUT_OFF_IN_FLIGHT, NEVER_SENT}, failed
+    assert failed[CUT_OFF_IN_FLIGHT] == {b["input_ids"][3] for b in hung}
+    assert len(failed[NEVER_SENT]) == 20 - len(ok) - 2
 
 
 async def test_a_stopped_batch_keeps_every_request_the_engine_finished_before_its_abort(servers):
@@ -500,10 +506,13 @@ async def test_a_stopped_batch_keeps_every_request_the_engine_finished_before_it
                 stop.set()
     finally:
         await d.close()
-    assert all(r.status == "ok" for r in got), got
-    assert len(got) == decode.finished < 20, f"kept {len(got)}, the decode finished {decode.finished}"
-    unread = [b["rid"] for b in decode.bodies if b["rid"] in decode.aborted]
+    ok = [r for r in got if r.status == "ok"]
+    assert len(ok) == decode.finished < 20, f"kept {len(ok)}, the decode finished {decode.finished}"
+    assert {r.error for r in got if r.status != "ok"} <= {CUT_OFF_IN_FLIGHT, NEVER_SENT}
+    unread = [b["input_ids"][3] for b in decode.bodies if b["rid"] in decode.aborted]
     assert unread, "the stop did not abort on the engine first"
+    cut = {r.index for r in got if r.error == CUT_OFF_IN_FLIGHT}
+    assert cut <= set(unread) and set(unread) - cut <= {r.index for r in ok}, (cut, unread)
 
 
 async def test_a_batch_reaches_its_engine_while_the_rest_of_it_is_still_being_started(servers):

@@ -19,7 +19,14 @@ import httpx
 
 from orchestrator.config import RunConfig, WorkerGroup
 from orchestrator.config.server_spec import ServerSpec, server_spec
-from orchestrator.engines.base import EngineBackend, EngineLaunch, EngineProcess, PdTimeouts, WorkerPlacement
+from orchestrator.engines.base import (
+    EngineBackend,
+    EngineLaunch,
+    EngineProcess,
+    EngineStartTimeout,
+    PdTimeouts,
+    WorkerPlacement,
+)
 from orchestrator.engines.sglang.caches import cache_env, cache_state, record_warm, sglang_version
 from orchestrator.transfer.env import transport_env
 
@@ -156,7 +163,7 @@ def readiness_urls(launch: EngineLaunch) -> list[str]:
 
 
 def wait_ready(launch: EngineLaunch, timeout_s: float, poll_s: float = 1.0) -> None:
-    """Poll every readiness URL until all answer 200; raise TimeoutError naming the ones that did not."""
+    """Poll every readiness URL until all answer 200; raise EngineStartTimeout naming the ones that did not."""
     pending = readiness_urls(launch)
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=5.0) as client:
@@ -170,7 +177,7 @@ def wait_ready(launch: EngineLaunch, timeout_s: float, poll_s: float = 1.0) -> N
                     still.append(url)
             pending = still
             if pending and time.monotonic() > deadline:
-                raise TimeoutError(f"not ready after {timeout_s:.0f}s: {', '.join(pending)}")
+                raise EngineStartTimeout(f"not ready after {timeout_s:.0f}s: {', '.join(pending)}")
             if pending:
                 time.sleep(poll_s)
 
@@ -199,9 +206,6 @@ class SglangBackend(EngineBackend):
             bootstrap_port=bootstrap,
             bootstrap_url=f"http://{placement.advertise_host}:{bootstrap}" if bootstrap else None,
         )
-
-    def startup_timeout_s(self, cfg: RunConfig) -> float:
-        return cfg.engine.sglang.startup_timeout_s
 
     def rank_processes(self, group: WorkerGroup) -> int:
         return group.nnodes - 1  # SGLang runs one process per node of a multi-node server

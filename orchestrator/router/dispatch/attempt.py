@@ -135,6 +135,7 @@ class PairAttempts(EngineConnections):
         assert me is not None, "an attempt runs in its request's task"
         if answer.progress is not None:
             answer.progress.attempt = (rid, pair)
+            answer.progress.sent = True
         sent, prefill_task = self._start_legs(body, pair, rid, timeout_s,
                                               answer.stamps.prefill if answer.stamps is not None else None)
         if prefill_task is not None:

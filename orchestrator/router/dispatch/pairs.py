@@ -56,6 +56,7 @@ class Progress:
     state: str | None = "queued"
     attempt: tuple[str, Pair] | None = None  # (rid, pair) of the attempt in flight
     stopping: bool = False  # its batch was stopped: its decode leg was aborted, no further attempt
+    sent: bool = False  # an attempt posted it to a pair (it stays True after a failed attempt)
 
 
 def host_of(url: str) -> str:
