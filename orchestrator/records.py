@@ -10,6 +10,11 @@ from typing import Literal
 
 Role = Literal["prefill", "decode", "aggregated"]
 
+# The first word of RequestResult.error when the client went away before its answer ended (the router's failure
+# reason): AIPerf keeps no record of the requests it cancels at the end of its grace period, so the SLA counters
+# (observe/metrics.py) leave these out of the good fraction's denominator.
+CLIENT_LEFT_REASON = "cancelled"
+
 
 @dataclass(frozen=True)
 class WorkerEndpoint:

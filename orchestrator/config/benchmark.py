@@ -36,14 +36,25 @@ class SloConfig(Strict):
     min_good_fraction: float = Field(0.90, gt=0, le=1, description="Gate: good requests / all requests of the "
                                      "window must reach this for the point to count.")
 
-    def admits(self, ttft_s: float, itl_s: float | None) -> bool:
+    def admits(self, ttft_s: float | None, itl_s: float | None) -> bool:
         """Whether one request is good, as AIPerf's --goodput judges it: TTFT <= ttft_ms and ITL <= itl_ms, the line
-        itself good; a request without an ITL (one output token, see inter_token_latency_s) is never good.
+        itself good; a request without a TTFT (not streamed) or an ITL (one output token, see inter_token_latency_s)
+        is never good.
 
         The thresholds are brought to seconds, not the times to ms: 2.007 s x 1e3 is 2007.0000000000002 in floats,
         over a 2007 ms line AIPerf (integer ns against 2007 x 1e6) puts that request on; 2.007 s <= 2007 / 1e3 is it.
         """
-        return itl_s is not None and ttft_s <= self.ttft_ms / 1e3 and itl_s <= self.itl_ms / 1e3
+        return ttft_s is not None and itl_s is not None and ttft_s <= self.ttft_ms / 1e3 and itl_s <= self.itl_ms / 1e3
+
+
+def good_request_fraction(good: int, valid: int, errored: int) -> float:
+    """AIPerf 0.12.0's good_request_fraction: good / (valid + errored), 0.0 with neither. `valid` is every request
+    answered with content (streamed or not; AIPerf's request_count), `errored` every request AIPerf holds an error record
+    for (an HTTP status >= 300 such as the gateway's 503s, a dropped connection, a stream with no content: its
+    error_request_count); a request the client itself cancelled (AIPerf at the end of its grace period) is in neither.
+    docs/observability.md "Which requests count" has the file:line references."""
+    attempted = valid + errored
+    return good / attempted if attempted else 0.0
 
 
 def inter_token_latency_s(first_token_s: float, end_s: float, output_tokens: int) -> float | None:

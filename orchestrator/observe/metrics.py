@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from orchestrator.config.benchmark import SloConfig, inter_token_latency_s
 from orchestrator.phases import BEFORE_PLACEMENT, Phase
-from orchestrator.records import RequestResult
+from orchestrator.records import CLIENT_LEFT_REASON, RequestResult
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +97,18 @@ class RouterMetrics:
             PREFIX + "itl_seconds", "Inter-token latency of each streamed request: (e2e - TTFT) / (output tokens - 1).",
             base, buckets=ITL_BUCKETS_S, registry=reg,
         )
-        # AIPerf's goodput, counted at the gateway: judged = streamed requests (AIPerf's request count: a one-token
-        # answer too, never good without an ITL), good = those self.slo admits; rate() of good output tokens is the
-        # contest's score.
+        # AIPerf's goodput, counted at the gateway (config/benchmark.good_request_fraction): judged = completed
+        # requests (AIPerf's request_count), good = those self.slo admits, attempted = judged + the errors AIPerf
+        # counts (its good_request_fraction's denominator); rate() of good output tokens is the contest's score.
         self.sla_judged_requests = Counter(
-            PREFIX + "sla_judged_requests", "Completed streamed requests (with a TTFT) judged against the SLA; "
-            "one-token answers included, never good (no ITL), as AIPerf counts them.", base, registry=reg,
+            PREFIX + "sla_judged_requests", "Completed requests judged against the SLA (AIPerf's request_count); "
+            "one without a TTFT (not streamed) or an ITL (one token) is judged and never good, as AIPerf counts it.",
+            base, registry=reg,
+        )
+        self.sla_attempted_requests = Counter(
+            PREFIX + "sla_attempted_requests", "Judged requests plus those failed or rejected (503) at the gateway, "
+            "all but those whose client left: AIPerf's request_count + error_request_count, the denominator of its "
+            "good_request_fraction.", base, registry=reg,
         )
         self.sla_good_requests = Counter(
             PREFIX + "sla_good_requests", f"Judged requests with TTFT <= {self.slo.ttft_ms:g} ms and ITL <= "
@@ -128,7 +134,8 @@ class RouterMetrics:
             self._child(self.requests_failed, reason)
         for reason in KNOWN_REJECT_REASONS:
             self._child(self.requests_rejected, reason)
-        for counter in (self.sla_judged_requests, self.sla_good_requests, self.sla_good_output_tokens):
+        for counter in (self.sla_judged_requests, self.sla_attempted_requests, self.sla_good_requests,
+                        self.sla_good_output_tokens):
             self._child(counter)
 
     def _child(self, metric, *values: str):
@@ -185,15 +192,15 @@ class RouterMetrics:
         self._judge_sla(result)
 
     def _judge_sla(self, result: RequestResult) -> None:
-        """ITL and the SLA counters of a completed streamed request, by SloConfig.admits as AIPerf judges it: a
-        one-token answer is judged and never good (it has no ITL); a request without a TTFT (not streamed) is not
-        judged."""
-        if result.ttft_s is None or result.e2e_s is None:
-            return
-        itl_s = inter_token_latency_s(result.ttft_s, result.e2e_s, result.completion_tokens)
+        """ITL and the SLA counters of a completed request, by SloConfig.admits as AIPerf judges it: every completed
+        request is judged; one without a TTFT (not streamed) or an ITL (one token) is never good."""
+        itl_s = None
+        if result.ttft_s is not None and result.e2e_s is not None:
+            itl_s = inter_token_latency_s(result.ttft_s, result.e2e_s, result.completion_tokens)
         if itl_s is not None:
             self._child(self.itl_seconds).observe(itl_s)
         self._child(self.sla_judged_requests).inc()
+        self._child(self.sla_attempted_requests).inc()
         if self.slo.admits(result.ttft_s, itl_s):
             self._child(self.sla_good_requests).inc()
             self._child(self.sla_good_output_tokens).inc(result.completion_tokens)
@@ -201,10 +208,14 @@ class RouterMetrics:
     def rejected(self, reason: str) -> None:
         """Count a request refused at the gateway (e.g. `queue_full`: router.max_in_flight_requests reached)."""
         self._child(self.requests_rejected, reason).inc()
+        self._child(self.sla_attempted_requests).inc()  # the client gets a 503: an error record in AIPerf
 
     def failed(self, reason: str) -> None:
-        """Count a failed request; `reason` is a short, low-cardinality word (timeout, http_502, ...)."""
+        """Count a failed request; `reason` is a short, low-cardinality word (timeout, http_502, ...). Every failure
+        but CLIENT_LEFT_REASON is an error AIPerf counts."""
         self._child(self.requests_failed, reason).inc()
+        if reason != CLIENT_LEFT_REASON:
+            self._child(self.sla_attempted_requests).inc()
 
 
 def _reason_of(error: str | None) -> str:

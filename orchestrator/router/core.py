@@ -212,8 +212,7 @@ class RouterCore:
 
     # -- dispatch --
 
-    @staticmethod
-    async def _dispatched(track: IngressTracker, dispatch: Awaitable[Any]) -> Any:
+    async def _dispatched(self, track: IngressTracker, dispatch: Awaitable[Any]) -> Any:
         """The dispatcher's answer; a DispatchError becomes its HTTP error, and every failure is counted."""
         try:
             return await dispatch
@@ -221,8 +220,16 @@ class RouterCore:
             track.failed(str(exc))
             raise HTTPError(exc.status, str(exc), exc.body, exc.code) from None
         except BaseException:
-            track.failed("cancelled: the client went away")
+            self._ended_unanswered(track)
             raise
+
+    def _ended_unanswered(self, track: IngressTracker) -> None:
+        """A request cancelled before its answer ended: by the gateway's cut-off (the client gets a 503 or an error
+        event, an error for AIPerf), else because its client went away."""
+        if self.cut_off.is_set():
+            track.failed("cut_off: the gateway's drain timed out before the answer ended")
+        else:
+            track.client_left()
 
     async def generate(self, body: dict) -> dict:
         track = IngressTracker(self.metrics, body)
@@ -235,6 +242,9 @@ class RouterCore:
         relay = await self._dispatched(track, self.dispatcher.open_stream(body))
 
         def on_close(relay, completed: bool) -> None:
+            if relay.client_left:
+                self._ended_unanswered(track)
+                return
             last = last_json_event(relay.tail) if completed else None
             if last is None or "error" in last:
                 track.failed(f"stream from {relay.pair.decode.name} ended without its final event")

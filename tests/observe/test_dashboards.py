@@ -48,7 +48,7 @@ def test_dashboards_cover_the_issue_panels_and_are_templated():
         "pdorch_phase", "pdorch_deadline_seconds", "pdorch_elapsed_seconds", "pdorch_projected_finish_seconds",
         "pdorch_input_tokens_total", "pdorch_output_tokens_total", "pdorch_requests_in_flight",
         "pdorch_requests_failed_total", "pdorch_requests_rejected_total", "pdorch_itl_seconds",
-        "pdorch_sla_good_requests_total", "pdorch_sla_judged_requests_total", "pdorch_sla_good_output_tokens_total",
+        "pdorch_sla_good_requests_total", "pdorch_sla_attempted_requests_total", "pdorch_sla_good_output_tokens_total",
         "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
         "sglang:gen_throughput", "sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_decode_transfer_queue_reqs",
         "sglang:kv_transfer_latency_ms", "sglang:kv_transfer_speed_gb_s", "sglang:kv_transfer_total_mb",

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.config.benchmark import SloConfig
+from orchestrator.config.benchmark import SloConfig, good_request_fraction
 from orchestrator.observe.file_sd import (
     ENGINE_JOB,
     TargetFile,
@@ -107,10 +107,10 @@ def test_completed_requests_count_tokens_per_phase_and_worker(exporter):
     assert value(samples, "pdorch_worker_outstanding_requests", role="decode", worker="decode-0/0") == 4
 
 
-def test_streamed_requests_are_judged_against_the_2026_goodput_sla_as_aiperf_does(exporter):
+def test_completed_requests_are_judged_against_the_2026_goodput_sla_as_aiperf_does(exporter):
     """ITL = (e2e - TTFT) / (tokens - 1); good = TTFT <= 3 s and ITL <= 20 ms; a request without a TTFT (not
-    streamed) is not judged; one with one token has no ITL and is judged, never good (AIPerf counts it in its request
-    count, not its good ones); good output tokens add up the good requests' tokens."""
+    streamed) or with one token (no ITL) is judged and never good (AIPerf counts both in its request count, not its
+    good ones); good output tokens add up the good requests' tokens."""
     registry, exp = exporter
     router = RouterMetrics(**RUN, registry=registry)
 
@@ -123,15 +123,39 @@ def test_streamed_requests_are_judged_against_the_2026_goodput_sla_as_aiperf_doe
     done(2.9, 2.9 + 0.021 * 199, 200)  # ITL 21 ms: not good
     done(3.1, 3.1 + 0.010 * 99, 100)   # TTFT 3.1 s: not good
     done(0.1, 0.12, 2)                 # ITL 20 ms on the line: good
-    done(None, 1.0, 50)                # not streamed: no TTFT, not judged
+    done(None, 1.0, 50)                # not streamed: no TTFT, judged, not good
     done(0.2, 0.2, 1)                  # one token: no ITL, judged, not good
     samples = scrape(exp.address)
-    assert value(samples, "pdorch_sla_judged_requests_total") == 5
+    assert value(samples, "pdorch_sla_judged_requests_total") == value(samples, "pdorch_sla_attempted_requests_total") == 6
     assert value(samples, "pdorch_sla_good_requests_total") == 2
     assert value(samples, "pdorch_sla_good_output_tokens_total") == 202
     assert value(samples, "pdorch_itl_seconds_count") == 4
     assert value(samples, "pdorch_itl_seconds_bucket", le="0.02") == 3  # 19, 10 and 20 ms; 21 ms is above the line
     assert value(samples, "pdorch_requests_completed_total") == 6
+
+
+def test_the_good_fraction_counts_failed_and_rejected_requests_but_not_those_whose_client_left(exporter):
+    """AIPerf's good_request_fraction is good / (valid + errored): a failure of any reason and a 503 at the gateway are
+    error records there, while a request whose client went away (AIPerf cancelling what it holds when its grace period
+    ends) leaves no record. The gateway's attempted counter is that denominator."""
+    registry, exp = exporter
+    router = RouterMetrics(**RUN, registry=registry)
+    for ttft_s in (0.5, 0.5, 4.0):  # two good, one over the 3 s TTFT
+        router.completed(RequestResult(index=0, status="ok", prompt_len=10, output_len=11, completion_tokens=11,
+                                       ttft_s=ttft_s, e2e_s=ttft_s + 0.1, prefill_worker="p", decode_worker="d"))
+    router.completed(RequestResult(index=0, status="failed", prompt_len=10, output_len=11, error="timeout: decode"))
+    router.completed(RequestResult(index=0, status="failed", prompt_len=10, output_len=11,
+                                   error="cut_off: the gateway's drain timed out before the answer ended"))
+    router.completed(RequestResult(index=0, status="failed", prompt_len=10, output_len=11,
+                                   error="cancelled: the client went away"))
+    router.rejected("queue_full")
+    router.rejected("stopping")
+    samples = scrape(exp.address)
+    good, judged = value(samples, "pdorch_sla_good_requests_total"), value(samples, "pdorch_sla_judged_requests_total")
+    attempted = value(samples, "pdorch_sla_attempted_requests_total")
+    assert (good, judged, attempted) == (2, 3, 3 + 2 + 2)  # the client that left is in neither
+    assert good / attempted == good_request_fraction(2, valid=3, errored=4) == pytest.approx(2 / 7)
+    assert value(samples, "pdorch_requests_failed_total", reason="cancelled") == 1  # still a failure on the panels
 
 
 def test_the_good_request_counters_judge_by_the_configs_slo_and_say_it_in_their_help(exporter):

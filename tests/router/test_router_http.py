@@ -286,8 +286,9 @@ def test_http_requests_feed_the_router_metrics_like_the_batch_api(pd_workers):
     assert value("pdorch_e2e_seconds_count") == 5
     assert value("pdorch_ttft_seconds_count") == 1  # known only when streamed
     assert value("pdorch_kv_wait_seconds_count") == 5  # the stream's prefill leg answered beside it: counted too
-    # the streamed request (4 tokens) has an ITL and is judged against the goodput SLA; the others have no TTFT
-    assert value("pdorch_itl_seconds_count") == value("pdorch_sla_judged_requests_total") == 1
+    # every completed request is judged against the goodput SLA (AIPerf's request_count); only the streamed one (4
+    # tokens) has a TTFT and an ITL, the others can never be good
+    assert value("pdorch_itl_seconds_count") == 1 and value("pdorch_sla_judged_requests_total") == 5
     for state in ("queued", "prefill", "transferring", "decoding"):
         assert value("pdorch_requests_in_flight", state=state) == 0, state
 
@@ -322,6 +323,74 @@ def test_past_max_in_flight_requests_the_gateway_answers_503_with_the_reason_and
         assert ok.status_code == 200, ok.text
     finally:
         server.stop()
+
+
+def test_the_gateways_good_fraction_counts_what_aiperf_counts(pd_workers):
+    """Over real HTTP: streamed and plain chats answered, one failed by the decode (500), one refused at the gateway
+    (503 gateway_busy), one whose client leaves mid-stream. AIPerf's good_request_fraction divides by every answered
+    and every errored request (a status outside 2xx is an error record) and keeps no record of a request its client
+    cancelled; the gateway's counters give that same denominator and so the fraction AIPerf would report."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from orchestrator.config.benchmark import good_request_fraction
+    from orchestrator.observe.metrics import RouterMetrics
+
+    core = router_core(pd_workers, max_in_flight_requests=1)
+    core.metrics = RouterMetrics("test", "1P/1D")
+    server = Ingress(core)
+    decode_url = next(e.url for e in pd_workers if e.role == "decode")
+    chat = {"model": "m", "max_tokens": 4, "ignore_eos": True, "messages": [{"role": "user", "content": "Hi"}]}
+    statuses: list[int] = []  # what an AIPerf client sees: 2xx with content is valid, anything else an error record
+
+    def counted(name: str, **labels: str) -> float:
+        return core.metrics.registry.get_sample_value(name, {"run_id": "test", "layout": "1P/1D", **labels}) or 0.0
+
+    def slot_free() -> None:  # a stream's slot is given back just after its last byte
+        wait_until(lambda: core.in_flight == 0, 30, 0.02, what="the gateway's one slot free")
+
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            for stream in (True, True, False):
+                r = http.post("/v1/chat/completions", json={**chat, "stream": stream})
+                assert r.status_code == 200 and "choices" in r.text, r.text
+                statuses.append(r.status_code)
+                slot_free()
+            httpx.post(decode_url + "/sim/faults", json={"error_rate": 1.0}, timeout=10).raise_for_status()
+            try:
+                statuses.append(http.post("/v1/chat/completions", json=chat).status_code)
+            finally:
+                httpx.post(decode_url + "/sim/faults", json={}, timeout=10).raise_for_status()
+            assert statuses[-1] == 500
+            slot_free()
+            # a client whose body has not all arrived holds the one slot: the next request is refused with a 503
+            url = urlsplit(server.url)
+            slow = socket.create_connection((url.hostname, url.port), timeout=30)
+            slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"messages\": [")
+            wait_until(lambda: core.in_flight == 1, 30, 0.02, what="the slow request holding its slot")
+            statuses.append(http.post("/v1/chat/completions", json=chat).status_code)
+            assert statuses[-1] == 503
+            slow.close()
+            slot_free()
+            # the client leaves after its first chunk: no record for AIPerf (it cancels what it holds at the end)
+            with http.stream("POST", "/v1/chat/completions",
+                             json={**chat, "stream": True, "max_tokens": 100_000}) as r:
+                assert r.status_code == 200 and next(r.iter_lines()).startswith("data: ")
+        wait_until(lambda: counted("pdorch_requests_failed_total", reason="cancelled") == 1, 30, 0.05,
+                   what="the request whose client left counted as such")
+        wait_engines_free(core, pd_workers, "after the client left")
+    finally:
+        server.stop()
+
+    valid = sum(1 for s in statuses if 200 <= s < 300)
+    errored = len(statuses) - valid
+    good = counted("pdorch_sla_good_requests_total")
+    assert (valid, errored) == (3, 2)
+    assert counted("pdorch_sla_judged_requests_total") == valid
+    assert counted("pdorch_sla_attempted_requests_total") == valid + errored
+    assert good <= 2  # the plain (not streamed) chat has no TTFT: never good
+    assert good / counted("pdorch_sla_attempted_requests_total") == good_request_fraction(int(good), valid, errored)
 
 
 def test_the_gateway_sends_without_waiting_for_the_clients_ack(pd_workers):
@@ -393,10 +462,14 @@ def test_a_stopping_gateway_refuses_new_requests_and_ends_every_held_one_with_an
     so, while those in flight go on; once the drain times out, every request still held gets an end - a 503 error
     object, or in a running stream an error event and [DONE] - and both engines are freed. Before, the gateway kept
     admitting (a closed-loop client kept every drain busy to its timeout) and the held requests then lost their
-    connection with the torn-down router ('Server disconnected', 'Response payload is not completed')."""
+    connection with the torn-down router ('Server disconnected', 'Response payload is not completed'). The two cut
+    off count as `cut_off` failures, not as clients that left: their clients got an error, which AIPerf counts."""
+    from orchestrator.observe.metrics import RouterMetrics
     from orchestrator.run.serving.warmup import busy_requests
 
-    ingress = Ingress(router_core(pd_workers))
+    core = router_core(pd_workers)
+    core.metrics = RouterMetrics("test", "1P/1D")
+    ingress = Ingress(core)
     long = {"messages": [{"role": "user", "content": "a long story"}], "max_tokens": 100_000, "ignore_eos": True}
     got: dict[str, tuple[int, object]] = {}
 
@@ -435,5 +508,14 @@ def test_a_stopping_gateway_refuses_new_requests_and_ends_every_held_one_with_an
         assert json.loads(events[-2])["error"]["code"] == "shutting_down", events[-3:]
         assert "choices" in json.loads(events[-3])  # tokens were streamed before the cut
         wait_engines_free(ingress.core, pd_workers, "after the cut-off")
+
+        def counted(name: str, **labels: str) -> float:
+            return core.metrics.registry.get_sample_value(name, {"run_id": "test", "layout": "1P/1D", **labels}) or 0.0
+
+        wait_until(lambda: counted("pdorch_requests_failed_total", reason="cut_off") == 2, 10, 0.05,
+                   what="both held requests counted as cut off")
+        assert counted("pdorch_requests_failed_total", reason="cancelled") == 0
+        assert counted("pdorch_requests_rejected_total", reason="stopping") == 1
+        assert counted("pdorch_sla_attempted_requests_total") == 3  # AIPerf: three error records
     finally:
         ingress.stop()

@@ -15,7 +15,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.cluster.ports import free_port
-from orchestrator.run.aiperf import AiperfMissing, ClosedLoad, aiperf_env, find_aiperf, profile_command, run_profile
+from orchestrator.run.aiperf import (
+    AiperfMissing,
+    ClosedLoad,
+    aiperf_env,
+    find_aiperf,
+    profile_command,
+    read_profile_export,
+    run_profile,
+)
 from tests.support import SimServer, qwen3_sim_config, start_servers, wait_until
 
 
@@ -47,6 +55,25 @@ def test_profile_command_carries_the_contests_flags(tmp_path):
         assert piece in flags, piece
     assert cmd[cmd.index("--goodput") + 1] == "time_to_first_token:3000 inter_token_latency:20"
     assert (Path(cmd[cmd.index("--tokenizer") + 1]) / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("errors", [
+    {"error_request_count": {"avg": 10}},
+    {"error_summary": [{"error_details": {"code": 503}, "count": 6}, {"error_details": {"code": 500}, "count": 4}]},
+])
+def test_good_output_tok_s_is_the_good_requests_tokens_when_some_requests_errored(tmp_path, errors):
+    """AIPerf's good_request_fraction divides by valid + errored requests, its output_token_throughput counts valid
+    requests' tokens only: with 90 valid (81 good) and 10 errored, good output tok/s is 1500 x 81 / 90 = 1350, not
+    1500 x 0.81 = 1215; a fraction missing from the export is AIPerf's own formula over its counts."""
+    export = {"request_count": {"avg": 90}, "good_request_count": {"avg": 81},
+              "output_token_throughput": {"avg": 1500.0}, **errors}
+    for fraction in ({"good_request_fraction": {"avg": 0.81}}, {}):
+        path = tmp_path / "profile_export_aiperf.json"
+        path.write_text(json.dumps({**export, **fraction}))
+        summary = read_profile_export(path)
+        assert (summary.request_count, summary.error_count) == (90, 10)
+        assert summary.good_fraction == pytest.approx(0.81)
+        assert summary.good_output_tok_s == pytest.approx(1350.0)
 
 
 LOAD_TOKENIZER = "from aiperf.common.tokenizer import Tokenizer; import sys; Tokenizer.from_pretrained(sys.argv[1])"

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import RunConfig
-from orchestrator.config.benchmark import SloConfig, inter_token_latency_s
+from orchestrator.config.benchmark import SloConfig, good_request_fraction, inter_token_latency_s
 from orchestrator.plan.simulation.simulate import ForwardObserver, Simulation, SimulationError, shared_gpu_groups
 from orchestrator.plan.simulation.servers import Pairing, SimRequest, layout_servers
 from orchestrator.stats import percentile
@@ -83,7 +83,7 @@ class ClosedLoopRun:
         return [r for r in self.requests if slo.admits(r.ttft_s, r.itl_s)]
 
     def good_fraction(self, slo: SloConfig) -> float:
-        return len(self.good(slo)) / len(self.requests) if self.requests else 0.0
+        return good_request_fraction(len(self.good(slo)), len(self.requests), errored=0)  # the model fails none
 
     def good_output_tok_s(self, slo: SloConfig) -> float:
         good = sum(r.output_tokens for r in self.good(slo))

@@ -50,6 +50,7 @@ class StreamRelay:
         self._closed = False
         self.tail = b""  # the stream's last bytes: its final event carries the totals
         self.first_byte_at: float | None = None  # time.monotonic()
+        self.client_left = False  # the reader stopped (its client went away, or the gateway cut the stream off)
         self.sent_at = sent_at  # time.monotonic() when this attempt's legs were sent
         self.on_close: Callable[["StreamRelay", bool], None] | None = None  # (relay, completed)
         if prefill_task is not None:
@@ -91,7 +92,7 @@ class StreamRelay:
             self._d.mark_suspect(self.pair.decode)
             log.warning("stream %s from %s ended early: %r", self.rid, self.pair.decode.name, exc)
         except BaseException:  # client went away (GeneratorExit / cancel): free both servers
-            failed = True
+            failed = self.client_left = True
             raise
         finally:
             await self.close(abort=failed)
