@@ -250,6 +250,7 @@ def test_http_requests_feed_the_router_metrics_like_the_batch_api(pd_workers):
     core.follow(1, pd_workers)
     server = Ingress(core)
     decode_url = next(e.url for e in pd_workers if e.role == "decode")
+    base = {"run_id": "http-run", "layout": "1P1D"}
     sent_prompt_tokens = sent_output_tokens = 0
     try:
         with httpx.Client(base_url=server.url, timeout=60) as http:
@@ -270,10 +271,11 @@ def test_http_requests_feed_the_router_metrics_like_the_batch_api(pd_workers):
             finally:
                 httpx.post(decode_url + "/sim/faults", json={}, timeout=10).raise_for_status()
             assert broken.status_code == 500, broken.text
+            # a stream is booked after its last byte went out, so its client may read [DONE] first
+            wait_until(lambda: metrics.registry.get_sample_value("pdorch_requests_completed_total", base) == 5, 10,
+                       0.02, what="every completed request booked")
     finally:
         server.stop()
-
-    base = {"run_id": "http-run", "layout": "1P1D"}
 
     def value(name: str, **labels: str) -> float:
         return metrics.registry.get_sample_value(name, {**base, **labels}) or 0.0
