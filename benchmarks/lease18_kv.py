@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.eager_host_read import spearman  # noqa: E402
 from orchestrator.calibrate import kvtimeline  # noqa: E402
 from orchestrator.config.model_presets import MODEL_PRESETS  # noqa: E402
 from orchestrator.perfmodel.costmodel import build_cost_model  # noqa: E402
@@ -160,27 +161,8 @@ def queue_class(share: float | None, shard_gain: float | None) -> str:
 
 
 def rank_corr(xs: list[float], ys: list[float]) -> float | None:
-    """Spearman's rho (average ranks for ties)."""
-    if len(xs) < 3:
-        return None
-
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = statistics.mean(rx), statistics.mean(ry)
-    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    den = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
-    return None if den == 0 else num / den
+    """Spearman's rho (average ranks for ties); None below three points."""
+    return spearman(xs, ys) if len(xs) >= 3 else None
 
 
 def depth_corr(logs: Path, page: int) -> float | None:
