@@ -44,10 +44,9 @@ _MESSAGE = re.compile(r"^\[[^\]]*\] (.*)$")
 
 def startup_phase(log_text: str) -> str:
     """The phase after the latest start-up marker in the log ("launching ..." before the first)."""
-    latest = None
+    markers = list(MARKERS.items())
+    latest = -1  # the index in MARKERS of the furthest marker seen: lines may interleave, the order may not go back
     for line in log_text.splitlines():
         message = m.group(1) if (m := _MESSAGE.match(line)) else line
-        for name, rx in MARKERS.items():
-            if rx.search(message) and (latest is None or list(MARKERS).index(name) >= list(MARKERS).index(latest)):
-                latest = name
-    return PHASE_AFTER[latest] if latest else "launching (no SGLang start-up line in its log yet)"
+        latest = max([latest] + [i for i, (_, rx) in enumerate(markers) if rx.search(message)])
+    return PHASE_AFTER[markers[latest][0]] if latest >= 0 else "launching (no SGLang start-up line in its log yet)"
