@@ -40,11 +40,11 @@ done
 [ ${#LAYERS[@]} -ge 1 ] || die "no layer count given; e.g. layer_probe.sh 4 6 (the first pays the cold compile)"
 SHAPE=${SHAPE:-r1}
 case $SHAPE in
-  r1) BASE=benchmarks/calibration/r1-shaped/config.json; TAG=r1s; DENSE=3; MAXL=12
+  r1) BASE=benchmarks/calibration/r1-shaped/config.json; TAG=r1s; DENSE=3; MAXL=14
       DEFAULT_PLAN=benchmarks/calibration/plans/lease8-layer-grid.json; MIN_BUDGET=240
       COLD="R1-shaped start alone took 196 s (2026-11-24)"
       FLAGS="--flag=--trust-remote-code --flag=--triton-attention-split-tile-size --flag=256"
-      LIMIT="1..12 fit one GPU (R1 FP8 MoE layer ~11.3 GB; H100: <= 6)" ;;
+      LIMIT="1..14 fit one H200 (R1 FP8 MoE layer ~10.7 GiB; H100: <= 6)" ;;
   qwen3) BASE=models/qwen3-235b-a22b-fp8-l6/config.json; TAG=q3l; DENSE=0; MAXL=20
       DEFAULT_PLAN=benchmarks/calibration/plans/lease11-qwen3-layer-grid.json; MIN_BUDGET=150; FLAGS=""
       COLD="Qwen3-shaped start with graphs took 65 s (lease 3)"
@@ -56,7 +56,9 @@ case ${PROBE_TAG:-} in
   *[!A-Za-z0-9]*) die "PROBE_TAG='$PROBE_TAG': letters and digits only, e.g. PROBE_TAG=lease13" ;;
 esac
 SUFFIX=$PROBE_TAG
-# an R1 FP8 MoE layer is ~11.3 GB and a dense one ~0.7 GB: 12 layers (~107 GB) is the most one H200 holds beside its KV
+# an R1 FP8 MoE layer is 10.7 GiB (lease 22's logs: 16.0 / 59.2 / 102.1 GiB of weights at 4 / 8 / 12 layers): 14 layers
+# (~123.6 GiB) leave SGLang's default static pool ~2.5 GiB of KV on an H200; 15 do not fit beside its reserve
+# (benchmarks/results/2026-11-28-capture-deep-predicted/)
 for n in "${LAYERS[@]}"; do
   [ "$n" -ge 1 ] && [ "$n" -le $MAXL ] || die "layer count $n: $LIMIT"
 done
