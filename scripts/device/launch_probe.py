@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vcpu_probe import steal_ticks, work  # noqa: E402
+from vcpu_probe import steal_ticks, work
 
 
 def main(argv: list[str] | None = None) -> int:
