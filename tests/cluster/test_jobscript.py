@@ -291,26 +291,23 @@ echo "shell: the step returned $?"
 
 
 def test_the_default_start_up_budget_is_plans_time_to_ready_scaled_by_the_measured_runs(tmp_path, capsys):
-    """No --startup-s: the budget is plan's predicted time to ready for this config (prepare at cold caches, serve at
-    warm ones) times each step's worst measured/plan ratio, plus the measured Ray bring-up; the walltime line says so,
-    and serve's ready timeout is that budget. The factors are the ones benchmarks/startup_budget.py reads from the
-    one-H100 lease's raw output."""
-    from benchmarks import startup_budget
-    from orchestrator.plan.closedloop.startup_budget import PREPARE_OVER_PLAN, SERVE_OVER_PLAN
-    from orchestrator.plan.closedloop.predict import predict_ready
+    """No --startup-s: the budget is plan's predicted time to ready for this config (prepare: at cold caches, with its
+    warm-up and stop; serve: at warm ones) times each caches' worst in-sample measured/plan, plus the measured Ray
+    bring-up; the walltime line says so, and serve's ready timeout is that budget. The factors are the ones
+    benchmarks/startup_budget_oos.py derives from the committed raw by the registered rule."""
+    from benchmarks import startup_budget_oos as oos
+    from orchestrator.plan.closedloop.startup_budget import PREPARE_OVER_PLAN, SERVE_OVER_PLAN, startup_budget
 
-    ratios = startup_budget.step_ratios()
-    assert startup_budget.worst_ratio(ratios["prepare"]) == PREPARE_OVER_PLAN
-    assert startup_budget.worst_ratio(ratios["serve"]) == SERVE_OVER_PLAN
+    rule = oos.factors(oos.job_steps() + oos.engine_starts() + oos.r1_h200_cold())
+    assert (rule["cold"], rule["warm"]) == (PREPARE_OVER_PLAN, SERVE_OVER_PLAN)
     assert main(["jobscript", "--scheduler", "slurm", "--config", QWEN3_PRESET, "--then", "serve+goodput",
                  "--set", "engine.kind=sglang"]) == 0
     captured = capsys.readouterr()
-    cfg = load_config(QWEN3_PRESET, ["engine.kind=sglang"])
-    cold = predict_ready(cfg, "H100-SXM", jit_cached=False).ready_s
-    warm = predict_ready(cfg, "H100-SXM", jit_cached=True).ready_s
-    budget = 28.5 + cold * PREPARE_OVER_PLAN + warm * SERVE_OVER_PLAN
-    assert f"start-up budget {budget:.0f} s (Ray bring-up 28.5 s measured + plan's time to ready on H100-SXM: " \
-           f"prepare {cold:.0f} s cold x {PREPARE_OVER_PLAN:.2f} + serve {warm:.0f} s warm x {SERVE_OVER_PLAN:.2f}" \
+    b = startup_budget(load_config(QWEN3_PRESET, ["engine.kind=sglang"]))
+    budget = 28.5 + b.prepare_plan_s * PREPARE_OVER_PLAN + b.warm_plan_s * SERVE_OVER_PLAN
+    assert f"start-up budget {budget:.0f} s (Ray bring-up 28.5 s measured + plan on H100-SXM: prepare " \
+           f"{b.prepare_plan_s:.0f} s (time to ready {b.cold_plan_s:.0f} s cold + warm-up {b.prepare_warmup_s:.1f} s + " \
+           f"stop 22 s) x {PREPARE_OVER_PLAN:.2f} + serve {b.warm_plan_s:.0f} s warm x {SERVE_OVER_PLAN:.2f}" \
         in captured.err, captured.err
     assert f"PDO_READY_TIMEOUT_S=${{PDO_READY_TIMEOUT_S:-{budget:.0f}}}" in captured.out
     # another GPU's prediction moves the budget with it (not a constant)

@@ -33,7 +33,7 @@ def test_a_real_engines_ready_timeout_is_the_jobs_start_up_budget(capsys):
         timeout = engine_ready_timeout(cfg)
         budget = startup_budget(cfg)
         assert timeout.seconds == budget.total_s == round(
-            RAY_BRINGUP_S + budget.cold_plan_s * PREPARE_OVER_PLAN + budget.warm_plan_s * SERVE_OVER_PLAN)
+            RAY_BRINGUP_S + budget.prepare_plan_s * PREPARE_OVER_PLAN + budget.warm_plan_s * SERVE_OVER_PLAN)
         assert timeout.field == TIMEOUT_FIELD and f"start-up budget {budget.total_s:g} s" in timeout.source
         sets = [w for o in overrides for w in ("--set", o)]
         assert main(["jobscript", "--scheduler", "slurm", "--config", QWEN3_PRESET, "--then", "serve+goodput",
@@ -41,6 +41,32 @@ def test_a_real_engines_ready_timeout_is_the_jobs_start_up_budget(capsys):
         job = capsys.readouterr().out
         ready = re.search(r"PDO_READY_TIMEOUT_S=\$\{PDO_READY_TIMEOUT_S:-(\d+)\}", job)
         assert ready is not None and float(ready.group(1)) == timeout.seconds
+
+
+def test_prepares_part_adds_its_warm_up_through_the_step_model_and_its_stop_to_plans_cold_time_to_ready():
+    """After its engines are ready prepare sends the warm-up (each prefill's first forward alone, then the short
+    prompts) and stops the servers and the local cluster: the warm-up as bench's deadline prices it with cold caches,
+    the stop as bench's report phase; serve's part stays plan's warm time to ready."""
+    from orchestrator.plan.closedloop.predict import predict_ready
+    from orchestrator.plan.deadline import REPORT_S, _warmup_batch, first_forwards_s
+    from orchestrator.plan.simulation.runs import batch_shapes
+    from orchestrator.plan.simulation.simulate import simulate_run
+
+    cfg = load_config(QWEN3_PRESET, ["engine.kind=sglang", "cluster.gpu=H200"])
+    budget = startup_budget(cfg)
+    warm_up = _warmup_batch(cfg, batch_shapes(cfg, synthetic=True)[0])
+    assert len(warm_up) == cfg.benchmark.warmup.num_prompts and all(o <= 16 for _, o in warm_up)
+    assert budget.prepare_warmup_s == pytest.approx(
+        first_forwards_s(cfg, "H200").cold_s + simulate_run(cfg, warm_up, gpu="H200").duration_s)
+    assert 0 < budget.prepare_warmup_s < 5 and budget.prepare_stop_s == REPORT_S["sglang"]
+    assert budget.prepare_plan_s == pytest.approx(predict_ready(cfg, "H200", jit_cached=False).ready_s
+                                                  + budget.prepare_warmup_s + budget.prepare_stop_s)
+    assert budget.warm_plan_s == predict_ready(cfg, "H200", jit_cached=True).ready_s
+    # no warm-up: nothing sent, the stop stays
+    none = startup_budget(load_config(ROOT / "configs" / "default.yaml",
+                                      ["engine.kind=sglang", "benchmark.warmup.policy=none"]))
+    assert (none.prepare_warmup_s, none.prepare_stop_s) == (0.0, REPORT_S["sglang"])
+    assert f"warm-up {budget.prepare_warmup_s:.1f} s + stop 22 s" in budget.parts()
 
 
 def test_a_set_startup_timeout_wins_and_the_simulated_engine_keeps_the_deadline():
