@@ -153,6 +153,7 @@ class EngineWorker:
         self._health_failures = 0
         self._stopped = False
         self.cache_state = self.backend.compile_cache_state(cfg, self.launch)  # before it compiles anything
+        self.ready_timeout = engine_ready_timeout(cfg)  # the job's start-up budget unless a field sets another
         self.engine.start()
         logger.info("%s: engine started (compile caches %s), log %s", self.name, self.cache_state,
                     self.engine.log_path)
@@ -173,7 +174,7 @@ class EngineWorker:
 
     def _await_healthy(self) -> None:
         try:
-            timeout = engine_ready_timeout(self.cfg)
+            timeout = self.ready_timeout
             self.backend.wait_ready(self.engine, timeout.seconds)
         except EngineStartTimeout:
             log = Path(self.engine.log_path)
@@ -244,6 +245,8 @@ class EngineWorker:
             "log_path": str(self.engine.log_path),
             "ready": self.endpoint is not None,
             "error": self.start_error,
+            "ready_timeout_s": self.ready_timeout.seconds,
+            "ready_timeout_source": self.ready_timeout.source,
             "pid": os.getpid(),
         }
 

@@ -141,7 +141,7 @@ def placement_s(cfg: RunConfig) -> float:
     return PLACEMENT_S[cfg.engine.kind] + cluster_start_s(cfg)
 
 
-def _warmup_batch(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+def warmup_batch_shapes(cfg: RunConfig, batch: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """The warm-up's short prompts, which bench sends through the router after the first forwards."""
     warmup = cfg.benchmark.warmup
     if warmup.policy == "none":
@@ -242,7 +242,7 @@ def predict_deadline(
     start_s, per_group, start_detail = engine_start_s(cfg, gpu, disk_gb_s, jit_cached)
     other_start_s = engine_start_s(cfg, gpu, disk_gb_s, not jit_cached)[0]
     cold_s, warm_start_s = (other_start_s, start_s) if jit_cached else (start_s, other_start_s)
-    warm = _warmup_batch(cfg, batch)
+    warm = warmup_batch_shapes(cfg, batch)
     first = first_forwards_s(cfg, gpu).scaled(scale) if warm else FirstForwards(0.0, 0.0)
     first_warm_s, first_cold_s = first.warm_s, first.cold_s
     first_s = first_warm_s if jit_cached else first_cold_s

@@ -48,13 +48,13 @@ def test_prepares_part_adds_its_warm_up_through_the_step_model_and_its_stop_to_p
     prompts) and stops the servers and the local cluster: the warm-up as bench's deadline prices it with cold caches,
     the stop as bench's report phase; serve's part stays plan's warm time to ready."""
     from orchestrator.plan.closedloop.predict import predict_ready
-    from orchestrator.plan.deadline import REPORT_S, _warmup_batch, first_forwards_s
+    from orchestrator.plan.deadline import REPORT_S, warmup_batch_shapes, first_forwards_s
     from orchestrator.plan.simulation.runs import batch_shapes
     from orchestrator.plan.simulation.simulate import simulate_run
 
     cfg = load_config(QWEN3_PRESET, ["engine.kind=sglang", "cluster.gpu=H200"])
     budget = startup_budget(cfg)
-    warm_up = _warmup_batch(cfg, batch_shapes(cfg, synthetic=True)[0])
+    warm_up = warmup_batch_shapes(cfg, batch_shapes(cfg, synthetic=True)[0])
     assert len(warm_up) == cfg.benchmark.warmup.num_prompts and all(o <= 16 for _, o in warm_up)
     assert budget.prepare_warmup_s == pytest.approx(
         first_forwards_s(cfg, "H200").cold_s + simulate_run(cfg, warm_up, gpu="H200").duration_s)

@@ -60,12 +60,12 @@ def prepare_after_ready_s(cfg: RunConfig) -> tuple[float, float]:
     deadline prices it with cold caches (its batch is a synthetic stand-in of the run's: the planner needs no dataset
     here, and with outputs capped at benchmark.warmup.max_output_len the step model charges under a second either way),
     the stop as bench's report phase."""
-    from orchestrator.plan.deadline import REPORT_S, _warmup_batch, first_forwards_s
+    from orchestrator.plan.deadline import REPORT_S, warmup_batch_shapes, first_forwards_s
     from orchestrator.plan.simulation.runs import batch_shapes
     from orchestrator.plan.simulation.simulate import simulate_run
 
     gpu = cfg.cluster.gpu
-    warm = _warmup_batch(cfg, batch_shapes(cfg, synthetic=True)[0])
+    warm = warmup_batch_shapes(cfg, batch_shapes(cfg, synthetic=True)[0])
     if not warm:
         return 0.0, REPORT_S["sglang"]
     warmup_s = first_forwards_s(cfg, gpu).cold_s + simulate_run(cfg, warm, gpu=gpu).duration_s
