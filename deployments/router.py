@@ -52,6 +52,14 @@ def _make_metrics(cfg: RunConfig, run_id: str) -> tuple[RouterMetrics, Any]:
     return metrics, exporter
 
 
+async def _start_failures(registry) -> dict[str, str]:
+    """The workers whose replicas gave up starting their engines (none if the registry does not answer)."""
+    try:
+        return await asyncio.wait_for(registry.start_failures.remote(), REGISTRY_TIMEOUT_S)
+    except Exception:  # a hung or dead registry: the readiness poll asks again
+        return {}
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=100_000)
 class PDRouter:
     """One router replica: follows the registry, serves the HTTP API on router.port, answers the handle API."""
@@ -93,7 +101,7 @@ class PDRouter:
     async def wait_ready(self, expected: dict[str, int], timeout_s: float) -> list[WorkerEndpoint]:
         """Return once `expected` workers per role are registered and answer /health 200."""
         self._ensure_following()
-        from orchestrator.cluster.registry import get_registry
+        from orchestrator.cluster.registry import WorkersFailedToStart, get_registry
 
         registry = get_registry()
         deadline = time.monotonic() + timeout_s
@@ -105,6 +113,8 @@ class PDRouter:
             except Exception as exc:  # a hung or dead registry: ask again (a new one if it died)
                 log.warning("router: registry poll failed: %r", exc)
                 registry = get_registry()
+            if failures := await _start_failures(registry):
+                raise WorkersFailedToStart("; ".join(failures[name] for name in sorted(failures)))
             health = await self.core.dispatcher.check_health()
             ready = [w.endpoint for w in self.core.dispatcher.workers.values() if health.get(w.name)]
             counts = {role: sum(1 for e in ready if e.role == role) for role in expected}

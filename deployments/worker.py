@@ -181,6 +181,11 @@ class EngineWorker:
             phase = startup_phase(log.read_text(errors="replace")) if log.is_file() else "launching (no log yet)"
             self.start_error = timeout.error(self.name, phase, str(log))
             logger.error("%s", self.start_error)
+            try:  # the driver's wait for the workers ends on this line, not at its own deadline
+                ray.get(get_registry().report_start_failure.remote(self.name, self.start_error), timeout=10)
+            except ray.exceptions.RayError as exc:
+                logger.warning("%s: start-up failure not reported to the registry (%s)", self.name,
+                               type(exc).__name__)
             return
         except Exception as exc:  # reported through check_health and endpoint_info
             self.start_error = str(exc)

@@ -45,6 +45,10 @@ def actor_alive(name: str, namespace: str = REPLICA_NAMESPACE) -> bool:
     return True
 
 
+class WorkersFailedToStart(RuntimeError):
+    """A worker's replica gave up on its engine's start-up; the message is each such worker's one line."""
+
+
 class Registry:
     """The registry's state and rules; `WorkerRegistry` is this class as a Ray actor. `alive` says whether an
     owner (a replica's actor name) still exists."""
@@ -57,6 +61,7 @@ class Registry:
         self._held: set[str] = set()  # registered but not routed: warming (started held) or retired (draining)
         self._slots: dict[str, str] = {}  # slot -> the replica actor that last registered from it
         self._retired: set[str] = set()
+        self._start_failures: dict[str, str] = {}  # worker name -> the one line its replica gave up starting with
         # versions start from the clock: a registry re-created after the old one died never repeats a version
         # its followers already saw (they update on a version change only)
         self._version = time.time_ns() // 1_000_000
@@ -79,6 +84,7 @@ class Registry:
         replacement): a new entry stays out of routing until `admit`. A refresh (same name, same owner) keeps the
         entry's state, so the periodic re-registration does not undo an admission."""
         name = endpoint.name
+        self._start_failures.pop(name, None)
         new_entry = name not in self._workers or self._owners.get(name) != owner
         replacement = slot is not None and self._slots.get(slot) not in (None, owner)
         if slot is not None and owner is not None:
@@ -152,7 +158,16 @@ class Registry:
             self._version += 1
         return list(dead)
 
+    def report_start_failure(self, name: str, line: str) -> None:
+        """`name`'s replica gave up on its engine's start-up (its ready timeout ran out): `line` says why, for the
+        driver waiting on the workers; a later registration of that name clears it."""
+        self._start_failures[name] = line
+
+    def start_failures(self) -> dict[str, str]:
+        return dict(self._start_failures)
+
     def clear(self) -> None:
+        self._start_failures.clear()
         self._workers.clear()
         self._held.clear()
         self._retired.clear()

@@ -157,12 +157,16 @@ class Deployment:
         """The worker endpoints, once every expected worker is registered and healthy."""
         from deployments.app import expected_workers
 
+        from orchestrator.cluster.registry import WorkersFailedToStart
+
         response = self.router().wait_ready.remote(expected_workers(self.cfg), self._time_left_s())
         while True:  # short waits, so Ctrl-C / SIGTERM handlers get to run promptly
             try:
                 return response.result(timeout_s=1.0)
             except TimeoutError:
                 check_stop()
+            except WorkersFailedToStart as exc:  # Ray's wrapper carries the router's traceback: keep the one line
+                raise WorkersFailedToStart(str(getattr(exc, "cause", None) or exc)) from None
 
     def close(self) -> None:
         """Serve down, then the driver, then the local cluster if this run started it; never raises."""

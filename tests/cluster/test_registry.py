@@ -166,3 +166,14 @@ def test_a_replacement_under_another_name_is_held_and_bench_replicas_without_a_s
     reg.register(endpoint("prefill-0/0", 1002), "replica-c")  # `bench`: no slot, Serve's replacements route at once
     reg.register(endpoint("prefill-0/0", 1003), "replica-d")
     assert states(reg)["prefill-0/0"] == "routed"
+
+
+def test_a_start_failure_is_kept_until_that_worker_registers_or_the_registry_is_cleared(reg: Registry) -> None:
+    reg.report_start_failure("decode-0/0", "decode-0/0: engine not ready after 3 s")
+    reg.report_start_failure("prefill-0/0", "prefill-0/0: engine not ready after 3 s")
+    assert reg.start_failures() == {"decode-0/0": "decode-0/0: engine not ready after 3 s",
+                                    "prefill-0/0": "prefill-0/0: engine not ready after 3 s"}
+    reg.register(endpoint("prefill-0/0", 31000), "replica-a")  # a later replica of that name started its engine
+    assert reg.start_failures() == {"decode-0/0": "decode-0/0: engine not ready after 3 s"}
+    reg.clear()  # a new run on this cluster: an earlier run's failures are not its own
+    assert reg.start_failures() == {}

@@ -7,6 +7,8 @@ line and never answers, so the worker's own path (argv, process, readiness polli
 
 from __future__ import annotations
 
+import re
+import time
 import uuid
 from pathlib import Path
 
@@ -15,8 +17,9 @@ import ray
 from ray import serve
 
 from deployments.app import deploy, worker_groups
-from orchestrator.cluster.registry import get_registry
+from orchestrator.cluster.registry import WorkersFailedToStart, get_registry
 from orchestrator.plan.closedloop.startup_budget import TIMEOUT_FIELD, startup_budget
+from orchestrator.run.deployment import Deployment
 from tests.support import sim_config, wait_until
 
 pytestmark = pytest.mark.ray
@@ -86,4 +89,26 @@ def test_a_real_engine_replica_waits_the_start_up_budget_and_a_set_timeout_ends_
         assert "\n" not in line and not info["ready"] and info["ready_timeout_s"] == 3
         assert line == (f"{info['name']}: engine not ready after 3 s, {TIMEOUT_FIELD} 3 s; it was loading weights "
                         f"(log {info['log_path']}); raise {TIMEOUT_FIELD} (--set {TIMEOUT_FIELD}=SECONDS)")
+    _stop_workers(cfg)
+
+
+def test_the_driver_s_wait_for_the_workers_ends_on_the_replica_s_one_line_not_at_its_deadline(
+        ray_driver, clean_serve, tmp_path):
+    # what bench, prepare and serve wait on: the router's readiness wait, through the driver's Deployment. A replica
+    # that runs out of its ready timeout reports its line, and the wait ends with it (before: it polled on until the
+    # job's deadline, then said only "workers not ready ... see the engine logs")
+    cfg = _sglang_config(tmp_path, {"engine.sglang.startup_timeout_s": 3})
+    run_id = f"ready-driver-{uuid.uuid4().hex[:6]}"
+    deploy(cfg, run_id, timeout_s=120)
+    deadline_s = 600
+    started = time.monotonic()
+    with pytest.raises(WorkersFailedToStart) as failed:
+        Deployment(cfg, run_id, time.time() + deadline_s).wait_ready()
+    waited_s = time.monotonic() - started
+    message = str(failed.value)
+    print(f"wait ended after {waited_s:.1f} s of a {deadline_s} s deadline: {message}")
+    assert "\n" not in message and waited_s < deadline_s
+    one_line = (rf"[^\s:;]+: engine not ready after 3 s, {re.escape(TIMEOUT_FIELD)} 3 s; it was loading "
+                rf"weights \(log [^)]+\); raise {re.escape(TIMEOUT_FIELD)} \(--set {re.escape(TIMEOUT_FIELD)}=SECONDS\)")
+    assert re.fullmatch(rf"{one_line}(; {one_line})*", message), message
     _stop_workers(cfg)
