@@ -1,4 +1,5 @@
-"""SGLang's server-sent events: `data: {...}\n\n` chunks, the stream ending with `data: [DONE]`."""
+"""SGLang's server-sent events: `data: {...}\n\n` chunks, the stream ending with `data: [DONE]` (the gateway's
+failures mid-stream: `event: error\ndata: {"error": ...}\n\n` before it)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def last_json_event(tail: bytes) -> dict | None:
 
 def _payload(event: bytes) -> bytes | None:
     line = event.strip()
-    if not line.startswith(b"data:"):
-        return None
+    if not line.startswith(b"data:"):  # an event may name itself first (`event: error`, the gateway's failures)
+        line = next((x for x in line.split(b"\n") if x.startswith(b"data:")), b"")
+        if not line:
+            return None
     payload = line[5:].strip()
     return None if payload == b"[DONE]" else payload

@@ -42,7 +42,8 @@ LATENCY_BUCKETS_S = (
 # The router's failure reasons (first word of its DispatchError messages, orchestrator/router/dispatch/failures.py);
 # each starts at 0, so a dashboard's failures-by-reason panel shows 0 for a run without failures, not nothing.
 # http_<status> and other words still get their own series when they happen.
-KNOWN_FAILURE_REASONS = ("timeout", "connect", "aborted", "error", "empty", "bad_json", "no_worker", "deadline")
+KNOWN_FAILURE_REASONS = ("timeout", "connect", "aborted", "error", "empty", "bad_json", "no_worker", "deadline",
+                         "stream_cut")
 # The gateway's refusals (orchestrator/router/core.py), each started at 0 like the failure reasons.
 KNOWN_REJECT_REASONS = ("queue_full", "stopping")
 

@@ -23,7 +23,6 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable
 
 from orchestrator.api.generate import GenerateBody
-from orchestrator.api.sse import last_json_event
 from orchestrator.config import RunConfig
 from orchestrator.records import WorkerEndpoint
 from orchestrator.router.dispatch.dispatcher import PDDispatcher
@@ -241,16 +240,14 @@ class RouterCore:
         track = IngressTracker(self.metrics, body)
         relay = await self._dispatched(track, self.dispatcher.open_stream(body))
 
-        def on_close(relay, completed: bool) -> None:
+        def on_close(relay) -> None:
             if relay.client_left:
                 self._ended_unanswered(track)
-                return
-            last = last_json_event(relay.tail) if completed else None
-            if last is None or "error" in last:
-                track.failed(f"stream from {relay.pair.decode.name} ended without its final event")
+            elif relay.failure is not None:  # the client's stream ends with an `event: error` (relay.ending)
+                track.failed(str(relay.failure))
             else:
                 ttft_s = relay.first_byte_at - track.started if relay.first_byte_at is not None else None
-                track.answered(last, relay.pair, ttft_s=ttft_s, kv_wait_s=relay.kv_wait_s)
+                track.answered(relay.last_event, relay.pair, ttft_s=ttft_s, kv_wait_s=relay.kv_wait_s)
 
         relay.on_close = on_close
         return relay

@@ -29,7 +29,7 @@ from orchestrator.api.openai import (
 from orchestrator.router import openai
 from orchestrator.router.core import HTTPError, RouterCore
 from orchestrator.router.dispatch.failures import engine_error_object
-from orchestrator.router.json_response import FastJSONResponse, error_object
+from orchestrator.router.json_response import SSE_DONE, FastJSONResponse, error_object, sse_error_event
 
 
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
@@ -75,8 +75,8 @@ class InFlightLimit:
 async def _until_cut_off(app, scope, receive, send, core: RouterCore) -> None:
     """`app`'s answer to the request, unless the service cuts it off first (`core.cut_off`: its drain timed out).
     Then the answer is cancelled (the dispatcher aborts the request's legs on the engines) and the client still gets
-    an end, never a dropped connection: a 503 error object, or, in a stream already running, an error event and
-    [DONE] (the openai client raises it as an APIError)."""
+    an end, never a dropped connection: a 503 error object, or, in a stream already running, an `event: error` and
+    [DONE] (the openai client raises it as an APIError, AIPerf records an error)."""
     response: dict[str, bool] = {}
 
     async def tracked(message: dict) -> None:
@@ -106,7 +106,7 @@ async def _until_cut_off(app, scope, receive, send, core: RouterCore) -> None:
     if "sse" not in response:
         await error_response(503, message, code="shutting_down")(scope, receive, send)
         return
-    event = b"data: " + orjson.dumps(error_object(503, message, code="shutting_down")) + b"\n\ndata: [DONE]\n\n"
+    event = sse_error_event(error_object(503, message, code="shutting_down")) + SSE_DONE
     await send({"type": "http.response.body", "body": event if response["sse"] else b"", "more_body": False})
 
 
@@ -145,8 +145,15 @@ async def generate_route(core: RouterCore, body: GenerateBody) -> Response:
     engine_body = await core.to_input_ids(body)
     if body.stream:
         relay = await core.open_stream(engine_body)
-        return StreamingResponse(relay.chunks(), media_type="text/event-stream")
+        return StreamingResponse(_relayed(relay), media_type="text/event-stream")
     return FastJSONResponse(await core.generate(engine_body))
+
+
+async def _relayed(relay) -> AsyncIterator[bytes]:
+    """The decode's SGLang events byte for byte, then the relay's ending ([DONE], or an `event: error` first)."""
+    async for data in relay.chunks():
+        yield data
+    yield relay.ending()
 
 
 Endpoint = Callable[[RouterCore, Any], Awaitable[Response]]

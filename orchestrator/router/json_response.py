@@ -26,6 +26,16 @@ def error_object(status: int, message: str, param: str | None = None, code: str 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+SSE_DONE = b"data: [DONE]\n\n"  # the last event of every stream, as SGLang and OpenAI end theirs
+
+
+def sse_error_event(error: dict) -> bytes:
+    """A failure inside a running stream: `event: error` and OpenAI's error object as its data. AIPerf 0.12.0 makes
+    a stream an error record only on an `event: error` (after a lone `data: {"error": ...}` a truncated stream stays a
+    valid request); the openai client raises APIError on the data's `error` key whatever the event's name."""
+    return b"event: error\ndata: " + json_bytes(error) + b"\n\n"
+
+
 class FastJSONResponse(JSONResponse):
     """A JSONResponse whose body orjson renders (compact, UTF-8, same JSON)."""
 

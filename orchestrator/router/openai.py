@@ -23,8 +23,7 @@ from orchestrator.api.openai import (
 )
 from orchestrator.api.sse import json_events
 from orchestrator.router.core import HTTPError, RouterCore
-from orchestrator.router.dispatch.failures import engine_error_object
-from orchestrator.router.json_response import FastJSONResponse, error_object, json_bytes
+from orchestrator.router.json_response import FastJSONResponse, json_bytes
 
 
 def sampling_from_openai(body: CompletionBody | ChatBody, default_tokens: int) -> dict:
@@ -38,7 +37,8 @@ def _sse(obj: Any) -> bytes:
 
 async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: str, rid: str,
                          prompt_tokens: int, include_usage: bool) -> AsyncIterator[bytes]:
-    """Translate the engine's SSE into OpenAI completion/chat chunks (text deltas), ending with [DONE]."""
+    """Translate the engine's SSE into OpenAI completion/chat chunks (text deltas), ending with [DONE]; a request that
+    fails mid-stream ends with an `event: error` carrying OpenAI's error object before it (StreamRelay.ending)."""
     relay = await core.open_stream(engine_body)
     created = int(time.time())
     obj = "text_completion" if kind == "completion" else "chat.completion.chunk"
@@ -51,22 +51,15 @@ async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: s
                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                      "finish_reason": None}]})
         async for event in json_events(relay.chunks()):
-            if "error" in event:  # the engine's error event, in OpenAI's shape (SGLang's carries the status as code)
-                code = event["error"].get("code") if isinstance(event["error"], dict) else None
-                yield _sse(engine_error_object(code if isinstance(code, int) and code >= 400 else 500, event))
-                break
             meta = event.get("meta_info") or {}
+            if "error" in event or finish_reason_type(meta) == "abort":
+                continue  # the engine's last event: the relay names the failure and the stream ends with its error
             completion_tokens = int(meta.get("completion_tokens") or completion_tokens)
             text = event.get("text") or ""
             # SGLang streams cumulative text by default, increments with --incremental-streaming-output
             delta = text[len(sent_text):] if text.startswith(sent_text) else text
             sent_text = text if text.startswith(sent_text) else sent_text + text
             finish = finish_reason_type(meta)
-            if finish == "abort":
-                reason = meta.get("finish_reason") or {}
-                yield _sse(error_object(int(reason.get("status_code") or 500), f"aborted: {reason.get('message')}",
-                                        code="request_aborted"))
-                break
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if kind == "chat":
                 choice["delta"] = {"content": delta} if delta else {}
@@ -75,11 +68,11 @@ async def openai_stream(core: RouterCore, engine_body: dict, kind: str, model: s
                 choice["logprobs"] = None
             if delta or finish:
                 yield _sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
-        if include_usage:
+        if include_usage and relay.failure is None:
             yield _sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                   "total_tokens": prompt_tokens + completion_tokens}})
-        yield b"data: [DONE]\n\n"
+        yield relay.ending()
 
     return chunks()
 

@@ -209,6 +209,8 @@ class RouterSUT:
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
             async for chunk in json_events(resp.content.iter_any()):
+                if "error" in chunk:  # the gateway's `event: error` (or SGLang's error event) ends a failed stream
+                    raise RuntimeError(f"server error: {chunk['error']}")
                 meta = chunk.get("meta_info", {})
                 aborted = abort_message(meta)
                 if aborted:

@@ -342,9 +342,9 @@ async def test_stream_relay_passes_the_decode_sse_through(servers):
     body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 3}, "stream": True}
     relay = await d.open_stream(body)
     assert relay.status == 200
-    raw = b"".join([c async for c in relay.chunks()])
+    raw = b"".join([c async for c in relay.chunks()]) + relay.ending()  # the engine's [DONE] is the ending's
     events = [e for e in raw.split(b"\n\n") if e]
-    assert events[-1] == b"data: [DONE]" and len(events) == 4
+    assert relay.failure is None and events[-1] == b"data: [DONE]" and len(events) == 4
     assert json.loads(events[-2][5:])["meta_info"]["completion_tokens"] == 3
     assert d.workers["decode-0/0"].outstanding == 0
     await d.close()

@@ -64,6 +64,14 @@ def engine_error_object(status: int, body: Any) -> dict:
                         code if isinstance(code, str) else None)
 
 
+def failure_error_object(failure: LegFailure) -> dict:
+    """What a client is told of a leg's failure: the engine's own client error (4xx) in OpenAI's shape, else the
+    gateway's words with the `<leg>_<kind>` code its non-streamed failures carry."""
+    if failure.body is not None and 400 <= failure.status < 500:
+        return engine_error_object(failure.status, failure.body)
+    return error_object(failure.status, str(failure), code=f"{failure.leg}_{failure.kind}")
+
+
 def http_failure(leg: str, w: WorkerState, status: int, raw: bytes) -> LegFailure:
     """A leg answered with an HTTP error: retryable on another pair for 5xx and 429, not for another 4xx."""
     try:

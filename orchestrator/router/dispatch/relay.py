@@ -1,4 +1,4 @@
-"""StreamRelay: relay an open decode SSE stream to the client, aborting both legs if either fails."""
+"""StreamRelay: relay an open decode SSE stream to the client, aborting both legs if either fails, and say how it ended."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, Protocol
 import aiohttp
 import orjson
 
-from orchestrator.router.dispatch.failures import LegFailure, error_message, raise_if_aborted
+from orchestrator.api.sse import last_json_event
+from orchestrator.router.dispatch.failures import LegFailure, error_message, failure_error_object, raise_if_aborted
 from orchestrator.router.dispatch.pairs import fill_from_payload
+from orchestrator.router.json_response import SSE_DONE, sse_error_event
 
 if TYPE_CHECKING:
     from orchestrator.router.dispatch.pairs import Answer, Pair
@@ -31,10 +33,12 @@ class LegBook(Protocol):
 
 
 class StreamRelay:
-    """An open decode SSE stream: `status` is known; iterate `chunks()` to relay bytes, then it closes.
+    """An open decode SSE stream: `status` is known; iterate `chunks()` to relay bytes, then it closes and `failure`
+    says whether the request failed (None: it completed, `last_event` holds its totals).
 
-    The prefill leg keeps running beside it; if it fails mid-stream the decode is aborted, so the
-    stream ends with SGLang's own abort chunk rather than hanging.
+    The engine's `data: [DONE]` is held back: the client's stream ends with `ending()`, `[DONE]` alone or, after a
+    failure, an `event: error` first. The prefill leg keeps running beside it; if it fails mid-stream the decode is
+    aborted, so the stream ends with SGLang's own abort chunk rather than hanging.
     """
 
     def __init__(self, dispatcher: LegBook, resp: aiohttp.ClientResponse, pair: Pair, rid: str,
@@ -51,8 +55,10 @@ class StreamRelay:
         self.tail = b""  # the stream's last bytes: its final event carries the totals
         self.first_byte_at: float | None = None  # time.monotonic()
         self.client_left = False  # the reader stopped (its client went away, or the gateway cut the stream off)
+        self.failure: LegFailure | None = None  # why the stream failed, once it ended
+        self.last_event: dict | None = None  # the completed stream's final event (its totals)
         self.sent_at = sent_at  # time.monotonic() when this attempt's legs were sent
-        self.on_close: Callable[["StreamRelay", bool], None] | None = None  # (relay, completed)
+        self.on_close: Callable[["StreamRelay"], None] | None = None
         if prefill_task is not None:
             prefill_task.add_done_callback(self._on_prefill_done)
 
@@ -74,7 +80,6 @@ class StreamRelay:
         return task.result() - self.sent_at
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        failed = False
         try:
             while True:
                 left = self._deadline - time.monotonic()
@@ -86,16 +91,52 @@ class StreamRelay:
                 if self.first_byte_at is None:
                     self.first_byte_at = time.monotonic()
                 self.tail = (self.tail + data)[-STREAM_TAIL_BYTES:]
-                yield data
+                if data.endswith(SSE_DONE):
+                    data = data[:-len(SSE_DONE)]
+                if data:
+                    yield data
+            self.failure = self._failure_at_end()
         except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
-            failed = True
+            timed_out = isinstance(exc, asyncio.TimeoutError)
+            self.failure = LegFailure("timeout" if timed_out else "stream_cut", "decode", self.pair.decode.name,
+                                      "no stream bytes before the leg's deadline" if timed_out
+                                      else f"the stream broke off: {exc!r}", True, 504 if timed_out else 502)
             self._d.mark_suspect(self.pair.decode)
             log.warning("stream %s from %s ended early: %r", self.rid, self.pair.decode.name, exc)
         except BaseException:  # client went away (GeneratorExit / cancel): free both servers
-            failed = self.client_left = True
+            self.client_left = True
             raise
         finally:
-            await self.close(abort=failed)
+            await self.close(abort=self.client_left or self.failure is not None)
+
+    def ending(self) -> bytes:
+        """The client stream's last bytes: `[DONE]`, after a failure preceded by an `event: error` whose data is
+        OpenAI's error object (AIPerf 0.12.0 and the openai client both read it as the request's error)."""
+        if self.failure is None:
+            return SSE_DONE
+        return sse_error_event(failure_error_object(self.failure)) + SSE_DONE
+
+    def _failure_at_end(self) -> LegFailure | None:
+        """How a stream the decode ended itself went: its final event, SGLang's error or abort event (a failed KV
+        transfer aborts the decode), or a stream broken off (no `[DONE]`: the engine's process died or dropped the
+        connection)."""
+        w = self.pair.decode
+        last = last_json_event(self.tail)
+        if not self.tail.rstrip().endswith(SSE_DONE.rstrip()) or last is None:
+            self._d.mark_suspect(w)
+            return LegFailure("stream_cut", "decode", w.name, "the stream ended without its final event and [DONE]",
+                              True, 502)
+        if "error" in last:
+            inner = last["error"]
+            code = inner.get("code") if isinstance(inner, dict) else None
+            return LegFailure("error", "decode", w.name, error_message(last), True,
+                              code if isinstance(code, int) and code >= 400 else 500, body=last)
+        try:
+            raise_if_aborted("decode", w, last)
+        except LegFailure as aborted:
+            return aborted
+        self.last_event = last
+        return None
 
     async def close(self, abort: bool = False) -> None:
         if self._closed:
@@ -111,7 +152,7 @@ class StreamRelay:
                 if w is not None:
                     self._d.abort_in_background(w, self.rid)
         if self.on_close is not None:
-            self.on_close(self, not abort)
+            self.on_close(self)
 
 
 def answer_from_stream(w: "WorkerState", raw: bytes, answer: "Answer") -> None:
