@@ -85,3 +85,9 @@ def test_a_folder_without_the_archive_is_refused_naming_it(tmp_path, capsys) -> 
     with pytest.raises(SystemExit):
         main([str(tmp_path)])
     assert "memfrac.tar.xz not found" in capsys.readouterr().err
+
+
+def test_the_committed_output_is_what_the_reader_prints_from_the_committed_raw(capsys) -> None:
+    raw = Path(__file__).resolve().parents[1] / "benchmarks/results/2026-11-28-eager-memfrac-h100"
+    assert main([str(raw / "call4-ab")]) == 0
+    assert capsys.readouterr().out == (raw / "output.txt").read_text()
