@@ -232,7 +232,7 @@ def _register_mlperf(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_goodput(args: argparse.Namespace) -> int:
-    from orchestrator.run.aiperf import AiperfMissing, find_aiperf
+    from orchestrator.run.aiperf import AiperfMissing, ProfileStopped, find_aiperf
     from orchestrator.run.goodput import run_goodput, verdict_line
 
     cfg = config_from_args(args)
@@ -261,6 +261,10 @@ def _cmd_goodput(args: argparse.Namespace) -> int:
             return 2
         try:
             rows = run_goodput(tool, load, concurrencies, out_dir, say=lambda line: print(line, flush=True))
+        except ProfileStopped as exc:  # a signal: AIPerf cancelled the N running and wrote its records
+            print(f"goodput: stopped ({exc.reason}); the N that finished are in {out_dir / 'goodput.json'}, the "
+                  f"stopped N's request records in {exc.artifact_dir}", file=sys.stderr)
+            return 130 if exc.reason.endswith("SIGINT") else 143
         except RuntimeError as exc:  # AIPerf failed: its own log says why
             print(f"goodput: {str(exc).splitlines()[0]}; its log: {out_dir}/c<N>/aiperf.out", file=sys.stderr)
             return 1

@@ -94,14 +94,16 @@ def _bench_work(cfg: RunConfig) -> str:
     the ones in flight failed with their reason), then the client."""
     return """\
   SUBMISSION_ID=pdo-$JOB_ID-bench-$(date +%s)
-  stop_bench() {  # Ray's job stop, then until the driver has written its result (atomically; it tears down after)
+  stop_bench() {  # Ray's job stop, then until the driver has written its result and report (it tears down after)
     local tries=$((PDO_STEP_STOP_S * 2))
     "$PDO_PYTHON" -m orchestrator.cluster.batch job-stop --dashboard "$DASHBOARD" --id "$SUBMISSION_ID" 2>&1 \\
       | tee -a "$RUN_DIR/logs/bench-stop.log"
     while [ "$tries" -gt 0 ] && kill -0 "$STEP_PID" 2>/dev/null; do  # the client ends with the driver
-      if ls "$RUN_DIR"/runs/*/result.json > /dev/null 2>&1; then step_term; break; fi
+      # result.json, then report.html from it (each written whole); Ray's stop on the nodes (next) would cut the report
+      ls "$RUN_DIR"/runs/*/report.html > /dev/null 2>&1 && break
       sleep 0.5; tries=$((tries - 1))
     done
+    step_term  # the client; written or out of time, the driver goes with Ray's stop
   }
   STEP_STOP=stop_bench
   run_step "$RUN_DIR/logs/bench.log" "$PDO_RAY" job submit --address "$DASHBOARD" --submission-id "$SUBMISSION_ID" -- \\
@@ -126,6 +128,13 @@ SERVE_GOODPUT_WORK = r"""
     [ -n "${SERVE_PID:-}" ] || SERVE_PID=$(service_field pid)
     [ -n "$SERVE_PID" ] && [ -z "${SERVE_STOPPED:-}" ] || return 0
     SERVE_STOPPED=1
+    if [ -n "$STOPPED_BY" ]; then
+      # the scheduler's SIGKILL is seconds away (PBS: 10 s) and `serve down`'s teardown takes longer; the stopped
+      # goodput has ended every request (nothing to drain), and each node's Ray stop ends the workers and engines
+      log "serve: SIGTERM to its session (pid $SERVE_PID), not waited for: Ray's stop ends its workers"
+      kill -TERM -- "-$SERVE_PID" 2>/dev/null
+      return 0
+    fi
     log "serve down (pid $SERVE_PID; drain at most $PDO_DRAIN_S s)"
     "$PDO_PYTHON" -m orchestrator serve down --state-dir "$SERVE_DIR" --name "$SERVE_NAME"       --timeout-s "$(awk -v d="$PDO_DRAIN_S" 'BEGIN { printf "%d", d + 300 }')" 2>&1 | tee -a "$RUN_DIR/logs/serve-down.log"
     SERVE_DOWN_RC=${PIPESTATUS[0]}
@@ -135,6 +144,7 @@ SERVE_GOODPUT_WORK = r"""
       wait_pids 30 "$SERVE_PID" || kill -KILL -- "-$SERVE_PID" 2>/dev/null
     fi
   }
+  end_work() { [ -z "$STOPPED_BY" ] || [ -z "${SERVE_PID:-}" ] || kill -KILL -- "-$SERVE_PID" 2>/dev/null; }
   log "serve: starting (ready within $PDO_READY_TIMEOUT_S s, else the job stops)"
   run_step "$RUN_DIR/logs/serve-up.log" "$PDO_PYTHON" -m orchestrator serve --config "$RUN_DIR/config.yaml" \
     --state-dir "$SERVE_DIR" --detach --ready-timeout-s "$PDO_READY_TIMEOUT_S" --drain-s "$PDO_DRAIN_S"
@@ -144,7 +154,10 @@ SERVE_GOODPUT_WORK = r"""
   T_READY=$(now)
   log "serve: exit $SERVE_RC after $(seconds "$T_PREPARE" "$T_READY") s; gateway ${GATEWAY:-none}"
   if [ "$SERVE_RC" = 0 ] && [ -n "$GATEWAY" ]; then
-    # a stop (SIGTERM to its session: goodput and AIPerf) keeps goodput.json's rows of the N that finished
+    # a stop is a SIGTERM to goodput alone: it has AIPerf cancel the N running and write its records (AIPerf's own
+    # SIGTERM would kill it with none); goodput.json keeps the rows of the N that finished
+    stop_goodput() { kill -TERM "$STEP_PID" 2>/dev/null; }
+    STEP_STOP=stop_goodput
     run_step "$RUN_DIR/logs/goodput.log" "$PDO_PYTHON" -m orchestrator goodput --config "$RUN_DIR/config.yaml" \
       --url "$GATEWAY" --out "$RUN_DIR/goodput" "${GOODPUT_ARGS[@]}"
     WORK_RC=$?

@@ -336,5 +336,7 @@ def write_report(result_path: str | Path | None, out_dir: str | Path | None = No
 </body></html>
 """
     report = out / "report.html"
-    report.write_text(page)
+    partial = out / ".report.html.partial"  # a stopped batch job takes report.html's presence for a whole report
+    partial.write_text(page)
+    partial.replace(report)
     return report

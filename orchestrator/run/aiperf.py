@@ -9,10 +9,14 @@ the path up as a Hugging Face repo id in the local cache and rejects it (HFValid
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
 import subprocess
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,16 +173,94 @@ def aiperf_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in DROPPED_FOR_AIPERF}
 
 
-def run_profile(tool: AiperfTool, load: ClosedLoad, artifact_dir: Path, timeout_s: float) -> ProfileSummary:
-    """Run `aiperf profile` to completion (its log in artifact_dir/aiperf.out) and read its summary."""
+class ProfileStop:
+    """A stop asked of goodput (SIGTERM: scancel, qdel, a walltime; SIGINT: Ctrl-C) while AIPerf runs.
+
+    AIPerf 0.12.0 cancels gracefully on SIGINT only (it stops sending, cancels the requests in flight, then writes its
+    exports, profile_export.jsonl with one record per request among them); SIGTERM kills it with nothing written. So a
+    SIGTERM to goodput becomes one SIGINT to AIPerf. A Ctrl-C reaches AIPerf itself (the terminal signals the whole
+    foreground group), so a SIGINT is only noted."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def on_signal(self, signum: int, frame) -> None:
+        self.reason = self.reason or f"received {signal.Signals(signum).name}"
+        if signum == signal.SIGTERM and self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stop_on_signal() -> Iterator[ProfileStop]:
+    """SIGTERM and SIGINT while inside: noted in the yielded ProfileStop (and passed on to AIPerf), not raised."""
+    stop = ProfileStop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in previous:
+        signal.signal(sig, stop.on_signal)
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class ProfileStopped(RuntimeError):
+    """AIPerf was stopped by a signal to goodput; it wrote what it had finished (if it could) to its artifact dir."""
+
+    def __init__(self, reason: str, artifact_dir: Path):
+        super().__init__(f"aiperf profile stopped ({reason})")
+        self.reason, self.artifact_dir = reason, artifact_dir
+
+
+# AIPerf 0.12.0's log line when a cancel cuts its requests in flight off: they get no record in profile_export.jsonl
+CUT_OFF_LINE = re.compile(r"Sent cancellation requests for (\d+) in-flight credits")
+
+
+def stopped_tally(artifact_dir: Path) -> dict[str, int | None]:
+    """What a stopped AIPerf run left: its per-request records (completed; failed, each with its error) and the
+    requests its cancel cut off in flight, which AIPerf 0.12.0 records nowhere but its log (None: no such line)."""
+    artifact_dir = Path(artifact_dir)
+    completed = failed = 0
+    records = artifact_dir / "profile_export.jsonl"
+    for line in (records.read_text().splitlines() if records.is_file() else []):
+        if line.strip():
+            if json.loads(line).get("error"):
+                failed += 1
+            else:
+                completed += 1
+    log = artifact_dir / "logs" / "aiperf.log"
+    found = CUT_OFF_LINE.findall(log.read_text(errors="replace")) if log.is_file() else []
+    return {"completed": completed, "failed": failed, "cut_off_in_flight": sum(map(int, found)) if found else None}
+
+
+def run_profile(tool: AiperfTool, load: ClosedLoad, artifact_dir: Path, timeout_s: float,
+                stop: ProfileStop | None = None) -> ProfileSummary:
+    """Run `aiperf profile` to completion (its log in artifact_dir/aiperf.out) and read its summary; with `stop`
+    (stop_on_signal), a signal ends it early with ProfileStopped once AIPerf has written its records."""
     artifact_dir = Path(artifact_dir)
     artifact_dir.mkdir(parents=True, exist_ok=True)
     env = aiperf_env(os.environ)
     out = artifact_dir / "aiperf.out"
     with out.open("wb") as log:
-        proc = subprocess.run(profile_command(tool, load, artifact_dir), stdout=log, stderr=subprocess.STDOUT,
-                              env=env, timeout=timeout_s, cwd=artifact_dir)
-    if proc.returncode != 0 or not (artifact_dir / PROFILE_EXPORT).is_file():
+        with subprocess.Popen(profile_command(tool, load, artifact_dir), stdout=log, stderr=subprocess.STDOUT,
+                              env=env, cwd=artifact_dir) as proc:
+            if stop is not None:
+                stop.proc = proc
+            try:
+                returncode = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+            finally:
+                if stop is not None:
+                    stop.proc = None
+    if stop is not None and stop.reason:
+        raise ProfileStopped(stop.reason, artifact_dir)
+    if returncode != 0 or not (artifact_dir / PROFILE_EXPORT).is_file():
         tail = out.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"aiperf profile exited {proc.returncode} without {PROFILE_EXPORT}; its output ends:\n{tail}")
+        raise RuntimeError(f"aiperf profile exited {returncode} without {PROFILE_EXPORT}; its output ends:\n{tail}")
     return read_profile_export(artifact_dir)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.run.aiperf import AIPERF_VERSION, AiperfTool, ClosedLoad, ProfileSummary, run_profile
+from orchestrator.run.aiperf import (AIPERF_VERSION, AiperfTool, ClosedLoad, ProfileStopped, ProfileSummary, run_profile,
+                                     stop_on_signal, stopped_tally)
 
 MIN_GOOD_FRACTION = 0.90
 
@@ -47,22 +48,36 @@ def best_row(rows: list[GoodputRow]) -> GoodputRow | None:
 def run_goodput(tool: AiperfTool, load: ClosedLoad, concurrencies: list[int], out_dir: Path,
                 say: Callable[[str], None] = print) -> list[GoodputRow]:
     """One AIPerf run per N (in the order given), each in out_dir/c<N>; goodput.json summarises them, rewritten
-    after each N, so a run stopped part-way (a batch job's scancel) keeps the rows of the N that finished."""
+    after each N, so a run stopped part-way (a batch job's scancel) keeps the rows of the N that finished. A SIGTERM
+    or SIGINT stops the N running (AIPerf writes the records of the requests that ended in c<N>/), names it and
+    tallies its requests in goodput.json's `stopped`, and raises ProfileStopped."""
     out_dir = Path(out_dir)
     rows: list[GoodputRow] = []
-    for n in concurrencies:
-        point = replace(load, concurrency=n)
-        budget = point.warmup_s + point.window_s + point.grace_s
-        say(f"N={n}: aiperf {AIPERF_VERSION} profile, {budget:g} s of load (+ AIPerf's own start-up)")
-        summary = run_profile(tool, point, out_dir / f"c{n}", timeout_s=budget + 600)
-        rows.append(GoodputRow(n, summary, out_dir / f"c{n}", load.min_good_fraction))
-        say(format_row(rows[-1]))
-        write_report(load, concurrencies, rows, out_dir)
+    with stop_on_signal() as stop:
+        for n in concurrencies:
+            point = replace(load, concurrency=n)
+            budget = point.warmup_s + point.window_s + point.grace_s
+            say(f"N={n}: aiperf {AIPERF_VERSION} profile, {budget:g} s of load (+ AIPerf's own start-up)")
+            try:
+                if stop.reason:
+                    raise ProfileStopped(stop.reason, out_dir / f"c{n}")
+                summary = run_profile(tool, point, out_dir / f"c{n}", timeout_s=budget + 600, stop=stop)
+            except ProfileStopped as exc:
+                write_report(load, concurrencies, rows, out_dir, stopped={
+                    "concurrency": n, "reason": exc.reason, "artifact_dir": str(exc.artifact_dir),
+                    **stopped_tally(exc.artifact_dir)})
+                raise
+            rows.append(GoodputRow(n, summary, out_dir / f"c{n}", load.min_good_fraction))
+            say(format_row(rows[-1]))
+            write_report(load, concurrencies, rows, out_dir)
     return rows
 
 
-def write_report(load: ClosedLoad, concurrencies: list[int], rows: list[GoodputRow], out_dir: Path) -> None:
-    """out_dir/goodput.json: the rows so far, the scoring point among them, and the N declared but not (yet) run."""
+def write_report(load: ClosedLoad, concurrencies: list[int], rows: list[GoodputRow], out_dir: Path,
+                 stopped: dict | None = None) -> None:
+    """out_dir/goodput.json: the rows so far, the scoring point among them, the N declared but not (yet) run, and
+    the N a signal stopped (`stopped`: its N, the signal, where AIPerf left its records, how many completed, failed
+    and were cut off in flight; null when none was)."""
     best = best_row(rows)
     done = {r.concurrency for r in rows}
     report = {"aiperf_version": AIPERF_VERSION, "url": load.url, "model": load.model,
@@ -73,7 +88,8 @@ def write_report(load: ClosedLoad, concurrencies: list[int], rows: list[GoodputR
               "not_run": [n for n in concurrencies if n not in done],
               "best": None if best is None else {"concurrency": best.concurrency,
                                                  "good_output_tok_s": best.summary.good_output_tok_s},
-              "largest_passing_concurrency": max((r.concurrency for r in rows if r.clears_gate), default=None)}
+              "largest_passing_concurrency": max((r.concurrency for r in rows if r.clears_gate), default=None),
+              "stopped": stopped}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "goodput.json").write_text(json.dumps(report, indent=2) + "\n")
 

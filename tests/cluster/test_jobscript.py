@@ -148,6 +148,13 @@ def test_serve_goodput_job_serves_measures_then_stops_the_service(tmp_path, caps
     cleanup = text[text.index("cleanup() {"):text.index("trap cleanup EXIT")]
     assert cleanup.index("stop_work") < cleanup.index("stopping Ray on every node")
     assert 'kill -TERM -- "-$SERVE_PID"' in text and "ray stop" not in text.replace("never `ray stop`", "")
+    # after scancel/qdel: goodput alone gets the SIGTERM (it has AIPerf cancel and write its records); the service is
+    # not drained (goodput's stop ended every request, and serve down's teardown outlasts PBS's 10 s): SIGTERM to its
+    # session, not waited for, and SIGKILL to what is left of it once Ray is stopped
+    assert "stop_goodput() { kill -TERM \"$STEP_PID\"" in text and "STEP_STOP=stop_goodput" in text
+    signalled = text[text.index('if [ -n "$STOPPED_BY" ]; then\n      #'):text.index('log "serve down')]
+    assert 'kill -TERM -- "-$SERVE_PID"' in signalled and "return 0" in signalled
+    assert cleanup.index("stopping Ray on every node") < cleanup.index("end_work")
     # the gateway's key: named, checked at job start, handed to the raylets in a mode-600 file, never written out
     assert "API_KEY_ENV=CONTEST_KEY" in text and "(umask 077; printf '%s' \"${!API_KEY_ENV}\" > \"$RUN_DIR/api-key\")" in text
     assert "ray job submit" not in text

@@ -415,6 +415,49 @@ def test_pbs_script_starts_each_raylet_on_its_own_node_and_runs_a_valid_bench(tm
 PBS_KILL_DELAY_S = 10  # OpenPBS's (and Torque's) default kill_delay
 
 
+def _qdel_once_in_flight(lab: NetnsLab, tmp_path: Path, script: str, ray_tmp: Path,
+                         job_env: dict | None = None) -> tuple[int, str, Path]:
+    """Run a generated PBS script as MoM does (the job's own session) until the decode engine shows prompts finished
+    and some running, then qdel it as MoM carries it out: SIGTERM to the session, SIGKILL to what is left of it
+    PBS_KILL_DELAY_S later. Requires the job's trap line within 3 s of the SIGTERM. (the decode engine's finished count
+    at the SIGTERM, the job's output, its run directory)."""
+    cmd, env, submit_dir, _ = _pbs_job(lab, tmp_path, script, ray_tmp, job_env)
+    out = tmp_path / "job.out"
+    with out.open("w") as sink:  # the job's session: what PBS signals
+        job = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        def in_flight() -> tuple[int, int] | None:
+            assert job.poll() is None, out.read_text()[-3000:]
+            done, running, aborted = _decode_counts(lab).values()
+            return (done, running) if done >= 4 and running > 0 and not aborted else None
+
+        done_before, _ = wait_until(in_flight, 300, poll_s=0.5, what="the PBS job with prompts in flight")
+        os.killpg(job.pid, signal.SIGTERM)
+        qdel_at = time.time()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            job.wait(timeout=PBS_KILL_DELAY_S)
+        ended_s = time.time() - qdel_at
+        time.sleep(max(0.0, qdel_at + PBS_KILL_DELAY_S - time.time()))  # PBS's clock, not a synchronisation
+        with contextlib.suppress(ProcessLookupError):  # what is left of the job's processes (node.sh on a node)
+            os.killpg(job.pid, signal.SIGKILL)
+        rc = job.wait(timeout=30)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+        output = out.read_text()
+        print(f"PBS qdel'd job output (tail):\n{output[-3000:]}")
+    print(f"PBS qdel: SIGTERM at {datetime.datetime.fromtimestamp(qdel_at).strftime('%H:%M:%S.%f')}; the job script "
+          f"ended {ended_s:.1f} s after it (rc {rc}; the SIGKILL came at {PBS_KILL_DELAY_S} s)")
+    trapped = next(line for line in output.splitlines() if "SIGTERM: stopping the job" in line)
+    stamp = datetime.datetime.strptime(trapped.split("]")[0].removeprefix("[pdo "), "%H:%M:%S").time()
+    trapped_at = datetime.datetime.combine(datetime.datetime.now(datetime.timezone.utc).date(), stamp,
+                                           tzinfo=datetime.timezone.utc).timestamp()
+    assert -1.5 <= trapped_at - qdel_at <= 3, (trapped, qdel_at)
+    return done_before, output, submit_dir / "pdo-runs" / "4242"
+
+
 def test_pbs_qdel_mid_bench_keeps_what_finished_and_stops_ray_on_every_node_within_the_kill_delay(tmp_path):
     """qdel as PBS's MoM carries it out, without a PBS server (none is packaged for Debian: no openpbs or torque
     package here): SIGTERM to every process of the job (the script's session, whose pbsdsh tasks run node.sh on each
@@ -427,41 +470,7 @@ def test_pbs_qdel_mid_bench_keeps_what_finished_and_stops_ray_on_every_node_with
         script = _jobscript(_job_config(tmp_path, "qdeljob", {
             "benchmark.num_prompts": CANCEL_PROMPTS, "benchmark.fixed_output_len": 64, "benchmark.max_in_flight": 8,
             "engine.sim.time_scale": 20.0, "benchmark.deadline_s": 8}), "pbs")
-        cmd, env, submit_dir, _ = _pbs_job(lab, tmp_path, script, ray_tmp)
-        out = tmp_path / "job.out"
-        with out.open("w") as sink:  # the job's session: what PBS signals
-            job = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            def in_flight() -> tuple[int, int] | None:
-                assert job.poll() is None, out.read_text()[-3000:]
-                done, running, aborted = _decode_counts(lab).values()
-                return (done, running) if done >= 4 and running > 0 and not aborted else None
-
-            done_before, _ = wait_until(in_flight, 300, poll_s=0.5, what="the PBS job's bench with prompts in flight")
-            os.killpg(job.pid, signal.SIGTERM)
-            qdel_at = time.time()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                job.wait(timeout=PBS_KILL_DELAY_S)
-            ended_s = time.time() - qdel_at
-            time.sleep(max(0.0, qdel_at + PBS_KILL_DELAY_S - time.time()))  # PBS's clock, not a synchronisation
-            with contextlib.suppress(ProcessLookupError):  # what is left of the job's processes (node.sh on a node)
-                os.killpg(job.pid, signal.SIGKILL)
-            rc = job.wait(timeout=30)
-        finally:
-            if job.poll() is None:
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait(timeout=30)
-            output = out.read_text()
-            print(f"PBS qdel'd job output (tail):\n{output[-3000:]}")
-        run_dir = submit_dir / "pdo-runs" / "4242"
-        print(f"PBS qdel: the job script ended {ended_s:.1f} s after the SIGTERM (rc {rc}; the SIGKILL came at "
-              f"{PBS_KILL_DELAY_S} s)")
-        trapped = next(line for line in output.splitlines() if "SIGTERM: stopping the job" in line)
-        stamp = datetime.datetime.strptime(trapped.split("]")[0].removeprefix("[pdo "), "%H:%M:%S").time()
-        trapped_at = datetime.datetime.combine(datetime.datetime.now(datetime.timezone.utc).date(), stamp,
-                                               tzinfo=datetime.timezone.utc).timestamp()
-        assert -1.5 <= trapped_at - qdel_at <= 3, (trapped, qdel_at)
+        done_before, output, run_dir = _qdel_once_in_flight(lab, tmp_path, script, ray_tmp)
         doc = json.loads((run_dir / "result.json").read_text())
         why = "interrupted during measured run: received SIGTERM"
         assert doc["verdict"] == "INVALID" and doc["reason"] == why, doc["reason"]
@@ -485,7 +494,7 @@ def test_pbs_qdel_mid_bench_keeps_what_finished_and_stops_ray_on_every_node_with
 GOODPUT_N = 4
 
 
-def _serving_config(tmp_path: Path, name: str) -> Path:
+def _serving_config(tmp_path: Path, name: str, *overrides: str) -> Path:
     """The 2026 preset cut to one prefill and one decode TP4 server (sim, time scale 0.05) and a 6 s closed loop at
     N = 4; the gateway keyed by $PDO_TEST_GATEWAY_KEY."""
     cfg = load_config(REPO / "configs" / "qwen3-pd-2026.yaml", [
@@ -493,7 +502,8 @@ def _serving_config(tmp_path: Path, name: str) -> Path:
         "engine.sim.startup_s=0", "engine.sim.time_scale=0.05", "transfer.ucx.net_devices=eth0",
         "transfer.ucx.tls=tcp", f"router.port={free_port()}", "router.api_key_env=PDO_TEST_GATEWAY_KEY",
         f"benchmark.concurrency=[{GOODPUT_N}]", "benchmark.input_tokens=256", "benchmark.output_tokens=16",
-        "benchmark.warmup_s=0", "benchmark.window_s=6", "benchmark.grace_s=10", "benchmark.deadline_s=300"])
+        "benchmark.warmup_s=0", "benchmark.window_s=6", "benchmark.grace_s=10", "benchmark.deadline_s=300",
+        *overrides])
     path = tmp_path / f"{name}.yaml"
     path.write_text(dump_config(cfg))
     return path
@@ -543,5 +553,49 @@ def test_pbs_serve_goodput_job_measures_every_request_and_leaves_nothing_running
             engine_logs
         assert not (run_dir / "ray-token").exists() and not (run_dir / "api-key").exists()
         assert "job-key-4242" not in output + script
+        _nodes_left_with_nothing(lab)  # serve, its engines and both raylets are gone
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_pbs_qdel_mid_goodput_keeps_every_finished_request_and_stops_ray_on_every_node_within_the_kill_delay(tmp_path):
+    """qdel (as MoM carries it out: SIGTERM to the job's session, SIGKILL 10 s later) while the 2026 job's AIPerf closed
+    loop has requests in flight. goodput has AIPerf cancel its run, so AIPerf's per-request records keep every request
+    that finished and mark the cut-off ones with their error; the job writes goodput.json and timings.json, stops Ray
+    on both nodes and ends before the SIGKILL. (Before: AIPerf died on the SIGTERM with no record, and `serve down`'s
+    teardown ran past the SIGKILL: no timings.json, the job's last line never came.)"""
+    cleanup_leftovers()
+    ray_tmp = Path(tempfile.mkdtemp(prefix="pdo-pgq-", dir="/tmp"))
+    with NetnsLab() as lab:
+        script = _jobscript(_serving_config(tmp_path, "qdelserve", "benchmark.window_s=120",
+                                            "benchmark.output_tokens=64", "engine.sim.time_scale=1.0"),
+                            "pbs", "--then", "serve+goodput")
+        done_before, output, run_dir = _qdel_once_in_flight(lab, tmp_path, script, ray_tmp, {
+            "PDO_TEST_GATEWAY_KEY": "job-key-4242", "PDO_GOODPUT_ARGS": "--num-dataset-entries 64"})
+        written = {name: datetime.datetime.fromtimestamp((run_dir / name).stat().st_mtime).strftime("%H:%M:%S.%f")
+                   for name in ("goodput/c4/profile_export.jsonl", "goodput.json", "timings.json", "pids/work-stopped")
+                   if (run_dir / name).exists()}
+        print(f"PBS qdel of serve+goodput: written at {written}")
+        assert "exit 143; run directory" in output, "the job's clean-up did not end before the SIGKILL"
+        report = json.loads((run_dir / "goodput.json").read_text())
+        stopped = report["stopped"]
+        print(f"goodput.json's stopped: {stopped}")
+        assert report["rows"] == [] and report["not_run"] == [GOODPUT_N], report
+        assert stopped["concurrency"] == GOODPUT_N and stopped["reason"] == "received SIGTERM", stopped
+        # AIPerf's records: every request the decode engine had finished at the SIGTERM (but the serve's one pair
+        # warm-up) completed, each failed one with its error; the ones its cancel cut off counted (at most the N)
+        records = [json.loads(line) for line in (run_dir / "goodput" / f"c{GOODPUT_N}" / "profile_export.jsonl")
+                   .read_text().splitlines() if line.strip()]
+        completed = [r for r in records if not r.get("error")]
+        failed = [r["error"] for r in records if r.get("error")]
+        assert len(completed) >= done_before - 1, (len(completed), done_before)
+        assert all(r["metrics"]["output_sequence_length"]["value"] > 0 for r in completed)
+        assert all(e.get("message") for e in failed), failed
+        assert (stopped["completed"], stopped["failed"]) == (len(completed), len(failed)), stopped
+        assert 0 < stopped["cut_off_in_flight"] <= GOODPUT_N, stopped
+        timings = json.loads((run_dir / "timings.json").read_text())
+        assert timings["stopped_by"] == "SIGTERM" and timings["work"] == "serve+goodput", timings
+        assert not (run_dir / "ray-token").exists() and not (run_dir / "api-key").exists()
+        for log in ("ray-head.log", "ray-worker.log"):
+            assert "stopped Ray session" in (run_dir / "logs" / log).read_text(), log
         _nodes_left_with_nothing(lab)  # serve, its engines and both raylets are gone
     shutil.rmtree(ray_tmp, ignore_errors=True)

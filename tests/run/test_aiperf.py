@@ -182,3 +182,56 @@ def test_goodput_cli_runs_aiperf_per_concurrency_and_names_the_best(worker, tmp_
     assert f"at N={best['concurrency']}" in proc.stdout.splitlines()[-2]
     assert report["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8" and report["slo"]["itl_ms"] == 20
     assert report["not_run"] == []
+
+
+# A stand-in for `aiperf profile` that answers as AIPerf 0.12.0 does: SIGINT (a graceful cancel) writes its per-request
+# records and its cancel line, then exits 0; SIGTERM kills it with nothing written. What it got goes to `signal`.
+AIPERF_STANDIN = """#!/bin/bash
+dir=${@: -1}; for ((i = 1; i < $#; i++)); do [ "${!i}" = --artifact-dir ] && j=$((i + 1)) && dir=${!j}; done
+cancel() {
+  echo INT > "$dir/signal"; mkdir -p "$dir/logs"
+  printf '%s\\n' '{"metrics": {"output_sequence_length": {"value": 8}}}' \\
+    '{"error": {"code": 500, "message": "Internal Server Error"}}' > "$dir/profile_export.jsonl"
+  echo "x - StickyCreditRouter - INFO - Sent cancellation requests for 3 in-flight credits across 3 workers" \\
+    > "$dir/logs/aiperf.log"
+  kill $! 2>/dev/null; exit 0
+}
+trap cancel INT
+trap 'echo TERM > "$dir/signal"; exit 143' TERM
+touch "$dir/started"
+sleep 60 & wait
+"""
+
+GOODPUT_UNTIL_STOPPED = """
+import sys
+from pathlib import Path
+from orchestrator.run.aiperf import AiperfTool, ClosedLoad, ProfileStopped
+from orchestrator.run.goodput import run_goodput
+tool = AiperfTool(Path(sys.argv[1]), Path(sys.argv[1]).parent)
+try:
+    run_goodput(tool, ClosedLoad(url="http://gw", model="m", concurrency=2), [2, 4], Path(sys.argv[2]))
+except ProfileStopped as exc:
+    sys.exit(f"stopped: {exc.reason}")
+"""
+
+
+def test_a_sigterm_to_goodput_cancels_aiperf_with_sigint_and_keeps_its_records(tmp_path):
+    """scancel/qdel/a walltime reach goodput as SIGTERM; AIPerf 0.12.0 writes its records only when cancelled with
+    SIGINT (its SIGTERM kills it with none), so goodput passes the stop on as one SIGINT, waits for AIPerf's records,
+    and names the stopped N in goodput.json with its requests' tally: completed, failed (each with its error) and cut
+    off in flight (AIPerf's cancel line). What real AIPerf does on that SIGINT: tests/multihost/test_batch_jobs.py."""
+    exe = tmp_path / "aiperf"
+    exe.write_text(AIPERF_STANDIN)
+    exe.chmod(0o755)
+    out = tmp_path / "goodput"
+    proc = subprocess.Popen([sys.executable, "-c", GOODPUT_UNTIL_STOPPED, str(exe), str(out)],
+                            cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: (out / "c2" / "started").exists(), 60, what="the stand-in AIPerf started")
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and err.strip().endswith("stopped: received SIGTERM"), err
+    assert (out / "c2" / "signal").read_text().strip() == "INT"
+    report = json.loads((out / "goodput.json").read_text())
+    assert report["rows"] == [] and report["not_run"] == [2, 4] and not (out / "c4").exists()
+    assert report["stopped"] == {"concurrency": 2, "reason": "received SIGTERM", "artifact_dir": str(out / "c2"),
+                                 "completed": 1, "failed": 1, "cut_off_in_flight": 3}
