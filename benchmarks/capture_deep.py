@@ -19,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.capture_layer_count import PROBE_SIZES, line  # noqa: E402
 from benchmarks.capture_layer_repeats import BOOTSTRAP, INTERVAL, SEED, starts  # noqa: E402
+from orchestrator.compressed import read_text  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.perfmodel.costmodel import cost_model_for  # noqa: E402
 from orchestrator.perfmodel.profile import CaptureLayerLaw  # noqa: E402
@@ -149,6 +151,28 @@ def verdict(ratio: float, band: list[float]) -> str:
     return f"MISSES: outside the law's band, toward {side}"
 
 
+def failed_starts(raw_paths: list[Path], archives: list[Path]) -> list[tuple[str, str, str]]:
+    """(server, start, why) of every start that never became ready: the raw file's error and, where the server's log
+    in the call's archive has one, its CUDA out-of-memory line."""
+    ooms = {}
+    for archive in archives:
+        with tarfile.open(archive) as tar:
+            for m in tar.getmembers():
+                stream = tar.extractfile(m) if m.isfile() and m.name.endswith(".log") else None
+                text = stream.read().decode("utf-8", errors="replace") if stream else ""
+                line = next((x for x in text.splitlines() if "CUDA out of memory" in x), None)
+                if line:
+                    ooms[Path(m.name).name] = line.split(" If reserved")[0].removeprefix("torch.OutOfMemoryError: ").strip()
+    out = []
+    for path in raw_paths:
+        raw = json.loads(read_text(path))
+        for run in raw.get("runs", []):
+            if run.get("error"):
+                log = f"server-{raw['name']}-{run['variant']}.log"
+                out.append((raw["name"], run["variant"], ooms.get(log) or run["error"].splitlines()[0]))
+    return out
+
+
 def read(raw_paths: list[Path], archives: list[Path], predicted: Path) -> int:
     reg = json.loads(predicted.read_text())
     rows = starts(raw_paths, archives)
@@ -156,6 +180,8 @@ def read(raw_paths: list[Path], archives: list[Path], predicted: Path) -> int:
     for r in rows:
         print(f"{r['name']:<18} {r['variant']:<6} {r['layers']:>6} {r['sizes']:>5} {r['ready_s'] or 0:>7.1f} "
               f"{r['capture_s']:>9.2f} {r['capture_s'] / r['sizes']:>10.4f} {r['class']}")
+    for name, variant, error in failed_starts(raw_paths, archives):
+        print(f"{name:<18} {variant:<6} did not start: {error}")
     if not rows or "H200" not in rows[0]["gpu"]:
         print("no start on an H200: no outcome")
         return 1
@@ -176,6 +202,11 @@ def read(raw_paths: list[Path], archives: list[Path], predicted: Path) -> int:
         where = "inside" if lo <= deep_s <= hi else "outside"
         print(f"absolute (host-confounded, reported only): {deep} layers median warm capture {deep_s:.2f} s, lease 22's level "
               f"{law['deep_capture_s']} s (band {lo}-{hi}): {where}; the planner prices {reg['planner'][f'{deep} warm']['cuda_graphs_s']} s")
+    for r in rows:
+        if r["layers"] == ref and r["class"] == "cold":
+            pred = reg["planner"][f"{ref} cold"]["ready_s"]
+            print(f"{ref} layers cold (registered as reported only): ready {r['ready_s']:.1f} s, capture {r['capture_s']:.2f} s; "
+                  f"planner {pred} s ({pred / r['ready_s'] - 1:+.1%})")
     for caches, picked in (("cold", [r for r in rows if r["layers"] == deep and r["class"] == "cold"]),
                            ("warm", [r for r in rows if r["layers"] == deep and r["class"] != "cold"])):
         if not picked:

@@ -40,11 +40,11 @@ done
 [ ${#LAYERS[@]} -ge 1 ] || die "no layer count given; e.g. layer_probe.sh 4 6 (the first pays the cold compile)"
 SHAPE=${SHAPE:-r1}
 case $SHAPE in
-  r1) BASE=benchmarks/calibration/r1-shaped/config.json; TAG=r1s; DENSE=3; MAXL=14
+  r1) BASE=benchmarks/calibration/r1-shaped/config.json; TAG=r1s; DENSE=3; MAXL=13
       DEFAULT_PLAN=benchmarks/calibration/plans/lease8-layer-grid.json; MIN_BUDGET=240
       COLD="R1-shaped start alone took 196 s (2026-11-24)"
       FLAGS="--flag=--trust-remote-code --flag=--triton-attention-split-tile-size --flag=256"
-      LIMIT="1..14 fit one H200 (R1 FP8 MoE layer ~10.7 GiB; H100: <= 6)" ;;
+      LIMIT="1..13 fit one H200 (R1 FP8 MoE layer ~10.7 GiB; 14 ran out of memory loading; H100: <= 6)" ;;
   qwen3) BASE=models/qwen3-235b-a22b-fp8-l6/config.json; TAG=q3l; DENSE=0; MAXL=20
       DEFAULT_PLAN=benchmarks/calibration/plans/lease11-qwen3-layer-grid.json; MIN_BUDGET=150; FLAGS=""
       COLD="Qwen3-shaped start with graphs took 65 s (lease 3)"
@@ -56,9 +56,10 @@ case ${PROBE_TAG:-} in
   *[!A-Za-z0-9]*) die "PROBE_TAG='$PROBE_TAG': letters and digits only, e.g. PROBE_TAG=lease13" ;;
 esac
 SUFFIX=$PROBE_TAG
-# an R1 FP8 MoE layer is 10.7 GiB (lease 22's logs: 16.0 / 59.2 / 102.1 GiB of weights at 4 / 8 / 12 layers): 14 layers
-# (~123.6 GiB) leave SGLang's default static pool ~2.5 GiB of KV on an H200; 15 do not fit beside its reserve
-# (benchmarks/results/2026-11-28-capture-deep-predicted/)
+# an R1 FP8 MoE layer is 10.7 GiB (lease 22's logs: 16.0 / 59.2 / 102.1 GiB of weights at 4 / 8 / 12 layers), and SGLang's
+# dummy init holds an fp16 and an fp8 copy of each FP8 tensor while it fills it (21 GiB over the weights for a MoE layer's
+# w13): 14 layers ran out of memory loading on an H200 (benchmarks/results/2026-11-28-capture-deep-read/); 13 (~134 GiB
+# at that peak of 139.8) is untested
 for n in "${LAYERS[@]}"; do
   [ "$n" -ge 1 ] && [ "$n" -le $MAXL ] || die "layer count $n: $LIMIT"
 done
