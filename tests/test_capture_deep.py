@@ -46,3 +46,13 @@ def test_the_read_classifies_starts_and_prices_the_rows_on_lease22s_raw(tmp_path
     assert "ratio 12 / 4 layers (medians, same host): 1.819" in out
     assert "start-up row 12 layers cold: no start" in out
     assert "start-up row 12 layers warm: ready_s [60.6, 53.6, 54.6]" in out
+
+
+def test_the_read_of_the_committed_raw_reproduces_its_output(capsys) -> None:
+    raw = ROOT / "benchmarks/results/2026-11-28-capture-deep-h200/call3-probe"
+    read = ROOT / "benchmarks/results/2026-11-28-capture-deep-read/output.txt"
+    assert deep.read([raw / "calibration-r1s14-capdeep.json", raw / "calibration-r1s4-capdeep.json"],
+                     [raw / "layer-probe.tar.xz"], REGISTERED) == 0
+    out = capsys.readouterr().out
+    assert out == read.read_text()
+    assert "outcome: NOT RESOLVED" in out and out.count("did not start: CUDA out of memory. Tried to allocate 7.03 GiB") == 3
