@@ -45,6 +45,9 @@ DEFAULT_STARTS = {
        for call, tag, starts in (("call3-probe", "lease22", ((4, 1), (4, 2), (4, 3), (12, 1))),
                                  ("call4-probe", "lease22c4", ((12, 1), (12, 2), (12, 3), (4, 1), (4, 2), (4, 3), (8, 1), (8, 2))))
        for n, k in starts},
+    # hcapdeep's (R1-shaped 14 layers, each out of memory while loading, then 4 layers cold, on one H200)
+    **{("2026-11-28-capture-deep-h200/call3-probe/layer-probe.tar.xz", f"./r1s{n}/server-r1s{n}-capdeep-start{k}.log"): (0.907, 0.896)
+       for n, k in ((14, 1), (14, 2), (14, 3), (4, 1))},
     # lease 8's layer counts (R1-shaped 3-6 layers on one H100; their records beside the archives)
     **{(f"2026-11-27-lease8-r1-layers-h100/{call}/layer-probe.tar.xz", f"./r1s{n}/server-r1s{n}-lease8-layers.log"):
        (0.835, 0.816) for call, counts in (("call2", (4, 6)), ("call3", (5, 3))) for n in counts},
