@@ -53,6 +53,20 @@ def ray_driver(ray_cluster: LocalClusterState):
 
 
 @pytest.fixture
+def clean_serve(ray_driver):
+    """Serve and the worker registry empty before the test and after it (the session cluster is shared)."""
+    import ray
+    from ray import serve
+
+    from orchestrator.cluster.registry import get_registry
+
+    ray.get(get_registry().clear.remote())
+    yield
+    serve.shutdown()
+    ray.get(get_registry().clear.remote())
+
+
+@pytest.fixture
 def make_sim_config(tmp_path) -> Callable[..., RunConfig]:
     """Factory for `sim_config` with the result dir under this test's tmp dir."""
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import ray
-from ray import serve
 from ray.util.state import list_actors, list_nodes
 
 from deployments.app import deploy, expected_workers, worker_groups
@@ -25,14 +24,6 @@ LAYOUTS = {
 def _registered(expected_total: int) -> list | None:
     _, endpoints = ray.get(get_registry().snapshot.remote())
     return endpoints if len(endpoints) >= expected_total else None
-
-
-@pytest.fixture
-def clean_serve(ray_driver):
-    ray.get(get_registry().clear.remote())
-    yield
-    serve.shutdown()
-    ray.get(get_registry().clear.remote())
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

@@ -33,14 +33,6 @@ exec /bin/sleep 600
 """
 
 
-@pytest.fixture
-def clean_serve(ray_driver):
-    ray.get(get_registry().clear.remote())
-    yield
-    serve.shutdown()
-    ray.get(get_registry().clear.remote())
-
-
 def _sglang_config(tmp_path: Path, overrides: dict | None = None):
     fake = tmp_path / "python-never-ready"
     fake.write_text(NEVER_READY_SGLANG)
