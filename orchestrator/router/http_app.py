@@ -28,7 +28,7 @@ from orchestrator.api.openai import (
 )
 from orchestrator.router import openai
 from orchestrator.router.core import HTTPError, RouterCore
-from orchestrator.router.dispatch.failures import engine_error_object
+from orchestrator.router.dispatch.failures import client_error_object
 from orchestrator.router.json_response import SSE_DONE, FastJSONResponse, error_object, sse_error_event
 
 
@@ -136,9 +136,7 @@ class ApiKeyGate:
 
 
 def http_error_response(exc: HTTPError) -> JSONResponse:
-    if exc.body is not None and 400 <= exc.status < 500:  # the engine's own client error, in OpenAI's shape
-        return FastJSONResponse(engine_error_object(exc.status, exc.body), exc.status)
-    return error_response(exc.status, exc.message, code=exc.code)
+    return FastJSONResponse(client_error_object(exc.status, exc.message, exc.body, exc.code), exc.status)
 
 
 async def generate_route(core: RouterCore, body: GenerateBody) -> Response:

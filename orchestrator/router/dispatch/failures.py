@@ -64,12 +64,17 @@ def engine_error_object(status: int, body: Any) -> dict:
                         code if isinstance(code, str) else None)
 
 
+def client_error_object(status: int, message: str, body: Any = None, code: str | None = None) -> dict:
+    """What a client is told of a failed request, in a response or inside its stream: the engine's own client error
+    (4xx, its body) in OpenAI's shape, else the gateway's words with its code."""
+    if body is not None and 400 <= status < 500:
+        return engine_error_object(status, body)
+    return error_object(status, message, code=code)
+
+
 def failure_error_object(failure: LegFailure) -> dict:
-    """What a client is told of a leg's failure: the engine's own client error (4xx) in OpenAI's shape, else the
-    gateway's words with the `<leg>_<kind>` code its non-streamed failures carry."""
-    if failure.body is not None and 400 <= failure.status < 500:
-        return engine_error_object(failure.status, failure.body)
-    return error_object(failure.status, str(failure), code=f"{failure.leg}_{failure.kind}")
+    """A leg's failure as a client is told it, with the `<leg>_<kind>` code its non-streamed failures carry."""
+    return client_error_object(failure.status, str(failure), failure.body, f"{failure.leg}_{failure.kind}")
 
 
 def http_failure(leg: str, w: WorkerState, status: int, raw: bytes) -> LegFailure:
