@@ -43,6 +43,21 @@ def test_a_real_engines_ready_timeout_is_the_jobs_start_up_budget(capsys):
         assert ready is not None and float(ready.group(1)) == timeout.seconds
 
 
+def test_a_layout_plan_cannot_price_still_gets_a_ready_timeout_the_run_s_deadline_naming_why():
+    """`bench --force` runs a layout the planner says does not fit; every worker replica computes its ready timeout in
+    its constructor, so a budget that raised there would fail every replica before its engine started."""
+    from orchestrator.plan.simulation.runs import SimulationError
+
+    cfg = load_config(str(ROOT / "configs" / "h100-2p1d-tp4.yaml"))  # R1's weights leave TP 4 on H100 no KV cache
+    assert not cfg.simulated and cfg.engine.sglang.startup_timeout_s is None
+    with pytest.raises(SimulationError):
+        startup_budget(cfg)
+    timeout = engine_ready_timeout(cfg)
+    assert timeout.seconds == cfg.benchmark.deadline_s and timeout.field == TIMEOUT_FIELD
+    assert timeout.source.startswith(f"benchmark.deadline_s {cfg.benchmark.deadline_s:g} s (no start-up budget: ")
+    assert "leave no KV cache" in timeout.source
+
+
 def test_prepares_part_adds_its_warm_up_through_the_step_model_and_its_stop_to_plans_cold_time_to_ready():
     """After its engines are ready prepare sends the warm-up (each prefill's first forward alone, then the short
     prompts) and stops the servers and the local cluster: the warm-up as bench's deadline prices it with cold caches,

@@ -97,12 +97,20 @@ class ReadyTimeout:
 def engine_ready_timeout(cfg: RunConfig) -> ReadyTimeout:
     """A real SGLang engine: engine.sglang.startup_timeout_s when set, else the whole start-up budget (no single engine
     start may take longer than the job's start-up; a cold start fits it: the budget holds a cold time to ready x
-    PREPARE_OVER_PLAN). The simulated engine: the run's deadline."""
+    PREPARE_OVER_PLAN), or the run's deadline where plan cannot price the layout. The simulated engine: the run's
+    deadline."""
     if cfg.simulated:
         return ReadyTimeout(cfg.benchmark.deadline_s, f"benchmark.deadline_s {cfg.benchmark.deadline_s:g} s",
                             "benchmark.deadline_s")
     set_s = cfg.engine.sglang.startup_timeout_s
     if set_s is not None:
         return ReadyTimeout(set_s, f"{TIMEOUT_FIELD} {set_s:g} s", TIMEOUT_FIELD)
-    budget = startup_budget(cfg)
+    from orchestrator.plan.simulation.runs import SimulationError
+
+    try:
+        budget = startup_budget(cfg)
+    except SimulationError as exc:  # plan cannot price the layout (`--force` on one it says does not fit): the engine
+        # still starts, bounded by the run's deadline, not failed in its worker's constructor
+        return ReadyTimeout(cfg.benchmark.deadline_s, f"benchmark.deadline_s {cfg.benchmark.deadline_s:g} s (no "
+                            f"start-up budget: {exc})", TIMEOUT_FIELD)
     return ReadyTimeout(budget.total_s, f"the start-up budget {budget.total_s:g} s ({budget.parts()})", TIMEOUT_FIELD)
